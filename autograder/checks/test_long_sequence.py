@@ -1,0 +1,1 @@
+"""Hidden checks for part long_sequence (being written)."""

@@ -1,0 +1,1 @@
+"""Hidden checks for part masks (being written)."""

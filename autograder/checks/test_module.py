@@ -1,0 +1,1 @@
+"""Hidden checks for part module (being written)."""

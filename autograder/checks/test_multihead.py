@@ -1,0 +1,1 @@
+"""Hidden checks for part multihead (being written)."""

@@ -1,0 +1,1 @@
+"""Hidden checks for part official_parity (being written)."""

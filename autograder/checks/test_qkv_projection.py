@@ -1,0 +1,1 @@
+"""Hidden checks for part qkv_projection (being written)."""

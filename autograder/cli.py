@@ -1,0 +1,54 @@
+"""python -m autograder grade SUBMISSION [--json] [--gpu]  (fixed by the course spec)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .extract import SubmissionError
+from .results import Limits
+
+
+def _limits(args) -> Limits:
+    defaults = Limits()
+    return Limits(part_seconds=args.part_seconds or defaults.part_seconds,
+                  memory_bytes=int((args.memory_gib or defaults.memory_bytes / 2**30) * 2**30),
+                  namespaces=not args.no_namespaces)
+
+
+def cmd_grade(args) -> int:
+    from .grade import grade
+    from .report import as_json, render
+
+    result = grade(args.submission, gpu=args.gpu, limits=_limits(args))
+    if args.json:
+        sys.stdout.write(as_json(result) + "\n")
+    else:
+        render(result)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="The self-attention course's grader.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grade", help="grade a notebook, a folder of notebooks or a .py file")
+    g.add_argument("submission")
+    g.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
+    g.add_argument("--gpu", action="store_true", help="also run the GPU stage (long_sequence_gpu)")
+    g.add_argument("--part-seconds", type=float, help="wall-clock limit per part (default 20)")
+    g.add_argument("--memory-gib", type=float, help="address-space limit of the worker (default 6)")
+    g.add_argument("--no-namespaces", action="store_true", help="do not use Linux namespaces (weaker sandbox)")
+    g.set_defaults(func=cmd_grade)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except SubmissionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130

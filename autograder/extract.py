@@ -1,0 +1,152 @@
+"""Stage 1 of grading: find the student's code in a notebook, a folder of notebooks or a .py file.
+
+Nothing here runs student code: notebooks are read as JSON, cells are read as text.
+From a notebook we take the cells that nbgrader marks as solution cells (or, in a
+notebook without nbgrader metadata, every code cell). IPython magics and shell escapes
+are dropped, with a note, since the worker runs plain Python.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .spec import PART_BY_ID
+
+KNOWN_PARTS = set(PART_BY_ID)
+
+
+class SubmissionError(Exception):
+    """The submission cannot be graded at all; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str  # the notebook's or file's stem, e.g. "02_masks"
+    path: str
+    cells: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    assignment_cells: int = 0  # nbgrader solution cells found (0: a plain notebook or a .py file)
+    error: str | None = None  # why nothing could be read from this file (the parts then score 0)
+
+
+@dataclass(frozen=True)
+class Extracted:
+    path: str
+    sources: tuple[Source, ...]
+    notes: tuple[str, ...] = field(default=())
+
+
+MAGIC = re.compile(r"^\s*(%|!)")
+MAX_FILE_BYTES = 20 * 2**20
+
+
+def clean_cell(code: str) -> tuple[str, list[str]]:
+    """Drop IPython magics (%, %%) and shell escapes (!); return the code and what was dropped."""
+    if code.lstrip().startswith("%%"):
+        return "", [f"a cell magic ({code.strip().splitlines()[0][:40]}) was skipped"]
+    kept, dropped = [], []
+    for line in code.splitlines():
+        if MAGIC.match(line):
+            dropped.append(line.strip()[:40])
+            kept.append("")  # keep line numbers stable for error messages
+        else:
+            kept.append(line)
+    notes = [f"skipped IPython line {d!r}" for d in dropped]
+    return "\n".join(kept), notes
+
+
+def _split_python(code: str) -> list[str]:
+    """A .py file as cells: whole if it parses, else one chunk per top-level statement block."""
+    try:
+        ast.parse(code)
+        return [code]
+    except SyntaxError:
+        pass
+    chunks, current = [], []
+    for line in code.splitlines():
+        if current and re.match(r"(def|class|async def|@|import|from)\b", line):
+            chunks.append(current)
+            current = []
+        current.append(line)
+    if current:
+        chunks.append(current)
+    # pad with blank lines so that error line numbers match the file
+    out, offset = [], 0
+    for chunk in chunks:
+        out.append("\n" * offset + "\n".join(chunk))
+        offset += len(chunk)
+    return out
+
+
+def read_notebook(path: Path) -> Source:
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = f"{path.name} could not be read as a notebook ({exc.__class__.__name__}: {str(exc)[:80]})"
+        return Source(path.stem, str(path), (), error=reason)
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        return Source(path.stem, str(path), (), error=f"{path.name} is not a notebook: it has no list of cells")
+    code_cells = [c for c in nb["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
+    solution = [c for c in code_cells if (c.get("metadata") or {}).get("nbgrader", {}).get("solution")]
+    chosen = solution or code_cells
+    cells, notes = [], []
+    for cell in chosen:
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        code, dropped = clean_cell(source)
+        notes.extend(dropped)
+        cells.append(code)
+    if not solution and code_cells:
+        notes.append("no nbgrader solution cells: every code cell was taken")
+    grade_ids = {(c.get("metadata") or {}).get("nbgrader", {}).get("grade_id") for c in code_cells
+                 if (c.get("metadata") or {}).get("nbgrader", {}).get("grade")}
+    if grade_ids and not grade_ids & KNOWN_PARTS:
+        notes.append(f"{path.name} looks like a notebook of another assignment: none of its graded cells "
+                     f"({', '.join(sorted(map(str, grade_ids)))[:80]}) is a part of this course")
+    return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution))
+
+
+def read_python(path: Path) -> Source:
+    try:
+        code = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SubmissionError(f"{path}: not a UTF-8 text file") from None
+    return Source(path.stem, str(path), tuple(_split_python(code)))
+
+
+def _check_size(path: Path) -> None:
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise SubmissionError(f"{path}: {path.stat().st_size} bytes is too large for a submission")
+
+
+def extract(path: str | Path) -> Extracted:
+    """The code of a submission, one Source per notebook or file, in name order."""
+    p = Path(path)
+    if not p.exists():
+        raise SubmissionError(f"{p}: no such file or folder")
+    if p.is_file():
+        _check_size(p)
+        if p.suffix == ".ipynb":
+            return Extracted(str(p), (read_notebook(p),))
+        if p.suffix == ".py":
+            return Extracted(str(p), (read_python(p),))
+        raise SubmissionError(f"{p}: not a submission (expected a .ipynb notebook, a .py file or a folder)")
+    if not p.is_dir():
+        raise SubmissionError(f"{p}: not a file or folder")
+    sources, notes = [], []
+    for child in sorted(p.iterdir()):
+        if child.name.startswith(".") or child.is_dir():
+            if child.is_dir() and child.name not in (".ipynb_checkpoints", "__pycache__"):
+                notes.append(f"ignored folder {child.name}/")
+            continue
+        if child.suffix == ".ipynb":
+            _check_size(child)
+            sources.append(read_notebook(child))
+        elif child.suffix != ".py" or child.name not in ("visible_checks.py", "memory_meter.py"):
+            notes.append(f"ignored {child.name}: only notebooks are graded in a folder")
+    if not sources:
+        raise SubmissionError(f"{p}: no gradable notebook in this folder")
+    return Extracted(str(p), tuple(sources), tuple(notes))

@@ -1,0 +1,62 @@
+"""Stage 5: the report. Formats a GradeResult for people (rich tables) or machines (JSON)."""
+from __future__ import annotations
+
+import json
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .results import GradeResult, PartResult, to_json
+
+
+def as_json(result: GradeResult) -> str:
+    return json.dumps(to_json(result), indent=2)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if x != int(x) else str(int(x))
+
+
+def part_table(part: PartResult) -> Table:
+    status = "not run" if not part.ran else f"{_fmt(part.score)} / {_fmt(part.max_score)}"
+    table = Table(title=f"{part.id}  [bold]{status}[/bold]", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_lines=False, expand=True)
+    table.add_column("", width=2, no_wrap=True)
+    table.add_column("check", ratio=2)
+    table.add_column("points", justify="right", no_wrap=True)
+    table.add_column("what is wrong", ratio=3)
+    for c in part.checks:
+        mark = Text("✓", style="green") if c.passed else Text("✗", style="red")
+        table.add_row(mark, c.name, f"{_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))}", c.message)
+    for note in part.notes:
+        table.add_row(Text("!", style="yellow"), Text(note, style="yellow"), "", "")
+    return table
+
+
+def render(result: GradeResult, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(Panel(Text(f"{result.submission}\nscore {_fmt(result.score)} / {_fmt(result.max_score)}",
+                             style="bold"), title="self-attention autograder", expand=False))
+    if result.protections_off:
+        console.print(Panel(Text("\n".join(result.protections_off)), title="SANDBOX PROTECTIONS OFF on this machine",
+                            style="bold red", expand=False))
+    for part in result.parts + ((result.gpu,) if result.gpu else ()):
+        console.print(part_table(part))
+    if result.notes:
+        console.print(Panel(Group(*[Text(f"• {n}") for n in result.notes]), title="notes", expand=False))
+
+
+def summary_table(rows: list[GradeResult], title: str = "class") -> Table:
+    """One row per submission, one column per part: the instructor's overview."""
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table.add_column("submission")
+    if rows:
+        for part in rows[0].parts:
+            table.add_column(part.id, justify="right")
+    table.add_column("score", justify="right", style="bold")
+    for r in rows:
+        table.add_row(r.submission, *[_fmt(round(p.score, 2)) for p in r.parts], _fmt(round(r.score, 2)))
+    return table

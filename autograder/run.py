@@ -1,0 +1,128 @@
+"""Stage 2 of grading: run the student's code in a sandboxed worker and talk to it.
+
+The trusted side starts a zygote (a fork server that has imported torch), asks it for
+a fresh sandboxed worker per submission, loads the extracted code there, and sends it
+requests. Replies are plain data; everything else stays in the worker behind a handle.
+"""
+from __future__ import annotations
+
+import array
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .extract import Source
+from .worker import protocol
+from .worker.sandbox import SandboxConfig
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+
+
+class WorkerGone(Exception):
+    """The worker died (os._exit, a crash, a memory or CPU limit) or was killed."""
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer within its time limit and was killed."""
+
+
+class Zygote:
+    """A fork server process; one per grading process, reused for every submission."""
+
+    def __init__(self) -> None:
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": PACKAGE_PARENT,
+               "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autograder.worker.zygote", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], env=env, cwd="/", stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=None if os.environ.get("AUTOGRADER_DEBUG") else subprocess.DEVNULL, start_new_session=True,
+        )
+        theirs.close()
+
+    def spawn(self, config: SandboxConfig, timeout: float = 120.0) -> "WorkerProcess":
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        buf = io.BytesIO()
+        torch.save({"kind": "spawn", "config": config.as_dict()}, buf)
+        data = buf.getvalue()
+        self.control.settimeout(timeout)  # the first spawn waits for the zygote to import torch
+        try:
+            self.control.sendmsg([protocol.HEADER.pack(len(data)) + data],
+                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
+            reply = protocol.recv(self.control)
+        except (OSError, EOFError) as exc:
+            raise RuntimeError(f"the worker pool did not start: {exc}") from None
+        finally:
+            theirs.close()
+        if "pid" not in reply:
+            raise RuntimeError(f"the worker pool refused: {reply}")
+        return WorkerProcess(mine, reply["pid"])
+
+    def close(self) -> None:
+        try:
+            self.control.close()
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - best effort at exit
+            self.proc.kill()
+
+
+@dataclass
+class WorkerProcess:
+    sock: socket.socket
+    pid: int
+    alive: bool = True
+    protections: dict = field(default_factory=dict)
+
+    def request(self, message: dict, timeout: float) -> dict:
+        if not self.alive:
+            raise WorkerGone("the worker is no longer running")
+        self.sock.settimeout(max(timeout, 0.05))
+        try:
+            protocol.send(self.sock, message)
+            return protocol.recv(self.sock)
+        except socket.timeout:
+            self.kill()
+            raise WorkerTimeout(f"no answer within {timeout:.1f} s") from None
+        except protocol.ProtocolError:
+            self.kill()
+            raise
+        except (EOFError, OSError):
+            self.kill()
+            raise WorkerGone("the worker process ended") from None
+
+    def hello(self, timeout: float) -> dict:
+        self.sock.settimeout(timeout)
+        try:
+            reply = protocol.recv(self.sock)
+        except (socket.timeout, EOFError, OSError, protocol.ProtocolError) as exc:
+            self.kill()
+            raise WorkerGone(f"the sandboxed worker did not start: {exc}") from None
+        self.protections = reply.get("protections", {})
+        return reply
+
+    def kill(self) -> None:
+        if self.alive:
+            self.alive = False
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.sock.close()
+
+
+def start_worker(zygote: Zygote, sources: list[Source], config: SandboxConfig, timeout: float):
+    """A fresh sandboxed worker with the student's code loaded. Returns (worker, load report)."""
+    started = time.perf_counter()
+    worker = zygote.spawn(config)
+    worker.hello(timeout)
+    left = max(timeout - (time.perf_counter() - started), 1.0)
+    reply = worker.request({"kind": "load", "sources": [(s.name, list(s.cells)) for s in sources]}, left)
+    return worker, reply

@@ -1,0 +1,253 @@
+"""The worker: runs student code inside the sandbox and answers the trusted grader.
+
+It never decides a score. It loads the student's code into one namespace per source
+(notebook or .py), then serves requests: call a function, build a module, run a
+method, read or set a module's weights. Everything it sends back is plain data;
+objects that are not (modules, ...) stay here and are named by a handle.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import linecache
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import protocol, standins
+from .meter import LiveMemoryMeter
+
+PREAMBLE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+STUDENT_FILE = "<student:{label}>"
+MAX_CAPTURED_OUTPUT = 4000
+DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                                                     torch.int32, torch.int64, torch.bool)}
+
+
+class ForbiddenCallWatch:
+    """Counts calls of the fused kernel and the official module while student code runs."""
+
+    TARGETS = (
+        (F, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
+        (torch._C._nn, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
+        (F, "multi_head_attention_forward", "F.multi_head_attention_forward"),
+        (nn.MultiheadAttention, "forward", "nn.MultiheadAttention"),
+    )
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.originals = {}
+        for owner, attr, label in self.TARGETS:
+            original = getattr(owner, attr)
+            self.originals[(owner, attr)] = original
+            setattr(owner, attr, self._wrap(original, label))
+
+    def _wrap(self, original, label):
+        def watched(*args, **kwargs):
+            self.used.add(label)
+            return original(*args, **kwargs)
+
+        watched.__wrapped__ = original
+        watched.__name__ = getattr(original, "__name__", label)
+        return watched
+
+    def original(self, owner, attr):
+        return self.originals[(owner, attr)]
+
+
+class Worker:
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self.namespaces: dict[str, dict] = {}
+        self.objects: dict[int, object] = {}
+        self.watch = ForbiddenCallWatch()
+        standins.use_originals(self.watch.original)
+
+    # ------------------------------------------------------------ encoding
+    def encode(self, value, depth: int = 0):
+        if depth > 20:
+            raise TypeError("returned value nests too deeply")
+        if value is None:
+            return None
+        for plain in (bool, int, float, str):
+            if isinstance(value, plain):
+                return plain(value)
+        if isinstance(value, torch.Tensor):
+            plain = value.detach()
+            if type(plain) is not torch.Tensor:
+                plain = plain.as_subclass(torch.Tensor)
+            return {"__tensor__": plain.to("cpu").clone().contiguous(), "device": str(value.device),
+                    "requires_grad": bool(value.requires_grad), "cls": type(value).__name__}
+        if isinstance(value, (list, tuple)):
+            items = [self.encode(v, depth + 1) for v in value]
+            return {"__tuple__": items} if isinstance(value, tuple) else items
+        if isinstance(value, dict):
+            return {"__dict__": [[self.encode(k, depth + 1), self.encode(v, depth + 1)] for k, v in value.items()]}
+        if isinstance(value, torch.dtype):
+            return {"__dtype__": str(value).removeprefix("torch.")}
+        if hasattr(value, "item") and hasattr(value, "dtype") and not isinstance(value, torch.Tensor):
+            return self.encode(value.item(), depth + 1)  # numpy scalars
+        handle = len(self.objects) + 1
+        self.objects[handle] = value
+        return {"__handle__": handle, "type": type(value).__name__}
+
+    def decode(self, value):
+        if isinstance(value, list):
+            return [self.decode(v) for v in value]
+        if isinstance(value, dict):
+            if "__handle__" in value:
+                return self.objects[value["__handle__"]]
+            if "__tuple__" in value:
+                return tuple(self.decode(v) for v in value["__tuple__"])
+            if "__dtype__" in value:
+                return DTYPES[value["__dtype__"]]
+            if "__tensor__" in value:
+                return value["__tensor__"]
+            return {k: self.decode(v) for k, v in value.items()}
+        return value
+
+    # ------------------------------------------------------------ requests
+    def load(self, sources):
+        """Exec each source's cells in its own namespace; a failing cell does not stop the rest."""
+        report = {}
+        for name, cells in sources:
+            ns = {"__name__": "__student__", "__builtins__": __builtins__}
+            exec(compile(PREAMBLE, "<preamble>", "exec"), ns)
+            errors = []
+            for index, code in enumerate(cells):
+                label = name if len(cells) == 1 else f"{name} cell {index + 1}"
+                filename = STUDENT_FILE.format(label=label)
+                linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+                try:
+                    with self.capture():
+                        exec(compile(code, filename, "exec"), ns)
+                except BaseException as exc:  # SystemExit and KeyboardInterrupt too: student code
+                    errors.append({"cell": index, **self.describe_error(exc)})
+            self.namespaces[name] = ns
+            defined = sorted(k for k, v in ns.items() if not k.startswith("__") and (callable(v) or isinstance(v, type)))
+            report[name] = {"defined": defined, "errors": errors}
+        return report
+
+    def lookup(self, ns_name: str, name: str):
+        ns = self.namespaces[ns_name]
+        if name not in ns:
+            raise NameError(f"name {name!r} is not defined")
+        return ns[name]
+
+    def handle_call(self, req):
+        if "object" in req:
+            target = self.objects[req["object"]]
+            if req["target"] != "__call__":
+                target = getattr(target, req["target"])
+        elif req.get("builtin"):
+            target = getattr(standins, req["target"])
+        else:
+            target = self.lookup(req["ns"], req["target"])
+        args = self.decode(req.get("args", []))
+        kwargs = self.decode(req.get("kwargs", {}))
+        seed = req.get("seed")
+        if seed is not None:
+            torch.manual_seed(seed)
+        meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
+        with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext():
+            value = target(*args, **kwargs)
+        result = {"value": self.encode(value)}
+        if req.get("measure"):
+            result["peak_bytes"] = meter.peak_bytes
+        return result
+
+    def handle_describe(self, req):
+        obj = self.objects[req["object"]]
+        info = {"type": type(obj).__name__, "is_module": isinstance(obj, nn.Module), "attrs": {}, "children": {}}
+        for key, val in vars(obj).items():
+            if not key.startswith("_") and type(val) in (int, float, bool, str, type(None)):
+                info["attrs"][key] = val
+        if isinstance(obj, nn.Module):
+            info["training"] = obj.training
+            for child_name, child in obj.named_children():
+                entry = {"type": type(child).__name__}
+                if isinstance(child, nn.Linear):
+                    entry.update(in_features=child.in_features, out_features=child.out_features,
+                                 bias=child.bias is not None)
+                if isinstance(child, nn.Dropout):
+                    entry.update(p=float(child.p))
+                info["children"][child_name] = entry
+            info["parameters"] = {k: list(p.shape) for k, p in obj.named_parameters()}
+        return {"value": info}
+
+    def handle_state(self, req):
+        obj = self.objects[req["object"]]
+        if "load" in req:
+            obj.load_state_dict(self.decode(req["load"]), strict=req.get("strict", True))
+            return {"value": None}
+        return {"value": {k: self.encode(v) for k, v in obj.state_dict().items()}}
+
+    def handle_train(self, req):
+        self.objects[req["object"]].train(req["mode"])
+        return {"value": None}
+
+    # ------------------------------------------------------------ plumbing
+    @contextlib.contextmanager
+    def capture(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            yield out
+
+    @staticmethod
+    def describe_error(exc: BaseException) -> dict:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<student:")]
+        where = ""
+        if frames:
+            last = frames[-1]
+            where = f"{last.filename[9:-1]}, line {last.lineno} in {last.name}"
+            if last.line:
+                where += f": {last.line.strip()}"
+        if isinstance(exc, SyntaxError) and exc.filename and exc.filename.startswith("<student:"):
+            where = f"{exc.filename[9:-1]}, line {exc.lineno}: {(exc.text or '').strip()}"
+        message = str(exc) if not isinstance(exc, SystemExit) else f"exit code {exc.code!r}"
+        return {"type": type(exc).__name__, "message": message[:500], "where": where[:300]}
+
+    def serve(self) -> None:
+        handlers = {"load": None, "call": self.handle_call, "describe": self.handle_describe,
+                    "state": self.handle_state, "train": self.handle_train}
+        while True:
+            try:
+                req = protocol.recv(self.sock)
+            except EOFError:
+                return
+            kind = req.get("kind")
+            started = time.perf_counter()
+            self.watch.used.clear()
+            with self.capture() as out:
+                try:
+                    if kind == "load":
+                        reply = {"value": self.load(req["sources"])}
+                    elif kind == "exit":
+                        return
+                    else:
+                        reply = handlers[kind](req)
+                    reply["ok"] = True
+                except BaseException as exc:  # noqa: BLE001 - everything the student raises is reported
+                    reply = {"ok": False, "error": self.describe_error(exc)}
+            reply["stdout"] = out.getvalue()[:MAX_CAPTURED_OUTPUT]
+            reply["forbidden"] = sorted(self.watch.used)
+            reply["seconds"] = time.perf_counter() - started
+            try:
+                protocol.send(self.sock, reply)
+            except Exception as exc:  # an unencodable reply: say so instead of dying
+                protocol.send(self.sock, {"ok": False, "error": {"type": type(exc).__name__,
+                                                                 "message": f"could not send the result back: {exc}"[:300],
+                                                                 "where": ""}, "stdout": "", "forbidden": [], "seconds": 0.0})
+
+
+def serve(fd: int) -> None:
+    import socket
+
+    sock = socket.socket(fileno=fd)
+    Worker(sock).serve()

@@ -1,0 +1,227 @@
+"""Confine a freshly forked worker before it sees any student code.
+
+Layers, each applied when the machine allows it and reported either way:
+- its own session and process tree; inside a new PID namespace the worker is PID 1, so
+  killing it (or its parent) kills every process the student started, daemons included;
+- a new network namespace: no network at all, not even loopback to the host;
+- a new mount namespace in which the repository (solutions/, autograder/), the course
+  directory, the submissions, home directories and the host's /tmp are covered by empty
+  read-only tmpfs; only the Python installation and the virtual environment are bound
+  back, read-only; /tmp is a small private tmpfs;
+- an unprivileged user (nobody) with no_new_privs, so the covers cannot be lifted;
+- resource limits: address space, CPU time, processes, file size, open files, no core;
+- no inherited file descriptors but the one socket to the grader; an empty environment.
+
+Namespaces need root or unprivileged user namespaces. Where they fail, grading still
+runs with the remaining layers, and the report lists what is off.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+from dataclasses import dataclass, field
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+NOBODY = 65534
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """What the trusted side asks for; plain data so it crosses the process boundary."""
+
+    memory_bytes: int = 6 * 2**30
+    cpu_seconds: int = 300
+    max_processes: int = 64
+    max_file_bytes: int = 64 * 2**20
+    tmp_bytes: int = 64 * 2**20
+    hide: tuple[str, ...] = ()  # extra paths to cover (course directory, submissions)
+    expose: tuple[str, ...] = ()  # extra read-only paths to keep (e.g. /dev/nvidia* for the GPU stage)
+    namespaces: bool = True
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Protections:
+    on: dict[str, str] = field(default_factory=dict)
+    off: dict[str, str] = field(default_factory=dict)
+
+    def set(self, name: str, ok: bool, detail: str) -> None:
+        (self.on if ok else self.off)[name] = detail
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _check(_libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
+                       data and data.encode()), f"mount {target}")
+
+
+def _default_hidden() -> list[str]:
+    """Where secrets and other people's work live on a typical machine."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(here))
+    paths = [repo, os.path.dirname(repo), "/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/mnt", "/media",
+             "/srv", "/opt", "/run/user", "/work"]
+    return [p for p in dict.fromkeys(paths) if p not in ("/", "") and os.path.isdir(p)]
+
+
+def _needed_paths() -> list[str]:
+    """The Python that runs the worker: the venv and the base installation, read-only."""
+    paths = {sys.prefix, sys.base_prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
+    exe = os.path.realpath(sys.executable)
+    paths.add(os.path.dirname(os.path.dirname(exe)))
+    return sorted(p for p in paths if os.path.isdir(p))
+
+
+def _cover(paths: list[str], keep: list[str], tmp_bytes: int) -> None:
+    """Cover each path with an empty tmpfs, then bind `keep` back read-only where it was covered."""
+    keep_fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
+    covered = []
+    for path in sorted(set(paths), key=len):
+        if any(path == c or path.startswith(c + "/") for c in covered) and path not in ("/tmp",):
+            continue
+        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+        covered.append(path)
+    for path, fd in keep_fds.items():
+        if any(path == c or path.startswith(c + "/") for c in covered):
+            os.makedirs(path, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
+    for path in covered:
+        _mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    # a private, writable, small /tmp for the student
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
+
+
+def _close_fds(keep: int) -> None:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    maxfd = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    os.closerange(3, keep)
+    os.closerange(keep + 1, min(maxfd, 65536))
+
+
+def _limits(cfg: SandboxConfig, prot: Protections) -> None:
+    for name, which, value in (
+        ("memory", resource.RLIMIT_AS, cfg.memory_bytes),
+        ("cpu_time", resource.RLIMIT_CPU, cfg.cpu_seconds),
+        ("processes", resource.RLIMIT_NPROC, cfg.max_processes),
+        ("file_size", resource.RLIMIT_FSIZE, cfg.max_file_bytes),
+        ("open_files", resource.RLIMIT_NOFILE, 256),
+        ("core_dumps", resource.RLIMIT_CORE, 0),
+    ):
+        try:
+            resource.setrlimit(which, (value, value))
+            prot.set(f"limit_{name}", True, str(value))
+        except (ValueError, OSError) as exc:
+            prot.set(f"limit_{name}", False, str(exc))
+
+
+def _enter_namespaces(cfg: SandboxConfig, prot: Protections) -> bool:
+    """unshare everything; returns True when the caller must fork to enter the PID namespace."""
+    if not cfg.namespaces:
+        prot.set("namespaces", False, "disabled by configuration")
+        return False
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
+    uid, gid = os.getuid(), os.getgid()
+    if uid != 0:
+        flags |= CLONE_NEWUSER
+    if _libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        prot.set("namespaces", False, f"unshare failed: {os.strerror(err)} (needs root or user namespaces)")
+        return False
+    if uid != 0:
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"0 {uid} 1")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"0 {gid} 1")
+    prot.set("network", True, "new network namespace: no interfaces up")
+    prot.set("processes_tree", True, "new PID namespace: the worker is PID 1, its death ends every child")
+    return True
+
+
+def _setup_filesystem(cfg: SandboxConfig, prot: Protections) -> None:
+    try:
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        hidden = _default_hidden() + [p for p in cfg.hide if os.path.exists(p)]
+        _cover(hidden, _needed_paths() + [p for p in cfg.expose if os.path.isdir(p)], cfg.tmp_bytes)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        prot.set("filesystem", True, "repository, course, submissions, homes and host /tmp covered")
+    except OSError as exc:
+        prot.set("filesystem", False, str(exc))
+
+
+def _drop_privileges(prot: Protections) -> None:
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if os.getuid() == 0:
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            prot.set("unprivileged", True, "runs as nobody with no_new_privs")
+            return
+        except OSError as exc:
+            prot.set("unprivileged", False, str(exc))
+            return
+    # in a user namespace: a second one locks the covers so that they cannot be unmounted
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0:
+        prot.set("unprivileged", True, "nested user namespace with no capabilities over the covers")
+    else:
+        prot.set("unprivileged", True, "ordinary user, no_new_privs")
+
+
+def confine(sock_fd: int, cfg: SandboxConfig) -> Protections:
+    """Called in the child right after fork. Returns in the process that will run student code."""
+    prot = Protections()
+    os.setsid()
+    _close_fds(sock_fd)
+    prot.set("file_descriptors", True, "only the grader's socket is open")
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"})
+    prot.set("environment", True, "emptied")
+    if _enter_namespaces(cfg, prot):
+        pid = os.fork()
+        if pid:  # the outer child only waits: its death (killed by the grader) takes the namespace down
+            os.close(sock_fd)
+            while True:
+                try:
+                    _, status = os.waitpid(pid, 0)
+                    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+                except ChildProcessError:
+                    os._exit(0)
+                except InterruptedError:
+                    continue
+        # (getppid() is 0 here: the parent lives outside the new PID namespace)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _setup_filesystem(cfg, prot)
+    else:
+        prot.set("network", False, "no network namespace: student code could open connections")
+        prot.set("filesystem", False, "no mount namespace: student code sees the grader's files")
+        prot.set("processes_tree", False, "no PID namespace: a daemon that leaves the process group may survive")
+    _drop_privileges(prot)
+    _limits(cfg, prot)
+    return prot
