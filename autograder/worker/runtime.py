@@ -192,6 +192,56 @@ class Worker:
         self.objects[req["object"]].train(req["mode"])
         return {"value": None}
 
+    def handle_device_call(self, req):
+        """Run a student function on `req["device"]` (the GPU stage) and reply with only what is graded.
+
+        Tensor arguments arrive on the CPU and are moved to the device here (after fork: the
+        zygote never touches CUDA). The reply holds the output's query rows `req["rows"]`
+        (dim -2), its shape/dtype/device, the peak of extra device memory while the function
+        ran (CUDA: max_memory_allocated after reset_peak_memory_stats, minus what the inputs
+        held; CPU: the live-tensor meter) and the wall time. An out-of-memory error is a
+        result ("oom"), not a failure of the worker.
+        """
+        target = self.lookup(req["ns"], req["target"])
+        device = torch.device(req["device"])
+        cuda = device.type == "cuda"
+
+        def move(x):
+            return x.to(device) if isinstance(x, torch.Tensor) else x
+
+        args = [move(a) for a in self.decode(req.get("args", []))]
+        kwargs = {k: move(v) for k, v in self.decode(req.get("kwargs", {})).items()}
+        rows = self.decode(req["rows"])
+        value, oom, base = None, None, 0
+        meter = contextlib.nullcontext() if cuda else LiveMemoryMeter()
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+            base = torch.cuda.memory_allocated(device)
+        started = time.perf_counter()
+        try:
+            with meter, torch.no_grad():
+                value = target(*args, **kwargs)
+                if cuda:
+                    torch.cuda.synchronize(device)
+        except torch.cuda.OutOfMemoryError as exc:
+            oom = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "out of memory"
+        seconds = time.perf_counter() - started
+        peak = torch.cuda.max_memory_allocated(device) - base if cuda else meter.peak_bytes
+        info = {"peak_bytes": int(peak), "seconds": float(seconds), "oom": oom, "type": type(value).__name__,
+                "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+                "device_bytes": int(torch.cuda.get_device_properties(device).total_memory) if cuda else 0}
+        if isinstance(value, torch.Tensor):
+            info.update(shape=list(value.shape), dtype=str(value.dtype).removeprefix("torch."),
+                        device=str(value.device))
+            if value.dim() >= 2 and len(rows) and value.shape[-2] > int(rows.max()):
+                info["rows"] = self.encode(value.detach().index_select(-2, rows.to(value.device)))
+        value = args = kwargs = None
+        if cuda:
+            torch.cuda.empty_cache()
+        return {"value": info}
+
     # ------------------------------------------------------------ plumbing
     @contextlib.contextmanager
     def capture(self):
@@ -215,7 +265,8 @@ class Worker:
 
     def serve(self) -> None:
         handlers = {"load": None, "call": self.handle_call, "describe": self.handle_describe,
-                    "state": self.handle_state, "train": self.handle_train}
+                    "state": self.handle_state, "train": self.handle_train,
+                    "device_call": self.handle_device_call}
         while True:
             try:
                 req = protocol.recv(self.sock)
