@@ -64,7 +64,19 @@ class Zygote:
             theirs.close()
         if "pid" not in reply:
             raise RuntimeError(f"the worker pool refused: {reply}")
-        return WorkerProcess(mine, reply["pid"])
+        return WorkerProcess(mine, reply["pid"], zygote=self)
+
+    def kill_tree(self, pid: int, timeout: float = 10.0) -> int:
+        """Ask the zygote to SIGKILL a worker and every process it started (daemons included)."""
+        buf = io.BytesIO()
+        torch.save({"kind": "kill", "pid": pid}, buf)
+        data = buf.getvalue()
+        try:
+            self.control.settimeout(timeout)
+            self.control.sendall(protocol.HEADER.pack(len(data)) + data)
+            return int(protocol.recv(self.control).get("killed", 0))
+        except (OSError, EOFError, protocol.ProtocolError):
+            return 0
 
     def close(self) -> None:
         try:
@@ -80,14 +92,17 @@ class WorkerProcess:
     pid: int
     alive: bool = True
     protections: dict = field(default_factory=dict)
+    zygote: "Zygote | None" = field(default=None, repr=False)
 
     def request(self, message: dict, timeout: float) -> dict:
+        """Send one request and wait for its reply; the whole exchange must fit in `timeout` seconds."""
         if not self.alive:
             raise WorkerGone("the worker is no longer running")
+        deadline = time.monotonic() + max(timeout, 0.05)
         self.sock.settimeout(max(timeout, 0.05))
         try:
             protocol.send(self.sock, message)
-            return protocol.recv(self.sock)
+            return protocol.recv(self.sock, deadline=deadline)
         except socket.timeout:
             self.kill()
             raise WorkerTimeout(f"no answer within {timeout:.1f} s") from None
@@ -101,7 +116,7 @@ class WorkerProcess:
     def hello(self, timeout: float) -> dict:
         self.sock.settimeout(timeout)
         try:
-            reply = protocol.recv(self.sock)
+            reply = protocol.recv(self.sock, deadline=time.monotonic() + timeout)
         except (socket.timeout, EOFError, OSError, protocol.ProtocolError) as exc:
             self.kill()
             raise WorkerGone(f"the sandboxed worker did not start: {exc}") from None
@@ -109,13 +124,17 @@ class WorkerProcess:
         return reply
 
     def kill(self) -> None:
+        """End the worker and everything it started. Safe to call twice."""
         if self.alive:
             self.alive = False
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            for kill in (os.killpg, os.kill):  # at once, even if the zygote cannot help
+                try:
+                    kill(self.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
             self.sock.close()
+            if self.zygote is not None:
+                self.zygote.kill_tree(self.pid)
 
 
 def start_worker(zygote: Zygote, sources: list[Source], config: SandboxConfig, timeout: float):

@@ -8,6 +8,8 @@ here as a `CheckFailure` whose message is written for the student.
 """
 from __future__ import annotations
 
+import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -21,6 +23,54 @@ from .worker import protocol
 from .worker.sandbox import SandboxConfig
 
 MAX_ELEMENTS = 64 * 2**20  # a returned tensor larger than this is refused
+MAX_DEPTH = 32  # nesting of a returned value
+MAX_TEXT = 2000  # characters of any text the worker sends (messages, captured output)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # terminal escapes and other control characters
+# Never covered as "the submission's surroundings": the system the worker runs on.
+SYSTEM_DIRS = frozenset({"/", "/usr", "/usr/local", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/proc",
+                         "/sys", "/dev", "/var", "/run", "/boot", "/opt"})
+
+
+def clean_text(text, limit: int = MAX_TEXT) -> str:
+    """Text from the worker, safe to show: no terminal escapes, bounded length."""
+    text = _CONTROL.sub("?", str(text))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _clean_data(value, depth: int = 0):
+    """A load report or error from the worker: plain dicts, lists and cleaned strings only."""
+    if depth > 8:
+        return None
+    if isinstance(value, dict):
+        return {clean_text(k, 100): _clean_data(v, depth + 1) for k, v in list(value.items())[:1000]}
+    if isinstance(value, (list, tuple)):
+        return [_clean_data(v, depth + 1) for v in list(value)[:1000]]
+    if value is None or type(value) in (bool, int, float):
+        return value
+    return clean_text(value)
+
+
+def private_paths(sources, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What the worker must not see besides the defaults: the caller's extra paths, the
+    submission's folder and the two above it (nbgrader keeps submitted/<student>/<assignment>/,
+    so these hold the other students' work and the gradebook's course), and the current
+    directory (where a grader is usually started: the course). System folders are never
+    covered; the worker gets the student's code over its socket and needs none of these."""
+    paths = list(extra)
+    for source in sources:
+        folder = os.path.dirname(os.path.abspath(source.path))
+        for _ in range(3):
+            paths.append(folder)
+            folder = os.path.dirname(folder)
+    try:
+        paths.append(os.getcwd())
+    except OSError:
+        pass
+    out = []
+    for path in dict.fromkeys(os.path.realpath(p) for p in paths):
+        if path not in SYSTEM_DIRS and os.path.isdir(path):
+            out.append(path)
+    return tuple(out)
 
 
 class CheckFailure(AssertionError):
@@ -41,17 +91,24 @@ class PartStopped(CheckFailure):
     """The part ran out of time, or the worker died: the rest of the part is not run."""
 
 
-def _decode(value, device: str):
-    """Validate and unwrap a reply from the worker: only plain data gets through."""
+def _decode(value, device: str, depth: int = 0):
+    """Validate and unwrap a reply from the worker: only plain data gets through.
+
+    The worker is not trusted (student code runs there and can write to its socket), so
+    everything is checked again here: types, nesting, tensor kind and size."""
+    if depth > MAX_DEPTH:
+        raise CheckFailure(f"your code returned a value nested more than {MAX_DEPTH} levels deep")
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) is list:
-        return [_decode(v, device) for v in value]
+        return [_decode(v, device, depth + 1) for v in value]
     if type(value) is dict:
         if "__tensor__" in value:
             t = value["__tensor__"]
             if type(t) is not torch.Tensor:
                 raise CheckFailure("your code returned something that only looks like a tensor")
+            if t.layout != torch.strided or t.is_quantized or t.device.type != "cpu":
+                raise CheckFailure(f"your code returned a {t.layout} tensor: return an ordinary dense tensor")
             if value.get("cls", "Tensor") not in ("Tensor", "Parameter"):
                 raise CheckFailure(f"your code returned a {value['cls']} (a tensor subclass): return a plain "
                                    "torch.Tensor")
@@ -62,13 +119,16 @@ def _decode(value, device: str):
                 raise CheckFailure(f"your code returned a tensor on {got}; keep results on the inputs' device (cpu)")
             return t
         if "__tuple__" in value:
-            return tuple(_decode(v, device) for v in value["__tuple__"])
+            return tuple(_decode(v, device, depth + 1) for v in value["__tuple__"])
         if "__dict__" in value:
-            return {_decode(k, device): _decode(v, device) for k, v in value["__dict__"]}
+            return {_decode(k, device, depth + 1): _decode(v, device, depth + 1) for k, v in value["__dict__"]}
         if "__dtype__" in value:
-            return getattr(torch, value["__dtype__"])
+            dtype = getattr(torch, str(value["__dtype__"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise CheckFailure("your code returned an unknown dtype")
+            return dtype
         if "__handle__" in value:
-            return Handle(int(value["__handle__"]), str(value.get("type", "object")))
+            return Handle(int(value["__handle__"]), clean_text(value.get("type", "object"), 100))
     raise CheckFailure(f"your code returned a value of an unexpected kind ({type(value).__name__})")
 
 
@@ -114,7 +174,8 @@ class Session:
         self.limits = limits
         self.device = device
         self.config = SandboxConfig(memory_bytes=limits.memory_bytes, cpu_seconds=limits.cpu_seconds,
-                                    hide=limits.extra_hidden, namespaces=limits.namespaces,
+                                    hide=private_paths(self.sources, tuple(limits.extra_hidden)),
+                                    namespaces=limits.namespaces,
                                     expose=("/dev",) if device != "cpu" else ())
         self.worker = None
         self.restarts = 0
@@ -145,12 +206,14 @@ class Session:
                                  f"exit() at the top level, a crash, or the memory limit): {exc}")
             raise PartStopped(self.load_failure) from None
         self.protections = self.worker.protections
+        reply = _clean_data(reply) if isinstance(reply, dict) else {}
         if not reply.get("ok"):
-            err = reply.get("error", {})
+            err = reply.get("error") or {}
             self.load_failure = f"your code could not be loaded: {err.get('type')}: {err.get('message')}"
             raise PartStopped(self.load_failure)
         if first:
-            self.load_report = reply["value"]
+            value = reply.get("value")
+            self.load_report = value if isinstance(value, dict) else {}
         return self.worker
 
     def start(self) -> None:
@@ -199,6 +262,8 @@ class Session:
             raise PartStopped(part.stopped)
         try:
             reply = worker.request(message, left)
+            if not isinstance(reply, dict):
+                raise protocol.ProtocolError("the reply is not a message")
         except WorkerTimeout:
             part.stopped = (f"{what} did not return within the part's {self.limits.part_seconds:.0f} s limit "
                             "(an endless loop?); the rest of this part was not run")
@@ -208,12 +273,14 @@ class Session:
                                f"{self.limits.memory_bytes / 2**30:.0f} GiB memory limit)") from None
         except protocol.ProtocolError as exc:
             raise CheckFailure(f"{what} returned something the grader refuses: {exc}") from None
-        if reply.get("forbidden") and part.id in FROM_SCRATCH:
-            part.forbidden.update(reply["forbidden"])
-        if reply.get("stdout"):
-            part.outputs.append(reply["stdout"])
+        forbidden = reply.get("forbidden")
+        if forbidden and part.id in FROM_SCRATCH and isinstance(forbidden, list):
+            part.forbidden.update(clean_text(f, 100) for f in forbidden)
+        if reply.get("stdout") and len(part.outputs) < 20:
+            part.outputs.append(clean_text(reply["stdout"]))
         if not reply.get("ok"):
-            raise _student_error(what, reply.get("error", {}))
+            error = reply.get("error")
+            raise _student_error(what, _clean_data(error) if isinstance(error, dict) else {})
         return reply
 
     # ------------------------------------------------------------ calls
@@ -223,19 +290,19 @@ class Session:
             raise MissingName(f"{name} is not defined in your submission{self._load_hint()}")
         reply = self.request({"kind": "call", "ns": ns, "target": name, "args": _encode(list(args)),
                               "kwargs": _encode(kwargs), "measure": _measure, "seed": _seed}, name)
-        value = _decode(reply["value"], self.device)
+        value = _decode(reply.get("value"), self.device)
         return (value, reply.get("peak_bytes")) if _measure else value
 
     def call_object(self, handle: Handle, method: str, args, kwargs, label: str, measure: bool = False):
         reply = self.request({"kind": "call", "object": handle.id, "target": method, "args": _encode(list(args)),
                               "kwargs": _encode(kwargs), "measure": measure}, label)
-        value = _decode(reply["value"], self.device)
+        value = _decode(reply.get("value"), self.device)
         return (value, reply.get("peak_bytes")) if measure else value
 
     def builtin(self, name: str, *args, **kwargs) -> "Remote":
         reply = self.request({"kind": "call", "builtin": True, "target": name, "args": _encode(list(args)),
                               "kwargs": _encode(kwargs)}, name)
-        handle = _decode(reply["value"], self.device)
+        handle = _decode(reply.get("value"), self.device)
         return Remote(self, handle, name)
 
     def _load_hint(self) -> str:
@@ -270,10 +337,15 @@ class Remote:
         return self.session.call_object(self.handle, name, args, kwargs, f"{self.label}.{name}")
 
     def describe(self) -> dict:
-        return self.session.request({"kind": "describe", "object": self.handle.id}, self.label)["value"]
+        info = self.session.request({"kind": "describe", "object": self.handle.id}, self.label).get("value")
+        if not isinstance(info, dict):
+            raise CheckFailure(f"{self.label} could not be inspected")
+        return _clean_data(info)
 
     def state_dict(self) -> dict:
-        raw = self.session.request({"kind": "state", "object": self.handle.id}, f"{self.label}.state_dict")["value"]
+        raw = self.session.request({"kind": "state", "object": self.handle.id}, f"{self.label}.state_dict").get("value")
+        if not isinstance(raw, dict):
+            raise CheckFailure(f"{self.label}.state_dict() did not return a dict of tensors")
         return {k: _decode(v, self.session.device) for k, v in raw.items()}
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:

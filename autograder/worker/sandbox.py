@@ -216,12 +216,16 @@ def confine(sock_fd: int, cfg: SandboxConfig) -> Protections:
                 except InterruptedError:
                     continue
         # (getppid() is 0 here: the parent lives outside the new PID namespace)
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _setup_filesystem(cfg, prot)
     else:
         prot.set("network", False, "no network namespace: student code could open connections")
         prot.set("filesystem", False, "no mount namespace: student code sees the grader's files")
-        prot.set("processes_tree", False, "no PID namespace: a daemon that leaves the process group may survive")
+        prot.set("processes_tree", False, "no PID namespace: the worker's descendants and the daemons it "
+                                          "orphans are hunted down one by one instead")
     _drop_privileges(prot)
+    # After the change of user: the kernel clears the parent-death signal whenever the
+    # credentials change, so setting it before setuid would be silently undone. (Student
+    # code can clear it again; the zygote therefore also kills the whole tree itself.)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _limits(cfg, prot)
     return prot

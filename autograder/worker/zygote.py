@@ -7,15 +7,22 @@ solutions or the hidden checks, so a forked worker finds nothing secret in its m
 Protocol on the control socket (fd given on the command line): the grader sends a
 message {"config": {...}} together with one end of a fresh socket pair (SCM_RIGHTS);
 the zygote forks, the child confines itself and serves that socket, and the zygote
-answers {"pid": child_pid}.
+answers {"pid": child_pid}. A message {"kind": "kill", "pid": pid} ends that worker and
+every process it started, and answers {"killed": n}.
+
+The zygote is a child subreaper: a process that a worker started and that outlived its
+parent (a daemon) becomes the zygote's child, not init's, so that the zygote can find
+it and kill it, and it is reaped instead of staying a zombie.
 """
 from __future__ import annotations
 
 import array
+import ctypes
 import os
 import signal
 import socket
 import sys
+import time
 
 # Import everything a worker may need before any fork: a worker cannot import from
 # the covered repository later, and imports in every child would cost time.
@@ -43,6 +50,71 @@ def _recv_with_fd(sock: socket.socket):
     return torch.load(io.BytesIO(body), weights_only=True), (fds[0] if fds else None)
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _children_of(pids: set[int]) -> dict[int, int]:
+    """{pid: parent} of every process whose parent is in `pids` (one pass over /proc)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields and fields[0] != b"Z" and int(fields[1]) in pids:
+            found[int(entry)] = int(fields[1])
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rfind(b")") + 2:][:1] != b"Z"
+    except OSError:
+        return False
+
+
+def _signal(pid: int, group: bool = False) -> None:
+    try:
+        (os.killpg if group else os.kill)(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_tree(pid: int, workers: set[int], wait: float = 2.0) -> int:
+    """SIGKILL a worker, its process group, all its descendants, and every orphan it left to us.
+
+    In a PID namespace, killing the namespace's first process (the worker's only child)
+    ends every process inside it; the descendants scan covers the case without one.
+    Orphans (processes re-parented to this subreaper that are not live workers) are
+    daemons some worker started: they are killed too.
+    """
+    me = os.getpid()
+    killed: set[int] = set()
+    deadline = time.monotonic() + wait
+    while True:
+        tree, frontier = {pid}, {pid}
+        while frontier:  # every descendant of the worker that is still alive
+            frontier = set(_children_of(frontier)) - tree
+            tree |= frontier
+        orphans = {p for p in _children_of({me}) if p not in workers or p == pid}
+        targets = {p for p in tree | orphans if _alive(p)}
+        if not targets or time.monotonic() > deadline:
+            break
+        _signal(pid, group=True)
+        for p in targets:
+            _signal(p)
+        killed |= targets
+        time.sleep(0.01)
+    workers.discard(pid)
+    return len(killed)
+
+
 def _child(worker_fd: int, control: socket.socket, config: dict) -> None:
     control.close()
     try:
@@ -57,7 +129,9 @@ def _child(worker_fd: int, control: socket.socket, config: dict) -> None:
 
 def main(control_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of workers come to us
     control = socket.socket(fileno=control_fd)
+    workers: set[int] = set()
     while True:
         try:
             request, worker_fd = _recv_with_fd(control)
@@ -65,6 +139,11 @@ def main(control_fd: int) -> None:
             return
         if request.get("kind") == "exit":
             return
+        if request.get("kind") == "kill":
+            if worker_fd is not None:
+                os.close(worker_fd)
+            protocol.send(control, {"killed": kill_tree(int(request["pid"]), workers)})
+            continue
         if worker_fd is None:
             protocol.send(control, {"error": "no socket was passed"})
             continue
@@ -73,6 +152,8 @@ def main(control_fd: int) -> None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _child(worker_fd, control, request.get("config", {}))
         os.close(worker_fd)
+        workers.intersection_update(p for p in workers if _alive(p))
+        workers.add(pid)
         protocol.send(control, {"pid": pid})
 
 
