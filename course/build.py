@@ -1,0 +1,306 @@
+"""Build the course notebooks from course/content (the single source of truth).
+
+    python -m course.build            # write source/, assignments/ and solutions/notebooks/ (executed)
+    python -m course.build --check    # rebuild into a temp dir and fail on any drift from the committed files
+    python -m course.build --out DIR  # write everything under DIR instead of the repository
+
+Outputs:
+  source/self_attention/*.ipynb      nbgrader instructor notebooks (+ visible_checks.py, memory_meter.py)
+  assignments/self_attention/        the student release, made by the real `nbgrader generate_assignment`
+  solutions/notebooks/*.ipynb        solved notebooks for self-learners, executed headless with nbclient
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from autograder.spec import ASSIGNMENT, PARTS
+from course.cells import BEGIN, END, Cell
+from course.content import MODULES
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE_DIR = Path("source") / ASSIGNMENT
+RELEASE_DIR = Path("assignments") / ASSIGNMENT
+SOLVED_DIR = Path("solutions") / "notebooks"
+OUTPUT_DIRS = (SOURCE_DIR, RELEASE_DIR, SOLVED_DIR)
+
+SUPPORT_FILES = {
+    # generated file name -> (origin in the repository)
+    "visible_checks.py": REPO / "course" / "visible_checks.py",
+    "memory_meter.py": REPO / "autograder" / "worker" / "meter.py",
+}
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+# --------------------------------------------------------------------------- #
+# Notebook construction
+# --------------------------------------------------------------------------- #
+
+
+def _cell_id(index: int, cell: Cell) -> str:
+    if cell.nbgrader:
+        return f"{index:02d}-{cell.nbgrader['grade_id']}".replace("_", "-")
+    return f"{index:02d}-{cell.role}"
+
+
+def to_notebook(cells: list[Cell]) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
+    nb.cells = [_node(i, c) for i, c in enumerate(cells)]
+    nbformat.validate(nb)
+    return nb
+
+
+def _node(index: int, cell: Cell) -> nbformat.NotebookNode:
+    node = nbformat.v4.new_markdown_cell(cell.source) if cell.kind == "markdown" else nbformat.v4.new_code_cell(cell.source)
+    node.id = _cell_id(index, cell)
+    node.metadata = nbformat.NotebookNode()
+    if cell.nbgrader:
+        node.metadata["nbgrader"] = nbformat.NotebookNode(cell.nbgrader)
+    if cell.tags:
+        node.metadata["tags"] = list(cell.tags)
+    return node
+
+
+def source_notebooks() -> dict[str, nbformat.NotebookNode]:
+    """name -> instructor notebook, checked against autograder/spec.py."""
+    notebooks = {}
+    for module in MODULES:
+        cells = module.cells()
+        _check_against_spec(module.NAME, cells)
+        notebooks[module.NAME] = to_notebook(cells)
+    missing = {p.notebook for p in PARTS} - set(notebooks)
+    if missing:
+        raise SystemExit(f"spec.py names notebooks that the content does not define: {sorted(missing)}")
+    return notebooks
+
+
+def _check_against_spec(name: str, cells: list[Cell]) -> None:
+    parts = [p for p in PARTS if p.notebook == name]
+    solution_ids = [c.nbgrader["grade_id"] for c in cells if c.role == "solution"]
+    expected = [f"solution_{n}" for p in parts for n in p.names]
+    if sorted(solution_ids) != sorted(expected):
+        raise SystemExit(f"{name}: solution cells {solution_ids} do not match spec.py {expected}")
+    graded = [(c.nbgrader["grade_id"], c.nbgrader["points"]) for c in cells if c.role == "graded"]
+    if sorted(graded) != sorted((p.id, p.points) for p in parts):
+        raise SystemExit(f"{name}: graded cells {graded} do not match spec.py")
+    ids = [c.nbgrader["grade_id"] for c in cells if c.nbgrader]
+    if len(ids) != len(set(ids)):
+        raise SystemExit(f"{name}: duplicate grade_id in {ids}")
+    if cells[0].role != "markdown" or cells[1].role != "setup":
+        raise SystemExit(f"{name}: the first code cell must be the setup cell")
+
+
+def solved_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The instructor notebook without solution markers and hidden tests (for self-learners)."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        lines, hidden = [], False
+        for line in cell.source.split("\n"):
+            if "BEGIN HIDDEN TESTS" in line:
+                hidden = True
+            elif "END HIDDEN TESTS" in line:
+                hidden = False
+            elif not hidden and line.strip() not in (BEGIN, END):
+                lines.append(line)
+        cell.source = "\n".join(lines)
+    return nb
+
+
+def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
+
+
+def write_support_files(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, origin in SUPPORT_FILES.items():
+        rel = origin.relative_to(REPO).as_posix()
+        header = f"# Generated by `python -m course.build` from {rel}; do not edit this copy.\n"
+        (folder / name).write_text(header + origin.read_text(encoding="utf-8"), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- #
+# nbgrader release and execution
+# --------------------------------------------------------------------------- #
+
+
+def generate_release(root: Path) -> None:
+    """Run the real `nbgrader generate_assignment` with root/source -> root/assignments."""
+    with tempfile.TemporaryDirectory(prefix="nbgrader-db-") as db_dir:
+        cmd = [
+            sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force",
+            f"--CourseDirectory.root={root}",
+            f"--CourseDirectory.db_url=sqlite:///{db_dir}/gradebook.db",
+        ]
+        env = dict(os.environ)  # nbgrader calls the `alembic` script of its environment
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise SystemExit(f"nbgrader generate_assignment failed:\n{done.stdout}\n{done.stderr}")
+    # nbgrader marks released files read-only for students; keep them writable in the repository
+    for path in (root / RELEASE_DIR).rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)
+
+
+def problems_in_outputs(nb: nbformat.NotebookNode) -> list[str]:
+    """Errors and stderr output of an executed notebook."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":
+                found.append(f"cell {index} ({cell.id}): {out.ename}: {out.evalue}")
+            elif out.output_type == "stream" and out.name == "stderr":
+                found.append(f"cell {index} ({cell.id}) wrote to stderr: {out.text[:300]!r}")
+    return found
+
+
+def warm_matplotlib() -> None:
+    """Build matplotlib's font cache now, so that no kernel prints the 'building the font cache' note."""
+    subprocess.run([sys.executable, "-c", "import matplotlib.pyplot"], capture_output=True, check=False)
+
+
+def execute_notebooks(paths: list[Path], allow_errors: bool = False, timeout: int = 600) -> dict[Path, nbformat.NotebookNode]:
+    """Execute notebooks headless and concurrently (one kernel each), each in its own folder."""
+    from nbclient import NotebookClient
+
+    warm_matplotlib()
+
+    async def run_one(path: Path) -> nbformat.NotebookNode:
+        nb = nbformat.read(path, as_version=4)
+        client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            allow_errors=allow_errors,
+            record_timing=False,
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no transport warnings on the terminal
+            resources={"metadata": {"path": str(path.parent)}},
+        )
+        await client.async_execute()
+        return nb
+
+    async def run_all():
+        return await asyncio.gather(*(run_one(p) for p in paths))
+
+    return dict(zip(paths, asyncio.run(run_all())))
+
+
+# --------------------------------------------------------------------------- #
+# The build
+# --------------------------------------------------------------------------- #
+
+
+def build(root: Path, execute: bool = True) -> None:
+    notebooks = source_notebooks()
+    for sub in OUTPUT_DIRS:
+        target = root / sub
+        if target.exists():
+            shutil.rmtree(target)
+    for name, nb in notebooks.items():
+        write_notebook(nb, root / SOURCE_DIR / f"{name}.ipynb")
+    write_support_files(root / SOURCE_DIR)
+    generate_release(root)
+    solved_paths = []
+    for name, nb in notebooks.items():
+        path = root / SOLVED_DIR / f"{name}.ipynb"
+        write_notebook(solved_notebook(nb), path)
+        solved_paths.append(path)
+    write_support_files(root / SOLVED_DIR)
+    if execute:
+        executed = execute_notebooks(solved_paths)
+        bad = {p.name: problems_in_outputs(nb) for p, nb in executed.items()}
+        bad = {k: v for k, v in bad.items() if v}
+        if bad:
+            raise SystemExit("solved notebooks must run cleanly:\n" + json.dumps(bad, indent=1))
+        for path, nb in executed.items():
+            nb.metadata["language_info"] = {"name": "python"}  # the kernel's version details vary
+            write_notebook(nb, path)
+
+
+# --------------------------------------------------------------------------- #
+# Drift check
+# --------------------------------------------------------------------------- #
+
+_VOLATILE_CELL_KEYS = ("execution", "collapsed", "scrolled", "ExecuteTime")
+
+
+def _normalise(nb: dict, structure_only: bool) -> dict:
+    nb = copy.deepcopy(nb)
+    nb.get("metadata", {}).pop("language_info", None)
+    for cell in nb.get("cells", []):
+        for key in _VOLATILE_CELL_KEYS:
+            cell.get("metadata", {}).pop(key, None)
+        if isinstance(cell.get("source"), list):
+            cell["source"] = "".join(cell["source"])
+        if structure_only and cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+    return nb
+
+
+def diff_trees(committed: Path, fresh: Path) -> list[str]:
+    """Differences between the committed build outputs (under `committed`) and a fresh build."""
+    problems = []
+    for sub in OUTPUT_DIRS:
+        a_dir, b_dir = committed / sub, fresh / sub
+        a_files = {p.relative_to(a_dir).as_posix() for p in a_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts} if a_dir.exists() else set()
+        b_files = {p.relative_to(b_dir).as_posix() for p in b_dir.rglob("*") if p.is_file()}
+        for name in sorted(a_files ^ b_files):
+            where = "only in the committed tree" if name in a_files else "missing from the committed tree"
+            problems.append(f"{sub}/{name}: {where}")
+        for name in sorted(a_files & b_files):
+            a, b = a_dir / name, b_dir / name
+            if name.endswith(".ipynb"):
+                structure_only = sub == SOLVED_DIR  # executed outputs vary from run to run
+                na = _normalise(json.loads(a.read_text(encoding="utf-8")), structure_only)
+                nb_ = _normalise(json.loads(b.read_text(encoding="utf-8")), structure_only)
+                if na != nb_:
+                    problems.append(f"{sub}/{name}: differs from a fresh build")
+            elif a.read_bytes() != b.read_bytes():
+                problems.append(f"{sub}/{name}: differs from a fresh build")
+    return problems
+
+
+def check(committed: Path = REPO) -> list[str]:
+    with tempfile.TemporaryDirectory(prefix="course-build-") as tmp:
+        build(Path(tmp), execute=False)
+        return diff_trees(committed, Path(tmp))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course.build", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the committed outputs differ from a fresh build")
+    parser.add_argument("--out", type=Path, default=REPO, help="where to write (default: the repository)")
+    parser.add_argument("--no-execute", action="store_true", help="do not execute the solved notebooks")
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = check(args.out)
+        if problems:
+            print("The generated notebooks drifted from course/ (run `make release`):", file=sys.stderr)
+            for line in problems:
+                print("  " + line, file=sys.stderr)
+            return 1
+        print("course build: committed notebooks match course/")
+        return 0
+    build(args.out.resolve(), execute=not args.no_execute)
+    print(f"course build: wrote {', '.join(str(d) for d in OUTPUT_DIRS)} under {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    raise SystemExit(main())

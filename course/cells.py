@@ -1,0 +1,195 @@
+"""Cell helpers for the notebook content, and the extraction of solution code.
+
+Every notebook is a list of cells built with the helpers below. Solution cells are never
+retyped: `solution(name)` takes the definition of `name` from solutions/attention.py with
+`ast`, keeps its signature and docstring, and puts each body between
+`### BEGIN SOLUTION` / `### END SOLUTION`, so nbgrader's release keeps the signature and
+the docstring and replaces the body with a stub.
+"""
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO / "solutions" / "attention.py"
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+
+
+@dataclass
+class Cell:
+    kind: str  # "markdown" | "code"
+    source: str
+    role: str = "demo"  # demo | setup | solution | check | graded | markdown
+    nbgrader: dict | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+def md(text: str) -> Cell:
+    return Cell("markdown", textwrap.dedent(text).strip("\n"), role="markdown")
+
+
+def demo(code: str) -> Cell:
+    """A code cell students may edit and rerun freely (no nbgrader metadata)."""
+    return Cell("code", textwrap.dedent(code).strip("\n"))
+
+
+def _locked(grade_id: str) -> dict:
+    return {"grade": False, "solution": False, "locked": True, "grade_id": grade_id, "schema_version": 3}
+
+
+def setup(extra: str = "") -> Cell:
+    checks = "from visible_checks import *  # quick self-checks (see visible_checks.py), and graded_part"
+    code = (
+        "# Setup (read-only). The autograder gives your code exactly these four imports.\n"
+        "import math\n\n"
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "import torch.nn.functional as F\n\n"
+        "torch.manual_seed(0)\n"
+        f"{checks}\n"
+    )
+    if extra:
+        code += textwrap.dedent(extra).strip("\n") + "\n"
+    return Cell("code", code.rstrip("\n"), role="setup", nbgrader=_locked("setup"))
+
+
+def check(call: str, grade_id: str) -> Cell:
+    """A locked, ungraded cell that runs one visible check."""
+    return Cell("code", call, role="check", nbgrader=_locked(grade_id))
+
+
+def graded(part_id: str, points: float) -> Cell:
+    meta = {
+        "grade": True,
+        "solution": False,
+        "locked": True,
+        "grade_id": part_id,
+        "points": points,
+        "schema_version": 3,
+    }
+    source = (
+        f"# Graded cell for part `{part_id}` ({points:g} points): the hidden autograder scores it.\n"
+        f'graded_part("{part_id}")'
+    )
+    return Cell("code", source, role="graded", nbgrader=meta)
+
+
+# --------------------------------------------------------------------------- #
+# Solution cells from the reference implementation
+# --------------------------------------------------------------------------- #
+
+
+def _reference_tree() -> tuple[list[str], ast.Module]:
+    text = REFERENCE.read_text()
+    return text.splitlines(), ast.parse(text)
+
+
+def _find(tree: ast.Module, name: str) -> ast.FunctionDef | ast.ClassDef:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            return node
+    raise KeyError(f"{name} is not defined at the top level of {REFERENCE}")
+
+
+def _has_docstring(node: ast.AST) -> bool:
+    body = node.body
+    return bool(body) and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str)
+
+
+def _is_super_init(stmt: ast.stmt) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Attribute)
+        and stmt.value.func.attr == "__init__"
+        and isinstance(stmt.value.func.value, ast.Call)
+        and getattr(stmt.value.func.value.func, "id", None) == "super"
+    )
+
+
+def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None) -> list[str]:
+    """The function with its body (after the docstring / super().__init__()) in a solution region."""
+    start = (fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno) - 1
+    body = list(fn.body)
+    keep_until = body[0].lineno - 1  # first body line index
+    kept_stmts = []
+    if _has_docstring(fn):
+        kept_stmts.append(body.pop(0))
+    if body and _is_super_init(body[0]):
+        kept_stmts.append(body.pop(0))
+    if kept_stmts:
+        keep_until = kept_stmts[-1].end_lineno
+    if not body:
+        raise ValueError(f"{fn.name} has no body to hide")
+    head = lines[start:keep_until]
+    region_start = body[0].lineno - 1
+    # comments directly above the first hidden statement belong to the hidden part too
+    while region_start > keep_until and lines[region_start - 1].strip().startswith("#"):
+        region_start -= 1
+    region = lines[region_start : fn.end_lineno]
+    indent = " " * body[0].col_offset
+    out = list(head)
+    if hint:
+        for hint_line in hint.strip().splitlines():
+            out.append(f"{indent}# Hint: {hint_line}" if hint_line.strip() else f"{indent}#")
+    out.append(indent + BEGIN)
+    out.extend(region)
+    out.append(indent + END)
+    return out
+
+
+def solution_source(name: str, hints: dict[str, str] | None = None) -> str:
+    """Source of a solution cell for the top-level function or class `name`."""
+    hints = hints or {}
+    lines, tree = _reference_tree()
+    node = _find(tree, name)
+    if isinstance(node, ast.FunctionDef):
+        return "\n".join(_function_lines(lines, node, hints.get(name)))
+    # a class: keep everything outside the methods, hide each method body
+    out: list[str] = []
+    cursor = node.lineno - 1
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef):
+            start = (item.decorator_list[0].lineno if item.decorator_list else item.lineno) - 1
+            out.extend(lines[cursor:start])
+            out.extend(_function_lines(lines, item, hints.get(f"{name}.{item.name}")))
+            cursor = item.end_lineno
+    out.extend(lines[cursor : node.end_lineno])
+    return "\n".join(out)
+
+
+def solution(name: str, hints: dict[str, str] | None = None) -> Cell:
+    meta = {"solution": True, "grade": False, "locked": False, "grade_id": f"solution_{name}", "schema_version": 3}
+    return Cell("code", solution_source(name, hints), role="solution", nbgrader=meta)
+
+
+def reference_body_lines(name: str) -> list[str]:
+    """The stripped, non-trivial lines that the release must not contain (used by the tests)."""
+    lines, tree = _reference_tree()
+    node = _find(tree, name)
+    fns = [node] if isinstance(node, ast.FunctionDef) else [n for n in node.body if isinstance(n, ast.FunctionDef)]
+    found = []
+    for fn in fns:
+        body = list(fn.body)
+        if _has_docstring(fn):
+            body.pop(0)
+        if body and _is_super_init(body[0]):
+            body.pop(0)
+        for stmt in body:
+            for line in lines[stmt.lineno - 1 : stmt.end_lineno]:
+                s = line.strip()
+                if s and not s.startswith("#") and s not in {"try:", "finally:", "else:", "return out", ")"}:
+                    found.append(s)
+    return found
+
+
+def graded_cell(part_id: str) -> Cell:
+    """The graded cell of a part; its points come from autograder/spec.py."""
+    from autograder.spec import PART_BY_ID
+
+    return graded(part_id, PART_BY_ID[part_id].points)

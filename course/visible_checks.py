@@ -1,0 +1,538 @@
+"""Quick visible checks for the self-attention course (pure torch, no solutions inside).
+
+Each `check_*` function takes your function or class, runs it on small seeded inputs and
+prints one "✓" line when the basic properties hold. When something is off it raises an
+AssertionError that says what went wrong; when you have not written the code yet it prints
+"<name>: not implemented yet". Passing these checks is necessary, not sufficient: the
+hidden autograder runs many more cases.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+__all__ = [
+    "check_make_projections", "check_project_qkv",
+    "check_scaled_scores", "check_attention_weights", "check_attend",
+    "check_padding_mask", "check_causal_mask", "check_apply_padding_mask", "check_apply_causal_mask",
+    "check_self_attention", "check_to_official", "check_parity_error",
+    "check_split_heads", "check_merge_heads", "check_multihead",
+    "check_attention_matrix_bytes", "check_sdpa_attention", "check_chunked_attention",
+    "graded_part",
+]
+
+
+class _NotReady(Exception):
+    """Something the check needs (another of your functions) is not written yet."""
+
+
+def _friendly(label: str):
+    """Turn NotImplementedError into a one-line note; let AssertionError through."""
+
+    def wrap(check):
+        @functools.wraps(check)
+        def run(*args, **kwargs):
+            try:
+                with torch.random.fork_rng():
+                    torch.manual_seed(1234)
+                    check(*args, **kwargs)
+            except NotImplementedError:
+                print(f"{label}: not implemented yet (replace the `raise NotImplementedError` with your code)")
+            except _NotReady as why:
+                print(f"{label}: {why}")
+
+        return run
+
+    return wrap
+
+
+def _ok(message: str) -> None:
+    print(f"✓ {message}")
+
+
+def _shape(t) -> str:
+    return str(list(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _expect_tensor(value, what: str) -> torch.Tensor:
+    assert isinstance(value, torch.Tensor), f"{what} should be a torch.Tensor, got {type(value).__name__}"
+    return value
+
+
+def _expect_shape(value, shape, what: str) -> torch.Tensor:
+    value = _expect_tensor(value, what)
+    assert list(value.shape) == list(shape), f"{what} has shape {_shape(value)}, expected {list(shape)}"
+    return value
+
+
+def _no_nan(value: torch.Tensor, what: str) -> None:
+    assert not torch.isnan(value).any(), f"{what} contains NaN"
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> bool:
+    return a.shape == b.shape and torch.allclose(a, b, atol=tol, rtol=tol)
+
+
+# --------------------------------------------------------------------------- #
+# 01 scores: qkv_projection and scaled_scores
+# --------------------------------------------------------------------------- #
+
+
+@_friendly("make_projections")
+def check_make_projections(make_projections) -> None:
+    result = make_projections(12, 8, 6)
+    assert isinstance(result, tuple) and len(result) == 3, "make_projections should return a tuple (W_q, W_k, W_v)"
+    expected = {"W_q": (12, 8), "W_k": (12, 8), "W_v": (12, 6)}
+    for (name, (fan_in, fan_out)), layer in zip(expected.items(), result):
+        assert isinstance(layer, nn.Linear), f"{name} should be an nn.Linear, got {type(layer).__name__}"
+        assert layer.bias is None, f"{name} has a bias: create it with bias=False"
+        assert (layer.in_features, layer.out_features) == (fan_in, fan_out), (
+            f"{name} maps {layer.in_features} -> {layer.out_features}, expected {fan_in} -> {fan_out}"
+        )
+    W_q, W_k, W_v = result
+    assert W_q is not W_k and W_q.weight is not W_k.weight, "W_q and W_k are the same layer: each projection needs its own weights"
+    assert not torch.equal(W_q.weight, W_k.weight), "W_q and W_k start with identical weights: create three independent layers"
+    _ok("make_projections: three independent bias-free layers, 12 -> 8, 12 -> 8, 12 -> 6")
+
+
+@_friendly("project_qkv")
+def check_project_qkv(project_qkv) -> None:
+    B, S, d_model, d_k, d_v = 2, 5, 12, 8, 6
+    W_q, W_k, W_v = nn.Linear(d_model, d_k, bias=False), nn.Linear(d_model, d_k, bias=False), nn.Linear(d_model, d_v, bias=False)
+    x = torch.randn(B, S, d_model)
+    result = project_qkv(x, W_q, W_k, W_v)
+    assert isinstance(result, tuple) and len(result) == 3, "project_qkv should return a tuple (Q, K, V)"
+    Q, K, V = result
+    _expect_shape(Q, [B, S, d_k], "Q")
+    _expect_shape(K, [B, S, d_k], "K")
+    _expect_shape(V, [B, S, d_v], "V")
+    assert _close(Q, W_q(x)), "Q is not W_q applied to x (did you swap the layers?)"
+    assert _close(K, W_k(x)), "K is not W_k applied to x (did you swap the layers?)"
+    assert _close(V, W_v(x)), "V is not W_v applied to x (did you swap the layers?)"
+    _ok(f"project_qkv: x {list(x.shape)} -> Q {list(Q.shape)}, K {list(K.shape)}, V {list(V.shape)}")
+
+
+@_friendly("scaled_scores")
+def check_scaled_scores(scaled_scores) -> None:
+    # 3-D: B=2, S_q=3, S_k=5, d_k=4
+    Q, K = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
+    scores = _expect_shape(scaled_scores(Q, K), [2, 3, 5], "scores for Q [2, 3, 4], K [2, 5, 4]")
+    one = (Q[1, 2] * K[1, 4]).sum() / 2.0  # query 2 against key 4 in sample 1, sqrt(4) = 2
+    got = scores[1, 2, 4].item()
+    if not math.isclose(got, one.item(), rel_tol=1e-4, abs_tol=1e-5):
+        raw = (Q[1, 2] * K[1, 4]).sum().item()
+        if math.isclose(got, raw, rel_tol=1e-4, abs_tol=1e-5):
+            raise AssertionError("scores are not scaled: divide the dot products by sqrt(d_k)")
+        if math.isclose(got, raw / 4, rel_tol=1e-4, abs_tol=1e-5):
+            raise AssertionError("scores are divided by d_k; divide by sqrt(d_k) instead")
+        raise AssertionError(
+            f"scores[1, 2, 4] = {got:.4f}, expected the dot product of query 2 and key 4 divided by sqrt(d_k) = {one.item():.4f}"
+        )
+    # 4-D: B=2, H=3, S_q=4, S_k=6, d_k=16
+    Q4, K4 = torch.randn(2, 3, 4, 16), torch.randn(2, 3, 6, 16)
+    scores4 = _expect_shape(scaled_scores(Q4, K4), [2, 3, 4, 6], "scores for 4-D Q [2, 3, 4, 16], K [2, 3, 6, 16]")
+    want = (Q4[1, 2, 3] * K4[1, 2, 5]).sum().item() / 4.0
+    assert math.isclose(scores4[1, 2, 3, 5].item(), want, rel_tol=1e-4, abs_tol=1e-5), (
+        "4-D scores are wrong: transpose only the last two axes of K (a plain .T also swaps batch and heads)"
+    )
+    _ok("scaled_scores: [2,3,4]x[2,5,4] -> [2,3,5] and [2,3,4,16]x[2,3,6,16] -> [2,3,4,6], scaled by 1/sqrt(d_k)")
+
+
+@_friendly("attention_weights")
+def check_attention_weights(attention_weights) -> None:
+    scores = torch.randn(2, 3, 4, 5) * 3  # [B, H, S_q, S_k], S_q != S_k
+    w = _expect_shape(attention_weights(scores), [2, 3, 4, 5], "weights")
+    _no_nan(w, "weights")
+    assert (w >= 0).all(), "weights must not be negative: use a softmax"
+    row_sums = w.sum(dim=-1)
+    if not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-5):
+        worst = row_sums.flatten()[(row_sums.flatten() - 1).abs().argmax()].item()
+        raise AssertionError(
+            f"rows of your weights sum to {worst:.2f}: softmax must run over the key dimension, dim=-1"
+        )
+    uniform = attention_weights(torch.zeros(2, 4, 6))
+    assert _close(uniform, torch.full((2, 4, 6), 1 / 6)), "equal scores should give uniform weights 1/S_k"
+    masked = torch.randn(1, 2, 3)
+    masked[0, :, 0] = float("-inf")
+    wm = attention_weights(masked)
+    assert (wm[0, :, 0] == 0).all() and not torch.isnan(wm).any(), "a -inf score must get weight exactly 0"
+    _ok("attention_weights: every row sums to 1 over the keys, -inf gets weight 0")
+
+
+@_friendly("attend")
+def check_attend(attend) -> None:
+    V = torch.randn(2, 5, 3)  # [B, S_k, d_v]
+    weights = torch.softmax(torch.randn(2, 4, 5), dim=-1)  # [B, S_q, S_k]
+    out = _expect_shape(attend(weights, V), [2, 4, 3], "attend(weights [2, 4, 5], V [2, 5, 3])")
+    one_hot = torch.zeros(2, 4, 5)
+    one_hot[:, :, 2] = 1.0  # every query looks only at key 2
+    picked = attend(one_hot, V)
+    assert _close(picked, V[:, 2:3].expand(2, 4, 3)), "a query with all its weight on key 2 should output exactly V[key 2]"
+    out4 = attend(torch.softmax(torch.randn(2, 3, 4, 5), -1), torch.randn(2, 3, 5, 7))
+    _expect_shape(out4, [2, 3, 4, 7], "attend with 4-D inputs")
+    _ok("attend: [2,4,5] x [2,5,3] -> [2,4,3], and each output is a weighted mix of value rows")
+
+
+# --------------------------------------------------------------------------- #
+# 02 masks
+# --------------------------------------------------------------------------- #
+
+
+@_friendly("padding_mask")
+def check_padding_mask(padding_mask) -> None:
+    lengths = torch.tensor([3, 1, 5])
+    mask = _expect_shape(padding_mask(lengths, 5), [3, 5], "padding_mask(lengths=[3, 1, 5], seq_len=5)")
+    assert mask.dtype == torch.bool, f"the mask should be torch.bool, got {mask.dtype}"
+    expected = torch.tensor(
+        [[True, True, True, False, False], [True, False, False, False, False], [True, True, True, True, True]]
+    )
+    assert torch.equal(mask, expected), (
+        f"padding_mask(lengths=[3, 1, 5], 5) gave\n{mask.int()}\nexpected True (1) for the first `length` positions:\n{expected.int()}"
+    )
+    _ok("padding_mask: [B, seq_len] bool, True on real tokens")
+
+
+@_friendly("causal_mask")
+def check_causal_mask(causal_mask) -> None:
+    mask = _expect_shape(causal_mask(4), [4, 4], "causal_mask(4)")
+    assert mask.dtype == torch.bool, f"the mask should be torch.bool, got {mask.dtype}"
+    assert mask.diagonal().all(), "a query must be allowed to see its own position (the diagonal should be True)"
+    assert not mask[0, 1:].any(), "query 0 can see future keys: True must mean key j <= query i"
+    assert mask[3].all(), "the last query should see every key"
+    assert mask.sum().item() == 10, f"causal_mask(4) should have 10 True entries, has {mask.sum().item()}"
+    _ok("causal_mask: [S, S] bool, lower triangle (past and present) True")
+
+
+def _check_padding_case(apply_padding_mask, scores: torch.Tensor, mask: torch.Tensor, label: str) -> None:
+    original = scores.clone()
+    out = apply_padding_mask(scores, mask)
+    out = _expect_tensor(out, label)
+    if out.dim() == scores.dim() + 1 and out.shape[1] == mask.shape[0]:
+        raise AssertionError(
+            f"{label}: the output grew from {_shape(scores)} to {_shape(out)}: your mask broadcast against "
+            "the batch axis. Reshape [B, S_k] so that only the key axis lines up: [B, 1, S_k] for 3-D "
+            "scores, [B, 1, 1, S_k] for 4-D scores"
+        )
+    _expect_shape(out, scores.shape, label)
+    assert torch.equal(scores, original), f"{label}: your function changed its input in place; return a new tensor"
+    keep = mask.reshape(mask.shape[0], *([1] * (scores.dim() - 2)), mask.shape[1]).expand_as(scores)
+    assert torch.isneginf(out[~keep]).all(), f"{label}: padded keys (mask False) must become -inf in every row"
+    assert torch.equal(out[keep], scores[keep]), (
+        f"{label}: scores of real tokens (mask True) changed: True means keep (did you invert the mask?)"
+    )
+
+
+@_friendly("apply_padding_mask")
+def check_apply_padding_mask(apply_padding_mask) -> None:
+    mask = torch.tensor([[True, True, True, False, False], [True, True, True, True, True], [True, False, False, False, False]])
+    _check_padding_case(apply_padding_mask, torch.randn(3, 4, 5), mask, "3-D scores [B=3, S_q=4, S_k=5]")
+    _check_padding_case(apply_padding_mask, torch.randn(3, 2, 4, 5), mask, "4-D scores [B=3, H=2, S_q=4, S_k=5]")
+    _ok("apply_padding_mask: -inf at padded keys for [B, S_q, S_k] and [B, H, S_q, S_k], shape unchanged")
+
+
+@_friendly("apply_causal_mask")
+def check_apply_causal_mask(apply_causal_mask) -> None:
+    for shape in ([2, 5, 5], [2, 3, 5, 5]):
+        scores = torch.randn(*shape)
+        out = _expect_shape(apply_causal_mask(scores), shape, f"apply_causal_mask on {shape}")
+        future = torch.ones(5, 5, dtype=torch.bool).triu(1).expand(*shape)
+        assert torch.isneginf(out[future]).all(), (
+            f"{shape}: some query still sees a future key (key j > query i must be -inf)"
+        )
+        assert torch.equal(out[~future], scores[~future]), f"{shape}: scores of past and present keys must stay unchanged"
+    _ok("apply_causal_mask: no query sees a future key, for 3-D and 4-D scores")
+
+
+# --------------------------------------------------------------------------- #
+# 03 module: SelfAttention, to_official, parity_error
+# --------------------------------------------------------------------------- #
+
+
+def _lengths_mask(lengths, S):
+    return torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]
+
+
+@_friendly("SelfAttention")
+def check_self_attention(SelfAttention) -> None:
+    B, S, d_model, d_k, d_v = 3, 6, 12, 8, 10
+    attn = SelfAttention(d_model, d_k=d_k, d_v=d_v, dropout=0.0)
+    for name, (fan_in, fan_out) in {"W_q": (d_model, d_k), "W_k": (d_model, d_k), "W_v": (d_model, d_v), "W_o": (d_v, d_model)}.items():
+        layer = getattr(attn, name, None)
+        assert isinstance(layer, nn.Linear), f"SelfAttention needs a submodule {name} (nn.Linear)"
+        assert layer.bias is None, f"{name} should have no bias"
+        assert (layer.in_features, layer.out_features) == (fan_in, fan_out), (
+            f"{name} maps {layer.in_features} -> {layer.out_features}, expected {fan_in} -> {fan_out}"
+        )
+    assert isinstance(getattr(attn, "dropout", None), nn.Dropout), "SelfAttention needs self.dropout = nn.Dropout(dropout)"
+    default = SelfAttention(d_model)
+    assert default.W_q.out_features == d_model and default.W_v.out_features == d_model, "d_k and d_v default to d_model"
+    attn.eval()
+    x = torch.randn(B, S, d_model)
+    out = _expect_shape(attn(x), [B, S, d_model], "SelfAttention output")
+    _no_nan(out, "output")
+    mask = _lengths_mask([6, 3, 1], S)
+    with torch.no_grad():
+        out_mask = attn(x, mask)
+        _no_nan(out_mask, "output with a padding mask")
+        x2 = x.clone()
+        x2[~mask] = 100.0  # change only the padded tokens
+        out_mask2 = attn(x2, mask)
+    assert _close(out_mask[mask], out_mask2[mask], 1e-4), "real tokens still look at padded tokens: apply the padding mask to the keys"
+    with torch.no_grad():
+        out_c = attn(x, causal=True)
+        x3 = x.clone()
+        x3[:, 3:] = -50.0  # change only the future of positions 0..2
+        out_c3 = attn(x3, causal=True)
+    assert _close(out_c[:, :3], out_c3[:, :3], 1e-4), "with causal=True, position i must not depend on tokens after i"
+    _ok("SelfAttention: submodules W_q, W_k, W_v, W_o, dropout; [3, 6, 12] -> [3, 6, 12]; padding and causal masks respected")
+
+
+class _Holder(nn.Module):
+    """Just the four projections of a single-head module (no forward needed)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model, bias=False) for _ in range(4))
+        self.dropout = nn.Dropout(0.0)
+
+
+@_friendly("to_official")
+def check_to_official(to_official) -> None:
+    d_model = 8
+    custom = _Holder(d_model)
+    official = to_official(custom)
+    assert isinstance(official, nn.MultiheadAttention), f"to_official should return nn.MultiheadAttention, got {type(official).__name__}"
+    assert official.num_heads == 1, f"use one head, got num_heads={official.num_heads}"
+    assert official.batch_first, "create it with batch_first=True: our tensors are [B, S, d_model]"
+    assert official.in_proj_weight is not None and list(official.in_proj_weight.shape) == [3 * d_model, d_model], (
+        "expected in_proj_weight [3 * d_model, d_model] (d_k == d_v == d_model)"
+    )
+    w = official.in_proj_weight.detach()
+    for i, name in enumerate(("W_q", "W_k", "W_v")):
+        block = w[i * d_model : (i + 1) * d_model]
+        assert torch.equal(block, getattr(custom, name).weight), (
+            f"rows {i * d_model}..{(i + 1) * d_model - 1} of in_proj_weight should hold {name}.weight (order q, k, v)"
+        )
+    if official.in_proj_bias is not None:
+        assert not official.in_proj_bias.any(), "in_proj_bias must be zero (our projections have no bias)"
+    assert torch.equal(official.out_proj.weight, custom.W_o.weight), "out_proj.weight should hold W_o.weight"
+    if official.out_proj.bias is not None:
+        assert not official.out_proj.bias.any(), "out_proj.bias must be zero"
+    _ok("to_official: one head, batch_first, in_proj_weight = [W_q; W_k; W_v], out_proj = W_o, biases zero")
+
+
+@_friendly("parity_error")
+def check_parity_error(parity_error, SelfAttention) -> None:
+    try:
+        custom = SelfAttention(8, dropout=0.0)
+    except NotImplementedError:
+        raise _NotReady("write SelfAttention first: parity_error needs a module to compare") from None
+    x = torch.randn(3, 5, 8)
+    mask = _lengths_mask([5, 2, 4], 5)
+    err = parity_error(custom, x)
+    assert isinstance(err, float), f"parity_error should return a Python float (use .item()), got {type(err).__name__}"
+    err_mask = parity_error(custom, x, mask)
+    if max(err, err_mask) > 1e-4:
+        raise AssertionError(
+            f"parity_error is {err:.2e} without a mask and {err_mask:.2e} with one: a correct module gives < 1e-5. "
+            "Either SelfAttention or to_official is off, or the mask was not converted (key_padding_mask: True = ignore)"
+        )
+
+    class Broken(SelfAttention):
+        def forward(self, x, mask=None, causal=False):
+            return super().forward(x, mask, causal) + 0.5
+
+    broken = Broken(8, dropout=0.0)
+    broken.load_state_dict(custom.state_dict())
+    bad = parity_error(broken, x)
+    assert bad > 0.1, f"parity_error says {bad:.2e} for a module whose output is shifted by 0.5: a parity check must be able to fail"
+    _ok(f"parity_error: {err:.1e} for your module ({err_mask:.1e} with padding), {bad:.2f} for a broken one")
+
+
+# --------------------------------------------------------------------------- #
+# 04 multihead
+# --------------------------------------------------------------------------- #
+
+
+@_friendly("split_heads")
+def check_split_heads(split_heads) -> None:
+    B, S, H, hd = 2, 3, 4, 5
+    x = torch.arange(B * S * H * hd, dtype=torch.float32).reshape(B, S, H * hd)
+    out = _expect_shape(split_heads(x, H), [B, H, S, hd], f"split_heads([{B}, {S}, {H * hd}], num_heads={H})")
+    for b in range(B):
+        for h in range(H):
+            for s in range(S):
+                want = x[b, s, h * hd : (h + 1) * hd]
+                if not torch.equal(out[b, h, s], want):
+                    raise AssertionError(
+                        f"head {h} of token {s} holds {out[b, h, s].int().tolist()}, expected features "
+                        f"{h * hd}..{(h + 1) * hd - 1} of that token: {want.int().tolist()}. "
+                        "View as [B, S, H, head_dim] first, then move the head axis (permute-then-view mixes tokens)"
+                    )
+    _ok(f"split_heads: [{B}, {S}, {H * hd}] -> [{B}, {H}, {S}, {hd}], each head gets its own block of features")
+
+
+@_friendly("merge_heads")
+def check_merge_heads(merge_heads) -> None:
+    B, H, S, hd = 2, 4, 3, 5
+    heads = torch.arange(B * H * S * hd, dtype=torch.float32).reshape(B, H, S, hd)
+    out = _expect_shape(merge_heads(heads), [B, S, H * hd], f"merge_heads([{B}, {H}, {S}, {hd}])")
+    for h in range(H):
+        assert torch.equal(out[:, :, h * hd : (h + 1) * hd], heads[:, h]), (
+            f"features {h * hd}..{(h + 1) * hd - 1} of each token should come from head {h}: "
+            "move the head axis back next to head_dim before reshaping"
+        )
+    noncontig = heads.transpose(1, 2).contiguous().transpose(1, 2)  # same values, different strides
+    assert torch.equal(merge_heads(noncontig), out), "merge_heads must also work on non-contiguous input (use reshape)"
+    _ok(f"merge_heads: [{B}, {H}, {S}, {hd}] -> [{B}, {S}, {H * hd}], the inverse of split_heads")
+
+
+@_friendly("MultiHeadSelfAttention")
+def check_multihead(MultiHeadSelfAttention) -> None:
+    B, S, d_model, H = 3, 6, 12, 4
+    mha = MultiHeadSelfAttention(d_model, H)
+    W_qkv = getattr(mha, "W_qkv", None)
+    assert isinstance(W_qkv, nn.Linear) and W_qkv.bias is None, "needs W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)"
+    assert (W_qkv.in_features, W_qkv.out_features) == (d_model, 3 * d_model), (
+        f"W_qkv maps {W_qkv.in_features} -> {W_qkv.out_features}, expected {d_model} -> {3 * d_model}"
+    )
+    W_o = getattr(mha, "W_o", None)
+    assert isinstance(W_o, nn.Linear) and W_o.bias is None and W_o.in_features == W_o.out_features == d_model, (
+        "needs W_o = nn.Linear(d_model, d_model, bias=False)"
+    )
+    assert isinstance(getattr(mha, "dropout", None), nn.Dropout), "needs self.dropout = nn.Dropout(dropout)"
+    mha.eval()
+    x = torch.randn(B, S, d_model)
+    with torch.no_grad():
+        out = _expect_shape(mha(x), [B, S, d_model], "MultiHeadSelfAttention output")
+        _no_nan(out, "output")
+        # Q = K = 0 (uniform weights), V = x, W_o = identity: every position outputs the mean token.
+        mha.W_qkv.weight.zero_()
+        mha.W_qkv.weight[2 * d_model :] = torch.eye(d_model)
+        mha.W_o.weight.copy_(torch.eye(d_model))
+        mean = mha(x)
+        assert _close(mean, x.mean(dim=1, keepdim=True).expand_as(x), 1e-5), (
+            "with Q = K = 0 every head should average the values uniformly: check the q, k, v order "
+            "of W_qkv's rows and that the softmax runs over the keys"
+        )
+        mask = _lengths_mask([6, 2, 4], S)
+        masked = mha(x, mask)
+        for b, n in enumerate([6, 2, 4]):
+            assert _close(masked[b], x[b, :n].mean(0, keepdim=True).expand(S, d_model), 1e-5), (
+                f"sample {b} has {n} real tokens: with uniform weights its outputs should average only those"
+            )
+        causal = mha(x, causal=True)
+        assert _close(causal[:, 2], x[:, :3].mean(1), 1e-5), "with causal=True position 2 should average tokens 0, 1, 2 only"
+    _ok("MultiHeadSelfAttention: W_qkv [36, 12], W_o [12, 12]; [3, 6, 12] -> [3, 6, 12]; padding and causal masks respected")
+
+
+# --------------------------------------------------------------------------- #
+# 05 long sequences
+# --------------------------------------------------------------------------- #
+
+
+@_friendly("attention_matrix_bytes")
+def check_attention_matrix_bytes(attention_matrix_bytes) -> None:
+    got = attention_matrix_bytes(1, 1, 4)
+    assert got == 64, f"one 4 x 4 float32 matrix is 16 numbers x 4 bytes = 64 bytes, got {got}"
+    got = attention_matrix_bytes(2, 3, 5, torch.float16)
+    assert got == 2 * 3 * 25 * 2, f"B=2, H=3, S=5 in float16 is 2*3*5*5*2 = 300 bytes, got {got}"
+    assert isinstance(got, int), f"return a Python int, got {type(got).__name__}"
+    _ok("attention_matrix_bytes: B * H * S^2 * bytes per element")
+
+
+def _qkv(B=2, H=3, S=7, D=4, dtype=torch.float32):
+    return (torch.randn(B, H, S, D, dtype=dtype) for _ in range(3))
+
+
+def _mask_direction(fn, label: str) -> None:
+    q, k, v = _qkv()
+    only_first = torch.zeros(2, 7, dtype=torch.bool)
+    only_first[:, 0] = True  # just key 0 is a real token
+    out = _expect_shape(fn(q, k, v, mask=only_first), [2, 3, 7, 4], f"{label} with a padding mask")
+    _no_nan(out, f"{label} output with a padding mask")
+    assert _close(out, v[:, :, :1].expand_as(v), 1e-5), (
+        f"{label}: when only key 0 is a real token every query must output v[key 0]. "
+        "Our mask uses True = real token; SDPA's boolean attn_mask uses True = may attend (the same sense), "
+        "and it must broadcast as [B, 1, 1, S]"
+    )
+    out_c = fn(q, k, v, causal=True)
+    assert _close(out_c[:, :, 0], v[:, :, 0], 1e-5), f"{label}: with causal=True query 0 can only see key 0"
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 4:], v2[:, :, 4:] = 9.0, 9.0
+    assert _close(fn(q, k2, v2, causal=True)[:, :, :4], out_c[:, :, :4], 1e-5), f"{label}: with causal=True queries 0..3 must ignore keys 4..6"
+    lengths_mask = _lengths_mask([7, 3], 7)
+    both = fn(q, k, v, mask=lengths_mask, causal=True)
+    _no_nan(both, f"{label} output with mask and causal=True")
+
+
+@_friendly("sdpa_attention")
+def check_sdpa_attention(sdpa_attention) -> None:
+    import torch.nn.functional as F
+
+    q, k, v = _qkv()
+    out = _expect_shape(sdpa_attention(q, k, v), [2, 3, 7, 4], "sdpa_attention output")
+    assert _close(out, F.scaled_dot_product_attention(q, k, v), 1e-5), "without a mask the result should be plain attention"
+    _mask_direction(sdpa_attention, "sdpa_attention")
+    _ok("sdpa_attention: plain, padded and causal attention through F.scaled_dot_product_attention")
+
+
+@_friendly("chunked_attention")
+def check_chunked_attention(chunked_attention) -> None:
+    import torch.nn.functional as F
+
+    q, k, v = _qkv()
+    for chunk in (1, 3, 7, 64):
+        out = _expect_shape(chunked_attention(q, k, v, chunk_size=chunk), [2, 3, 7, 4], f"chunked_attention(chunk_size={chunk})")
+        assert _close(out, F.scaled_dot_product_attention(q, k, v), 1e-5), (
+            f"chunk_size={chunk}: the result differs from plain attention (is the last, shorter chunk handled?)"
+        )
+        out_c = chunked_attention(q, k, v, causal=True, chunk_size=chunk)
+        assert _close(out_c, F.scaled_dot_product_attention(q, k, v, is_causal=True), 1e-5), (
+            f"chunk_size={chunk}, causal=True: wrong result. A query at absolute position i sees keys 0..i, "
+            "whatever chunk it is in"
+        )
+    _mask_direction(lambda *a, **kw: chunked_attention(*a, chunk_size=3, **kw), "chunked_attention")
+    try:
+        from memory_meter import LiveMemoryMeter
+    except ImportError:  # the meter ships next to 05_long_sequence.ipynb
+        LiveMemoryMeter = None
+    if LiveMemoryMeter is not None:
+        S, chunk = 1024, 64
+        q, k, v = (torch.randn(1, 2, S, 8) for _ in range(3))
+        with LiveMemoryMeter() as meter:
+            chunked_attention(q, k, v, chunk_size=chunk)
+        full = 2 * S * S * 4
+        assert meter.peak_bytes < full / 4, (
+            f"chunked_attention(S={S}, chunk_size={chunk}) peaked at {meter.peak_bytes / 2**20:.2f} MiB, as much as "
+            f"a whole score matrix ({full / 2**20:.2f} MiB): compute one block of queries at a time"
+        )
+        _ok(f"chunked_attention: equals plain attention for chunk sizes 1, 3, 7, 64; peak {meter.peak_bytes / 2**20:.2f} MiB "
+            f"vs {full / 2**20:.2f} MiB for one full score matrix")
+    else:
+        _ok("chunked_attention: equals plain attention for chunk sizes 1, 3, 7, 64")
+
+
+# --------------------------------------------------------------------------- #
+# Graded cells
+# --------------------------------------------------------------------------- #
+
+
+def graded_part(part_id: str) -> None:
+    """What a graded cell does in a notebook: point to the hidden autograder."""
+    print(
+        f"Part `{part_id}` is scored by the course's hidden autograder, not by this cell.\n"
+        "Self-learners: from the repository root run\n"
+        "    .venv/bin/python -m autograder grade <this notebook>.ipynb"
+    )
+    if os.environ.get("NBGRADER_EXECUTION") == "autograde":
+        print(
+            f"{part_id}: this course must be autograded with the course's own preprocessor "
+            "(see the README); stock `nbgrader autograde` scores this cell 0.",
+            file=sys.stderr,
+        )
