@@ -1,14 +1,115 @@
-"""Shapes and seeded inputs shared by the hidden checks.
+"""Shapes, seeded inputs and trusted re-computations shared by the hidden checks.
 
 Shapes are chosen to expose bugs: B, H and S all different and above 1, S >= 3, so that
-a transposed axis or a mask on the wrong axis cannot pass by accident.
+a transposed axis or a mask on the wrong axis cannot pass by accident; every sample of a
+batch has its own length, so a mask broadcast over the wrong axis shows.
+
+`attention(...)` recomputes attention in this trusted process, and its keyword arguments
+reproduce the classic mistakes (no scale, softmax over queries, a mask on queries, ...):
+a check compares the student's output with those to name the likely mistake.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 B, H, S, D_MODEL = 2, 3, 5, 12  # head_dim = 4
+D_K, D_V = 8, 6  # d_k != d_v != d_model, so a width mix-up changes a shape or a scale
+LENGTHS = (5, 3)  # one full sample, one padded one (right-padded, every length >= 1)
+NEG_INF = float("-inf")
 
 
 def randn(gen: torch.Generator, *shape, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(*shape, generator=gen, dtype=dtype)
+
+
+def lengths_mask(lengths=LENGTHS, seq_len: int = S) -> torch.Tensor:
+    """[B, seq_len] bool, True = real token (the course's convention)."""
+    return torch.arange(seq_len)[None, :] < torch.tensor(lengths)[:, None]
+
+
+def key_mask(mask: torch.Tensor, dims: int, on: str = "keys") -> torch.Tensor:
+    """A [B, S] mask shaped to broadcast against [B, S_q, S_k] (dims=3) or [B, H, S_q, S_k] (dims=4) scores."""
+    Bm, Sm = mask.shape
+    lead = [1] * (dims - 3)
+    return mask.reshape(Bm, *lead, 1, Sm) if on == "keys" else mask.reshape(Bm, *lead, Sm, 1)
+
+
+def future(S_q: int, S_k: int, diagonal: int = 1, transposed: bool = False) -> torch.Tensor:
+    """True where a key must be hidden from a query (key j > query i for the correct mask)."""
+    hide = torch.ones(S_q, S_k, dtype=torch.bool).triu(diagonal)
+    return hide.T.contiguous() if transposed else hide
+
+
+def mask_scores(scores, mask=None, causal=False, *, on="keys", invert=False, causal_diagonal=1,
+                causal_transposed=False, fill=NEG_INF):
+    if mask is not None:
+        keep = key_mask(~mask if invert else mask, scores.dim(), on)
+        scores = scores.masked_fill(~keep, fill)
+    if causal:
+        S_q, S_k = scores.shape[-2:]
+        scores = scores.masked_fill(future(S_q, S_k, causal_diagonal, causal_transposed), fill)
+    return scores
+
+
+def attention(Q, K, V, mask=None, causal=False, *, scale=None, dim=-1, **mistakes):
+    """softmax(Q K^T * scale + masks, dim) V; `mistakes` go to mask_scores."""
+    scale = 1 / math.sqrt(Q.shape[-1]) if scale is None else scale
+    scores = Q @ K.transpose(-2, -1) * scale
+    scores = mask_scores(scores, mask, causal, **mistakes)
+    return torch.softmax(scores, dim=dim) @ V
+
+
+def attention_mistakes(Q, K, V, mask=None, causal=False, d_model: int | None = None, what: str = "scores"):
+    """{hint: output} for the usual mistakes of an attention computation on these inputs."""
+    d = Q.shape[-1]
+    out = {
+        f"you did not scale the {what}: divide by sqrt(d_k)": attention(Q, K, V, mask, causal, scale=1.0),
+        f"you divided the {what} by d_k instead of sqrt(d_k)": attention(Q, K, V, mask, causal, scale=1 / d),
+        "the softmax runs over the query dimension: it must run over the keys, dim=-1":
+            attention(Q, K, V, mask, causal, dim=-2),
+    }
+    if d_model is not None and d_model != d:
+        out[f"you scaled by sqrt({d_model}) (d_model); scale by sqrt of the width of Q and K "
+            f"({d}, the head_dim or d_k)"] = attention(Q, K, V, mask, causal, scale=d_model ** -0.5)
+    if mask is not None:
+        out["your padding mask hides queries, not keys: padded positions must be masked along the last axis of "
+            "the scores (mask[:, None, :] for [B, S, S], mask[:, None, None, :] for [B, H, S, S])"] = \
+            attention(Q, K, V, mask, causal, on="queries")
+        out["your padding mask is inverted: True marks a real token, so fill -inf where the mask is False "
+            "(masked_fill(~mask, ...))"] = attention(Q, K, V, mask, causal, invert=True)
+        out["the padding mask is ignored"] = attention(Q, K, V, None, causal)
+    if causal:
+        out["your causal mask hides the diagonal: a token may attend to itself (key j <= query i)"] = \
+            attention(Q, K, V, mask, causal, causal_diagonal=0)
+        out["your causal mask is transposed: hide the keys after the query (the upper triangle, triu(1)), "
+            "not the ones before it"] = attention(Q, K, V, mask, causal, causal_transposed=True)
+        out["the causal mask is ignored"] = attention(Q, K, V, mask, False)
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return x @ weight.T
+
+
+def module_forward(state: dict, x, mask=None, causal=False, **mistakes):
+    """The reference SelfAttention forward from its state_dict, optionally with a mistake."""
+    Q, K, V = (linear(x, state[f"W_{n}.weight"]) for n in "qkv")
+    out = attention(Q, K, V, mask, causal, **mistakes)
+    return linear(out, state["W_o.weight"])
+
+
+def module_mistakes(state: dict, x, mask=None, causal=False, d_model: int | None = None):
+    Q, K, V = (linear(x, state[f"W_{n}.weight"]) for n in "qkv")
+    found = {hint: linear(out, state["W_o.weight"])
+             for hint, out in attention_mistakes(Q, K, V, mask, causal, d_model).items()}
+    found["you left out the output projection W_o"] = attention(Q, K, V, mask, causal)
+    return found
+
+
+def reference_module(cls, *args, seed: int = 0, **kwargs):
+    torch.manual_seed(seed)
+    module = cls(*args, **kwargs)
+    module.eval()
+    return module

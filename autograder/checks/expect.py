@@ -1,21 +1,60 @@
-"""Comparisons that explain themselves: each failure says what is wrong in the student's terms."""
+"""Comparisons that explain themselves: each failure says what is wrong in the student's terms.
+
+`close(value, expected, what, mistakes={hint: tensor})` compares a student's result with the
+reference; when it differs, the result is compared with what each known mistake would have
+produced (computed here, in the trusted process, from the same inputs) and the matching
+hint is shown. The reference code itself is never revealed.
+"""
 from __future__ import annotations
 
 import torch
 
-from autograder.session import CheckFailure
+from autograder.session import CheckFailure, StudentRaised
+
+__all__ = ["CheckFailure", "tensor", "shape", "finite", "close", "diagnose", "call", "fmt_shape", "same"]
+
+
+def fmt_shape(t) -> str:
+    return str(list(t.shape)) if isinstance(t, torch.Tensor) else str(list(t))
 
 
 def tensor(value, what: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
-        raise CheckFailure(f"{what} should return a torch.Tensor, got {type(value).__name__}")
+        kind = type(value).__name__
+        extra = " (return the tensor itself, not a tuple)" if isinstance(value, tuple) else ""
+        raise CheckFailure(f"{what} should return a torch.Tensor, got {kind}{extra}")
     return value
 
 
-def shape(value, expected, what: str) -> torch.Tensor:
+def same(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape:
+        return False
+    if a.dtype == torch.bool or b.dtype == torch.bool:
+        return a.dtype == b.dtype and bool(torch.equal(a, b))
+    a, b = a.double(), b.double()
+    # -inf must meet -inf (and NaN meet NaN): allclose with equal_nan treats infinities exactly
+    return bool(torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True))
+
+
+def diagnose(value, mistakes: dict | None, atol: float = 1e-4, rtol: float = 1e-3) -> str:
+    """The hint of the first known mistake whose output the student's result matches, else ''."""
+    for hint, produced in (mistakes or {}).items():
+        if callable(produced):
+            try:
+                produced = produced()
+            except Exception:  # noqa: BLE001 - a mistake that cannot even be computed here
+                continue
+        if same(value, produced, atol, rtol):
+            return hint
+    return ""
+
+
+def shape(value, expected, what: str, mistakes: dict | None = None, hints: dict | None = None) -> torch.Tensor:
     value = tensor(value, what)
     if tuple(value.shape) != tuple(expected):
-        raise CheckFailure(f"{what} returned shape {list(value.shape)}, expected {list(expected)}")
+        hint = (hints or {}).get(tuple(value.shape), "") or diagnose(value, mistakes)
+        raise CheckFailure(f"{what} returned shape {fmt_shape(value)}, expected {fmt_shape(expected)}"
+                           + (f": {hint}" if hint else ""))
     return value
 
 
@@ -26,11 +65,28 @@ def finite(value: torch.Tensor, what: str) -> torch.Tensor:
     return value
 
 
-def close(value, expected: torch.Tensor, what: str, hint: str = "", atol: float = 1e-5, rtol: float = 1e-4):
-    value = shape(value, expected.shape, what)
+def close(value, expected: torch.Tensor, what: str, hint: str = "", atol: float = 1e-5, rtol: float = 1e-4,
+          mistakes: dict | None = None, shapes: dict | None = None):
+    """The student's tensor equals the reference (same shape, dtype and values), or a named failure."""
+    value = shape(value, expected.shape, what, mistakes, shapes)
     if value.dtype != expected.dtype:
         raise CheckFailure(f"{what} returned dtype {value.dtype}, expected {expected.dtype} (the inputs' dtype)")
-    if not torch.allclose(value, expected, atol=atol, rtol=rtol, equal_nan=True):
-        diff = (value.double() - expected.double()).abs().nan_to_num(float("inf")).max().item()
-        raise CheckFailure(f"{what} is off by up to {diff:.3g}" + (f": {hint}" if hint else ""))
+    if not same(value, expected, atol, rtol):
+        named = diagnose(value, mistakes) or hint
+        if value.is_floating_point() and torch.isnan(value).any() and not torch.isnan(expected).any():
+            msg = f"{what} contains NaN ({int(torch.isnan(value).sum())} values)"
+        else:
+            diff = (value.double() - expected.double()).abs().nan_to_num(float("inf")).max().item()
+            msg = f"{what} is off by up to {diff:.3g}"
+        raise CheckFailure(msg + (f": {named}" if named else ""))
     return value
+
+
+def call(student, name: str, *args, hint: str = "", **kwargs):
+    """student.call, with a hint added when the student's code raises (not for NotImplementedError)."""
+    try:
+        return student.call(name, *args, **kwargs)
+    except StudentRaised as exc:
+        if hint and exc.kind != "NotImplementedError":
+            raise CheckFailure(f"{exc}; {hint}") from None
+        raise

@@ -1,1 +1,168 @@
-"""Hidden checks for part long_sequence (being written)."""
+"""Hidden checks for part long_sequence: attention_matrix_bytes, sdpa_attention, chunked_attention."""
+import functools
+
+import pytest
+import torch
+
+import solutions as ref
+from autograder.checks import expect
+from autograder.checks.common import attention, attention_mistakes, lengths_mask, randn
+from autograder.session import MissingName, _encode
+from autograder.worker.meter import LiveMemoryMeter
+
+DTYPES = (torch.float32, torch.float16, torch.float64, torch.bfloat16)
+LB, LH, LS, LD = 2, 3, 7, 4  # S = 7: a chunk size of 3 does not divide it
+LONG_LENGTHS = (7, 4)
+
+
+@pytest.mark.points(2)
+def test_attention_matrix_bytes(student):
+    """attention_matrix_bytes(B, H, S, dtype) is B * H * S^2 * the element size of dtype"""
+    Bm, Hm, Sm = 2, 3, 7
+    got = student.call("attention_matrix_bytes", Bm, Hm, Sm)
+    if got != ref.attention_matrix_bytes(Bm, Hm, Sm):
+        elements = Bm * Hm * Sm * Sm
+        hint = (": that is the number of elements; multiply by the element size (4 bytes for float32)"
+                if got == elements else f": a [B, H, S, S] float32 matrix holds {elements} elements of 4 bytes each")
+        raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}) returned {got!r}{hint}")
+    for dtype in DTYPES:
+        want = ref.attention_matrix_bytes(Bm, Hm, Sm, dtype)
+        got = student.call("attention_matrix_bytes", Bm, Hm, Sm, dtype)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if got != want:
+            size = torch.empty((), dtype=dtype).element_size()
+            if got == Bm * Hm * Sm * Sm * 4:
+                hint = f"you ignored the dtype: a {dtype} element takes {size} bytes (torch.empty((), dtype=dtype).element_size())"
+            elif got == Bm * Hm * Sm * Sm * size * 8:
+                hint = "that is bits, not bytes"
+            else:
+                hint = f"a {dtype} element takes {size} bytes"
+            raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}, {dtype}) returned {got!r}, expected "
+                                      f"{want}: {hint}")
+
+
+def qkv(gen, dtype=torch.float32):
+    return tuple(randn(gen, LB, LH, LS, LD, dtype=dtype) for _ in range(3))
+
+
+CASES = {"no mask": (False, False), "padding mask": (True, False), "causal": (False, True),
+         "padding mask and causal": (True, True)}
+
+
+def kwargs_for(case):
+    use_mask, causal = CASES[case]
+    mask = lengths_mask(LONG_LENGTHS, LS) if use_mask else None
+    return mask, causal, ({"mask": mask} if use_mask else {}) | ({"causal": True} if causal else {})
+
+
+def sdpa_mistakes(q, k, v, mask, causal):
+    out = {}
+    if mask is not None:
+        out["F.scaled_dot_product_attention's boolean attn_mask is True where attention is ALLOWED, the same sense as "
+            "our mask: pass mask[:, None, None, :], not its inverse"] = attention(q, k, v, mask, causal, invert=True)
+    out.update(attention_mistakes(q, k, v, mask, causal))
+    return out
+
+
+@pytest.mark.points(0.75)
+@pytest.mark.parametrize("case", list(CASES))
+def test_sdpa_attention_matches_plain_attention(student, gen, case):
+    """sdpa_attention(q, k, v, mask, causal) equals plain attention"""
+    mask, causal, kwargs = kwargs_for(case)
+    q, k, v = qkv(gen, torch.float64 if case == "causal" else torch.float32)
+    got = student.call("sdpa_attention", q, k, v, **kwargs)
+    expect.close(got, attention(q, k, v, mask, causal), f"sdpa_attention [{case}], lengths {list(LONG_LENGTHS)}",
+                 mistakes=sdpa_mistakes(q, k, v, mask, causal))
+
+
+@pytest.mark.points(1)
+def test_sdpa_attention_uses_the_fused_kernel(student, gen):
+    """sdpa_attention calls F.scaled_dot_product_attention"""
+    session = student.session
+    ns = session.namespace_for("sdpa_attention")
+    if ns is None:
+        raise MissingName("sdpa_attention is not defined in your submission")
+    q, k, v = qkv(gen)
+    reply = session.request({"kind": "call", "ns": ns, "target": "sdpa_attention", "args": _encode([q, k, v]),
+                             "kwargs": _encode({"mask": lengths_mask(LONG_LENGTHS, LS), "causal": True}),
+                             "measure": False, "seed": None}, "sdpa_attention")
+    if "F.scaled_dot_product_attention" not in reply.get("forbidden", ()):
+        raise expect.CheckFailure("sdpa_attention did not call F.scaled_dot_product_attention: this exercise is "
+                                  "about the fused kernel")
+
+
+@pytest.mark.points(0.75)
+@pytest.mark.parametrize("case", list(CASES))
+def test_chunked_attention_matches_plain_attention(student, gen, case):
+    """chunked_attention(..., chunk_size=3) equals plain attention at S = 7 (the last chunk is shorter)"""
+    mask, causal, kwargs = kwargs_for(case)
+    q, k, v = qkv(gen)
+    want = attention(q, k, v, mask, causal)
+    mistakes = attention_mistakes(q, k, v, mask, causal)
+    if causal:
+        def restarted_causal():  # each chunk numbered its queries from 0
+            out = torch.empty_like(q)
+            for start in range(0, LS, 3):
+                stop = min(start + 3, LS)
+                scores = q[:, :, start:stop] @ k.transpose(-2, -1) / LD ** 0.5
+                if mask is not None:
+                    scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+                hide = torch.arange(LS)[None, :] > torch.arange(stop - start)[:, None]
+                out[:, :, start:stop] = torch.softmax(scores.masked_fill(hide, float("-inf")), -1) @ v
+            return out
+        mistakes = {"inside a chunk, query i is at position start + i: compare key positions with the chunk's "
+                    "absolute query positions for the causal mask": restarted_causal} | mistakes
+    got = student.call("chunked_attention", q, k, v, chunk_size=3, **kwargs)
+    expect.close(got, want, f"chunked_attention [{case}], chunk_size=3, lengths {list(LONG_LENGTHS)}",
+                 mistakes=mistakes)
+
+
+@pytest.mark.points(0.5)
+def test_chunked_attention_with_chunk_larger_than_sequence(student, gen):
+    """chunked_attention works when chunk_size is larger than S"""
+    mask, causal, kwargs = kwargs_for("padding mask and causal")
+    q, k, v = qkv(gen)
+    got = student.call("chunked_attention", q, k, v, chunk_size=16, **kwargs)
+    expect.close(got, attention(q, k, v, mask, causal), "chunked_attention with chunk_size=16 > S=7",
+                 mistakes=attention_mistakes(q, k, v, mask, causal))
+
+
+MB, MH, MS, MD, CHUNK = 1, 2, 512, 8, 16
+ROOM = 4  # the bound is ROOM x the reference's peak
+
+
+def memory_inputs():
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(MB, MH, MS, MD, generator=g) for _ in range(3))
+    return q, k, v, lengths_mask((MS * 3 // 4,), MS)
+
+
+@functools.lru_cache(maxsize=1)
+def reference_peak() -> int:
+    q, k, v, mask = memory_inputs()
+    with torch.no_grad(), LiveMemoryMeter() as meter:
+        ref.chunked_attention(q, k, v, mask=mask, causal=True, chunk_size=CHUNK)
+    return meter.peak_bytes
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+@pytest.mark.points(2.5)
+def test_chunked_attention_memory(student):
+    """chunked_attention never holds much more than chunk_size x S scores per head at once"""
+    q, k, v, mask = memory_inputs()
+    got, peak = student.measure("chunked_attention", q, k, v, mask=mask, causal=True, chunk_size=CHUNK)
+    expect.close(got, attention(q, k, v, mask, True), f"chunked_attention at S={MS}, chunk_size={CHUNK}",
+                 atol=1e-4, rtol=1e-3)
+    bound = ROOM * reference_peak()
+    full = ref.attention_matrix_bytes(MB, MH, MS)
+    assert bound < full, "the memory bound must be below one full score matrix"
+    if peak is None or peak > bound:
+        raise expect.CheckFailure(
+            f"at B={MB}, H={MH}, S={MS}, chunk_size={CHUNK} your chunked_attention held {_mb(peak or 0)} of tensors at "
+            f"once; the bound is {_mb(bound)} ({ROOM} x a {CHUNK}-query-block implementation's {_mb(reference_peak())}), "
+            f"and one full [B, H, S, S] float32 score matrix is {_mb(full)}: compute the scores, the masks and the "
+            f"softmax for one block of chunk_size queries at a time, and never build the whole [B, H, S, S] matrix")

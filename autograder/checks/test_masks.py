@@ -1,1 +1,122 @@
-"""Hidden checks for part masks (being written)."""
+"""Hidden checks for part masks: padding_mask, causal_mask, apply_padding_mask, apply_causal_mask."""
+import pytest
+import torch
+
+import solutions as ref
+from autograder.checks import expect
+from autograder.checks.common import B, H, LENGTHS, NEG_INF, S, lengths_mask, mask_scores, randn
+
+PAD_4D_HINT = "for [B, H, S_q, S_k] scores a [B, S] mask must become [B, 1, 1, S_k] (mask[:, None, None, :])"
+
+
+def bool_result(value, expected, what: str, mistakes: dict):
+    value = expect.shape(value, expected.shape, what, mistakes,
+                         hints={tuple(reversed(expected.shape)): "your mask is transposed"})
+    if value.dtype != torch.bool:
+        raise expect.CheckFailure(f"{what} returned dtype {value.dtype}: return a torch.bool mask (a comparison "
+                                  "such as positions < lengths gives one)")
+    if not torch.equal(value, expected):
+        hint = expect.diagnose(value, mistakes)
+        wrong = int((value != expected).sum())
+        raise expect.CheckFailure(f"{what} is wrong in {wrong} of {expected.numel()} places" + (f": {hint}" if hint else ""))
+
+
+@pytest.mark.points(3)
+def test_padding_mask_marks_real_tokens(student):
+    """padding_mask(lengths, seq_len) is True exactly where position < length"""
+    lengths, seq_len = torch.tensor([4, 1, 6]), 6
+    want = ref.padding_mask(lengths, seq_len)
+    positions = torch.arange(seq_len)[None, :]
+    mistakes = {
+        "your mask is inverted: True must mark the real tokens (position < length), False the padding": ~want,
+        "off by one: position < length is a real token, position == length is already padding":
+            positions <= lengths[:, None],
+        "off by one: the first `length` positions are real tokens (position < length)": positions < lengths[:, None] - 1,
+    }
+    bool_result(student.call("padding_mask", lengths, seq_len), want, f"padding_mask({lengths.tolist()}, {seq_len})",
+                mistakes)
+
+
+@pytest.mark.points(2)
+def test_causal_mask_is_lower_triangle(student):
+    """causal_mask(S) is True where key j <= query i, diagonal included"""
+    want = ref.causal_mask(S)
+    mistakes = {
+        "your mask hides the diagonal: a token may attend to itself, key j <= query i (tril(), not tril(-1))":
+            torch.ones(S, S, dtype=torch.bool).tril(-1),
+        "your mask is transposed: row i is query i, and it may see the keys j <= i (the lower triangle, tril)":
+            torch.ones(S, S, dtype=torch.bool).triu(),
+        "your mask is inverted: True means 'may attend' (the past and the present), False the future":
+            torch.ones(S, S, dtype=torch.bool).triu(1),
+    }
+    bool_result(student.call("causal_mask", S), want, f"causal_mask({S})", mistakes)
+
+
+def padding_mistakes(scores, mask):
+    return {
+        "your padding mask hides queries, not keys: padded positions must be masked along the last axis of the scores":
+            mask_scores(scores, mask, on="queries"),
+        "your mask is inverted: True marks a real token, so fill -inf where the mask is False (masked_fill(~mask, ...))":
+            mask_scores(scores, mask, invert=True),
+        "nothing was masked": scores,
+    }
+
+
+def check_neg_inf(got, want, what):
+    hidden = torch.isinf(want)
+    if got.shape == want.shape and hidden.any() and torch.isfinite(got[hidden]).all() \
+            and (got[hidden] < -1e3).all() and torch.equal(got[~hidden], want[~hidden]):
+        raise expect.CheckFailure(f"{what} puts {got[hidden].max().item():.3g} at the masked places: the course's "
+                                  "convention is -inf (float('-inf')), which gives weight exactly 0 in any dtype")
+
+
+@pytest.mark.points(3)
+def test_padding_mask_on_3d_scores(student, gen):
+    """apply_padding_mask puts -inf at padded keys of [B, S, S] scores and keeps the rest"""
+    scores, mask = randn(gen, B, S, S), lengths_mask()
+    want = ref.apply_padding_mask(scores, mask)
+    what = f"apply_padding_mask on [B, S, S] scores with lengths {list(LENGTHS)}"
+    got = expect.call(student, "apply_padding_mask", scores, mask,
+                      hint="a [B, S] mask needs mask[:, None, :] to line up with [B, S, S] scores")
+    shapes = {(B, B, S, S): f"your result has shape [{B}, {B}, {S}, {S}]: a [B, S] mask needs mask[:, None, :] for "
+                            "[B, S, S] scores ([B, 1, 1, S] is for 4-D [B, H, S, S] scores)"}
+    expect.shape(got, want.shape, what, hints=shapes)
+    check_neg_inf(got, want, what)
+    expect.close(got, want, what, mistakes=padding_mistakes(scores, mask))
+
+
+@pytest.mark.points(3)
+def test_padding_mask_on_4d_scores(student, gen):
+    """apply_padding_mask works on per-head [B, H, S, S] scores"""
+    scores, mask = randn(gen, B, H, S, S), lengths_mask()
+    want = ref.apply_padding_mask(scores, mask)
+    what = f"apply_padding_mask on [B, H, S, S] scores with lengths {list(LENGTHS)}"
+    got = expect.call(student, "apply_padding_mask", scores, mask, hint=PAD_4D_HINT)
+    expect.shape(got, want.shape, what, hints={tuple(got.shape) if isinstance(got, torch.Tensor) else (): PAD_4D_HINT})
+    check_neg_inf(got, want, what)
+    expect.close(got, want, what, mistakes=padding_mistakes(scores, mask))
+
+
+def causal_mistakes(scores):
+    return {
+        "your causal mask hides the diagonal: a token may attend to itself (hide key j > query i only)":
+            mask_scores(scores, causal=True, causal_diagonal=0),
+        "your causal mask is transposed: hide the keys after the query (above the diagonal), not before it":
+            mask_scores(scores, causal=True, causal_transposed=True),
+        "your causal mask is inverted: -inf goes where key j > query i (the future), the rest is kept":
+            scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).tril(), NEG_INF),
+        "nothing was masked": scores,
+    }
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dims", [3, 4], ids=["3-D", "4-D"])
+def test_causal_mask_hides_the_future(student, gen, dims):
+    """apply_causal_mask puts -inf wherever key j > query i, for [B, S, S] and [B, H, S, S] scores"""
+    scores = randn(gen, B, S, S, dtype=torch.float64) if dims == 3 else randn(gen, B, H, S, S)
+    want = ref.apply_causal_mask(scores)
+    what = f"apply_causal_mask on {dims}-D {'float64 ' if dims == 3 else ''}scores"
+    got = student.call("apply_causal_mask", scores)
+    expect.shape(got, want.shape, what)
+    check_neg_inf(got, want, what)
+    expect.close(got, want, what, mistakes=causal_mistakes(scores))

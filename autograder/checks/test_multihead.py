@@ -1,1 +1,148 @@
-"""Hidden checks for part multihead (being written)."""
+"""Hidden checks for part multihead: split_heads, merge_heads, MultiHeadSelfAttention.
+
+The expected output of the module is nn.MultiheadAttention's, given in_proj_weight =
+W_qkv.weight and out_proj.weight = W_o.weight: that fixes the q, k, v order of W_qkv's rows
+and the scale (sqrt(head_dim)).
+"""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+import solutions as ref
+from autograder.checks import expect
+from autograder.checks.common import B, D_MODEL, H, LENGTHS, S, attention, lengths_mask, randn
+from autograder.session import StudentRaised
+
+HEAD_DIM = D_MODEL // H
+SPLIT_HINTS = {
+    "you reshaped [B, S, d_model] straight to [B, H, S, head_dim]: view it as [B, S, H, head_dim] first, then "
+    "transpose(1, 2)": lambda x: x.reshape(B, H, S, HEAD_DIM),
+    "you moved the feature axis before splitting it: view as [B, S, H, head_dim] first, then transpose(1, 2)":
+        lambda x: x.transpose(1, 2).reshape(B, H, S, HEAD_DIM),
+    "each head takes a contiguous block of head_dim features: view(B, S, H, head_dim), not (B, S, head_dim, H)":
+        lambda x: x.reshape(B, S, HEAD_DIM, H).permute(0, 3, 1, 2),
+}
+
+
+@pytest.mark.points(3)
+def test_split_heads(student, gen):
+    """split_heads turns [B, S, d_model] into [B, H, S, head_dim], head h holding features h*head_dim..(h+1)*head_dim"""
+    x = randn(gen, B, S, D_MODEL)
+    got = student.call("split_heads", x, H)
+    expect.close(got, ref.split_heads(x, H), f"split_heads(x [{B}, {S}, {D_MODEL}], {H})",
+                 mistakes={hint: fn(x) for hint, fn in SPLIT_HINTS.items()},
+                 shapes={(B, S, H, HEAD_DIM): "move the head axis forward: transpose(1, 2) after the view"})
+
+
+@pytest.mark.points(3)
+def test_merge_heads(student, gen):
+    """merge_heads turns [B, H, S, head_dim] back into [B, S, H * head_dim] (the inverse of split_heads)"""
+    x = randn(gen, B, H, S, HEAD_DIM)
+    got = expect.call(student, "merge_heads", x,
+                      hint="after transpose(1, 2) the tensor is not contiguous: use .reshape(...) or "
+                           ".contiguous().view(...)")
+    expect.close(got, ref.merge_heads(x), f"merge_heads(x [{B}, {H}, {S}, {HEAD_DIM}])",
+                 mistakes={"you did not transpose back: transpose(1, 2) to [B, S, H, head_dim] before reshaping to "
+                           "[B, S, d_model]": x.reshape(B, S, D_MODEL)})
+
+
+@pytest.mark.points(2)
+def test_submodules(student):
+    """MultiHeadSelfAttention has W_qkv (d_model -> 3 d_model), W_o (d_model -> d_model), both bias-free, and dropout"""
+    info = student.new("MultiHeadSelfAttention", D_MODEL, H).describe()
+    children = info.get("children", {})
+    for name, (d_in, d_out) in {"W_qkv": (D_MODEL, 3 * D_MODEL), "W_o": (D_MODEL, D_MODEL)}.items():
+        child = children.get(name)
+        if child is None or child["type"] != "Linear":
+            raise expect.CheckFailure(f"MultiHeadSelfAttention({D_MODEL}, {H}) has no nn.Linear self.{name}")
+        if child.get("bias"):
+            raise expect.CheckFailure(f"self.{name} has a bias: use bias=False")
+        if (child["in_features"], child["out_features"]) != (d_in, d_out):
+            raise expect.CheckFailure(f"self.{name} maps {child['in_features']} -> {child['out_features']} features, "
+                                      f"expected {d_in} -> {d_out}")
+    if children.get("dropout", {}).get("type") != "Dropout":
+        raise expect.CheckFailure(f"MultiHeadSelfAttention({D_MODEL}, {H}) has no self.dropout = nn.Dropout(dropout)")
+
+
+def official_output(w_qkv, w_o, x, mask, causal):
+    mha = nn.MultiheadAttention(D_MODEL, H, dropout=0.0, bias=False, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(w_qkv)
+        mha.out_proj.weight.copy_(w_o)
+        attn_mask = torch.ones(S, S, dtype=torch.bool).triu(1) if causal else None  # True = may NOT attend
+        return mha.eval()(x, x, x, key_padding_mask=None if mask is None else ~mask, attn_mask=attn_mask,
+                          need_weights=False)[0]
+
+
+def mh_variant(w_qkv, w_o, x, mask, causal, order=(0, 1, 2), split="ok", merge="ok", **mistakes):
+    chunks = (x @ w_qkv.T).chunk(3, dim=-1)
+    Q, K, V = (chunks[i] for i in order)
+    if split == "ok":
+        Q, K, V = (t.reshape(B, S, H, HEAD_DIM).transpose(1, 2) for t in (Q, K, V))
+    else:
+        Q, K, V = (t.reshape(B, H, S, HEAD_DIM) for t in (Q, K, V))
+    out = attention(Q, K, V, mask, causal, **mistakes)  # [B, H, S, head_dim]
+    out = out.transpose(1, 2).reshape(B, S, D_MODEL) if merge == "ok" else out.reshape(B, S, D_MODEL)
+    return out @ w_o.T
+
+
+def mh_mistakes(w_qkv, w_o, x, mask, causal):
+    args = (w_qkv, w_o, x, mask, causal)
+    out = {
+        f"you scaled by sqrt(d_model) = sqrt({D_MODEL}); each head's scores are scaled by sqrt(head_dim) = "
+        f"sqrt({HEAD_DIM})": lambda: mh_variant(*args, scale=D_MODEL ** -0.5),
+        "you did not scale the scores: divide by sqrt(head_dim)": lambda: mh_variant(*args, scale=1.0),
+        "the softmax runs over the queries: use dim=-1 (the keys)": lambda: mh_variant(*args, dim=-2),
+        "you split the heads without the transpose: view as [B, S, H, head_dim], then transpose(1, 2)":
+            lambda: mh_variant(*args, split="no_transpose"),
+        "you merged the heads without transposing back to [B, S, H, head_dim] first":
+            lambda: mh_variant(*args, merge="no_transpose"),
+    }
+    names = "QKV"
+    for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)):
+        taken = ", ".join(f"{names[i]} from the {'first second third'.split()[order[i]]} block" for i in range(3))
+        out[f"the rows of W_qkv must be ordered q, k, v as in nn.MultiheadAttention.in_proj_weight; you took {taken}"] = \
+            (lambda o=order: mh_variant(*args, order=o))
+    if mask is not None:
+        out["your padding mask hides queries, not keys: use mask[:, None, None, :] for [B, H, S, S] scores"] = \
+            lambda: mh_variant(*args, on="queries")
+        out["your padding mask is inverted: True marks a real token"] = lambda: mh_variant(*args, invert=True)
+    if causal:
+        out["your causal mask hides the diagonal"] = lambda: mh_variant(*args, causal_diagonal=0)
+        out["your causal mask is transposed: hide key j > query i"] = lambda: mh_variant(*args, causal_transposed=True)
+    return out
+
+
+CASES = {"no mask": (False, False), "padding mask": (True, False), "padding mask and causal": (True, True)}
+
+
+@pytest.mark.points(7 / 3)
+@pytest.mark.parametrize("case", list(CASES))
+def test_forward_matches_official_module(student, gen, case):
+    """in eval mode, forward(x, mask, causal) equals nn.MultiheadAttention with in_proj_weight = W_qkv.weight"""
+    use_mask, causal = CASES[case]
+    module = student.new("MultiHeadSelfAttention", D_MODEL, H)
+    w_qkv, w_o = randn(gen, 3 * D_MODEL, D_MODEL) / math.sqrt(D_MODEL), randn(gen, D_MODEL, D_MODEL) / math.sqrt(D_MODEL)
+    try:
+        module.load_state_dict({"W_qkv.weight": w_qkv, "W_o.weight": w_o})
+    except StudentRaised as exc:
+        raise expect.CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
+                                  "bias-free layers W_qkv and W_o") from None
+    module.eval()
+    x = randn(gen, B, S, D_MODEL)
+    mask = lengths_mask() if use_mask else None
+    kwargs = ({"mask": mask} if use_mask else {}) | ({"causal": True} if causal else {})
+    try:
+        got = module(x, **kwargs)
+    except StudentRaised as exc:
+        if use_mask and exc.kind == "RuntimeError":
+            raise expect.CheckFailure(f"{exc}; per-head scores are [B, H, S, S]: the [B, S] padding mask must "
+                                      "become mask[:, None, None, :]") from None
+        raise
+    what = f"forward(x{', mask' if use_mask else ''}{', causal=True' if causal else ''})"
+    if use_mask:
+        what += f" with lengths {list(LENGTHS)}"
+    expect.close(got, official_output(w_qkv, w_o, x, mask, causal), what,
+                 mistakes=mh_mistakes(w_qkv, w_o, x, mask, causal))

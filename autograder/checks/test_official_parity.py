@@ -1,1 +1,173 @@
-"""Hidden checks for part official_parity (being written)."""
+"""Hidden checks for part official_parity: to_official, parity_error.
+
+Both functions take a SelfAttention. So that this part's score depends only on them, they
+receive the grader's stand-in module (student.standin), never the student's own class:
+a correct one, and deliberately broken ones that a working parity_error must expose.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from autograder.checks import expect
+from autograder.checks.common import B, D_MODEL, LENGTHS, S, lengths_mask, module_forward, randn
+
+QKV = ("W_q", "W_k", "W_v")
+
+
+def official(student):
+    """(the stand-in, its state, the student's to_official(stand-in) as a Remote)."""
+    custom = student.standin(D_MODEL, "correct")
+    state = custom.state_dict()
+    handle = student.call("to_official", custom)
+    return custom, state, student.wrap(handle, "to_official(custom)")
+
+
+@pytest.mark.points(2)
+def test_official_module_settings(student):
+    """to_official returns an nn.MultiheadAttention with one head, batch_first=True and no dropout"""
+    _, _, module = official(student)
+    info = module.describe()
+    if info["type"] != "MultiheadAttention":
+        raise expect.CheckFailure(f"to_official returned a {info['type']}, expected an nn.MultiheadAttention")
+    attrs = info["attrs"]
+    if attrs.get("embed_dim") != D_MODEL:
+        raise expect.CheckFailure(f"the official module has embed_dim={attrs.get('embed_dim')}, expected {D_MODEL} "
+                                  "(the custom module's d_model)")
+    if attrs.get("num_heads") != 1:
+        raise expect.CheckFailure(f"the official module has num_heads={attrs.get('num_heads')}: SelfAttention is "
+                                  "one head, use num_heads=1")
+    if attrs.get("batch_first") is not True:
+        raise expect.CheckFailure("the official module has batch_first=False: our tensors are [B, S, d_model], "
+                                  "so build it with batch_first=True")
+    if attrs.get("dropout", 0.0) != 0.0:
+        raise expect.CheckFailure(f"the official module has dropout={attrs.get('dropout')}: use dropout=0.0")
+
+
+@pytest.mark.points(3)
+def test_official_module_weights(student):
+    """the official module carries W_q, W_k, W_v (in that order) in in_proj_weight, W_o in out_proj, biases zero"""
+    _, state, module = official(student)
+    got = module.state_dict()
+    w = got.get("in_proj_weight")
+    if not isinstance(w, torch.Tensor) or tuple(w.shape) != (3 * D_MODEL, D_MODEL):
+        raise expect.CheckFailure("the official module has no in_proj_weight of shape [3 * d_model, d_model]")
+    blocks = w.split(D_MODEL)
+    found = []
+    for block in blocks:
+        match = [n for n in QKV if torch.allclose(block, state[f"{n}.weight"])]
+        match += [f"{n}^T" for n in QKV if torch.allclose(block, state[f"{n}.weight"].T)]
+        found.append(match[0] if match else "?")
+    if found != list(QKV):
+        if any(f.endswith("^T") for f in found):
+            hint = "copy the weights as they are (nn.Linear.weight is [out, in] like in_proj_weight), not transposed"
+        elif "?" in found:
+            hint = "copy W_q.weight, W_k.weight, W_v.weight into in_proj_weight (e.g. torch.cat along dim 0)"
+        else:
+            hint = "the rows of in_proj_weight must be W_q, then W_k, then W_v"
+        raise expect.CheckFailure(f"the blocks of in_proj_weight are {', '.join(found)}, expected W_q, W_k, W_v: {hint}")
+    out_w = got.get("out_proj.weight")
+    if not isinstance(out_w, torch.Tensor) or not torch.allclose(out_w, state["W_o.weight"]):
+        raise expect.CheckFailure("out_proj.weight is not W_o's weight: copy custom.W_o.weight into it")
+    for key in ("in_proj_bias", "out_proj.bias"):
+        bias = got.get(key)
+        if isinstance(bias, torch.Tensor) and bias.abs().max() > 0:
+            raise expect.CheckFailure(f"{key} is not zero: our SelfAttention has no biases, so set them to zero")
+
+
+def _official_reference(state, x, mask, batch_first=True):
+    mha = nn.MultiheadAttention(D_MODEL, 1, dropout=0.0, batch_first=batch_first)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([state[f"{n}.weight"] for n in QKV]))
+        mha.in_proj_bias.zero_()
+        mha.out_proj.weight.copy_(state["W_o.weight"])
+        mha.out_proj.bias.zero_()
+        return mha.eval()(x, x, x, key_padding_mask=None if mask is None else ~mask, need_weights=False)[0]
+
+
+@pytest.mark.points(3)
+def test_official_module_computes_the_same_attention(student, gen):
+    """official(x, x, x, key_padding_mask=~mask) gives the custom module's output"""
+    _, state, module = official(student)
+    x, mask = randn(gen, B, S, D_MODEL), lengths_mask()
+    reply = module(x, x, x, key_padding_mask=~mask, need_weights=False)
+    got = reply[0] if isinstance(reply, (tuple, list)) else reply
+    want = module_forward(state, x, mask)
+    expect.close(got, want, f"the official module's output (lengths {list(LENGTHS)})",
+                 mistakes={"the official module was built with batch_first=False; our tensors are [B, S, d_model]":
+                           lambda: _official_reference(state, x, mask, batch_first=False)})
+
+
+def _float(value, what):
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if not isinstance(value, (float, int)) or isinstance(value, bool):
+        raise expect.CheckFailure(f"{what} should return a float, got {type(value).__name__}")
+    return float(value)
+
+
+def _wrong_convention_error(state, x, mask):
+    ours = module_forward(state, x, mask)
+    mha = nn.MultiheadAttention(D_MODEL, 1, dropout=0.0, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([state[f"{n}.weight"] for n in QKV]))
+        mha.in_proj_bias.zero_()
+        mha.out_proj.weight.copy_(state["W_o.weight"])
+        mha.out_proj.bias.zero_()
+        theirs = mha.eval()(x, x, x, key_padding_mask=mask, need_weights=False)[0]
+    return (ours - theirs).abs().max().item()
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("with_mask", [False, True], ids=["no mask", "padding mask"])
+def test_parity_error_small_for_a_correct_module(student, gen, with_mask):
+    """parity_error is below 1e-4 for a correct SelfAttention"""
+    custom = student.standin(D_MODEL, "correct")
+    x = randn(gen, B, S, D_MODEL)
+    mask = lengths_mask() if with_mask else None
+    what = f"parity_error(correct module, x{', mask' if with_mask else ''})"
+    err = _float(student.call("parity_error", custom, x, mask), what)
+    if not err < 1e-4:
+        hint = ""
+        if with_mask:
+            wrong = _wrong_convention_error(custom.state_dict(), x, mask)
+            if math.isnan(err) or (math.isnan(wrong) and math.isnan(err)) or abs(err - wrong) < 1e-4:
+                hint = (": the mask convention is likely wrong: key_padding_mask is True where a key must be IGNORED, "
+                        "the opposite of our mask, so pass key_padding_mask=~mask")
+        raise expect.CheckFailure(f"{what} returned {err:.3g} for the grader's correct SelfAttention (lengths "
+                                  f"{list(LENGTHS)}): it must be close to 0{hint}")
+
+
+@pytest.mark.points(1)
+def test_parity_error_turns_dropout_off(student, gen):
+    """parity_error compares both modules without dropout, even when the custom module is in train mode"""
+    custom = student.standin(D_MODEL, "correct", dropout=0.5)
+    custom.train()
+    x = randn(gen, B, S, D_MODEL)
+    err = _float(student.call("parity_error", custom, x, lengths_mask()), "parity_error")
+    if not err < 1e-4:
+        raise expect.CheckFailure(f"parity_error returned {err:.3g} for a correct module with dropout=0.5 in train "
+                                  "mode: switch both modules to eval() (and back afterwards) before comparing")
+
+
+BROKEN = {
+    "no_scale": "does not scale its scores",
+    "softmax_over_queries": "takes the softmax over the queries",
+    "ignores_mask": "ignores the padding mask",
+    "no_output_projection": "skips W_o",
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("variant", list(BROKEN))
+def test_parity_error_exposes_a_broken_module(student, gen, variant):
+    """parity_error is large for a broken SelfAttention"""
+    custom = student.standin(D_MODEL, variant)
+    x = randn(gen, B, S, D_MODEL)
+    mask = lengths_mask() if variant == "ignores_mask" else None
+    err = _float(student.call("parity_error", custom, x, mask), "parity_error")
+    if not (err > 1e-3 or math.isnan(err)):  # NaN: the outputs could not even be compared equal
+        raise expect.CheckFailure(f"parity_error returned {err:.3g} for a SelfAttention that {BROKEN[variant]}: a "
+                                  "parity check must run both modules on x and return the largest absolute "
+                                  "difference of their outputs")

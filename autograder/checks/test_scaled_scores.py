@@ -5,48 +5,109 @@ import pytest
 import torch
 
 import solutions as ref
-from autograder.checks.common import B, H, S, randn
 from autograder.checks import expect
+from autograder.checks.common import B, H, S, randn
+
+TRANSPOSE_HINT = ("transpose K with K.transpose(-2, -1) (or K.mT): K.transpose(1, 2) or K.permute(0, 2, 1) "
+                  "only swap the right axes of a 3-D tensor")
 
 
-@pytest.mark.points(2)
+def score_mistakes(Q, K):
+    d_k = Q.shape[-1]
+    raw = Q @ K.transpose(-2, -1)
+    return {
+        "you forgot to divide by sqrt(d_k)": raw,
+        "you divided by d_k instead of sqrt(d_k)": raw / d_k,
+        "you multiplied by sqrt(d_k) instead of dividing": raw * math.sqrt(d_k),
+        "you scaled by sqrt(S), the sequence length; the scale is sqrt(d_k), the last dimension of Q and K":
+            raw / math.sqrt(K.shape[-2]),
+    }
+
+
+@pytest.mark.points(3)
 def test_scores_match_reference_for_3d_inputs(student, gen):
     """scaled_scores is Q K^T / sqrt(d_k) on [B, S, d_k] inputs"""
-    Q, K = randn(gen, B, S, 8), randn(gen, B, S + 1, 8)
+    Q, K = randn(gen, B, S, 8), randn(gen, B, S + 2, 8)
     got = student.call("scaled_scores", Q, K)
-    want = ref.scaled_scores(Q, K)
-    hint = ""
-    if isinstance(got, torch.Tensor) and got.shape == want.shape:
-        if torch.allclose(got, want * math.sqrt(8), atol=1e-4):
-            hint = "you forgot to divide by sqrt(d_k)"
-        elif torch.allclose(got, want / math.sqrt(8), atol=1e-4):
-            hint = "you divided by d_k instead of sqrt(d_k)"
-    expect.close(got, want, "scaled_scores(Q, K)", hint)
+    expect.close(got, ref.scaled_scores(Q, K), "scaled_scores(Q, K)", mistakes=score_mistakes(Q, K),
+                 shapes={(B, S + 2, S): "the result must be [B, S_q, S_k]: Q @ K^T, not K @ Q^T"})
+
+
+@pytest.mark.points(3)
+def test_scores_match_reference_for_4d_inputs(student, gen):
+    """scaled_scores works on per-head [B, H, S, d_k] inputs"""
+    Q, K = randn(gen, B, H, S, 4), randn(gen, B, H, S + 1, 4)
+    got = expect.call(student, "scaled_scores", Q, K, hint=TRANSPOSE_HINT)
+    expect.close(got, ref.scaled_scores(Q, K), "scaled_scores on 4-D inputs", hint=TRANSPOSE_HINT,
+                 mistakes=score_mistakes(Q, K))
+
+
+@pytest.mark.points(1)
+def test_scores_keep_float64(student, gen):
+    """scaled_scores keeps float64 inputs in float64"""
+    Q, K = randn(gen, B, S, 6, dtype=torch.float64), randn(gen, B, S, 6, dtype=torch.float64)
+    expect.close(student.call("scaled_scores", Q, K), ref.scaled_scores(Q, K), "scaled_scores on float64 inputs",
+                 mistakes=score_mistakes(Q, K), atol=1e-10, rtol=1e-8)
+
+
+def softmax_mistakes(scores):
+    out = {}
+    for dim in range(scores.dim() - 1):
+        axis = "query" if dim == scores.dim() - 2 else "batch" if dim == 0 else "head"
+        out[f"your softmax runs over dim={dim} (the {axis} axis): it must run over the key dimension, dim=-1"] = \
+            torch.softmax(scores, dim=dim)
+    out["you did not normalise: softmax is exp(s) / sum over keys of exp(s)"] = scores.exp()
+    return out
 
 
 @pytest.mark.points(2)
-def test_scores_match_reference_for_4d_inputs(student, gen):
-    """scaled_scores works on per-head [B, H, S, d_k] inputs"""
-    Q, K = randn(gen, B, H, S, 4), randn(gen, B, H, S, 4)
-    got = student.call("scaled_scores", Q, K)
-    hint = "use K.transpose(-2, -1): K.transpose(1, 2) swaps the wrong axes of a 4-D tensor"
-    expect.close(got, ref.scaled_scores(Q, K), "scaled_scores on 4-D inputs", hint)
-
-
-def test_weights_rows_sum_to_one(student, gen):
+@pytest.mark.parametrize("dims", [3, 4], ids=["3-D", "4-D"])
+def test_weights_rows_sum_to_one(student, gen, dims):
     """rows of the attention weights sum to 1 (softmax over the key dimension)"""
-    scores = randn(gen, B, S, S + 2)
+    scores = randn(gen, B, S, S + 2) if dims == 3 else randn(gen, B, H, S, S + 2)
     got = expect.shape(student.call("attention_weights", scores), scores.shape, "attention_weights")
-    sums = got.sum(-1)
+    mistakes = softmax_mistakes(scores)
+    sums = got.double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
-        worst = sums[(sums - 1).abs().argmax() // sums.shape[-1] if sums.dim() > 1 else 0].max().item()
-        raise expect.CheckFailure(f"rows of your weights sum to {worst:.3g}: softmax must run over the key "
-                                  "dimension, dim=-1")
-    expect.close(got, ref.attention_weights(scores), "attention_weights")
+        worst = sums.flatten()[(sums - 1).abs().flatten().nan_to_num(float("inf")).argmax()].item()
+        hint = expect.diagnose(got, mistakes) or "softmax must run over the key dimension, dim=-1"
+        raise expect.CheckFailure(f"rows of your weights sum to {worst:.3g}, not 1: {hint}")
+    expect.close(got, ref.attention_weights(scores), "attention_weights", mistakes=mistakes)
 
 
-def test_attend_is_weighted_sum_of_values(student, gen):
-    """attend returns weights @ V"""
-    w = torch.softmax(randn(gen, B, H, S, S + 1), -1)
-    V = randn(gen, B, H, S + 1, 6)
-    expect.close(student.call("attend", w, V), ref.attend(w, V), "attend(weights, V)")
+@pytest.mark.points(1)
+def test_masked_scores_get_zero_weight(student, gen):
+    """a -inf score gets weight exactly 0, the others still sum to 1"""
+    scores = randn(gen, B, S, S)
+    scores[:, :, -2:] = float("-inf")
+    got = expect.shape(student.call("attention_weights", scores), scores.shape, "attention_weights")
+    if torch.isnan(got).any():
+        raise expect.CheckFailure("your weights contain NaN where some scores are -inf: exp(-inf) is 0, so use "
+                                  "torch.softmax (or subtract each row's max before exp)")
+    if (got[:, :, -2:] != 0).any():
+        raise expect.CheckFailure("keys whose score is -inf got a weight that is not exactly 0")
+    expect.close(got, ref.attention_weights(scores), "attention_weights with -inf scores")
+
+
+@pytest.mark.points(1)
+def test_weights_stable_for_large_scores(student, gen):
+    """the softmax stays finite for large scores (e.g. 100)"""
+    scores = randn(gen, B, S, S) * 30 + 100
+    got = expect.shape(student.call("attention_weights", scores), scores.shape, "attention_weights")
+    if not torch.isfinite(got).all():
+        raise expect.CheckFailure("your weights contain NaN or inf for scores around 100: exp overflows; use "
+                                  "torch.softmax, or subtract each row's max before exp")
+    expect.close(got, ref.attention_weights(scores), "attention_weights on large scores")
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dims", [3, 4], ids=["3-D", "4-D"])
+def test_attend_is_weighted_sum_of_values(student, gen, dims):
+    """attend returns weights @ V: [..., S_q, S_k] x [..., S_k, d_v] -> [..., S_q, d_v]"""
+    lead = (B,) if dims == 3 else (B, H)
+    w = torch.softmax(randn(gen, *lead, S, S + 1), -1)
+    V = randn(gen, *lead, S + 1, 6)
+    got = expect.call(student, "attend", w, V, hint="the weights [..., S_q, S_k] multiply V [..., S_k, d_v]: weights @ V")
+    expect.close(got, ref.attend(w, V), "attend(weights, V)",
+                 mistakes={"you normalised over the wrong axis: the weights are already a softmax, just take weights @ V":
+                           torch.softmax(w, -1) @ V})

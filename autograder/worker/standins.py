@@ -60,3 +60,8 @@ class StandInSelfAttention(nn.Module):
 
 def attention_standin(d_model: int, variant: str = "correct", dropout: float = 0.0) -> StandInSelfAttention:
     return StandInSelfAttention(d_model, variant, dropout)
+
+
+def linear(d_in: int, d_out: int, bias: bool = False) -> nn.Linear:
+    """A plain nn.Linear for checks that need a layer which is not the student's (its weights are set after)."""
+    return nn.Linear(d_in, d_out, bias=bias)
