@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 import time
 from collections import defaultdict
@@ -113,11 +114,18 @@ def run_checks(session: Session, part_ids: list[str], extra_args: tuple[str, ...
             "-o", "console_output_style=classic", *extra_args]
     CURRENT = Student(session)
     sink = io.StringIO()
+    # Entry-point plugins (hypothesis alone costs ~4 s to import) are not needed by the checks.
+    autoload = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             code = pytest.main(args, plugins=[collector])
     finally:
         CURRENT = None
+        if autoload is None:
+            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        else:
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = autoload
     if collector.collect_errors or code not in (0, 1):
         raise RuntimeError(f"the hidden checks could not run (pytest exit {code}):\n"
                            + ("\n".join(collector.collect_errors) or sink.getvalue()[-3000:]))
