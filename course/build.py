@@ -168,6 +168,19 @@ def problems_in_outputs(nb: nbformat.NotebookNode) -> list[str]:
     return found
 
 
+def coalesce_streams(nb: nbformat.NotebookNode) -> None:
+    """Merge consecutive stdout/stderr chunks, so the saved outputs do not depend on timing."""
+    for cell in nb.cells:
+        merged = []
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream" and merged and merged[-1].output_type == "stream" and merged[-1].name == out.name:
+                merged[-1].text += out.text
+            else:
+                merged.append(out)
+        if "outputs" in cell:
+            cell.outputs = merged
+
+
 def warm_matplotlib() -> None:
     """Build matplotlib's font cache now, so that no kernel prints the 'building the font cache' note."""
     subprocess.run([sys.executable, "-c", "import matplotlib.pyplot"], capture_output=True, check=False)
@@ -227,6 +240,7 @@ def build(root: Path, execute: bool = True) -> None:
         if bad:
             raise SystemExit("solved notebooks must run cleanly:\n" + json.dumps(bad, indent=1))
         for path, nb in executed.items():
+            coalesce_streams(nb)
             nb.metadata["language_info"] = {"name": "python"}  # the kernel's version details vary
             write_notebook(nb, path)
 

@@ -305,8 +305,8 @@ class _Holder(nn.Module):
 @_friendly("to_official")
 def check_to_official(to_official) -> None:
     d_model = 8
-    custom = _Holder(d_model)
-    official = to_official(custom)
+    holder = _Holder(d_model)
+    official = to_official(holder)
     assert isinstance(official, nn.MultiheadAttention), f"to_official should return nn.MultiheadAttention, got {type(official).__name__}"
     assert official.num_heads == 1, f"use one head, got num_heads={official.num_heads}"
     assert official.batch_first, "create it with batch_first=True: our tensors are [B, S, d_model]"
@@ -316,12 +316,12 @@ def check_to_official(to_official) -> None:
     w = official.in_proj_weight.detach()
     for i, name in enumerate(("W_q", "W_k", "W_v")):
         block = w[i * d_model : (i + 1) * d_model]
-        assert torch.equal(block, getattr(custom, name).weight), (
+        assert torch.equal(block, getattr(holder, name).weight), (
             f"rows {i * d_model}..{(i + 1) * d_model - 1} of in_proj_weight should hold {name}.weight (order q, k, v)"
         )
     if official.in_proj_bias is not None:
         assert not official.in_proj_bias.any(), "in_proj_bias must be zero (our projections have no bias)"
-    assert torch.equal(official.out_proj.weight, custom.W_o.weight), "out_proj.weight should hold W_o.weight"
+    assert torch.equal(official.out_proj.weight, holder.W_o.weight), "out_proj.weight should hold W_o.weight"
     if official.out_proj.bias is not None:
         assert not official.out_proj.bias.any(), "out_proj.bias must be zero"
     _ok("to_official: one head, batch_first, in_proj_weight = [W_q; W_k; W_v], out_proj = W_o, biases zero")
