@@ -52,14 +52,14 @@ def _clean_data(value, depth: int = 0):
 
 def private_paths(sources, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """What the worker must not see besides the defaults: the caller's extra paths, the
-    submission's folder and the two above it (nbgrader keeps submitted/<student>/<assignment>/,
-    so these hold the other students' work and the gradebook's course), and the current
+    submission's folder and the three above it (nbgrader keeps course/submitted/<student>/<assignment>/,
+    so these hold the other students' work and the course with its gradebook), and the current
     directory (where a grader is usually started: the course). System folders are never
     covered; the worker gets the student's code over its socket and needs none of these."""
     paths = list(extra)
     for source in sources:
         folder = os.path.dirname(os.path.abspath(source.path))
-        for _ in range(3):
+        for _ in range(4):
             paths.append(folder)
             folder = os.path.dirname(folder)
     try:
@@ -201,7 +201,11 @@ class Session:
             self.load_failure = (f"your code did not finish loading within {self.limits.load_seconds:.0f} s: "
                                  "is there a long computation or an endless loop at the top level of a cell?")
             raise PartStopped(self.load_failure) from None
-        except (WorkerGone, protocol.ProtocolError) as exc:
+        except protocol.ProtocolError as exc:
+            self.load_failure = ("your code broke its connection to the grader while it was being loaded (did it "
+                                 f"write to a file descriptor it did not open?): {exc}")
+            raise PartStopped(self.load_failure) from None
+        except WorkerGone as exc:
             self.load_failure = ("your code ended the grading process while it was being loaded (os._exit, "
                                  f"exit() at the top level, a crash, or the memory limit): {exc}")
             raise PartStopped(self.load_failure) from None
@@ -272,7 +276,8 @@ class Session:
             raise CheckFailure(f"{what} ended the grading process (os._exit, a crash, or the "
                                f"{self.limits.memory_bytes / 2**30:.0f} GiB memory limit)") from None
         except protocol.ProtocolError as exc:
-            raise CheckFailure(f"{what} returned something the grader refuses: {exc}") from None
+            raise CheckFailure(f"{what} returned something the grader refuses, or wrote to the grader's "
+                               f"connection: {exc}") from None
         forbidden = reply.get("forbidden")
         if forbidden and part.id in FROM_SCRATCH and isinstance(forbidden, list):
             part.forbidden.update(clean_text(f, 100) for f in forbidden)

@@ -75,13 +75,24 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
                        data and data.encode()), f"mount {target}")
 
 
+# Top-level folders the worker keeps: the operating system. Every other one (home folders,
+# /root, /work, /srv, /opt, /var, /mnt, /tmp, ...) is covered, wherever the course, the
+# gradebook, the reference solutions or other submissions happen to live.
+SYSTEM_TOP = frozenset({"usr", "etc", "proc", "sys", "dev", "bin", "sbin", "lib", "lib32", "lib64", "libx32"})
+
+
 def _default_hidden() -> list[str]:
-    """Where secrets and other people's work live on a typical machine."""
+    """Everything but the system: each top-level folder outside SYSTEM_TOP, plus the repository
+    and the usual places of secrets inside the kept ones (shared memory)."""
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(here))
-    paths = [repo, os.path.dirname(repo), "/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/mnt", "/media",
-             "/srv", "/opt", "/run/user", "/work"]
-    return [p for p in dict.fromkeys(paths) if p not in ("/", "") and os.path.isdir(p)]
+    paths = [repo, os.path.dirname(repo), "/dev/shm", "/dev/mqueue"]
+    try:
+        paths += [os.path.join("/", name) for name in sorted(os.listdir("/")) if name not in SYSTEM_TOP]
+    except OSError:
+        paths += ["/root", "/home", "/tmp", "/var", "/mnt", "/media", "/srv", "/opt", "/run", "/work"]
+    return [p for p in dict.fromkeys(paths)
+            if p not in ("/", "") and os.path.isdir(p) and not os.path.islink(p)]
 
 
 def _needed_paths() -> list[str]:
@@ -92,15 +103,19 @@ def _needed_paths() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
-def _cover(paths: list[str], keep: list[str], tmp_bytes: int) -> None:
-    """Cover each path with an empty tmpfs, then bind `keep` back read-only where it was covered."""
+def _cover(paths: list[str], keep: list[str], tmp_bytes: int) -> list[str]:
+    """Cover each path with an empty tmpfs, then bind `keep` back read-only where it was covered.
+    Returns the paths that could not be covered."""
     keep_fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
-    covered = []
-    for path in sorted(set(paths), key=len):
+    covered, failed = [], []
+    for path in sorted({os.path.realpath(p) for p in paths}, key=len):
         if any(path == c or path.startswith(c + "/") for c in covered) and path not in ("/tmp",):
             continue
-        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-        covered.append(path)
+        try:
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+            covered.append(path)
+        except OSError as exc:
+            failed.append(f"{path} ({exc.strerror})")
     for path, fd in keep_fds.items():
         if any(path == c or path.startswith(c + "/") for c in covered):
             os.makedirs(path, exist_ok=True)
@@ -111,6 +126,7 @@ def _cover(paths: list[str], keep: list[str], tmp_bytes: int) -> None:
         _mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     # a private, writable, small /tmp for the student
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
+    return failed
 
 
 def _close_fds(keep: int) -> None:
@@ -168,9 +184,13 @@ def _setup_filesystem(cfg: SandboxConfig, prot: Protections) -> None:
     try:
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         hidden = _default_hidden() + [p for p in cfg.hide if os.path.exists(p)]
-        _cover(hidden, _needed_paths() + [p for p in cfg.expose if os.path.isdir(p)], cfg.tmp_bytes)
+        failed = _cover(hidden, _needed_paths() + [p for p in cfg.expose if os.path.isdir(p)], cfg.tmp_bytes)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        prot.set("filesystem", True, "repository, course, submissions, homes and host /tmp covered")
+        if failed:
+            prot.set("filesystem", False, "could not cover " + ", ".join(failed))
+        else:
+            prot.set("filesystem", True, "only the system (/usr, /etc) and Python are visible, read-only; the "
+                                         "repository, course, submissions, homes and host /tmp are covered")
     except OSError as exc:
         prot.set("filesystem", False, str(exc))
 

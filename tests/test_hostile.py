@@ -1,0 +1,158 @@
+"""Hostile submissions (tests/hostile/*.py) earn nothing beyond their honest work, cannot
+break grading, and leave nothing behind.
+
+Every case is graded by one shared warm grader, in a sentinel course tree whose files are
+world-writable (only the sandbox can protect them), and is checked for: points per part
+no higher than the honest twin's, grading time within the limits, every file of the
+course, the reference solutions and the hidden checks unchanged, no live process left
+from the worker, and no trace of code run in the trusted process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
+import _kit as kit  # noqa: E402
+
+from autograder.spec import PARTS  # noqa: E402
+
+ALL = [p.id for p in PARTS]
+# The cheap parts, enough to show that an attack on one function leaves the others intact.
+SUBSET = [p for p in ("qkv_projection", "scaled_scores", "masks") if p in ALL]
+POINTS = {p.id: p.points for p in PARTS}
+
+
+@pytest.fixture(scope="module")
+def course():
+    return kit.make_course()
+
+
+@pytest.fixture(scope="module")
+def reference(course):
+    """The reference solutions graded as a submission: what an honest student earns."""
+    return kit.baseline(course, kit.REFERENCE, SUBSET)
+
+
+def attack(course, name, part_ids, limits=None):
+    """Grade tests/hostile/<name>.py and assert the invariants every attack must respect."""
+    kit.PWNED.unlink(missing_ok=True)
+    code, honest_code = kit.case_sources(name, course)
+    honest = kit.baseline(course, honest_code, part_ids)
+    path = kit.write_submission(course, name, code)
+    before = kit.snapshot(*kit.protected_trees(course))
+    limits = limits or kit.LIMITS
+    result, seconds = kit.grade(path, limits, part_ids)
+    for part in result.parts:
+        assert part.score <= honest.part(part.id).score + 1e-9, (name, part.id, part.checks)
+    budget = len(part_ids) * limits.part_seconds + 2 * limits.load_seconds + 10
+    assert seconds < budget, f"{name}: grading took {seconds:.1f} s, over its {budget:.0f} s bound"
+    assert kit.snapshot(*kit.protected_trees(course)) == before, f"{name} changed files outside the sandbox"
+    assert kit.leftovers() == [], f"{name} left processes behind"
+    assert not kit.PWNED.exists(), f"{name} ran code in the trusted grader"
+    print(f"ATTACK {name}: {result.score:g} (honest {honest.score:g}) in {seconds:.1f} s")
+    return result, honest
+
+
+def test_patched_comparisons_do_not_turn_wrong_answers_into_points(course):
+    result, honest = attack(course, "patch_comparisons", ["scaled_scores"])
+    assert kit.scores(result) == kit.scores(honest)
+    assert result.part("scaled_scores").score < POINTS["scaled_scores"]
+
+
+def test_disk_search_finds_no_solutions_checks_or_gradebook(course):
+    result, _ = attack(course, "find_solutions", ["scaled_scores"])
+    text = kit.messages(result, "scaled_scores")
+    assert "searched the disk, found []" in text, text
+    assert result.part("scaled_scores").score < POINTS["scaled_scores"]
+
+
+def test_os_exit_at_import_scores_nothing_and_says_why(course):
+    result, _ = attack(course, "exit_at_import", SUBSET)
+    assert result.score == 0
+    assert "ended the grading process while it was being loaded" in kit.messages(result, "masks")
+
+
+def test_system_exit_at_import_keeps_only_the_definitions_before_it(course, reference):
+    result, _ = attack(course, "system_exit_at_import", SUBSET)
+    assert kit.scores(result) == kit.scores(reference)
+    assert any("SystemExit" in n for n in result.notes), result.notes
+
+
+def test_exit_inside_a_function_fails_that_function_only(course, reference):
+    result, _ = attack(course, "exit_in_function", SUBSET)
+    assert result.part("qkv_projection").score == reference.part("qkv_projection").score
+    assert "attend called exit()" in kit.messages(result, "scaled_scores")
+    assert "padding_mask called exit()" in kit.messages(result, "masks")
+
+
+def test_endless_loop_costs_only_the_part_that_calls_it(course, reference):
+    limits = kit.replace(kit.LIMITS, part_seconds=3.0)
+    started = time.perf_counter()
+    result, _ = attack(course, "endless_loop", SUBSET, limits)
+    assert time.perf_counter() - started < 3 * 3.0 + 2 * limits.load_seconds
+    for part in ("qkv_projection", "masks"):
+        assert result.part(part).score == reference.part(part).score, part
+    assert "did not return within the part's 3 s limit" in kit.messages(result, "scaled_scores")
+    assert result.part("scaled_scores").score < reference.part("scaled_scores").score
+
+
+def test_allocating_gigabytes_fails_inside_the_worker_only(course, reference):
+    result, _ = attack(course, "memory_hog", ["qkv_projection", "scaled_scores"],
+                       kit.replace(kit.LIMITS, memory_bytes=2 * 2**30))
+    assert result.part("qkv_projection").score == reference.part("qkv_projection").score
+    assert result.part("scaled_scores").score == 0
+    text = kit.messages(result, "scaled_scores")
+    assert "memory" in text.lower(), text
+
+
+def test_unpicklable_tricks_subclasses_and_absurd_outputs_are_refused(course, reference):
+    result, _ = attack(course, "pickle_tricks", ["scaled_scores", "masks"])
+    assert result.part("scaled_scores").score == 0
+    text = kit.messages(result, "scaled_scores")
+    assert "tensor subclass" in text, text
+    assert result.part("masks").score < reference.part("masks").score
+
+
+def test_daemon_forked_at_import_dies_with_grading(course, reference):
+    result, _ = attack(course, "daemon", ["qkv_projection"])
+    assert result.part("qkv_projection").score == reference.part("qkv_projection").score
+
+
+def test_callers_frames_and_gc_hold_no_expected_values(course):
+    result, honest = attack(course, "frames_gc", ["scaled_scores"])
+    assert kit.scores(result) == kit.scores(honest)
+
+
+def test_writes_to_course_gradebook_other_students_and_solutions_fail(course, reference):
+    result, _ = attack(course, "write_outside", ["qkv_projection"])
+    assert result.part("qkv_projection").score == reference.part("qkv_projection").score
+
+
+def test_fake_output_leaves_the_cli_json_a_single_true_document(course, reference, capfd, monkeypatch):
+    """Through the CLI's own code path (with the shared warm grader), capturing the real fds 1 and 2."""
+    from autograder import cli, grade as grade_module
+
+    code, _ = kit.case_sources("fake_output", course)
+    path = kit.write_submission(course, "fake_output", code)
+    before = kit.snapshot(*kit.protected_trees(course))
+    monkeypatch.setattr(grade_module, "grade", lambda p, gpu=False, limits=None: kit.grade(p, part_ids=SUBSET)[0])
+    capfd.readouterr()
+    started = time.perf_counter()
+    status = cli.main(["grade", str(path), "--json"])
+    seconds = time.perf_counter() - started
+    out, err = capfd.readouterr()
+    assert status == 0
+    doc = json.loads(out)  # exactly one document: json.loads refuses any text around it
+    assert '"score": 100' not in out + err
+    for part in doc["parts"]:  # writing to its own socket cost scaled_scores its points, nothing else moved
+        want = reference.part(part["id"]).score
+        assert part["score"] == want or (part["id"] == "scaled_scores" and part["score"] < want), part["id"]
+    assert kit.snapshot(*kit.protected_trees(course)) == before
+    assert kit.leftovers() == []
+    print(f"ATTACK fake_output: {doc['score']:g} (honest {reference.score:g}) in {seconds:.1f} s")
