@@ -27,6 +27,12 @@ def cmd_grade(args) -> int:
     return 0
 
 
+def cmd_grade_gpu(args) -> int:
+    from .gpu import main_grade_gpu
+
+    return main_grade_gpu(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description="The self-attention course's grader.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -38,6 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--memory-gib", type=float, help="address-space limit of the worker (default 6)")
     g.add_argument("--no-namespaces", action="store_true", help="do not use Linux namespaces (weaker sandbox)")
     g.set_defaults(func=cmd_grade)
+    gg = sub.add_parser("grade-gpu", help="GPU stage for a whole nbgrader course: CSV + gradebook extra credit "
+                        "(docs/gpu.md)")
+    gg.add_argument("course_dir", help="the nbgrader course directory (with submitted/ and gradebook.db)")
+    gg.add_argument("--assignment", default="self_attention")
+    gg.add_argument("--csv", help="where to write the results (default COURSE_DIR/long_sequence_gpu.csv)")
+    gg.add_argument("--gradebook", help="gradebook URL (default sqlite:///COURSE_DIR/gradebook.db if it exists)")
+    gg.add_argument("--no-gradebook", action="store_true", help="only write the CSV")
+    gg.add_argument("--from-csv", help="do not grade: record an earlier CSV in the gradebook")
+    gg.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    gg.set_defaults(func=cmd_grade_gpu)
+    from . import classgrade, demo, gradescope  # instructor commands: grade-class, gradescope-bundle, demo
+
+    for module in (classgrade, gradescope, demo):
+        module.add_parser(sub)
     return parser
 
 
