@@ -31,6 +31,7 @@ import torch.nn  # noqa: F401
 import torch.nn.functional  # noqa: F401
 import torch.utils._python_dispatch  # noqa: F401
 import torch.utils._pytree  # noqa: F401
+import torch.fx.experimental.symbolic_shapes  # noqa: F401  - else nn.MultiheadAttention's first forward imports it (~5 s per worker)
 
 from . import protocol, runtime, sandbox
 
