@@ -1,0 +1,239 @@
+"""Each layer of the sandbox, observed from inside a real worker.
+
+A probe submission's functions report what they can see and do; the trusted side asserts it.
+All cases share the warm grader of tests/hostile/_kit.py.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
+import _kit as kit  # noqa: E402
+
+from autograder.extract import Source  # noqa: E402
+from autograder.results import GradeResult, Limits, PartResult  # noqa: E402
+from autograder.session import CheckFailure, PartStopped, Session, private_paths  # noqa: E402
+
+PROBE = r'''
+import ctypes, os, resource, socket, struct, sys, time
+
+def probe():
+    out = {"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid(), "env": sorted(os.environ)}
+    status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    out["cap_eff"] = status["CapEff"].strip()
+    out["no_new_privs"] = status["NoNewPrivs"].strip()
+    out["fds"] = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out["fds"][int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    out["processes"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    for path in PATHS:
+        try:
+            out["ls " + path] = sorted(os.listdir(path))
+        except OSError as exc:
+            out["ls " + path] = type(exc).__name__
+    for path in ("/etc/autograder-probe", "/tmp/ok", PATHS[0] + "/probe-was-here"):
+        try:
+            with open(path, "w") as f:
+                f.write("x")
+            out["write " + path] = "written"
+        except OSError as exc:
+            out["write " + path] = type(exc).__name__
+    libc = ctypes.CDLL(None, use_errno=True)
+    out["umount"] = [libc.umount2(p.encode(), 2) for p in PATHS if os.path.isdir(p)]
+    try:
+        socket.create_connection(("1.1.1.1", 53), timeout=1)
+        out["internet"] = "connected"
+    except OSError as exc:
+        out["internet"] = type(exc).__name__
+    try:
+        socket.create_connection(("127.0.0.1", 22), timeout=1)
+        out["loopback"] = "connected"
+    except OSError as exc:
+        out["loopback"] = type(exc).__name__
+    out["interfaces"] = [name for _, name in socket.if_nameindex()]
+    out["limits"] = {name: resource.getrlimit(getattr(resource, name))[0]
+                     for name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")}
+    out["modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("solutions", "autograder")
+                            and not m.startswith("autograder.worker") and m != "autograder")
+    return repr(out)
+
+def hang_unkillably():
+    libc = ctypes.CDLL(None)
+    libc.prctl(1, 0, 0, 0, 0)  # clear the parent-death signal
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    if os.fork() == 0:
+        while True:
+            time.sleep(0.05)
+    while True:
+        pass
+
+def trickle():
+    """Start a reply on the grader's socket and send it one byte at a time."""
+    sock = socket.socket(fileno=os.dup(3))
+    sock.sendall(struct.pack("!Q", 1000))
+    while True:
+        sock.send(b"x")
+        time.sleep(0.2)
+
+def quick():
+    return 1
+'''
+
+
+def session(code: str, folder: Path, **limits) -> Session:
+    path = folder / "probe.py"
+    path.write_text(code)
+    s = Session(kit.grader().zygote, (Source("probe", str(path), (code,)),), kit.replace(kit.LIMITS, **limits))
+    s.start()
+    s.enter_part("qkv_projection")
+    return s
+
+
+@pytest.fixture(scope="module")
+def course():
+    return kit.make_course()
+
+
+@pytest.fixture(scope="module")
+def seen(course):
+    """What the probe sees from inside a worker, with the sentinel course as its neighbourhood."""
+    folder = course / "submitted" / "alice" / "self_attention"
+    paths = [str(course), str(kit.REPO), str(kit.REPO / "solutions"), str(kit.REPO / "autograder"), "/tmp", "/home",
+             "/root", str(Path(sys.prefix))]
+    s = session(f"PATHS = {paths!r}\n" + PROBE, folder)
+    try:
+        return eval(s.call("probe")), s.protections  # noqa: S307 - our own probe's repr of plain data
+    finally:
+        s.close()
+
+
+def test_worker_runs_as_nobody_without_capabilities_or_new_privileges(seen):
+    info, _ = seen
+    assert (info["uid"], info["gid"]) == (65534, 65534)
+    assert int(info["cap_eff"], 16) == 0
+    assert info["no_new_privs"] == "1"
+
+
+def test_environment_holds_nothing_but_path_home_lang_and_threads(seen):
+    assert seen[0]["env"] == ["HOME", "LANG", "OMP_NUM_THREADS", "PATH"]
+
+
+def test_only_devnull_and_the_graders_socket_are_open(seen):
+    fds = seen[0]["fds"]
+    assert {fds[0], fds[1], fds[2]} == {"/dev/null"}
+    others = {fd: target for fd, target in fds.items() if fd > 2 and not target.startswith("/proc")}
+    assert len(others) == 1 and next(iter(others.values())).startswith("socket:"), fds
+
+
+def test_worker_is_alone_in_its_own_pid_namespace(seen):
+    info, _ = seen
+    assert info["pid"] == 1
+    assert info["processes"] == [1]
+
+
+def test_no_network_not_even_loopback_to_the_host(seen):
+    info, _ = seen
+    assert info["internet"] != "connected" and info["loopback"] != "connected"
+    assert info["interfaces"] == ["lo"]
+
+
+def test_course_repository_solutions_and_homes_are_empty_from_inside(seen, course):
+    info, _ = seen
+    assert info[f"ls {course}"] in ([], "FileNotFoundError")
+    assert info[f"ls {kit.REPO}"] in ([".venv"], [], "FileNotFoundError")
+    assert info[f"ls {kit.REPO / 'solutions'}"] == "FileNotFoundError"
+    assert info[f"ls {kit.REPO / 'autograder'}"] == "FileNotFoundError"
+    assert info["ls /tmp"] == [] and info["ls /home"] in ([], "FileNotFoundError")
+    assert info["modules"] == [], "the worker's memory holds grader or solution modules"
+
+
+def test_python_stays_readable_but_nothing_outside_tmp_is_writable(seen, course):
+    info, _ = seen
+    assert info[f"ls {Path(sys.prefix)}"] not in ([], "FileNotFoundError", "PermissionError")
+    assert info["write /tmp/ok"] == "written"
+    assert info["write /etc/autograder-probe"] != "written"
+    assert info[f"write {course}/probe-was-here"] != "written"
+    assert not (course / "probe-was-here").exists()
+    assert all(code != 0 for code in info["umount"]), "a cover could be unmounted"
+
+
+def test_resource_limits_are_the_configured_ones(seen):
+    limits = seen[0]["limits"]
+    assert limits["RLIMIT_AS"] == kit.LIMITS.memory_bytes
+    assert limits["RLIMIT_CPU"] == kit.LIMITS.cpu_seconds
+    assert limits["RLIMIT_CORE"] == 0
+    assert 0 < limits["RLIMIT_NPROC"] <= 1024 and 0 < limits["RLIMIT_FSIZE"] <= 2**30
+
+
+def test_every_protection_is_on_where_namespaces_work(seen):
+    _, protections = seen
+    assert protections.get("off") == {}, protections.get("off")
+
+
+def test_a_hung_call_costs_its_part_limit_and_its_whole_tree_dies(tmp_path):
+    """the part stops after part_seconds; the worker (which cleared its parent-death signal and left
+    its process group) and its child are killed; a fresh worker serves the next part"""
+    s = session(f"PATHS = ['/']\n" + PROBE, tmp_path, part_seconds=2.0)
+    try:
+        started = time.perf_counter()
+        with pytest.raises(PartStopped, match="did not return within the part's 2 s limit"):
+            s.call("hang_unkillably")
+        assert time.perf_counter() - started < 4.0
+        assert kit.leftovers() == []
+        s.enter_part("scaled_scores")
+        assert s.call("quick") == 1
+    finally:
+        s.close()
+    assert kit.leftovers() == []
+
+
+def test_a_reply_trickled_byte_by_byte_cannot_stretch_the_deadline(tmp_path):
+    s = session(PROBE, tmp_path, part_seconds=2.0)
+    try:
+        started = time.perf_counter()
+        with pytest.raises(PartStopped):
+            s.call("trickle")
+        assert time.perf_counter() - started < 4.0
+    finally:
+        s.close()
+    assert kit.leftovers() == []
+
+
+def test_without_namespaces_grading_runs_and_says_loudly_what_is_off(tmp_path):
+    code = kit.REFERENCE + "\n\n" + (kit.HOSTILE / "daemon.py").read_text()
+    path = tmp_path / "daemon.py"
+    path.write_text(code)
+    result, _ = kit.grade(path, kit.replace(kit.LIMITS, namespaces=False), ["qkv_projection"])
+    assert kit.leftovers() == [], "a daemon outlived grading without a PID namespace"
+    off = "\n".join(result.protections_off)
+    for layer in ("namespaces", "network", "filesystem", "processes_tree"):
+        assert layer in off, off
+    assert result.part("qkv_projection").score > 0
+    from rich.console import Console
+
+    from autograder.report import render
+
+    console = Console(record=True, width=120)
+    render(result, console)
+    assert "SANDBOX PROTECTIONS OFF" in console.export_text()
+
+
+def test_private_paths_cover_the_submission_its_three_parents_and_never_the_system(tmp_path):
+    deep = tmp_path / "course" / "submitted" / "alice" / "self_attention"
+    deep.mkdir(parents=True)
+    paths = private_paths([Source("nb", str(deep / "01_scores.ipynb"), ())], ("/nonexistent",))
+    for folder in (deep, deep.parent, deep.parent.parent, tmp_path / "course"):
+        assert str(folder.resolve()) in paths
+    shallow = private_paths([Source("x", "/usr/x.py", ())])
+    assert not {"/", "/usr"} & set(shallow)
