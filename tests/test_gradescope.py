@@ -1,0 +1,85 @@
+"""The Gradescope bundle: its layout follows Gradescope's spec, and run_autograder's results.json
+carries the same scores as Grader().grade on the same submission."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder.gradescope import TORCH_VERSION, build_bundle
+from autograder.spec import PARTS
+
+REPO = Path(__file__).resolve().parent.parent
+BUGGY_EDIT = ("return Q @ K.transpose(-2, -1) / math.sqrt(d_k)", "return Q @ K.transpose(-2, -1)")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = build_bundle(tmp_path_factory.mktemp("bundle") / "autograder.zip")
+    return out
+
+
+def test_bundle_has_gradescope_entry_points_and_the_hidden_checks(bundle):
+    with zipfile.ZipFile(bundle) as z:
+        names = set(z.namelist())
+        setup = z.read("setup.sh").decode()
+        mode = z.getinfo("run_autograder").external_attr >> 16
+    assert {"setup.sh", "run_autograder", "requirements.txt", "solutions/attention.py",
+            "autograder/grade.py", "autograder/worker/zygote.py"} <= names
+    assert {f"autograder/checks/test_{p.id}.py" for p in PARTS} <= names
+    assert f"torch=={TORCH_VERSION}" in setup and "download.pytorch.org/whl/cpu" in setup
+    assert mode & stat.S_IXUSR, "run_autograder must be executable"
+
+
+def _run_bundle(bundle: Path, root: Path, submission_file: Path) -> dict:
+    with zipfile.ZipFile(bundle) as z:
+        z.extractall(root / "source")
+    (root / "submission").mkdir(parents=True)
+    (root / "submission" / submission_file.name).write_bytes(submission_file.read_bytes())
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "AUTOGRADER_ROOT": str(root),
+           "AUTOGRADER_PYTHON": sys.executable, "HOME": str(root)}
+    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def grader():
+    from autograder.grade import Grader
+
+    with Grader() as g:
+        yield g
+
+
+@pytest.mark.parametrize("buggy", [False, True], ids=["correct", "buggy"])
+def test_results_json_scores_equal_the_graders(bundle, grader, tmp_path, buggy):
+    code = (REPO / "solutions" / "attention.py").read_text()
+    if buggy:
+        assert BUGGY_EDIT[0] in code
+        code = code.replace(*BUGGY_EDIT)
+    sub = tmp_path / "attention.py"
+    sub.write_text(code)
+    doc = _run_bundle(bundle, tmp_path / "autograder", sub)
+    expected = grader.grade(sub)
+    assert doc["score"] == pytest.approx(expected.score, abs=1e-3)
+    tests = {t["name"]: t for t in doc["tests"]}
+    for part in expected.parts:
+        for c in part.checks:
+            t = tests[f"{part.id}: {c.name}"]
+            assert t["score"] == pytest.approx(c.points, abs=1e-3)
+            assert t["max_score"] == pytest.approx(c.max_points, abs=1e-3)
+            assert t["visibility"] == "visible"
+    assert sum(t["max_score"] for t in doc["tests"]) == pytest.approx(sum(p.points for p in PARTS))
+    if buggy:
+        failed = [t for t in doc["tests"] if t["score"] < t["max_score"]]
+        assert failed and all(t["name"].startswith("scaled_scores") for t in failed)
+        assert all(t["output"] and t["output"] != "passed" for t in failed)
+    else:
+        assert doc["score"] == pytest.approx(sum(p.points for p in PARTS))
