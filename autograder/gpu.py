@@ -415,6 +415,14 @@ def gpu_limits(limits: Limits, device: str) -> Limits:
     return replace(limits, memory_bytes=resource.RLIM_INFINITY)
 
 
+def torch_paths() -> tuple[str, ...]:
+    """Where torch and its CUDA libraries live: read-only in a GPU worker even if outside the Python prefix."""
+    import os  # noqa: PLC0415
+
+    site = os.path.dirname(os.path.dirname(os.path.realpath(torch.__file__)))
+    return (site,)
+
+
 def grade_gpu(grader, extracted, config: GpuConfig | None = None) -> PartResult:
     """The GPU stage for one extracted submission; `config` is the CPU tests' hook (device="cpu", small S)."""
     global CONFIG
@@ -430,6 +438,8 @@ def grade_gpu(grader, extracted, config: GpuConfig | None = None) -> PartResult:
         return PartResult(PART_ID, GPU_PART.points, (CheckResult("your submission can be read", False, 0.0,
                                                                  GPU_PART.points, reason),), (reason,))
     session = Session(grader.zygote, extracted.sources, gpu_limits(grader.limits, cfg.device), device=cfg.device)
+    if cfg.device != "cpu":  # CUDA loads torch's libraries (libcudart, cuBLAS, ...) only now, in the worker
+        session.config = replace(session.config, expose=tuple(dict.fromkeys(session.config.expose + torch_paths())))
     CONFIG = cfg
     MEASUREMENTS.clear()
     try:

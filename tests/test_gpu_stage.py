@@ -374,3 +374,29 @@ def test_grade_course_grades_each_submitted_folder_writes_the_csv_and_the_gradeb
     assert float(rows["alice"]["score"]) == GPU_PART.points and rows["alice"]["failed_checks"] == ""
     assert float(rows["bob"]["score"]) == 0 and "exact attention" in rows["bob"]["failed_checks"]
     assert sorted(result.recorded) == ["alice", "bob"]
+
+
+def test_a_cuda_session_exposes_dev_and_torch_and_lifts_the_address_space_limit(grader, monkeypatch, variants):
+    """CUDA needs /dev/nvidia*, torch's lazily loaded CUDA libraries and far more address space than RLIMIT_AS allows."""
+    import resource
+
+    import autograder.session
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    class FakeSession(autograder.session.Session):
+        def start(self):
+            seen["config"], seen["device"] = self.config, self.device
+            raise Stop
+
+    monkeypatch.setattr(gpu, "cuda_available", lambda: True)
+    monkeypatch.setattr(autograder.session, "Session", FakeSession)
+    with pytest.raises(Stop):
+        gpu.grade_gpu(grader, extract(variants["reference"]))
+    cfg = seen["config"]
+    assert seen["device"] == "cuda" and "/dev" in cfg.expose and gpu.torch_paths()[0] in cfg.expose
+    assert cfg.memory_bytes == resource.RLIM_INFINITY
+    assert gpu.CONFIG is None  # reset even when the stage fails
