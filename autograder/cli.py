@@ -12,10 +12,16 @@ def _limits(args) -> Limits:
     defaults = Limits()
     return Limits(part_seconds=args.part_seconds or defaults.part_seconds,
                   memory_bytes=int((args.memory_gib or defaults.memory_bytes / 2**30) * 2**30),
-                  namespaces=not args.no_namespaces)
+                  namespaces=not args.no_namespaces,
+                  load_seconds=getattr(args, "load_seconds", None) or defaults.load_seconds,
+                  cpu_seconds=getattr(args, "cpu_seconds", None) or defaults.cpu_seconds,
+                  extra_hidden=tuple(getattr(args, "hide", None) or ()))
 
 
 def cmd_grade(args) -> int:
+    from .extract import extract
+
+    extract(args.submission)  # no submission: exit 2 at once, before torch is even imported
     from .grade import grade
     from .report import as_json, render
 
@@ -43,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--part-seconds", type=float, help="wall-clock limit per part (default 20)")
     g.add_argument("--memory-gib", type=float, help="address-space limit of the worker (default 6)")
     g.add_argument("--no-namespaces", action="store_true", help="do not use Linux namespaces (weaker sandbox)")
+    g.add_argument("--load-seconds", type=float, help="limit for starting a worker and running the top-level "
+                   "code (default 30)")
+    g.add_argument("--cpu-seconds", type=int, help="CPU-time limit of one worker (default 300)")
+    g.add_argument("--hide", action="append", metavar="PATH", help="also hide this path from student code "
+                   "(repeatable; the submission's folders and the current directory are always hidden)")
     g.set_defaults(func=cmd_grade)
     gg = sub.add_parser("grade-gpu", help="GPU stage for a whole nbgrader course: CSV + gradebook extra credit "
                         "(docs/gpu.md)")

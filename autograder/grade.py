@@ -152,5 +152,6 @@ def _load_notes(session: Session) -> list[str]:
 
 def grade(path, gpu: bool = False, limits: Limits | None = None) -> GradeResult:
     """Grade one submission (a notebook, a folder of notebooks or a .py file)."""
+    extract(path)  # a path that is no submission fails here, before the worker pool starts
     with Grader(limits) as grader:
         return grader.grade(path, gpu=gpu)

@@ -237,3 +237,15 @@ def test_private_paths_cover_the_submission_its_three_parents_and_never_the_syst
         assert str(folder.resolve()) in paths
     shallow = private_paths([Source("x", "/usr/x.py", ())])
     assert not {"/", "/usr"} & set(shallow)
+
+
+def test_cli_flags_set_the_limits_the_sandbox_gets():
+    from autograder import cli
+
+    args = cli.build_parser().parse_args(["grade", "x.py", "--part-seconds", "7", "--memory-gib", "2", "--cpu-seconds",
+                                          "60", "--load-seconds", "9", "--hide", "/srv/course", "--hide", "/data",
+                                          "--no-namespaces"])
+    limits = cli._limits(args)
+    assert limits == Limits(part_seconds=7.0, load_seconds=9.0, memory_bytes=2 * 2**30, cpu_seconds=60,
+                            namespaces=False, extra_hidden=("/srv/course", "/data"))
+    assert "/data" in private_paths([], limits.extra_hidden) or not Path("/data").is_dir()

@@ -26,6 +26,7 @@ from .meter import LiveMemoryMeter
 PREAMBLE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 STUDENT_FILE = "<student:{label}>"
 MAX_CAPTURED_OUTPUT = 4000
+MAX_RETURNED_ELEMENTS = 64 * 2**20  # the grader refuses more anyway; saying so here avoids a huge copy
 DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64,
                                                      torch.int32, torch.int64, torch.bool)}
 
@@ -82,7 +83,15 @@ class Worker:
             plain = value.detach()
             if type(plain) is not torch.Tensor:
                 plain = plain.as_subclass(torch.Tensor)
-            return {"__tensor__": plain.to("cpu").clone().contiguous(), "device": str(value.device),
+            if plain.device.type == "meta":
+                raise TypeError("the result is a tensor on the 'meta' device, which holds no values")
+            if plain.numel() > MAX_RETURNED_ELEMENTS:
+                raise TypeError(f"the result has {plain.numel():,} elements, far more than asked for")
+            try:
+                copy = plain.to("cpu").clone().contiguous()
+            except RuntimeError as exc:
+                raise TypeError(f"the result (on {plain.device}) could not be copied back: {exc}") from None
+            return {"__tensor__": copy, "device": str(value.device),
                     "requires_grad": bool(value.requires_grad), "cls": type(value).__name__}
         if isinstance(value, (list, tuple)):
             items = [self.encode(v, depth + 1) for v in value]
