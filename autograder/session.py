@@ -20,7 +20,7 @@ from .results import Limits
 from .run import WorkerGone, WorkerTimeout, Zygote, start_worker
 from .spec import FROM_SCRATCH, PART_BY_ID
 from .worker import protocol
-from .worker.sandbox import SandboxConfig
+from .worker.sandbox import SYSTEM_TOP, SandboxConfig
 
 MAX_ELEMENTS = 64 * 2**20  # a returned tensor larger than this is refused
 MAX_DEPTH = 32  # nesting of a returned value
@@ -68,8 +68,9 @@ def private_paths(sources, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
         pass
     out = []
     for path in dict.fromkeys(os.path.realpath(p) for p in paths):
-        if path not in SYSTEM_DIRS and os.path.isdir(path):
-            out.append(path)
+        top = path.split("/")[1] if path.startswith("/") else ""
+        if path not in SYSTEM_DIRS and top not in SYSTEM_TOP and os.path.isdir(path):
+            out.append(path)  # (a folder inside /usr or /etc would hide part of the system the worker needs)
     return tuple(out)
 
 
