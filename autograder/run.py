@@ -30,6 +30,10 @@ class WorkerGone(Exception):
     """The worker died (os._exit, a crash, a memory or CPU limit) or was killed."""
 
 
+class SandboxFailed(WorkerGone):
+    """The sandboxed worker did not come up at all: a problem of this machine, not of the student's code."""
+
+
 class WorkerTimeout(Exception):
     """The worker did not answer within its time limit and was killed."""
 
@@ -119,7 +123,7 @@ class WorkerProcess:
             reply = protocol.recv(self.sock, deadline=time.monotonic() + timeout)
         except (socket.timeout, EOFError, OSError, protocol.ProtocolError) as exc:
             self.kill()
-            raise WorkerGone(f"the sandboxed worker did not start: {exc}") from None
+            raise SandboxFailed(f"the sandboxed worker did not start: {exc or type(exc).__name__}") from None
         self.protections = reply.get("protections", {})
         return reply
 

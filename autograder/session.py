@@ -17,7 +17,7 @@ import torch
 
 from .extract import Source
 from .results import Limits
-from .run import WorkerGone, WorkerTimeout, Zygote, start_worker
+from .run import SandboxFailed, WorkerGone, WorkerTimeout, Zygote, start_worker
 from .spec import FROM_SCRATCH, PART_BY_ID
 from .worker import protocol
 from .worker.sandbox import SYSTEM_TOP, SandboxConfig
@@ -206,6 +206,9 @@ class Session:
             self.load_failure = ("your code broke its connection to the grader while it was being loaded (did it "
                                  f"write to a file descriptor it did not open?): {exc}")
             raise PartStopped(self.load_failure) from None
+        except SandboxFailed as exc:  # before any student code ran: say so, do not blame the student
+            self.load_failure = f"not graded: the grader could not start its sandbox on this machine ({exc})"
+            raise PartStopped(self.load_failure) from None
         except WorkerGone as exc:
             self.load_failure = ("your code ended the grading process while it was being loaded (os._exit, "
                                  f"exit() at the top level, a crash, or the memory limit): {exc}")
@@ -292,6 +295,8 @@ class Session:
     # ------------------------------------------------------------ calls
     def call(self, name: str, *args, _measure: bool = False, _seed: int | None = None, **kwargs):
         ns = self.namespace_for(name)
+        if ns is None and self.load_failure:  # nothing is defined because nothing could be loaded: say why
+            raise PartStopped(self.load_failure)
         if ns is None:
             raise MissingName(f"{name} is not defined in your submission{self._load_hint()}")
         reply = self.request({"kind": "call", "ns": ns, "target": name, "args": _encode(list(args)),

@@ -249,3 +249,21 @@ def test_cli_flags_set_the_limits_the_sandbox_gets():
     assert limits == Limits(part_seconds=7.0, load_seconds=9.0, memory_bytes=2 * 2**30, cpu_seconds=60,
                             namespaces=False, extra_hidden=("/srv/course", "/data"))
     assert "/data" in private_paths([], limits.extra_hidden) or not Path("/data").is_dir()
+
+
+def test_a_sandbox_that_cannot_start_is_blamed_on_the_machine_not_the_student(tmp_path, monkeypatch):
+    from autograder import run
+
+    def broken_hello(self, timeout):
+        self.kill()
+        raise run.SandboxFailed("the sandboxed worker did not start: unshare refused")
+
+    monkeypatch.setattr(run.WorkerProcess, "hello", broken_hello)
+    s = session(PROBE, tmp_path)
+    try:
+        with pytest.raises(PartStopped, match="could not start its sandbox on this machine"):
+            s.call("quick")
+        assert "your code" not in s.load_failure
+    finally:
+        s.close()
+    assert kit.leftovers() == []

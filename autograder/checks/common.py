@@ -62,30 +62,32 @@ def attention(Q, K, V, mask=None, causal=False, *, scale=None, dim=-1, **mistake
 
 
 def attention_mistakes(Q, K, V, mask=None, causal=False, d_model: int | None = None, what: str = "scores"):
-    """{hint: output} for the usual mistakes of an attention computation on these inputs."""
+    """{hint: () -> output} for the usual mistakes of an attention computation on these inputs (computed lazily)."""
     d = Q.shape[-1]
+
+    def variant(m=mask, c=causal, **kw):
+        return lambda: attention(Q, K, V, m, c, **kw)
+
     out = {
-        f"you did not scale the {what}: divide by sqrt(d_k)": attention(Q, K, V, mask, causal, scale=1.0),
-        f"you divided the {what} by d_k instead of sqrt(d_k)": attention(Q, K, V, mask, causal, scale=1 / d),
-        "the softmax runs over the query dimension: it must run over the keys, dim=-1":
-            attention(Q, K, V, mask, causal, dim=-2),
+        f"you did not scale the {what}: divide by sqrt(d_k)": variant(scale=1.0),
+        f"you divided the {what} by d_k instead of sqrt(d_k)": variant(scale=1 / d),
+        "the softmax runs over the query dimension: it must run over the keys, dim=-1": variant(dim=-2),
     }
     if d_model is not None and d_model != d:
         out[f"you scaled by sqrt({d_model}) (d_model); scale by sqrt of the width of Q and K "
-            f"({d}, the head_dim or d_k)"] = attention(Q, K, V, mask, causal, scale=d_model ** -0.5)
+            f"({d}, the head_dim or d_k)"] = variant(scale=d_model ** -0.5)
     if mask is not None:
         out["your padding mask hides queries, not keys: padded positions must be masked along the last axis of "
-            "the scores (mask[:, None, :] for [B, S, S], mask[:, None, None, :] for [B, H, S, S])"] = \
-            attention(Q, K, V, mask, causal, on="queries")
+            "the scores (mask[:, None, :] for [B, S, S], mask[:, None, None, :] for [B, H, S, S])"] = variant(on="queries")
         out["your padding mask is inverted: True marks a real token, so fill -inf where the mask is False "
-            "(masked_fill(~mask, ...))"] = attention(Q, K, V, mask, causal, invert=True)
-        out["the padding mask is ignored"] = attention(Q, K, V, None, causal)
+            "(masked_fill(~mask, ...))"] = variant(invert=True)
+        out["the padding mask is ignored"] = variant(m=None)
     if causal:
         out["your causal mask hides the diagonal: a token may attend to itself (key j <= query i)"] = \
-            attention(Q, K, V, mask, causal, causal_diagonal=0)
+            variant(causal_diagonal=0)
         out["your causal mask is transposed: hide the keys after the query (the upper triangle, triu(1)), "
-            "not the ones before it"] = attention(Q, K, V, mask, causal, causal_transposed=True)
-        out["the causal mask is ignored"] = attention(Q, K, V, mask, False)
+            "not the ones before it"] = variant(causal_transposed=True)
+        out["the causal mask is ignored"] = variant(c=False)
     return out
 
 
@@ -102,9 +104,9 @@ def module_forward(state: dict, x, mask=None, causal=False, **mistakes):
 
 def module_mistakes(state: dict, x, mask=None, causal=False, d_model: int | None = None):
     Q, K, V = (linear(x, state[f"W_{n}.weight"]) for n in "qkv")
-    found = {hint: linear(out, state["W_o.weight"])
-             for hint, out in attention_mistakes(Q, K, V, mask, causal, d_model).items()}
-    found["you left out the output projection W_o"] = attention(Q, K, V, mask, causal)
+    found = {hint: (lambda f=f: linear(f(), state["W_o.weight"]))
+             for hint, f in attention_mistakes(Q, K, V, mask, causal, d_model).items()}
+    found["you left out the output projection W_o"] = lambda: attention(Q, K, V, mask, causal)
     return found
 
 

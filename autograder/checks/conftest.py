@@ -7,6 +7,15 @@ import torch
 from autograder import check
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """The trusted re-computations are tiny: one thread avoids thread start-up and contention costs."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def student():
     if check.CURRENT is None:

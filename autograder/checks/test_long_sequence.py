@@ -3,6 +3,7 @@ import functools
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import solutions as ref
 from autograder.checks import expect
@@ -56,11 +57,18 @@ def kwargs_for(case):
     return mask, causal, ({"mask": mask} if use_mask else {}) | ({"causal": True} if causal else {})
 
 
+def inverted_sdpa(q, k, v, mask, causal):
+    allowed = mask[:, None, None, :]
+    if causal:
+        allowed = allowed & torch.ones(LS, LS, dtype=torch.bool).tril()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=~allowed)
+
+
 def sdpa_mistakes(q, k, v, mask, causal):
     out = {}
     if mask is not None:
         out["F.scaled_dot_product_attention's boolean attn_mask is True where attention is ALLOWED, the same sense as "
-            "our mask: pass mask[:, None, None, :], not its inverse"] = attention(q, k, v, mask, causal, invert=True)
+            "our mask: pass mask[:, None, None, :], not its inverse"] = lambda: inverted_sdpa(q, k, v, mask, causal)
     out.update(attention_mistakes(q, k, v, mask, causal))
     return out
 

@@ -62,8 +62,15 @@ def loaded(student, dropout: float = DROPOUT):
     """(student module with the reference weights, in eval mode; the reference module)."""
     reference = reference_module(ref.SelfAttention, D_MODEL, D_K, D_V, dropout=dropout)
     module = student.new("SelfAttention", D_MODEL, D_K, D_V, dropout=dropout)
+    state = reference.state_dict()
+    theirs = module.state_dict()
+    # A missing layer or an extra bias costs the structure check; here the weights that do fit are
+    # loaded (extra biases set to zero), so that the forward checks judge the forward alone.
+    fitting = {k: v for k, v in state.items() if k in theirs}
+    fitting.update({k: torch.zeros_like(v) for k, v in theirs.items()
+                    if k not in state and k.endswith(".bias") and isinstance(v, torch.Tensor)})
     try:
-        module.load_state_dict(reference.state_dict())
+        module.load_state_dict(fitting, strict=False)
     except StudentRaised as exc:
         raise expect.CheckFailure(f"the weights of a correct SelfAttention could not be loaded into yours ({exc}): "
                                   "it needs exactly the bias-free layers W_q, W_k, W_v, W_o") from None

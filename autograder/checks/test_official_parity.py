@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 from autograder.checks import expect
+from autograder.session import StudentRaised
 from autograder.checks.common import B, D_MODEL, LENGTHS, S, lengths_mask, module_forward, randn
 
 QKV = ("W_q", "W_k", "W_v")
@@ -91,12 +92,22 @@ def test_official_module_computes_the_same_attention(student, gen):
     """official(x, x, x, key_padding_mask=~mask) gives the custom module's output"""
     _, state, module = official(student)
     x, mask = randn(gen, B, S, D_MODEL), lengths_mask()
-    reply = module(x, x, x, key_padding_mask=~mask, need_weights=False)
+    try:
+        reply = module(x, x, x, key_padding_mask=~mask, need_weights=False)
+    except StudentRaised as exc:
+        raise expect.CheckFailure(f"{exc}; is the module built with batch_first=True? our tensors are "
+                                  "[B, S, d_model]") from None
     got = reply[0] if isinstance(reply, (tuple, list)) else reply
     want = module_forward(state, x, mask)
-    expect.close(got, want, f"the official module's output (lengths {list(LENGTHS)})",
-                 mistakes={"the official module was built with batch_first=False; our tensors are [B, S, d_model]":
-                           lambda: _official_reference(state, x, mask, batch_first=False)})
+    mistakes = {"the official module was built with batch_first=False; our tensors are [B, S, d_model]":
+                lambda: _official_reference(state, x, mask, batch_first=False)}
+    for order in ("W_k W_q W_v", "W_q W_v W_k", "W_v W_k W_q"):
+        swapped = dict(state)
+        for name, src in zip(QKV, order.split()):
+            swapped[f"{name}.weight"] = state[f"{src}.weight"]
+        mistakes[f"in_proj_weight holds {', '.join(order.split())}: its rows must be W_q, then W_k, then W_v"] = \
+            (lambda s=swapped: module_forward(s, x, mask))
+    expect.close(got, want, f"the official module's output (lengths {list(LENGTHS)})", mistakes=mistakes)
 
 
 def _float(value, what):
@@ -147,8 +158,12 @@ def test_parity_error_turns_dropout_off(student, gen):
     x = randn(gen, B, S, D_MODEL)
     err = _float(student.call("parity_error", custom, x, lengths_mask()), "parity_error")
     if not err < 1e-4:
+        custom.eval()
+        in_eval = _float(student.call("parity_error", custom, x, lengths_mask()), "parity_error")
+        hint = ("switch both modules to eval() (and back afterwards) before comparing" if in_eval < 1e-4 else
+                f"it is not small in eval mode either ({in_eval:.3g}): see the checks above")
         raise expect.CheckFailure(f"parity_error returned {err:.3g} for a correct module with dropout=0.5 in train "
-                                  "mode: switch both modules to eval() (and back afterwards) before comparing")
+                                  f"mode: {hint}")
 
 
 BROKEN = {
