@@ -135,8 +135,8 @@ def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None) -> 
     indent = " " * body[0].col_offset
     out = list(head)
     if hint:
-        for hint_line in hint.strip().splitlines():
-            out.append(f"{indent}# Hint: {hint_line}" if hint_line.strip() else f"{indent}#")
+        for number, hint_line in enumerate(hint.strip().splitlines()):
+            out.append(f"{indent}# {'Hint:' if number == 0 else '     '} {hint_line}".rstrip())
     out.append(indent + BEGIN)
     out.extend(region)
     out.append(indent + END)
