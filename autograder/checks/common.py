@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn as nn
 
-B, H, S, D_MODEL = 2, 3, 5, 12  # head_dim = 4
+B, H, S, D_MODEL = 2, 3, 5, 12
+HEAD_DIM = D_MODEL // H  # 4
 D_K, D_V = 8, 6  # d_k != d_v != d_model, so a width mix-up changes a shape or a scale
 LENGTHS = (5, 3)  # one full sample, one padded one (right-padded, every length >= 1)
 NEG_INF = float("-inf")
@@ -115,3 +117,27 @@ def reference_module(cls, *args, seed: int = 0, **kwargs):
     module = cls(*args, **kwargs)
     module.eval()
     return module
+
+
+def official_output(w_qkv, w_o, x, mask, causal):
+    """nn.MultiheadAttention's output; mh_variant() without mistakes equals it (tests/test_checks_helpers.py), and
+    is what the checks use, since nn.MultiheadAttention's first call costs seconds of imports."""
+    mha = nn.MultiheadAttention(D_MODEL, H, dropout=0.0, bias=False, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(w_qkv)
+        mha.out_proj.weight.copy_(w_o)
+        attn_mask = torch.ones(S, S, dtype=torch.bool).triu(1) if causal else None  # True = may NOT attend
+        return mha.eval()(x, x, x, key_padding_mask=None if mask is None else ~mask, attn_mask=attn_mask,
+                          need_weights=False)[0]
+
+
+def mh_variant(w_qkv, w_o, x, mask, causal, order=(0, 1, 2), split="ok", merge="ok", **mistakes):
+    chunks = (x @ w_qkv.T).chunk(3, dim=-1)
+    Q, K, V = (chunks[i] for i in order)
+    if split == "ok":
+        Q, K, V = (t.reshape(B, S, H, HEAD_DIM).transpose(1, 2) for t in (Q, K, V))
+    else:
+        Q, K, V = (t.reshape(B, H, S, HEAD_DIM) for t in (Q, K, V))
+    out = attention(Q, K, V, mask, causal, **mistakes)  # [B, H, S, head_dim]
+    out = out.transpose(1, 2).reshape(B, S, D_MODEL) if merge == "ok" else out.reshape(B, S, D_MODEL)
+    return out @ w_o.T

@@ -2,20 +2,19 @@
 
 The expected output of the module is nn.MultiheadAttention's, given in_proj_weight =
 W_qkv.weight and out_proj.weight = W_o.weight: that fixes the q, k, v order of W_qkv's rows
-and the scale (sqrt(head_dim)).
+and the scale (sqrt(head_dim)). It is recomputed by mh_variant(), whose equality with
+nn.MultiheadAttention is tested in tests/test_checks_helpers.py.
 """
 import math
 
 import pytest
 import torch
-import torch.nn as nn
 
 import solutions as ref
 from autograder.checks import expect
-from autograder.checks.common import B, D_MODEL, H, LENGTHS, S, attention, lengths_mask, randn
+from autograder.checks.common import B, D_MODEL, H, HEAD_DIM, LENGTHS, S, lengths_mask, mh_variant, randn
 from autograder.session import StudentRaised
 
-HEAD_DIM = D_MODEL // H
 SPLIT_HINTS = {
     "you reshaped [B, S, d_model] straight to [B, H, S, head_dim]: view it as [B, S, H, head_dim] first, then "
     "transpose(1, 2)": lambda x: x.reshape(B, H, S, HEAD_DIM),
@@ -64,28 +63,6 @@ def test_submodules(student):
                                       f"expected {d_in} -> {d_out}")
     if children.get("dropout", {}).get("type") != "Dropout":
         raise expect.CheckFailure(f"MultiHeadSelfAttention({D_MODEL}, {H}) has no self.dropout = nn.Dropout(dropout)")
-
-
-def official_output(w_qkv, w_o, x, mask, causal):
-    mha = nn.MultiheadAttention(D_MODEL, H, dropout=0.0, bias=False, batch_first=True)
-    with torch.no_grad():
-        mha.in_proj_weight.copy_(w_qkv)
-        mha.out_proj.weight.copy_(w_o)
-        attn_mask = torch.ones(S, S, dtype=torch.bool).triu(1) if causal else None  # True = may NOT attend
-        return mha.eval()(x, x, x, key_padding_mask=None if mask is None else ~mask, attn_mask=attn_mask,
-                          need_weights=False)[0]
-
-
-def mh_variant(w_qkv, w_o, x, mask, causal, order=(0, 1, 2), split="ok", merge="ok", **mistakes):
-    chunks = (x @ w_qkv.T).chunk(3, dim=-1)
-    Q, K, V = (chunks[i] for i in order)
-    if split == "ok":
-        Q, K, V = (t.reshape(B, S, H, HEAD_DIM).transpose(1, 2) for t in (Q, K, V))
-    else:
-        Q, K, V = (t.reshape(B, H, S, HEAD_DIM) for t in (Q, K, V))
-    out = attention(Q, K, V, mask, causal, **mistakes)  # [B, H, S, head_dim]
-    out = out.transpose(1, 2).reshape(B, S, D_MODEL) if merge == "ok" else out.reshape(B, S, D_MODEL)
-    return out @ w_o.T
 
 
 def mh_mistakes(w_qkv, w_o, x, mask, causal):
@@ -144,5 +121,5 @@ def test_forward_matches_official_module(student, gen, case):
     what = f"forward(x{', mask' if use_mask else ''}{', causal=True' if causal else ''})"
     if use_mask:
         what += f" with lengths {list(LENGTHS)}"
-    expect.close(got, official_output(w_qkv, w_o, x, mask, causal), what,
+    expect.close(got, mh_variant(w_qkv, w_o, x, mask, causal), what,
                  mistakes=mh_mistakes(w_qkv, w_o, x, mask, causal))

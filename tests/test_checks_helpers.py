@@ -1,0 +1,49 @@
+"""The hidden checks' trusted re-computations agree with torch's own modules and the reference."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+import solutions as ref
+from autograder.checks import common, expect
+from autograder.checks.common import mh_variant, official_output
+
+
+def test_multihead_recomputation_equals_nn_multihead_attention():
+    g = torch.Generator().manual_seed(0)
+    w_qkv, w_o = torch.randn(3 * common.D_MODEL, common.D_MODEL, generator=g), torch.randn(
+        common.D_MODEL, common.D_MODEL, generator=g)
+    x = torch.randn(common.B, common.S, common.D_MODEL, generator=g)
+    for mask, causal in ((None, False), (common.lengths_mask(), False), (common.lengths_mask(), True)):
+        assert torch.allclose(mh_variant(w_qkv, w_o, x, mask, causal), official_output(w_qkv, w_o, x, mask, causal),
+                              atol=1e-4)
+        # and a mistake really differs from it
+        assert not torch.allclose(mh_variant(w_qkv, w_o, x, mask, causal, order=(1, 0, 2)),
+                                  official_output(w_qkv, w_o, x, mask, causal), atol=1e-4)
+
+
+def test_module_recomputation_equals_reference_module():
+    torch.manual_seed(0)
+    module = ref.SelfAttention(common.D_MODEL, common.D_K, common.D_V).eval()
+    x = torch.randn(common.B, common.S, common.D_MODEL)
+    for mask, causal in ((None, False), (common.lengths_mask(), True)):
+        with torch.no_grad():
+            assert torch.allclose(common.module_forward(module.state_dict(), x, mask, causal), module(x, mask, causal),
+                                  atol=1e-6)
+
+
+def test_diagnose_names_the_matching_mistake_only():
+    g = torch.Generator().manual_seed(1)
+    Q, K, V = (torch.randn(2, 5, 4, generator=g) for _ in range(3))
+    mask = common.lengths_mask()
+    mistakes = common.attention_mistakes(Q, K, V, mask, True)
+    wrong = common.attention(Q, K, V, mask, True, on="queries")
+    assert "hides queries" in expect.diagnose(wrong, mistakes)
+    assert expect.diagnose(common.attention(Q, K, V, mask, True), mistakes) == ""
+
+
+def test_ref_mask_helpers_agree_with_reference_masks():
+    scores = torch.randn(2, 3, 5, 5)
+    mask = common.lengths_mask()
+    assert torch.equal(common.mask_scores(scores, mask, True),
+                       ref.apply_causal_mask(ref.apply_padding_mask(scores, mask)))
