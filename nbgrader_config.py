@@ -14,3 +14,14 @@ c.ClearSolutions.code_stub = {
     "python": "# YOUR CODE HERE: replace the next line with your solution\n"
     'raise NotImplementedError("not implemented yet: write your code here, then run the check cell below")'
 }
+
+# Autograde with this course's grader (hidden checks, sandboxed worker) in place of nbgrader's
+# Execute preprocessor; see docs/instructors.md. `nbgrader autograde self_attention` then records
+# the same per-part scores as `python -m autograder grade`.
+import os as _os
+import sys as _sys
+
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+from autograder.nbgrader_plugin import configure as _configure_autograder  # noqa: E402
+
+_configure_autograder(c)

@@ -1,0 +1,184 @@
+"""nbgrader integration: grade with this autograder instead of executing the notebook.
+
+nbgrader's `autograde` runs a list of preprocessors on each submitted notebook; the first
+one, `Execute`, runs every cell in a kernel and nbgrader then reads each graded cell's
+output (an error or stderr: 0; a number: that partial credit; anything else: full marks).
+`AutograderPreprocessor` takes Execute's place: it grades the notebook's solution cells with
+the hidden checks in a sandboxed worker (one warm `Grader` per nbgrader process, reused for
+every notebook), then gives each graded cell (grade_id == part id) two outputs:
+
+* a stdout stream: the part's report (check names, points and messages for the student);
+* an execute_result whose text/plain is the part's score, between 0 and the cell's points.
+
+nbgrader's own `SaveAutoGrades` then records those scores in the gradebook, and
+`generate_feedback` shows the report. No student code runs in nbgrader's process, and the
+hidden checks' source never reaches a notebook.
+
+Enable it in nbgrader_config.py:
+
+    import sys, os; sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from autograder.nbgrader_plugin import configure
+    configure(c)
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import tempfile
+import threading
+from pathlib import Path
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from .spec import PARTS, PART_BY_ID
+
+# The stock list (nbgrader/converters/autograde.py) with Execute replaced by ours.
+AUTOGRADE_PREPROCESSORS = [
+    "autograder.nbgrader_plugin.AutograderPreprocessor",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+
+def configure(c) -> None:
+    """Point nbgrader's autograde at this grader (call it from nbgrader_config.py)."""
+    c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
+
+
+_GRADER = None
+_LOCK = threading.Lock()
+
+
+def shared_grader():
+    """The process-wide warm Grader (its zygote has imported torch once)."""
+    global _GRADER
+    with _LOCK:
+        if _GRADER is None:
+            from .grade import Grader  # noqa: PLC0415 - imports torch; only when grading starts
+
+            _GRADER = Grader().warm()
+            atexit.register(_close)
+        return _GRADER
+
+
+def _close() -> None:
+    global _GRADER
+    if _GRADER is not None:
+        _GRADER.close()
+        _GRADER = None
+
+
+def parts_of(notebook: str) -> list[str]:
+    """The part ids graded in the released notebook `notebook` (its stem, e.g. "02_masks")."""
+    return [p.id for p in PARTS if p.notebook == notebook]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}" if x != int(x) else str(int(x))
+
+
+def part_report(part) -> str:
+    """The student's report of one part: one line per check, then the part's notes."""
+    if part is None:
+        return ""
+    lines = [f"{part.id}: {_fmt(round(part.score, 2))} / {_fmt(part.max_score)} points"]
+    for c in part.checks:
+        mark = "PASS" if c.passed else "FAIL"
+        line = f"  [{mark}] {c.name} ({_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))})"
+        if c.message:
+            line += f"\n         {c.message}"
+        lines.append(line)
+    lines.extend(f"  note: {n}" for n in part.notes)
+    return "\n".join(lines) + "\n"
+
+
+def cell_score(score: float, part_max: float, cell_points: float) -> float:
+    """A part's score as the points of its nbgrader cell: scaled, rounded, clipped to [0, points]."""
+    scaled = score * cell_points / part_max if part_max else 0.0
+    return min(max(round(float(scaled), 4), 0.0), float(cell_points))
+
+
+def score_text(score: float, points: float) -> str:
+    """The execute_result nbgrader turns into the cell's grade (utils.get_partial_grade).
+
+    nbgrader refuses a value above the cell's points (the whole notebook's autograde then
+    fails), so the score is clipped to [0, points] and rounded; "0" records 0 and the
+    points record full marks.
+    """
+    value = min(max(round(float(score), 4), 0.0), float(points))
+    return repr(value)
+
+
+def grade_outputs(report: str, score: float | None, points: float, error: str | None = None) -> list[dict]:
+    """The outputs a graded cell gets. With `error`, a stderr stream, which nbgrader scores 0."""
+    outputs: list[dict] = []
+    if report:
+        outputs.append({"output_type": "stream", "name": "stdout", "text": report})
+    if error is not None:
+        outputs.append({"output_type": "stream", "name": "stderr", "text": error + "\n"})
+        return outputs
+    outputs.append({"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                    "data": {"text/plain": score_text(score, points)}})
+    return outputs
+
+
+def grade_notebook_file(path: str | Path, grader=None):
+    """Grade one notebook with only its own code and its own parts: {part_id: PartResult}."""
+    from .extract import SubmissionError  # noqa: PLC0415
+
+    grader = grader or shared_grader()
+    path = Path(path)
+    ids = parts_of(path.stem)
+    if not ids:
+        return {}, [f"{path.name} is not a notebook of this course: nothing in it is graded"]
+    try:
+        result = grader.grade(path, part_ids=ids)
+    except SubmissionError as exc:
+        return {}, [str(exc)]
+    return {p.id: p for p in result.parts}, list(result.notes)
+
+
+def annotate(nb: dict, parts: dict, notes: list[str]) -> dict:
+    """Give every graded cell of `nb` (a notebook as a dict) its report and score, in place."""
+    for cell in nb.get("cells", []):
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        grade_id = meta.get("grade_id")
+        points = float(meta.get("points", 0) or 0)
+        part = parts.get(grade_id)
+        if part is None:
+            why = (f"part {grade_id!r} was not graded: "
+                   + ("; ".join(notes) if notes else "it is not a part of this notebook in the course"))
+            cell["outputs"] = grade_outputs("", None, points, error=why)
+        else:
+            report = part_report(part)
+            if notes:
+                report += "".join(f"  note: {n}\n" for n in notes)
+            # A part whose cell carries other points than the course gives it is scaled.
+            cell["outputs"] = grade_outputs(report, cell_score(part.score, part.max_score, points), points)
+        cell["execution_count"] = 1
+    return nb
+
+
+class AutograderPreprocessor(NbGraderPreprocessor):
+    """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute."""
+
+    def preprocess(self, nb, resources):
+        name = (resources.get("nbgrader") or {}).get("notebook") \
+            or (resources.get("metadata") or {}).get("name") or "notebook"
+        with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
+            path = Path(tmp) / f"{name}.ipynb"
+            path.write_text(json.dumps(nb), encoding="utf-8")
+            parts, notes = grade_notebook_file(path)
+        self.log.info("autograder: %s scored %s", name,
+                      ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")
+        annotate(nb, parts, notes)
+        from nbformat import from_dict  # noqa: PLC0415 - nbgrader has imported nbformat already
+
+        nb.cells = [from_dict(c) for c in nb.cells]
+        return nb, resources
