@@ -174,7 +174,7 @@ BROKEN = {
 }
 
 
-@pytest.mark.points(1)
+@pytest.mark.points(2)
 @pytest.mark.parametrize("variant", list(BROKEN))
 def test_parity_error_exposes_a_broken_module(student, gen, variant):
     """parity_error is large for a broken SelfAttention"""
