@@ -114,8 +114,8 @@ def results_json(result) -> dict:
             output = c.message if not c.passed else "passed"
             if part.notes and c is part.checks[0]:
                 output += "\n" + "\n".join(f"note: {n}" for n in part.notes)
-            tests.append({"name": f"{part.id}: {c.name}", "score": round(c.points, 4),
-                          "max_score": round(c.max_points, 4), "output": output, "visibility": "visible"})
+            tests.append({"name": f"{part.id}: {c.name}", "score": c.points,
+                          "max_score": c.max_points, "output": output, "visibility": "visible"})
     out = {"score": result.score, "tests": tests, "visibility": "visible", "stdout_visibility": "hidden"}
     if result.notes:
         out["output"] = "\n".join(result.notes)

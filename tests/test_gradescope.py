@@ -12,6 +12,17 @@ from pathlib import Path
 
 import pytest
 
+
+@pytest.fixture(scope="module")
+def private_tmp():
+    """A temp dir of our own: pytest's tmp_path_factory dirs are pruned by other pytest runs on the machine."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="autograder-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
 from autograder.gradescope import TORCH_VERSION, build_bundle
 from autograder.spec import PARTS
 
@@ -20,8 +31,8 @@ BUGGY_EDIT = ("return Q @ K.transpose(-2, -1) / math.sqrt(d_k)", "return Q @ K.t
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    out = build_bundle(tmp_path_factory.mktemp("bundle") / "autograder.zip")
+def bundle(private_tmp):
+    out = build_bundle(private_tmp / "bundle" / "autograder.zip")
     return out
 
 
@@ -59,7 +70,9 @@ def grader():
 
 
 @pytest.mark.parametrize("buggy", [False, True], ids=["correct", "buggy"])
-def test_results_json_scores_equal_the_graders(bundle, grader, tmp_path, buggy):
+def test_results_json_scores_equal_the_graders(bundle, grader, private_tmp, buggy):
+    tmp_path = private_tmp / ("buggy" if buggy else "correct")
+    tmp_path.mkdir()
     code = (REPO / "solutions" / "attention.py").read_text()
     if buggy:
         assert BUGGY_EDIT[0] in code
@@ -69,13 +82,11 @@ def test_results_json_scores_equal_the_graders(bundle, grader, tmp_path, buggy):
     doc = _run_bundle(bundle, tmp_path / "autograder", sub)
     expected = grader.grade(sub)
     assert doc["score"] == pytest.approx(expected.score, abs=1e-3)
-    tests = {t["name"]: t for t in doc["tests"]}
-    for part in expected.parts:
-        for c in part.checks:
-            t = tests[f"{part.id}: {c.name}"]
-            assert t["score"] == pytest.approx(c.points, abs=1e-3)
-            assert t["max_score"] == pytest.approx(c.max_points, abs=1e-3)
-            assert t["visibility"] == "visible"
+    want = [(f"{part.id}: {c.name}", c.points, c.max_points) for part in expected.parts for c in part.checks]
+    assert [t["name"] for t in doc["tests"]] == [w[0] for w in want]
+    for t, (_, points, max_points) in zip(doc["tests"], want):
+        assert t["score"] == pytest.approx(points, abs=1e-3) and t["max_score"] == pytest.approx(max_points, abs=1e-3)
+    assert all(t["visibility"] == "visible" for t in doc["tests"])
     assert sum(t["max_score"] for t in doc["tests"]) == pytest.approx(sum(p.points for p in PARTS))
     if buggy:
         failed = [t for t in doc["tests"] if t["score"] < t["max_score"]]

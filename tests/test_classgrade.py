@@ -1,0 +1,110 @@
+"""grade-class: a whole nbgrader class graded in parallel, resumable, never stopped by a bad submission,
+writing the gradebook one transaction per submission."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def private_tmp():
+    """A temp dir of our own: pytest's tmp_path_factory dirs are pruned by other pytest runs on the machine."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="autograder-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+from autograder.spec import ASSIGNMENT, PARTS
+from examples.make_class import collect, make_course
+
+REPO = Path(__file__).resolve().parent.parent
+STUDENTS = {"good": "correct", "jo": "corrupt", "miss": "missing"}
+
+
+def auto_scores(course: Path) -> dict:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return {(s, p.id): gb.find_grade(p.id, p.notebook, ASSIGNMENT, s).auto_score
+                for s in STUDENTS for p in PARTS}
+
+
+@pytest.fixture(scope="module")
+def course(private_tmp):
+    root = make_course(private_tmp / "classgrade" / "course")
+    collect(root, STUDENTS)
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade-class", str(root), "--workers", "2"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    root.joinpath("first-run.txt").write_text(proc.stdout)
+    return root
+
+
+@pytest.fixture(scope="module")
+def grader():
+    from autograder.grade import Grader
+
+    with Grader() as g:
+        yield g
+
+
+def report(course: Path, student: str) -> dict:
+    return json.loads((course / "autograder_reports" / ASSIGNMENT / f"{student}.json").read_text())
+
+
+def test_cli_grades_every_student_and_prints_the_summary_table(course):
+    out = course.joinpath("first-run.txt").read_text()
+    assert "graded 3" in out and "errors 0" in out
+    for student in STUDENTS:
+        assert student in out
+
+
+def test_bad_submissions_get_zeros_with_a_message_and_the_rest_full_marks(course):
+    scores = auto_scores(course)
+    for p in PARTS:
+        assert scores[("good", p.id)] == p.points
+    jo = {p["id"]: p for p in report(course, "jo")["parts"]}
+    assert scores[("jo", "masks")] == 0 and "could not be read" in json.dumps(jo["masks"])
+    assert all(scores[("jo", p.id)] == p.points for p in PARTS if p.notebook != "02_masks")
+    miss = {p["id"]: p for p in report(course, "miss")["parts"]}
+    assert scores[("miss", "long_sequence")] == 0 and "was not submitted" in json.dumps(miss["long_sequence"])
+
+
+def test_unchanged_submissions_are_skipped_changed_ones_regraded_and_force_regrades_all(course, grader):
+    from autograder.classgrade import grade_class
+
+    before = auto_scores(course)
+    again = grade_class(course, progress=False, grader=grader)
+    assert {o.status for o in again} == {"skipped"}
+    assert auto_scores(course) == before
+    # jo fixes the corrupt notebook: only jo is graded again
+    good = course / "submitted" / "good" / ASSIGNMENT / "02_masks.ipynb"
+    (course / "submitted" / "jo" / ASSIGNMENT / "02_masks.ipynb").write_bytes(good.read_bytes())
+    third = {o.student: o.status for o in grade_class(course, progress=False, grader=grader)}
+    assert third == {"good": "skipped", "jo": "graded", "miss": "skipped"}
+    assert auto_scores(course)[("jo", "masks")] == next(p.points for p in PARTS if p.id == "masks")
+    forced = grade_class(course, progress=False, grader=grader, force=True)
+    assert {o.status for o in forced} == {"graded"}
+
+
+def test_a_failure_while_writing_leaves_the_submission_as_it_was(course, monkeypatch):
+    from autograder import classgrade
+    from autograder.results import PartResult
+
+    before = auto_scores(course)
+    zeros = [PartResult(p.id, p.points) for p in PARTS]
+
+    def boom(*_args):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(classgrade, "_answered", boom)  # runs after the grades were set
+    with pytest.raises(RuntimeError):
+        classgrade.write_gradebook(f"sqlite:///{course / 'gradebook.db'}", "self_attention_course", ASSIGNMENT,
+                                   "good", course / "submitted" / "good" / ASSIGNMENT, zeros)
+    assert auto_scores(course) == before

@@ -1,0 +1,124 @@
+"""nbgrader end to end, on the real source/ notebooks: generate_assignment, autograde with this
+grader's preprocessor, generate_feedback, export; and grade-class on the same submissions.
+
+Claims: the gradebook's per-part scores equal `Grader().grade(folder)` (the CLI's grading of the
+same folder), and grade-class writes the same rows as `nbgrader autograde`.
+"""
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def private_tmp():
+    """A temp dir of our own: pytest's tmp_path_factory dirs are pruned by other pytest runs on the machine."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="autograder-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+from autograder.spec import ASSIGNMENT, PARTS
+from examples.make_class import collect, make_course, nbgrader, repo_source
+
+REPO = Path(__file__).resolve().parent.parent
+STUDENTS = {"good": "correct", "buggy": "seed_broadcast"}
+
+
+def rows(db: Path) -> dict:
+    from nbgrader.api import Gradebook
+
+    out = {}
+    with Gradebook(f"sqlite:///{db}") as gb:
+        for student in STUDENTS:
+            sub = gb.find_submission(ASSIGNMENT, student)
+            for nb in sub.notebooks:
+                for g in nb.grades:
+                    out[(student, nb.name, g.name)] = (g.auto_score, g.needs_manual_grade)
+                for c in nb.comments:
+                    out[(student, nb.name, "comment:" + c.name)] = c.auto_comment
+    return out
+
+
+@pytest.fixture(scope="module")
+def course(private_tmp):
+    assert repo_source() is not None, "source/self_attention/ is missing: run `python -m course.build`"
+    root = make_course(private_tmp / "e2e" / "course")
+    collect(root, STUDENTS)
+    shutil.copy(root / "gradebook.db", root.parent / "fresh-gradebook.db")
+    nbgrader(root, "autograde", ASSIGNMENT)
+    nbgrader(root, "generate_feedback", ASSIGNMENT)
+    nbgrader(root, "export", "--to", str(root / "grades.csv"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def grader():
+    from autograder.grade import Grader
+
+    with Grader() as g:
+        yield g
+
+
+@pytest.fixture(scope="module")
+def cli_results(course, grader):
+    return {s: grader.grade(course / "submitted" / s / ASSIGNMENT) for s in STUDENTS}
+
+
+def test_the_buggy_student_loses_points_only_where_the_bug_is(cli_results):
+    good, buggy = cli_results["good"], cli_results["buggy"]
+    assert good.score == sum(p.points for p in PARTS)
+    assert buggy.part("masks").score < buggy.part("masks").max_score
+    assert all(p.score == p.max_score for p in buggy.parts if p.id != "masks")
+
+
+def test_gradebook_per_part_scores_equal_the_cli_on_the_same_folder(course, cli_results):
+    got = rows(course / "gradebook.db")
+    for student, result in cli_results.items():
+        for part in PARTS:
+            auto, manual = got[(student, part.notebook, part.id)]
+            assert auto == pytest.approx(result.part(part.id).score, abs=1e-3), (student, part.id)
+            assert manual is False
+
+
+def test_feedback_shows_the_graders_messages_and_no_hidden_test_source(course, cli_results):
+    html = (course / "feedback" / "buggy" / ASSIGNMENT / "02_masks.html").read_text()
+    failing = [c for c in cli_results["buggy"].part("masks").checks if not c.passed]
+    assert failing
+    import html as htmllib
+
+    text = htmllib.unescape(html)
+    for c in failing:
+        assert c.name in text and c.message.splitlines()[0] in text
+    hidden = (REPO / "autograder" / "checks" / "test_masks.py").read_text()
+    for line in hidden.splitlines():
+        line = line.strip()
+        if len(line) > 30 and re.match(r"(def test_|assert |student\.|expect)", line):
+            assert line not in text, f"hidden check source leaked into feedback: {line}"
+
+
+def test_export_writes_the_totals(course, cli_results):
+    with open(course / "grades.csv", newline="") as f:
+        table = {r["student_id"]: r for r in csv.DictReader(f)}
+    for student, result in cli_results.items():
+        assert float(table[student]["raw_score"]) == pytest.approx(result.score, abs=1e-3)
+        assert float(table[student]["max_score"]) == sum(p.points for p in PARTS)
+
+
+def test_grade_class_writes_the_same_rows_as_nbgrader_autograde(course, grader, private_tmp):
+    from autograder.classgrade import grade_class
+
+    copy = private_tmp / "copy" / "course"
+    shutil.copytree(course, copy, ignore=shutil.ignore_patterns("autograded", "feedback", "gradebook.db"))
+    shutil.copy(course.parent / "fresh-gradebook.db", copy / "gradebook.db")
+    cfg = copy / "nbgrader_config.py"
+    cfg.write_text(cfg.read_text().replace(str(course), str(copy)))
+    outcomes = grade_class(copy, progress=False, grader=grader)
+    assert {o.student: o.status for o in outcomes} == {s: "graded" for s in STUDENTS}
+    assert rows(copy / "gradebook.db") == rows(course / "gradebook.db")
