@@ -131,6 +131,12 @@ def test_callers_frames_and_gc_hold_no_expected_values(course):
     assert kit.scores(result) == kit.scores(honest)
 
 
+def test_parity_error_that_peeks_at_the_stand_in_earns_nothing_more(course):
+    result, honest = attack(course, "parity_peek", ["official_parity"])
+    assert kit.scores(result) == kit.scores(honest)
+    assert "the largest absolute difference of the two outputs is" in kit.messages(result, "official_parity")
+
+
 def test_writes_to_course_gradebook_other_students_and_solutions_fail(course, reference):
     result, _ = attack(course, "write_outside", ["qkv_projection"])
     assert result.part("qkv_projection").score == reference.part("qkv_projection").score

@@ -12,7 +12,8 @@ import torch.nn as nn
 
 from autograder.checks import expect
 from autograder.session import StudentRaised
-from autograder.checks.common import B, D_MODEL, LENGTHS, S, lengths_mask, module_forward, randn
+from autograder.checks.common import (B, D_MODEL, LENGTHS, S, attention, lengths_mask, linear, module_forward,
+                                      randn)
 
 QKV = ("W_q", "W_k", "W_v")
 
@@ -174,10 +175,22 @@ BROKEN = {
 }
 
 
+def _true_discrepancy(state, x, mask, variant) -> float:
+    """max |broken(x) - official(x)|, computed here in the trusted process from the stand-in's weights."""
+    correct = module_forward(state, x, mask)
+    if variant == "no_output_projection":
+        Q, K, V = (linear(x, state[f"W_{n}.weight"]) for n in "qkv")
+        broken = attention(Q, K, V, mask)
+    else:
+        kwargs = {"no_scale": {"scale": 1.0}, "softmax_over_queries": {"dim": -2}}.get(variant, {})
+        broken = module_forward(state, x, None if variant == "ignores_mask" else mask, **kwargs)
+    return (broken - correct).abs().max().item()
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("variant", list(BROKEN))
 def test_parity_error_exposes_a_broken_module(student, gen, variant):
-    """parity_error is large for a broken SelfAttention"""
+    """parity_error is large for a broken SelfAttention: exactly the largest difference of the two outputs"""
     custom = student.standin(D_MODEL, variant)
     x = randn(gen, B, S, D_MODEL)
     mask = lengths_mask() if variant == "ignores_mask" else None
@@ -186,3 +199,10 @@ def test_parity_error_exposes_a_broken_module(student, gen, variant):
         raise expect.CheckFailure(f"parity_error returned {err:.3g} for a SelfAttention that {BROKEN[variant]}: a "
                                   "parity check must run both modules on x and return the largest absolute "
                                   "difference of their outputs")
+    # The value itself must be the measured difference: a parity_error that only guesses "large" (say, by
+    # looking at the module's attributes) instead of comparing outputs does not pass.
+    true = _true_discrepancy(custom.state_dict(), x, mask, variant)
+    if math.isnan(err) or abs(err - true) > 1e-3 * max(1.0, true):
+        raise expect.CheckFailure(f"parity_error returned {err:.4g} for a SelfAttention that {BROKEN[variant]}, but "
+                                  f"the largest absolute difference of the two outputs is {true:.4g}: return "
+                                  "(custom(x, mask) - official(x, x, x, ...)[0]).abs().max().item()")
