@@ -141,6 +141,7 @@ def cells():
         ax.set(xscale="log", yscale="log", xlabel="sequence length S", ylabel="peak live memory (MiB)",
                title=f"CPU, float32, B={B}, H={H}, head_dim={head_dim}")
         ax.set_xticks(lengths, [str(s) for s in lengths])
+        ax.minorticks_off()  # only the measured lengths on the x axis
         ax.legend()
         plt.show()
         """),
