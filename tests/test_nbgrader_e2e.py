@@ -122,3 +122,23 @@ def test_grade_class_writes_the_same_rows_as_nbgrader_autograde(course, grader, 
     outcomes = grade_class(copy, progress=False, grader=grader)
     assert {o.student: o.status for o in outcomes} == {s: "graded" for s in STUDENTS}
     assert rows(copy / "gradebook.db") == rows(course / "gradebook.db")
+
+
+@pytest.mark.parametrize("score, expected", [(0.0, 0.0), (7.25, 7.25), (15.0, 15.0), (15.0000001, 15.0),
+                                             (-1e-9, 0.0)])
+def test_nbgrader_reads_back_the_score_the_preprocessor_writes(score, expected):
+    """nbgrader's determine_grade turns 0 into 0 (not full marks) and never sees a value above the points."""
+    from nbformat import from_dict
+    from nbgrader.utils import determine_grade
+
+    from autograder.nbgrader_plugin import annotate
+    from autograder.results import CheckResult, PartResult
+
+    nb = {"cells": [{"cell_type": "code", "source": "", "outputs": [], "execution_count": None,
+                     "metadata": {"nbgrader": {"grade": True, "solution": False, "grade_id": "masks",
+                                               "points": 15, "locked": True}}}]}
+    part = PartResult("masks", 15, (CheckResult("a check", score >= 15, score, 15, "" if score >= 15 else "why"),))
+    annotate(nb, {"masks": part}, [])
+    got, points = determine_grade(from_dict(nb["cells"][0]))
+    assert (got, points) == (pytest.approx(expected), 15.0)
+    assert all(o.get("name") != "stderr" for o in nb["cells"][0]["outputs"])
