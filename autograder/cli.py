@@ -22,6 +22,9 @@ def cmd_grade(args) -> int:
     from .extract import extract
 
     extract(args.submission)  # no submission: exit 2 at once, before torch is even imported
+    from .prestart import prestart
+
+    prestart()  # the worker pool imports torch while this process does
     from .grade import grade
     from .report import as_json, render
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from . import prestart
 from .extract import Source
 from .worker import protocol
 from .worker.sandbox import SandboxConfig
@@ -42,15 +43,7 @@ class Zygote:
     """A fork server process; one per grading process, reused for every submission."""
 
     def __init__(self) -> None:
-        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": PACKAGE_PARENT,
-               "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autograder.worker.zygote", str(theirs.fileno())],
-            pass_fds=[theirs.fileno()], env=env, cwd="/", stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=None if os.environ.get("AUTOGRADER_DEBUG") else subprocess.DEVNULL, start_new_session=True,
-        )
-        theirs.close()
+        self.control, self.proc = prestart.take()
 
     def spawn(self, config: SandboxConfig, timeout: float = 120.0) -> "WorkerProcess":
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
