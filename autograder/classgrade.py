@@ -238,6 +238,9 @@ def grade_class(course: str | Path, assignment: str = ASSIGNMENT, workers: int |
         raise FileNotFoundError(f"{course}: no submitted/ folder (is this an nbgrader course directory?)")
     folders = {d.name: d / assignment for d in sorted(root.iterdir()) if (d / assignment).is_dir()}
     db_url, course_id = _course_settings(course)
+    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).exists():
+        raise FileNotFoundError(f"no gradebook at {db_url}: run `nbgrader generate_assignment {assignment}` "
+                                f"in {course} first")
     reports = course / "autograder_reports" / assignment
     reports.mkdir(parents=True, exist_ok=True)
     state_file = _state_path(course, assignment)
@@ -245,8 +248,11 @@ def grade_class(course: str | Path, assignment: str = ASSIGNMENT, workers: int |
     fingerprint = grader_fingerprint()
 
     with Gradebook(db_url, course_id) as gb:
-        gb.find_assignment(assignment)  # MissingEntry: the assignment was never released
-        known = {s.student.id for s in gb.find_assignment(assignment).submissions}
+        try:
+            known = {s.student.id for s in gb.find_assignment(assignment).submissions}
+        except MissingEntry:
+            raise FileNotFoundError(f"assignment {assignment!r} is not in the gradebook {db_url}: run "
+                                    f"`nbgrader generate_assignment {assignment}` in {course} first") from None
 
     outcomes: dict[str, Outcome] = {}
     todo: dict[str, str] = {}

@@ -108,3 +108,12 @@ def test_a_failure_while_writing_leaves_the_submission_as_it_was(course, monkeyp
         classgrade.write_gradebook(f"sqlite:///{course / 'gradebook.db'}", "self_attention_course", ASSIGNMENT,
                                    "good", course / "submitted" / "good" / ASSIGNMENT, zeros)
     assert auto_scores(course) == before
+
+
+def test_a_folder_without_a_released_assignment_exits_2_and_says_what_to_do(private_tmp):
+    folder = private_tmp / "not-a-course"
+    (folder / "submitted" / "x" / ASSIGNMENT).mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade-class", str(folder)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "generate_assignment" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
