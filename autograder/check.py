@@ -88,7 +88,7 @@ def _part_result(part_id: str, records, session: Session, seconds: float) -> Par
     state = session.parts.get(part_id)
     forbidden = sorted(state.forbidden) if state else []
     notes = []
-    missing = [n for n in part.names if not session.defines(n)]
+    missing = [n for n in part.names if not session.defines(n, part_id)]
     if missing:
         notes.append(f"missing from your submission: {', '.join(missing)}")
     if forbidden and part_id in FROM_SCRATCH:

@@ -74,24 +74,29 @@ def missing_part(part_id: str, why: str) -> PartResult:
 
 
 def grade_folder(folder: str, grader=None) -> dict:
-    """Grade one submission folder notebook by notebook: {"parts": [PartResult...], "notes": [...]}."""
-    from .nbgrader_plugin import grade_notebook_file, parts_of  # noqa: PLC0415
+    """Grade one submission folder: {"parts": [PartResult...], "notes": [...]}.
 
+    One sandboxed worker and one run of the checks for the whole folder; each part runs only
+    its own notebook's code (Session.namespace_for), so the scores equal nbgrader's notebook
+    by notebook grading. A part whose notebook is missing or unreadable scores 0, as in nbgrader.
+    """
     grader = grader or _GRADER
     started = time.perf_counter()
-    parts: dict[str, PartResult] = {}
-    notes: list[str] = []
+    result = grader.grade(folder)
+    parts = {p.id: p for p in result.parts}
     for nb in NOTEBOOKS:
         path = Path(folder) / f"{nb}.ipynb"
+        why = None
         if not path.exists():
-            for pid in parts_of(nb):
-                parts[pid] = missing_part(pid, f"{nb}.ipynb was not submitted")
-            continue
-        got, nb_notes = grade_notebook_file(path, grader)
-        notes.extend(nb_notes)
-        for pid in parts_of(nb):
-            parts[pid] = got.get(pid) or missing_part(pid, "; ".join(nb_notes) or f"{nb}.ipynb could not be graded")
-    return {"parts": [parts[p.id] for p in PARTS], "notes": list(dict.fromkeys(notes)),
+            why = f"{nb}.ipynb was not submitted"
+        else:
+            why = next((n for n in result.notes if n.startswith((f"{nb}.ipynb could not be read",
+                                                                  f"{nb}.ipynb is not a notebook"))), None)
+        if why:
+            for part in PARTS:
+                if part.notebook == nb:
+                    parts[part.id] = missing_part(part.id, why)
+    return {"parts": [parts[p.id] for p in PARTS], "notes": list(result.notes),
             "seconds": round(time.perf_counter() - started, 3)}
 
 

@@ -243,10 +243,17 @@ class Session:
         self.part = self.parts[part_id]
         return self.part
 
-    def namespace_for(self, name: str) -> str | None:
-        """The source that defines `name`; for a part, the one defining most of its names."""
+    def namespace_for(self, name: str, part_id: str | None = None) -> str | None:
+        """The source whose code a part runs.
+
+        When the submission holds the part's own notebook (an nbgrader submission), only that
+        notebook counts, exactly as when nbgrader grades it alone; otherwise (a .py file, a
+        self-learner's notebook) the source that defines most of the part's names.
+        """
         defined = {src: set(info.get("defined", ())) for src, info in self.load_report.items()}
-        part = PART_BY_ID.get(self.part.id) if self.part else None
+        part = PART_BY_ID.get(part_id or (self.part.id if self.part else ""))
+        if part and part.notebook in defined:
+            return part.notebook if name in defined[part.notebook] else None
         candidates = [src for src, names in defined.items() if name in names]
         if not candidates:
             return None
@@ -254,8 +261,8 @@ class Session:
             candidates.sort(key=lambda src: (-len(defined[src] & set(part.names)), src != part.notebook))
         return candidates[0]
 
-    def defines(self, name: str) -> bool:
-        return self.namespace_for(name) is not None
+    def defines(self, name: str, part_id: str | None = None) -> bool:
+        return self.namespace_for(name, part_id) is not None
 
     def request(self, message: dict, what: str):
         part = self.part
