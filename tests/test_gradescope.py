@@ -13,16 +13,6 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="module")
-def private_tmp():
-    """A temp dir of our own: pytest's tmp_path_factory dirs are pruned by other pytest runs on the machine."""
-    import shutil
-    import tempfile
-
-    path = Path(tempfile.mkdtemp(prefix="autograder-test-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
 from autograder.gradescope import TORCH_VERSION, build_bundle
 from autograder.spec import PARTS
 

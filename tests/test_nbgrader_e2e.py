@@ -14,16 +14,6 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="module")
-def private_tmp():
-    """A temp dir of our own: pytest's tmp_path_factory dirs are pruned by other pytest runs on the machine."""
-    import shutil
-    import tempfile
-
-    path = Path(tempfile.mkdtemp(prefix="autograder-test-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
 from autograder.spec import ASSIGNMENT, PARTS
 from examples.make_class import collect, make_course, nbgrader, repo_source
 
