@@ -113,6 +113,8 @@ def run_checks(session: Session, part_ids: list[str], extra_args: tuple[str, ...
             # no:unraisableexception: its gc.collect() at every pytest.main (pytest >= 8.4) costs ~0.1-0.8 s
             # per call in a process holding torch; grading a class calls pytest.main once per notebook.
             "-p", "no:unraisableexception",
+            # The checks log nothing and print nothing: per-test log and output capture is pure overhead.
+            "-p", "no:logging", "-s",
             "--rootdir", str(CHECKS_DIR), "-c", str(CHECKS_DIR / "pytest.ini"), "--import-mode=importlib",
             "-o", "console_output_style=classic", *extra_args]
     CURRENT = Student(session)
