@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 # What `make demo` runs once the environment exists (one place to change it).
-DEMO = $(PY) -m course.demo
+DEMO = $(PY) -m autograder demo
 
 .PHONY: venv demo test lab release check
 
