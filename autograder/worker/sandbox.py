@@ -105,11 +105,15 @@ def _needed_paths() -> list[str]:
 
 def _cover(paths: list[str], keep: list[str], tmp_bytes: int) -> list[str]:
     """Cover each path with an empty tmpfs, then bind `keep` back read-only where it was covered.
-    Returns the paths that could not be covered."""
+    Returns the paths that could not be covered.
+
+    The private, writable /tmp is mounted first, so that a kept path under the host's /tmp (a
+    repository cloned there, with its venv) is bound back on top of it, not hidden by it."""
     keep_fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
-    covered, failed = [], []
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
+    covered, failed = ["/tmp"], []
     for path in sorted({os.path.realpath(p) for p in paths}, key=len):
-        if any(path == c or path.startswith(c + "/") for c in covered) and path not in ("/tmp",):
+        if any(path == c or path.startswith(c + "/") for c in covered):
             continue
         try:
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
@@ -122,10 +126,8 @@ def _cover(paths: list[str], keep: list[str], tmp_bytes: int) -> list[str]:
             _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
         os.close(fd)
-    for path in covered:
+    for path in covered[1:]:  # every cover read-only; /tmp stays the student's scratch space
         _mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    # a private, writable, small /tmp for the student
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
     return failed
 
 
