@@ -20,6 +20,9 @@ def launch() -> tuple[socket.socket, subprocess.Popen]:
     control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": PACKAGE_PARENT,
            "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    # Where the GPU stage finds the CUDA driver and which device it may use (the dynamic loader
+    # reads these when the zygote starts; a worker's emptied environment does not change that).
+    env.update({k: os.environ[k] for k in ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES") if k in os.environ})
     proc = subprocess.Popen(
         [sys.executable, "-m", "autograder.worker.zygote", str(theirs.fileno())],
         pass_fds=[theirs.fileno()], env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -78,8 +78,8 @@ def test_padding_mask_on_3d_scores(student, gen):
     what = f"apply_padding_mask on [B, S, S] scores with lengths {list(LENGTHS)}"
     got = expect.call(student, "apply_padding_mask", scores, mask,
                       hint="a [B, S] mask needs mask[:, None, :] to line up with [B, S, S] scores")
-    shapes = {(B, B, S, S): f"your result has shape [{B}, {B}, {S}, {S}]: a [B, S] mask needs mask[:, None, :] for "
-                            "[B, S, S] scores ([B, 1, 1, S] is for 4-D [B, H, S, S] scores)"}
+    shapes = {(B, B, S, S): "the mask was broadcast against the batch axis twice: a [B, S] mask needs "
+                            "mask[:, None, :] for [B, S, S] scores ([B, 1, 1, S] is for 4-D [B, H, S, S] scores)"}
     expect.shape(got, want.shape, what, hints=shapes)
     check_neg_inf(got, want, what)
     expect.close(got, want, what, mistakes=padding_mistakes(scores, mask))
