@@ -24,7 +24,7 @@ LIMIT="${DEVICE_CHECK_SECONDS:-290}"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
     || echo "nvidia-smi: not found"
   echo "python: $(command -v "$PY" || echo none) $("$PY" --version 2>&1)"
-  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} (the grader's worker does not inherit it)"
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} (the worker pool inherits it)"
   echo "libcuda in the linker cache: $(ldconfig -p 2>/dev/null | grep -c 'libcuda\.so')"
   echo "== torch"
 } 2>&1 | tee "$LOG"
