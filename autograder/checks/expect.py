@@ -90,3 +90,28 @@ def call(student, name: str, *args, hint: str = "", **kwargs):
         if hint and exc.kind != "NotImplementedError":
             raise CheckFailure(f"{exc}; {hint}") from None
         raise
+
+
+def submodules(info: dict, layers: dict, dropout: float, call: str, roles: dict | None = None) -> None:
+    """A module's bias-free nn.Linear layers {name: (d_in, d_out)} and its nn.Dropout(p=dropout),
+    read from Remote.describe(); each gap is named in the student's terms."""
+    children = info.get("children", {})
+    if not info.get("is_module"):
+        raise CheckFailure(f"{call} is not an nn.Module")
+    for name, (d_in, d_out) in layers.items():
+        child = children.get(name)
+        role = f" ({roles[name]})" if roles and name in roles else ""
+        if child is None:
+            raise CheckFailure(f"{call} has no submodule {name}{role}: assign self.{name} = nn.Linear(...)")
+        if child["type"] != "Linear":
+            raise CheckFailure(f"self.{name} is a {child['type']}, expected nn.Linear")
+        if child.get("bias"):
+            raise CheckFailure(f"self.{name} has a bias: the projections are bias-free (bias=False)")
+        if (child["in_features"], child["out_features"]) != (d_in, d_out):
+            raise CheckFailure(f"{call}: self.{name} maps {child['in_features']} -> {child['out_features']} "
+                               f"features, expected {d_in} -> {d_out}{role}")
+    drop = children.get("dropout")
+    if drop is None or drop["type"] != "Dropout":
+        raise CheckFailure(f"{call} has no self.dropout = nn.Dropout(dropout)")
+    if abs(drop["p"] - dropout) > 1e-9:
+        raise CheckFailure(f"{call}: self.dropout has p={drop['p']}, expected {dropout} (the dropout argument)")

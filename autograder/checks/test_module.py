@@ -14,32 +14,10 @@ from autograder.session import StudentRaised
 
 DROPOUT = 0.25
 LAYERS = {"W_q": (D_MODEL, D_K), "W_k": (D_MODEL, D_K), "W_v": (D_MODEL, D_V), "W_o": (D_V, D_MODEL)}
-ROLE = {"W_q": "d_model -> d_k", "W_k": "d_model -> d_k", "W_v": "d_model -> d_v", "W_o": "d_v -> d_model"}
+ROLE = {"W_q": "d_model -> d_k", "W_k": "d_model -> d_k", "W_v": "d_model -> d_v",
+        "W_o": "the output projection, d_v -> d_model"}
 SEED_BROADCAST = ("a [B, S] mask needs mask[:, None, :] to line up with [B, S, S] scores; mask[:, None, None, :] "
                   "broadcasts them to [B, B, S, S]")
-
-
-def check_children(info: dict, layers: dict, dropout: float, call: str) -> None:
-    children = info.get("children", {})
-    if not info.get("is_module"):
-        raise expect.CheckFailure(f"{call} is not an nn.Module")
-    for name, (d_in, d_out) in layers.items():
-        child = children.get(name)
-        if child is None:
-            extra = " (the output projection, d_v -> d_model)" if name == "W_o" else ""
-            raise expect.CheckFailure(f"{call} has no submodule {name}{extra}: assign self.{name} = nn.Linear(...)")
-        if child["type"] != "Linear":
-            raise expect.CheckFailure(f"self.{name} is a {child['type']}, expected nn.Linear")
-        if child.get("bias"):
-            raise expect.CheckFailure(f"self.{name} has a bias: the projections are bias-free (bias=False)")
-        if (child["in_features"], child["out_features"]) != (d_in, d_out):
-            raise expect.CheckFailure(f"{call}: self.{name} maps {child['in_features']} -> {child['out_features']} "
-                                      f"features, expected {d_in} -> {d_out} ({ROLE.get(name, '')})")
-    drop = children.get("dropout")
-    if drop is None or drop["type"] != "Dropout":
-        raise expect.CheckFailure(f"{call} has no self.dropout = nn.Dropout(dropout)")
-    if abs(drop["p"] - dropout) > 1e-9:
-        raise expect.CheckFailure(f"{call}: self.dropout has p={drop['p']}, expected {dropout} (the dropout argument)")
 
 
 @pytest.mark.points(4)
@@ -47,7 +25,7 @@ def test_submodules(student):
     """SelfAttention has bias-free W_q, W_k, W_v, W_o of the right widths and an nn.Dropout"""
     call = f"SelfAttention({D_MODEL}, d_k={D_K}, d_v={D_V}, dropout={DROPOUT})"
     info = student.new("SelfAttention", D_MODEL, D_K, D_V, dropout=DROPOUT).describe()
-    check_children(info, LAYERS, DROPOUT, call)
+    expect.submodules(info, LAYERS, DROPOUT, call, ROLE)
 
 
 @pytest.mark.points(1)
@@ -55,7 +33,7 @@ def test_defaults(student):
     """SelfAttention(d_model) uses d_k = d_v = d_model and dropout 0.1"""
     info = student.new("SelfAttention", D_MODEL).describe()
     layers = {k: (D_MODEL, D_MODEL) for k in LAYERS}
-    check_children(info, layers, 0.1, f"SelfAttention({D_MODEL})")
+    expect.submodules(info, layers, 0.1, f"SelfAttention({D_MODEL})", ROLE)
 
 
 def loaded(student, dropout: float = DROPOUT):

@@ -8,7 +8,6 @@ nn.MultiheadAttention is tested in tests/test_checks_helpers.py.
 import math
 
 import pytest
-import torch
 
 import solutions as ref
 from autograder.checks import expect
@@ -50,19 +49,10 @@ def test_merge_heads(student, gen):
 @pytest.mark.points(2)
 def test_submodules(student):
     """MultiHeadSelfAttention has W_qkv (d_model -> 3 d_model), W_o (d_model -> d_model), both bias-free, and dropout"""
-    info = student.new("MultiHeadSelfAttention", D_MODEL, H).describe()
-    children = info.get("children", {})
-    for name, (d_in, d_out) in {"W_qkv": (D_MODEL, 3 * D_MODEL), "W_o": (D_MODEL, D_MODEL)}.items():
-        child = children.get(name)
-        if child is None or child["type"] != "Linear":
-            raise expect.CheckFailure(f"MultiHeadSelfAttention({D_MODEL}, {H}) has no nn.Linear self.{name}")
-        if child.get("bias"):
-            raise expect.CheckFailure(f"self.{name} has a bias: use bias=False")
-        if (child["in_features"], child["out_features"]) != (d_in, d_out):
-            raise expect.CheckFailure(f"self.{name} maps {child['in_features']} -> {child['out_features']} features, "
-                                      f"expected {d_in} -> {d_out}")
-    if children.get("dropout", {}).get("type") != "Dropout":
-        raise expect.CheckFailure(f"MultiHeadSelfAttention({D_MODEL}, {H}) has no self.dropout = nn.Dropout(dropout)")
+    call = f"MultiHeadSelfAttention({D_MODEL}, {H})"
+    layers = {"W_qkv": (D_MODEL, 3 * D_MODEL), "W_o": (D_MODEL, D_MODEL)}
+    roles = {"W_qkv": "d_model -> 3 * d_model, rows q, k, v", "W_o": "d_model -> d_model"}
+    expect.submodules(student.new("MultiHeadSelfAttention", D_MODEL, H).describe(), layers, 0.0, call, roles)
 
 
 def mh_mistakes(w_qkv, w_o, x, mask, causal):
