@@ -8,6 +8,15 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(scope="session")
+def grader():
+    """One warm grader (one zygote, torch imported once) for every test that grades with default limits."""
+    from autograder.grade import Grader
+
+    with Grader() as g:
+        yield g
+
+
 @pytest.fixture(scope="module")
 def private_tmp():
     """A temp dir of our own: pytest's tmp_path_factory dirs are pruned by other pytest runs on the machine."""

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import Grader
 from autograder.spec import MAX_SCORE, PARTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,11 +31,6 @@ CASES = {case.name: case for case in build.CASES}
 WRONG = [c.name for c in build.CASES if not c.correct]
 CORRECT = [c.name for c in build.CASES if c.correct]
 
-
-@pytest.fixture(scope="module")
-def grader():
-    with Grader() as g:
-        yield g
 
 
 @pytest.fixture(scope="module")

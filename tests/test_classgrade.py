@@ -36,13 +36,6 @@ def course(private_tmp):
     return root
 
 
-@pytest.fixture(scope="module")
-def grader():
-    from autograder.grade import Grader
-
-    with Grader() as g:
-        yield g
-
 
 def report(course: Path, student: str) -> dict:
     return json.loads((course / "autograder_reports" / ASSIGNMENT / f"{student}.json").read_text())

@@ -23,7 +23,6 @@ import torch
 from autograder import gpu
 from autograder.checks_gpu import write_variants
 from autograder.extract import extract
-from autograder.grade import Grader
 from autograder.results import PartResult, to_json
 from autograder.spec import ASSIGNMENT, GPU_PART, NOTEBOOKS, PARTS
 
@@ -39,11 +38,6 @@ ISSUE_PLAIN_PEAK = 64 * GIB
 ISSUE_SDPA_PEAK = 64 * MIB
 ISSUE_CHUNKED_PEAK = int(3.1 * GIB)
 
-
-@pytest.fixture(scope="module")
-def grader():
-    with Grader() as g:
-        yield g
 
 
 @pytest.fixture(scope="module")

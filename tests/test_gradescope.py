@@ -51,13 +51,6 @@ def _run_bundle(bundle: Path, root: Path, submission_file: Path) -> dict:
     return json.loads((root / "results" / "results.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def grader():
-    from autograder.grade import Grader
-
-    with Grader() as g:
-        yield g
-
 
 @pytest.mark.parametrize("buggy", [False, True], ids=["correct", "buggy"])
 def test_results_json_scores_equal_the_graders(bundle, grader, private_tmp, buggy):

@@ -48,13 +48,6 @@ def course(private_tmp):
     return root
 
 
-@pytest.fixture(scope="module")
-def grader():
-    from autograder.grade import Grader
-
-    with Grader() as g:
-        yield g
-
 
 @pytest.fixture(scope="module")
 def cli_results(course, grader):
