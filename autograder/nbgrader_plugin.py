@@ -30,7 +30,7 @@ from pathlib import Path
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from .spec import PARTS, PART_BY_ID
+from .spec import PARTS
 
 # The stock list (nbgrader/converters/autograde.py) with Execute replaced by ours.
 AUTOGRADE_PREPROCESSORS = [

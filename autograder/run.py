@@ -11,8 +11,6 @@ import io
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

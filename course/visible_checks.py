@@ -168,7 +168,7 @@ def check_attention_weights(attention_weights) -> None:
 def check_attend(attend) -> None:
     V = torch.randn(2, 5, 3)  # [B, S_k, d_v]
     weights = torch.softmax(torch.randn(2, 4, 5), dim=-1)  # [B, S_q, S_k]
-    out = _expect_shape(attend(weights, V), [2, 4, 3], "attend(weights [2, 4, 5], V [2, 5, 3])")
+    _expect_shape(attend(weights, V), [2, 4, 3], "attend(weights [2, 4, 5], V [2, 5, 3])")
     one_hot = torch.zeros(2, 4, 5)
     one_hot[:, :, 2] = 1.0  # every query looks only at key 2
     picked = attend(one_hot, V)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 
 import solutions as ref
 from autograder.checks import common, expect

@@ -10,7 +10,6 @@ from the worker, and no trace of code run in the trusted process.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path

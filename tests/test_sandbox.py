@@ -5,7 +5,6 @@ All cases share the warm grader of tests/hostile/_kit.py.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -16,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 import _kit as kit  # noqa: E402
 
 from autograder.extract import Source  # noqa: E402
-from autograder.results import GradeResult, Limits, PartResult  # noqa: E402
-from autograder.session import CheckFailure, PartStopped, Session, private_paths  # noqa: E402
+from autograder.results import Limits  # noqa: E402
+from autograder.session import PartStopped, Session, private_paths  # noqa: E402
 
 PROBE = r'''
 import ctypes, os, resource, socket, struct, sys, time

@@ -10,9 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import linecache
-import math
-import os
-import sys
 import time
 import traceback
 
