@@ -8,6 +8,7 @@ here as a `CheckFailure` whose message is written for the student.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .extract import Source
+from .resident import ResidentPeak
 from .results import Limits
 from .run import SandboxFailed, WorkerGone, WorkerTimeout, Zygote, start_worker
 from .spec import FROM_SCRATCH, PART_BY_ID
@@ -131,6 +133,14 @@ def _decode(value, device: str, depth: int = 0):
         if "__handle__" in value:
             return Handle(int(value["__handle__"]), clean_text(value.get("type", "object"), 100))
     raise CheckFailure(f"your code returned a value of an unexpected kind ({type(value).__name__})")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a measured call returned, and the memory it needed."""
+    value: object
+    peak_bytes: int | None  # tensor storage alive at once, by the live-tensor meter inside the worker
+    resident_growth: int | None  # growth of the worker's resident memory, sampled from outside (CPU only)
 
 
 @dataclass(frozen=True)
@@ -275,10 +285,15 @@ class Session:
         if left <= 0:
             part.stopped = f"not run: the {self.limits.part_seconds:.0f} s limit of this part was spent"
             raise PartStopped(part.stopped)
+        measured = bool(message.get("measure")) and self.device == "cpu"
         try:
-            reply = worker.request(message, left)
+            with ResidentPeak(worker.pid) if measured else contextlib.nullcontext() as resident:
+                reply = worker.request(message, left)
             if not isinstance(reply, dict):
                 raise protocol.ProtocolError("the reply is not a message")
+            reply.pop("resident_growth", None)  # only the trusted side writes this figure
+            if measured:
+                reply["resident_growth"] = resident.growth
         except WorkerTimeout:
             part.stopped = (f"{what} did not return within the part's {self.limits.part_seconds:.0f} s limit "
                             "(an endless loop?); the rest of this part was not run")
@@ -309,13 +324,15 @@ class Session:
         reply = self.request({"kind": "call", "ns": ns, "target": name, "args": _encode(list(args)),
                               "kwargs": _encode(kwargs), "measure": _measure, "seed": _seed}, name)
         value = _decode(reply.get("value"), self.device)
-        return (value, reply.get("peak_bytes")) if _measure else value
+        if not _measure:
+            return value
+        peak = reply.get("peak_bytes")
+        return Measured(value, peak if type(peak) is int and peak >= 0 else None, reply.get("resident_growth"))
 
-    def call_object(self, handle: Handle, method: str, args, kwargs, label: str, measure: bool = False):
+    def call_object(self, handle: Handle, method: str, args, kwargs, label: str):
         reply = self.request({"kind": "call", "object": handle.id, "target": method, "args": _encode(list(args)),
-                              "kwargs": _encode(kwargs), "measure": measure}, label)
-        value = _decode(reply.get("value"), self.device)
-        return (value, reply.get("peak_bytes")) if measure else value
+                              "kwargs": _encode(kwargs)}, label)
+        return _decode(reply.get("value"), self.device)
 
     def builtin(self, name: str, *args, **kwargs) -> "Remote":
         reply = self.request({"kind": "call", "builtin": True, "target": name, "args": _encode(list(args)),
@@ -347,9 +364,6 @@ class Remote:
 
     def __call__(self, *args, **kwargs):
         return self.session.call_object(self.handle, "__call__", args, kwargs, f"{self.label}.forward")
-
-    def measure(self, *args, **kwargs):
-        return self.session.call_object(self.handle, "__call__", args, kwargs, f"{self.label}.forward", measure=True)
 
     def method(self, name: str, *args, **kwargs):
         return self.session.call_object(self.handle, name, args, kwargs, f"{self.label}.{name}")
@@ -390,8 +404,9 @@ class Student:
     def call(self, name: str, *args, **kwargs):
         return self.session.call(name, *args, **kwargs)
 
-    def measure(self, name: str, *args, **kwargs):
-        """(result, peak bytes of tensor storage alive at once while it ran), measured in the worker."""
+    def measure(self, name: str, *args, **kwargs) -> "Measured":
+        """The result and two memory figures: the live-tensor meter's peak (in the worker) and the
+        growth of the worker's resident memory (sampled by the kernel's count, from outside)."""
         return self.session.call(name, *args, _measure=True, **kwargs)
 
     def new(self, name: str, *args, seed: int | None = 0, **kwargs) -> Remote:

@@ -136,6 +136,17 @@ def test_parity_error_that_peeks_at_the_stand_in_earns_nothing_more(course):
     assert "the largest absolute difference of the two outputs is" in kit.messages(result, "official_parity")
 
 
+@pytest.mark.parametrize("case", ["meter_evasion", "meter_evasion_fork"])
+def test_full_matrix_hidden_from_the_tensor_meter_still_fails_the_memory_check(course, case):
+    """Switching the live-tensor meter off, or building the matrix in a child process, is seen
+    by the grader's outside count of resident memory."""
+    result, honest = attack(course, case, ["long_sequence"])
+    memory = [c for c in result.part("long_sequence").checks if c.name.startswith("chunked_attention never holds")]
+    assert memory and not memory[0].passed, memory
+    assert "where the meter cannot see it" in memory[0].message, memory[0].message
+    assert result.part("long_sequence").score < honest.part("long_sequence").score
+
+
 def test_writes_to_course_gradebook_other_students_and_solutions_fail(course, reference):
     result, _ = attack(course, "write_outside", ["qkv_projection"])
     assert result.part("qkv_projection").score == reference.part("qkv_projection").score

@@ -8,6 +8,7 @@ objects that are not (modules, ...) stay here and are named by a handle.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import linecache
 import time
@@ -26,6 +27,35 @@ MAX_CAPTURED_OUTPUT = 4000
 MAX_RETURNED_ELEMENTS = 64 * 2**20  # the grader refuses more anyway; saying so here avoids a huge copy
 DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64,
                                                      torch.int32, torch.int64, torch.bool)}
+
+
+M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+MMAP_THRESHOLD = 128 * 2**10
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+def steady_heap() -> None:
+    """Make resident memory follow live memory, so that the grader's outside count of it is exact:
+    blocks of 128 KiB and more (every tensor that matters) get their own mapping, returned to the
+    kernel when freed. glibc otherwise raises this threshold after each large free and serves later
+    tensors from a heap that keeps freed pages, which made the count vary between 1x and 4.5x
+    the live tensor bytes. Setting it fixes the threshold (mallopt turns the adaptive rule off)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
+def release_free_heap() -> None:
+    """Hand freed heap memory back to the kernel (glibc malloc_trim) before a measured call."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)  # (not glibc: the resident figure may then read low, never high)
 
 
 class ForbiddenCallWatch:
@@ -66,6 +96,7 @@ class Worker:
         self.objects: dict[int, object] = {}
         self.watch = ForbiddenCallWatch()
         standins.use_originals(self.watch.original)
+        steady_heap()
 
     # ------------------------------------------------------------ encoding
     def encode(self, value, depth: int = 0):
@@ -160,6 +191,8 @@ class Worker:
         seed = req.get("seed")
         if seed is not None:
             torch.manual_seed(seed)
+        if req.get("measure"):
+            release_free_heap()
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
         with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext():
             value = target(*args, **kwargs)
