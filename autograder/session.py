@@ -316,18 +316,27 @@ class Session:
 
     # ------------------------------------------------------------ calls
     def call(self, name: str, *args, _measure: bool = False, _seed: int | None = None, **kwargs):
+        value, reply = self._call(name, args, kwargs, _measure, _seed)
+        if not _measure:
+            return value
+        peak = reply.get("peak_bytes")
+        return Measured(value, peak if type(peak) is int and peak >= 0 else None, reply.get("resident_growth"))
+
+    def call_watched(self, name: str, *args, **kwargs) -> tuple[object, frozenset[str]]:
+        """The result, and which of the fused kernel and the official module the call used."""
+        value, reply = self._call(name, args, kwargs, False, None)
+        used = reply.get("forbidden")
+        return value, frozenset(clean_text(f, 100) for f in used) if isinstance(used, list) else frozenset()
+
+    def _call(self, name: str, args, kwargs, measure: bool, seed: int | None) -> tuple[object, dict]:
         ns = self.namespace_for(name)
         if ns is None and self.load_failure:  # nothing is defined because nothing could be loaded: say why
             raise PartStopped(self.load_failure)
         if ns is None:
             raise MissingName(f"{name} is not defined in your submission{self._load_hint()}")
         reply = self.request({"kind": "call", "ns": ns, "target": name, "args": _encode(list(args)),
-                              "kwargs": _encode(kwargs), "measure": _measure, "seed": _seed}, name)
-        value = _decode(reply.get("value"), self.device)
-        if not _measure:
-            return value
-        peak = reply.get("peak_bytes")
-        return Measured(value, peak if type(peak) is int and peak >= 0 else None, reply.get("resident_growth"))
+                              "kwargs": _encode(kwargs), "measure": measure, "seed": seed}, name)
+        return _decode(reply.get("value"), self.device), reply
 
     def call_object(self, handle: Handle, method: str, args, kwargs, label: str):
         reply = self.request({"kind": "call", "object": handle.id, "target": method, "args": _encode(list(args)),
@@ -420,6 +429,14 @@ class Student:
         if not isinstance(value, Handle):
             raise CheckFailure(f"{label} returned {type(value).__name__}, not an object such as a module")
         return Remote(self.session, value, label)
+
+    def call_watched(self, name: str, *args, **kwargs) -> tuple[object, frozenset[str]]:
+        """(result, the forbidden calls seen while it ran: "F.scaled_dot_product_attention", ...)"""
+        return self.session.call_watched(name, *args, **kwargs)
+
+    def linear(self, in_features: int, out_features: int) -> Remote:
+        """A grader-built nn.Linear living in the worker (set its weights with load_state_dict)."""
+        return self.session.builtin("linear", in_features, out_features)
 
     def standin(self, d_model: int, variant: str = "correct", dropout: float = 0.0) -> Remote:
         """A grader-built SelfAttention (correct or deliberately broken) living in the worker."""

@@ -52,7 +52,7 @@ def _layers(student, gen):
     weights = {"W_q": randn(gen, D_K, D_MODEL), "W_k": randn(gen, D_K, D_MODEL), "W_v": randn(gen, D_V, D_MODEL)}
     layers = {}
     for name, w in weights.items():
-        layer = student.session.builtin("linear", D_MODEL, w.shape[0])
+        layer = student.linear(D_MODEL, w.shape[0])
         layer.load_state_dict({"weight": w})
         layers[name] = layer
     return weights, layers
