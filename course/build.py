@@ -187,15 +187,21 @@ def warm_matplotlib() -> None:
 
 
 def execute_notebooks(paths: list[Path], allow_errors: bool = False, timeout: int = 600) -> dict[Path, nbformat.NotebookNode]:
-    """Execute notebooks headless and concurrently (one kernel each), each in its own folder."""
+    """Execute notebooks headless and concurrently (one kernel each), each in its own folder.
+
+    The kernels talk over Unix sockets in a private folder (ZeroMQ's ipc transport), not TCP:
+    with TCP, a port picked as free can be taken by another process before the kernel binds
+    it ("Address already in use"), and one kernel that fails to start fails the whole run."""
+    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
     warm_matplotlib()
 
-    async def run_one(path: Path) -> nbformat.NotebookNode:
+    async def run_one(path: Path, sockets: str) -> nbformat.NotebookNode:
         nb = nbformat.read(path, as_version=4)
         client = NotebookClient(
             nb,
+            km=AsyncKernelManager(kernel_name="python3", transport="ipc", ip=sockets),
             timeout=timeout,
             kernel_name="python3",
             allow_errors=allow_errors,
@@ -206,10 +212,11 @@ def execute_notebooks(paths: list[Path], allow_errors: bool = False, timeout: in
         await client.async_execute()
         return nb
 
-    async def run_all():
-        return await asyncio.gather(*(run_one(p) for p in paths))
+    async def run_all(folder: str):
+        return await asyncio.gather(*(run_one(p, os.path.join(folder, f"kernel{i}")) for i, p in enumerate(paths)))
 
-    return dict(zip(paths, asyncio.run(run_all())))
+    with tempfile.TemporaryDirectory(prefix="kernels-") as folder:
+        return dict(zip(paths, asyncio.run(run_all(folder))))
 
 
 # --------------------------------------------------------------------------- #
