@@ -394,3 +394,29 @@ def test_a_cuda_session_exposes_dev_and_torch_and_lifts_the_address_space_limit(
     assert seen["device"] == "cuda" and "/dev" in cfg.expose and gpu.torch_paths()[0] in cfg.expose
     assert cfg.memory_bytes == resource.RLIM_INFINITY
     assert gpu.CONFIG is None  # reset even when the stage fails
+
+
+# ------------------------------------------------------------------ the prepared device script
+def test_device_check_script_dry_run_on_cpu_meets_every_expectation(tmp_path):
+    """scripts/device_check.py, the device run's script, runs its whole code path on the CPU at S = 256
+    (DEVICE_CHECK_DEVICE=cpu): the reference passes, the full matrix and the inverted mask fail as expected."""
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path), "DEVICE_CHECK_DEVICE": "cpu", "DEVICE_CHECK_SEQ_LENS": "256"}
+    proc = subprocess.run([PY, "scripts/device_check.py"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = (tmp_path / "device_check.md").read_text()
+    assert "DRY RUN on the CPU" in table
+    assert table.count("- PASS:") == 5 and "- FAIL:" not in table, table
+    rows = json.loads((tmp_path / "device_check.json").read_text())["rows"]
+    assert len(rows) == 3 * 2 * 3  # submissions x functions x modes, at one S
+    assert {r["submission"] for r in rows} == {"reference", "full_matrix", "inverted_mask"}
+
+
+def test_device_check_shell_script_stops_with_a_clear_result_without_cuda(tmp_path):
+    """scripts/device_check.sh on a machine without CUDA says so in one RESULT line and exits 4."""
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path), "PYTHON": PY, "CUDA_VISIBLE_DEVICES": ""}  # no device
+    proc = subprocess.run(["bash", "scripts/device_check.sh"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "RESULT: torch.cuda.is_available() is False" in proc.stdout
+    assert "RESULT:" in (tmp_path / "device_check.log").read_text()
