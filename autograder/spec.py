@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .worker.names import FORBIDDEN_PATTERNS, is_forbidden_name  # noqa: F401 - part of the spec
+
 
 @dataclass(frozen=True)
 class Part:
@@ -37,6 +39,6 @@ NOTEBOOKS = tuple(dict.fromkeys(p.notebook for p in PARTS))
 # Parts that must be written from scratch: calling the fused kernel or the official module
 # there earns nothing. (official_parity and long_sequence are about those very functions.)
 FROM_SCRATCH = ("qkv_projection", "scaled_scores", "masks", "module", "multihead")
-FORBIDDEN_CALLS = ("scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward")
+
 
 assert MAX_SCORE == 100, MAX_SCORE

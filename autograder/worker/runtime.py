@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import io
 import linecache
 import time
@@ -19,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import protocol, standins
+from .names import is_forbidden_name
 from .meter import LiveMemoryMeter
 
 PREAMBLE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
@@ -59,7 +61,12 @@ def release_free_heap() -> None:
 
 
 class ForbiddenCallWatch:
-    """Counts calls of the fused kernel and the official module while student code runs."""
+    """Counts calls of the fused kernel and the official module while student code runs.
+
+    Besides the public entry points, every private variant in the torch namespace
+    (torch._scaled_dot_product_attention_math, torch._scaled_dot_product_flash_attention_for_cpu,
+    torch._native_multi_head_attention, ...) is wrapped.
+    """
 
     TARGETS = (
         (F, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
@@ -71,10 +78,26 @@ class ForbiddenCallWatch:
     def __init__(self) -> None:
         self.used: set[str] = set()
         self.originals = {}
-        for owner, attr, label in self.TARGETS:
-            original = getattr(owner, attr)
+        for owner, attr, label in self.TARGETS + self.private_targets():
+            try:
+                original = getattr(owner, attr)
+                setattr(owner, attr, self._wrap(original, label))
+            except (AttributeError, TypeError, RuntimeError):
+                continue  # not in this build of torch, or not replaceable
             self.originals[(owner, attr)] = original
-            setattr(owner, attr, self._wrap(original, label))
+
+    @staticmethod
+    @functools.lru_cache(maxsize=1)
+    def private_targets() -> tuple:
+        """(owner, attribute, label) of every private variant in the torch namespace; computed once,
+        in the zygote (below). torch.ops.aten.X is not replaced: torch's own dispatch code looks up
+        X.default there (the static scan still flags the name written out)."""
+        out = []
+        for name in sorted(n for n in dir(torch) if n.startswith("_") and is_forbidden_name(n)):
+            for owner in (torch, torch._C._VariableFunctions):
+                if hasattr(owner, name):
+                    out.append((owner, name, f"torch.{name}"))
+        return tuple(out)
 
     def _wrap(self, original, label):
         def watched(*args, **kwargs):
@@ -88,6 +111,8 @@ class ForbiddenCallWatch:
     def original(self, owner, attr):
         return self.originals[(owner, attr)]
 
+
+ForbiddenCallWatch.private_targets()  # at import, in the zygote: each forked worker finds it done
 
 class Worker:
     def __init__(self, sock) -> None:

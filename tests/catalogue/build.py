@@ -148,6 +148,17 @@ CASES: tuple[Case, ...] = (
            "weights = self.dropout(torch.softmax(scores, dim=-1))\n"
            "        _ = getattr(F, 'scaled_dot_' + 'product_attention')(Q, K, V)"),),
          zero=("module",), says='scaled_dot_product_attention'),
+    Case("module_calls_private_sdpa", "SelfAttention computes with torch's private math kernel (found by the static scan)",
+         (("SelfAttention", "weights = self.dropout(torch.softmax(scores, dim=-1))",
+           "weights = self.dropout(torch._scaled_dot_product_attention_math(Q, K, V)[1])"),),
+         zero=("module",), says="torch._scaled_dot_product_attention_math"),
+    Case("module_calls_private_kernel_hidden", "SelfAttention reaches torch's CPU flash kernel through a built name "
+         "(found by the runtime watch)",
+         (("SelfAttention", "weights = self.dropout(torch.softmax(scores, dim=-1))",
+           "weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+           "        _ = getattr(torch, '_scaled_dot_' + 'product_flash_attention_for_cpu')"
+           "(Q[:, None], K[:, None], V[:, None])"),),
+         zero=("module",), says="torch._scaled_dot_product_flash_attention_for_cpu"),
     # ------------------------------------------------------------------ wrong: official_parity
     Case("parity_wrong_mask_convention", "parity_error passes our mask as key_padding_mask (True = ignore there)",
          (("parity_error", "None if mask is None else ~mask", "mask"),), lose=("official_parity",), says='key_padding_mask is True where a key must be IGNORED'),
@@ -228,6 +239,30 @@ CASES: tuple[Case, ...] = (
         if causal:
             scores = apply_causal_mask(scores)
         return self.W_o(attend(self.dropout(attention_weights(scores)), V))"""),)),
+    Case("ok_own_helper_named_sdpa", "SelfAttention calls the student's own from-scratch helper named "
+         "scaled_dot_product_attention (the textbook name; not torch's)",
+         (("SelfAttention", """        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+        # 3. masks: padded keys ([B, S] -> [B, 1, S]) and, for a decoder, future keys
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+        if causal:
+            S = x.shape[1]
+            future = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(diagonal=1)  # [S, S]
+            scores = scores.masked_fill(future, float("-inf"))
+        # 4. softmax over keys, then dropout on the weights [B, S, S]
+        weights = self.dropout(torch.softmax(scores, dim=-1))
+        # 5. weighted sum of values [B, S, d_v], then back to d_model
+        return self.W_o(weights @ V)""", """        return self.W_o(scaled_dot_product_attention(Q, K, V, mask, causal, self.dropout))"""),
+          ("to_official", "def to_official(custom: SelfAttention) -> nn.MultiheadAttention:",
+           "def scaled_dot_product_attention(Q, K, V, mask, causal, dropout):\n"
+              "    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])\n"
+              "    if mask is not None:\n"
+              "        scores = scores.masked_fill(~mask[:, None, :], float('-inf'))\n"
+              "    if causal:\n"
+              "        S = Q.shape[1]\n"
+              "        scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float('-inf'))\n"
+              "    return dropout(torch.softmax(scores, dim=-1)) @ V\n\n\n"
+              "def to_official(custom: SelfAttention) -> nn.MultiheadAttention:"))),
     Case("ok_reshape_permute", "permute/reshape/contiguous().view for the heads; separate chunking helper",
          (_fn("split_heads", "def split_heads(x, num_heads):\n"
               "    B, S, D = x.shape\n    return x.reshape(B, S, num_heads, D // num_heads).permute(0, 2, 1, 3)\n"),

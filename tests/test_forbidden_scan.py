@@ -1,0 +1,76 @@
+"""The static scan for torch's fused attention in from-scratch parts (autograder/grade.py).
+
+It must flag torch's kernel and official module however they are named or imported, and
+never a student's own helper that happens to carry the textbook name.
+"""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from autograder.extract import Source, Extracted
+from autograder.grade import forbidden_in_source
+from autograder.worker.names import is_forbidden_name
+
+HELPER = '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    return torch.softmax(scores, dim=-1) @ V
+'''
+
+
+def scan(code: str) -> set[str]:
+    source = Source("submission", "submission.py", (textwrap.dedent(code),))
+    return forbidden_in_source(Extracted("submission.py", (source,))).get("scaled_scores", set())
+
+
+def attend_body(line: str, prelude: str = "") -> str:
+    return prelude + f"\ndef attend(weights, V):\n    {line}\n    return weights @ V\n"
+
+
+@pytest.mark.parametrize("prelude, line, flagged", [
+    ("", "F.scaled_dot_product_attention(V, V, V)", "scaled_dot_product_attention"),
+    ("", "torch.nn.functional.scaled_dot_product_attention(V, V, V)", "scaled_dot_product_attention"),
+    ("", "torch._scaled_dot_product_attention_math(V, V, V)", "_scaled_dot_product_attention_math"),
+    ("", "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(V, V, V)",
+     "_scaled_dot_product_flash_attention_for_cpu"),
+    ("", "nn.MultiheadAttention(8, 1)", "MultiheadAttention"),
+    ("", "torch._native_multi_head_attention", "_native_multi_head_attention"),
+    ("", "getattr(F, 'scaled_dot_product_attention')(V, V, V)", "scaled_dot_product_attention"),
+    ("import torch.nn.functional as fn\n", "fn.scaled_dot_product_attention(V, V, V)", "scaled_dot_product_attention"),
+    ("from torch import nn as tnn\n", "tnn.MultiheadAttention(8, 1)", "MultiheadAttention"),
+    ("from torch.nn.functional import scaled_dot_product_attention as sdpa\n", "sdpa(V, V, V)",
+     "scaled_dot_product_attention"),
+])
+def test_torch_fused_attention_is_flagged_however_it_is_reached(prelude, line, flagged):
+    assert scan(attend_body(line, prelude)) == {flagged}
+
+
+def test_a_helper_of_the_students_own_named_like_torchs_kernel_is_followed_not_flagged():
+    assert scan(HELPER + attend_body("weights = scaled_dot_product_attention(V, V, V)")) == set()
+
+
+def test_the_students_own_helper_is_looked_into():
+    helper = HELPER.replace("return torch.softmax(scores, dim=-1) @ V", "return F.scaled_dot_product_attention(Q, K, V)")
+    assert scan(helper + attend_body("weights = scaled_dot_product_attention(V, V, V)")) == {
+        "scaled_dot_product_attention"}
+
+
+def test_a_method_of_the_students_own_class_is_not_torch():
+    code = attend_body("weights = self_like.scaled_dot_product_attention(V)", "self_like = None\n")
+    assert scan(code) == set()
+
+
+def test_names_only_mentioned_outside_the_parts_definitions_do_not_count():
+    code = "def unrelated(q):\n    return F.scaled_dot_product_attention(q, q, q)\n" + attend_body("pass")
+    assert scan(code) == set()
+
+
+@pytest.mark.parametrize("name, forbidden", [
+    ("scaled_dot_product_attention", True), ("_scaled_dot_product_flash_attention_for_cpu", True),
+    ("MultiheadAttention", True), ("multi_head_attention_forward", True), ("_flash_attention_forward", True),
+    ("MultiHeadSelfAttention", False), ("scaled_scores", False), ("attend", False), ("split_heads", False),
+])
+def test_forbidden_names_are_torchs_not_the_course_api(name, forbidden):
+    assert is_forbidden_name(name) is forbidden
