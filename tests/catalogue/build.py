@@ -289,6 +289,15 @@ CASES: tuple[Case, ...] = (
               "            hide = torch.arange(S)[None, :] > torch.arange(start, stop)[:, None]\n"
               "            scores = scores.masked_fill(hide, float('-inf'))\n"
               "        out[:, :, start:stop] = _block(scores, v)\n    return out\n"))),
+    Case("ok_chunked_precomputed_causal_mask", "chunked attention slices one precomputed [S, S] boolean causal mask "
+         "(a quarter of one score matrix's bytes per head: allowed; the [B, H, S, S] scores are what must not exist)",
+         (("chunked_attention", "    for start in range(0, S, chunk_size):",
+           "    future = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(diagonal=1) if causal else None\n"
+           "    for start in range(0, S, chunk_size):"),
+          ("chunked_attention", """            query_pos = torch.arange(start, stop, device=q.device)[:, None]  # [chunk, 1]
+            key_pos = torch.arange(S, device=q.device)[None, :]  # [1, S]
+            scores = scores.masked_fill(key_pos > query_pos, float("-inf"))""",
+           """            scores = scores.masked_fill(future[start:stop], float("-inf"))"""))),
     Case("ok_parity_variants", "parity_error with logical_not and torch.max; to_official through state_dict",
          (("parity_error", "key_padding_mask = None if mask is None else ~mask",
            "key_padding_mask = None if mask is None else mask.logical_not()"),
