@@ -9,14 +9,15 @@ every millisecond, and keeps the largest total of anonymous and shared-memory pa
 and go with no tensor behind them. The figure is the growth over the total just before the
 call; a process forked during the call counts whole.
 
-The descendants are found by scanning /proc for parent links (this kernel may lack
-/proc/<pid>/task/<tid>/children), every `TREE_REFRESH` seconds rather than every sample.
+The descendants are found by a scan of /proc (worker/proctree.py) every `TREE_REFRESH`
+seconds rather than every sample.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
+
+from .worker.proctree import descendants
 
 INTERVAL = 0.001  # seconds between samples
 TREE_REFRESH = 0.02  # seconds between scans for new descendants
@@ -36,31 +37,6 @@ def resident_bytes(pid: int) -> int | None:
             total += int(line.split()[1]) * 1024  # the kernel writes kB
             found = True
     return total if found else None
-
-
-def descendants(root: int) -> list[int]:
-    """root and every process below it, from the parent links of /proc/<pid>/stat."""
-    children: dict[int, list[int]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return [root]
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            ppid = int(stat[stat.rfind(b")") + 2:].split()[1])  # the command name may hold spaces and ")"
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, ()))
-    return tree
 
 
 def tree_resident(pids: list[int]) -> int | None:

@@ -31,23 +31,9 @@ sys.path.insert(0, str(REPO))
 
 from examples.make_class import REPO as _R, collect, make_course, synthetic_class  # noqa: E402,F401
 from autograder.spec import ASSIGNMENT  # noqa: E402
+from autograder.worker.proctree import descendants  # noqa: E402
 
 PY = sys.executable
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        tree.setdefault(ppid, []).append(int(entry))
-    return tree
 
 
 def _rss_kib(pid: int) -> int:
@@ -62,12 +48,7 @@ def _rss_kib(pid: int) -> int:
 
 
 def tree_rss_kib(root: int) -> int:
-    tree, total, todo = _children(), 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += _rss_kib(pid)
-        todo.extend(tree.get(pid, ()))
-    return total
+    return sum(_rss_kib(pid) for pid in descendants(root))
 
 
 def measure(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from autograder.resident import ResidentPeak, descendants, resident_bytes
+from autograder.resident import ResidentPeak, resident_bytes
+from autograder.worker.proctree import descendants
 
 # A parent that forks a child; on a line on stdin the child touches `MIB` MiB for 0.2 s, frees
 # them, and says "done". Plain python (no torch), so the test costs a fraction of a second.

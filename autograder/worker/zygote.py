@@ -33,7 +33,7 @@ import torch.utils._python_dispatch  # noqa: F401
 import torch.utils._pytree  # noqa: F401
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  - else nn.MultiheadAttention's first forward imports it (~5 s per worker)
 
-from . import protocol, runtime, sandbox
+from . import proctree, protocol, runtime, sandbox
 
 
 def _recv_with_fd(sock: socket.socket):
@@ -52,32 +52,6 @@ def _recv_with_fd(sock: socket.socket):
 
 
 PR_SET_CHILD_SUBREAPER = 36
-
-
-def _children_of(pids: set[int]) -> dict[int, int]:
-    """{pid: parent} of every process whose parent is in `pids` (one pass over /proc)."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if fields and fields[0] != b"Z" and int(fields[1]) in pids:
-            found[int(entry)] = int(fields[1])
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rfind(b")") + 2:][:1] != b"Z"
-    except OSError:
-        return False
 
 
 def _signal(pid: int, group: bool = False) -> None:
@@ -99,12 +73,9 @@ def kill_tree(pid: int, workers: set[int], wait: float = 2.0) -> int:
     killed: set[int] = set()
     deadline = time.monotonic() + wait
     while True:
-        tree, frontier = {pid}, {pid}
-        while frontier:  # every descendant of the worker that is still alive
-            frontier = set(_children_of(frontier)) - tree
-            tree |= frontier
-        orphans = {p for p in _children_of({me}) if p not in workers or p == pid}
-        targets = {p for p in tree | orphans if _alive(p)}
+        links = proctree.parent_links()  # live processes only
+        orphans = {p for p, parent in links.items() if parent == me and (p not in workers or p == pid)}
+        targets = {p for p in proctree.descendants(pid, links) if p in links} | orphans
         if not targets or time.monotonic() > deadline:
             break
         _signal(pid, group=True)
@@ -153,7 +124,7 @@ def main(control_fd: int) -> None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _child(worker_fd, control, request.get("config", {}))
         os.close(worker_fd)
-        workers.intersection_update(p for p in workers if _alive(p))
+        workers.intersection_update(p for p in workers if proctree.alive(p))
         workers.add(pid)
         protocol.send(control, {"pid": pid})
 
