@@ -274,7 +274,9 @@ class Session:
     def defines(self, name: str, part_id: str | None = None) -> bool:
         return self.namespace_for(name, part_id) is not None
 
-    def request(self, message: dict, what: str):
+    def request(self, message: dict, what: str, watch_memory: bool = False):
+        """Send one request to the worker within the part's deadline. With `watch_memory`, this side
+        samples the worker's resident memory while it runs (reply["resident_growth"])."""
         part = self.part
         if part is None:
             raise RuntimeError("a check ran outside a part")
@@ -285,15 +287,14 @@ class Session:
         if left <= 0:
             part.stopped = f"not run: the {self.limits.part_seconds:.0f} s limit of this part was spent"
             raise PartStopped(part.stopped)
-        measured = bool(message.get("measure")) and self.device == "cpu"
         try:
-            with ResidentPeak(worker.pid) if measured else contextlib.nullcontext() as resident:
+            with ResidentPeak(worker.pid) if watch_memory else contextlib.nullcontext() as watch:
                 reply = worker.request(message, left)
             if not isinstance(reply, dict):
                 raise protocol.ProtocolError("the reply is not a message")
             reply.pop("resident_growth", None)  # only the trusted side writes this figure
-            if measured:
-                reply["resident_growth"] = resident.growth
+            if watch is not None:
+                reply["resident_growth"] = watch.growth
         except WorkerTimeout:
             part.stopped = (f"{what} did not return within the part's {self.limits.part_seconds:.0f} s limit "
                             "(an endless loop?); the rest of this part was not run")
@@ -315,10 +316,11 @@ class Session:
         return reply
 
     # ------------------------------------------------------------ calls
-    def call(self, name: str, *args, _measure: bool = False, _seed: int | None = None, **kwargs):
-        value, reply = self._call(name, args, kwargs, _measure, _seed)
-        if not _measure:
-            return value
+    def call(self, name: str, *args, _seed: int | None = None, **kwargs):
+        return self._call(name, args, kwargs, False, _seed)[0]
+
+    def measure(self, name: str, *args, **kwargs) -> Measured:
+        value, reply = self._call(name, args, kwargs, True, None)
         peak = reply.get("peak_bytes")
         return Measured(value, peak if type(peak) is int and peak >= 0 else None, reply.get("resident_growth"))
 
@@ -335,7 +337,8 @@ class Session:
         if ns is None:
             raise MissingName(f"{name} is not defined in your submission{self._load_hint()}")
         reply = self.request({"kind": "call", "ns": ns, "target": name, "args": _encode(list(args)),
-                              "kwargs": _encode(kwargs), "measure": measure, "seed": seed}, name)
+                              "kwargs": _encode(kwargs), "measure": measure, "seed": seed}, name,
+                             watch_memory=measure)
         return _decode(reply.get("value"), self.device), reply
 
     def call_object(self, handle: Handle, method: str, args, kwargs, label: str):
@@ -416,7 +419,7 @@ class Student:
     def measure(self, name: str, *args, **kwargs) -> "Measured":
         """The result and two memory figures: the live-tensor meter's peak (in the worker) and the
         growth of the worker's resident memory (sampled by the kernel's count, from outside)."""
-        return self.session.call(name, *args, _measure=True, **kwargs)
+        return self.session.measure(name, *args, **kwargs)
 
     def new(self, name: str, *args, seed: int | None = 0, **kwargs) -> Remote:
         handle = self.session.call(name, *args, _seed=seed, **kwargs)

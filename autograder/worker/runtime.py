@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import io
 import linecache
 import time
@@ -60,6 +59,21 @@ def release_free_heap() -> None:
         libc.malloc_trim(0)  # (not glibc: the resident figure may then read low, never high)
 
 
+def _private_targets() -> tuple:
+    """(owner, attribute, label) of every private variant in the torch namespace. torch.ops.aten.X is
+    not replaced: torch's own dispatch code looks up X.default there (the static scan still flags
+    the name written out)."""
+    out = []
+    for name in sorted(n for n in dir(torch) if n.startswith("_") and is_forbidden_name(n)):
+        for owner in (torch, torch._C._VariableFunctions):
+            if hasattr(owner, name):
+                out.append((owner, name, f"torch.{name}"))
+    return tuple(out)
+
+
+PRIVATE_TARGETS = _private_targets()  # at import, in the zygote: each forked worker finds it done
+
+
 class ForbiddenCallWatch:
     """Counts calls of the fused kernel and the official module while student code runs.
 
@@ -78,26 +92,13 @@ class ForbiddenCallWatch:
     def __init__(self) -> None:
         self.used: set[str] = set()
         self.originals = {}
-        for owner, attr, label in self.TARGETS + self.private_targets():
+        for owner, attr, label in self.TARGETS + PRIVATE_TARGETS:
             try:
                 original = getattr(owner, attr)
                 setattr(owner, attr, self._wrap(original, label))
             except (AttributeError, TypeError, RuntimeError):
                 continue  # not in this build of torch, or not replaceable
             self.originals[(owner, attr)] = original
-
-    @staticmethod
-    @functools.lru_cache(maxsize=1)
-    def private_targets() -> tuple:
-        """(owner, attribute, label) of every private variant in the torch namespace; computed once,
-        in the zygote (below). torch.ops.aten.X is not replaced: torch's own dispatch code looks up
-        X.default there (the static scan still flags the name written out)."""
-        out = []
-        for name in sorted(n for n in dir(torch) if n.startswith("_") and is_forbidden_name(n)):
-            for owner in (torch, torch._C._VariableFunctions):
-                if hasattr(owner, name):
-                    out.append((owner, name, f"torch.{name}"))
-        return tuple(out)
 
     def _wrap(self, original, label):
         def watched(*args, **kwargs):
@@ -112,7 +113,6 @@ class ForbiddenCallWatch:
         return self.originals[(owner, attr)]
 
 
-ForbiddenCallWatch.private_targets()  # at import, in the zygote: each forked worker finds it done
 
 class Worker:
     def __init__(self, sock) -> None:
