@@ -46,3 +46,12 @@ def test_ref_mask_helpers_agree_with_reference_masks():
     mask = common.lengths_mask()
     assert torch.equal(common.mask_scores(scores, mask, True),
                        ref.apply_causal_mask(ref.apply_padding_mask(scores, mask)))
+
+
+def test_memory_check_bound_sits_between_the_reference_peak_and_one_score_matrix():
+    """The long_sequence memory check can pass the reference and must fail whatever holds a whole [B, H, S, S]."""
+    from autograder.checks import test_long_sequence as ls
+
+    peak = ls.reference_peak()
+    bound = ls.ROOM * peak
+    assert 0 < peak < bound < ref.attention_matrix_bytes(ls.MB, ls.MH, ls.MS), (peak, bound)

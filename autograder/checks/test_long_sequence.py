@@ -166,8 +166,7 @@ def test_chunked_attention_memory(student):
     expect.close(run.value, expected_output(), f"chunked_attention at S={MS}, chunk_size={CHUNK}",
                  atol=1e-4, rtol=1e-3)
     bound = ROOM * reference_peak()
-    full = ref.attention_matrix_bytes(MB, MH, MS)
-    assert bound < full, "the memory bound must be below one full score matrix"
+    full = ref.attention_matrix_bytes(MB, MH, MS)  # the bound is below it: tests/test_checks_helpers.py
     sizes = (f"the bound is {_mb(bound)} ({ROOM} x a {CHUNK}-query-block implementation's {_mb(reference_peak())}), "
              f"and one full [B, H, S, S] float32 score matrix is {_mb(full)}")
     if run.peak_bytes is None or run.peak_bytes > bound:
