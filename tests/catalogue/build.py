@@ -68,6 +68,22 @@ def render(case: Case, reference: str) -> str:
     return header + source
 
 
+# SelfAttention.forward's steps 2-5 in the reference, as edits quote them (an edit that no longer
+# matches the reference raises, so this cannot drift silently)
+MODULE_STEPS_2_TO_5 = """        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+        # 3. masks: padded keys ([B, S] -> [B, 1, S]) and, for a decoder, future keys
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+        if causal:
+            S = x.shape[1]
+            future = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(diagonal=1)  # [S, S]
+            scores = scores.masked_fill(future, float("-inf"))
+        # 4. softmax over keys, then dropout on the weights [B, S, S]
+        weights = self.dropout(torch.softmax(scores, dim=-1))
+        # 5. weighted sum of values [B, S, d_v], then back to d_model
+        return self.W_o(weights @ V)"""
+
+
 def _fn(name: str, body: str) -> tuple:
     return (name, None, body)
 
@@ -222,18 +238,7 @@ CASES: tuple[Case, ...] = (
           ("causal_mask", "torch.ones(seq_len, seq_len, dtype=torch.bool).tril()",
            "torch.tril(torch.ones(seq_len, seq_len)).bool()"))),
     Case("ok_module_reuses_api", "SelfAttention.forward calls the earlier API functions; -1e9 fill in the module",
-         (("SelfAttention", """        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-        # 3. masks: padded keys ([B, S] -> [B, 1, S]) and, for a decoder, future keys
-        if mask is not None:
-            scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
-        if causal:
-            S = x.shape[1]
-            future = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(diagonal=1)  # [S, S]
-            scores = scores.masked_fill(future, float("-inf"))
-        # 4. softmax over keys, then dropout on the weights [B, S, S]
-        weights = self.dropout(torch.softmax(scores, dim=-1))
-        # 5. weighted sum of values [B, S, d_v], then back to d_model
-        return self.W_o(weights @ V)""", """        scores = scaled_scores(Q, K)
+         (("SelfAttention", MODULE_STEPS_2_TO_5, """        scores = scaled_scores(Q, K)
         if mask is not None:
             scores = scores.masked_fill(~mask[:, None, :], -1e9)
         if causal:
@@ -241,18 +246,7 @@ CASES: tuple[Case, ...] = (
         return self.W_o(attend(self.dropout(attention_weights(scores)), V))"""),)),
     Case("ok_own_helper_named_sdpa", "SelfAttention calls the student's own from-scratch helper named "
          "scaled_dot_product_attention (the textbook name; not torch's)",
-         (("SelfAttention", """        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
-        # 3. masks: padded keys ([B, S] -> [B, 1, S]) and, for a decoder, future keys
-        if mask is not None:
-            scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
-        if causal:
-            S = x.shape[1]
-            future = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(diagonal=1)  # [S, S]
-            scores = scores.masked_fill(future, float("-inf"))
-        # 4. softmax over keys, then dropout on the weights [B, S, S]
-        weights = self.dropout(torch.softmax(scores, dim=-1))
-        # 5. weighted sum of values [B, S, d_v], then back to d_model
-        return self.W_o(weights @ V)""", """        return self.W_o(scaled_dot_product_attention(Q, K, V, mask, causal, self.dropout))"""),
+         (("SelfAttention", MODULE_STEPS_2_TO_5, """        return self.W_o(scaled_dot_product_attention(Q, K, V, mask, causal, self.dropout))"""),
           ("to_official", "def to_official(custom: SelfAttention) -> nn.MultiheadAttention:",
            "def scaled_dot_product_attention(Q, K, V, mask, causal, dropout):\n"
               "    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])\n"
