@@ -43,7 +43,7 @@ def _locked(grade_id: str) -> dict:
 
 
 def setup(extra: str = "") -> Cell:
-    checks = "from visible_checks import *  # quick self-checks (see visible_checks.py), and graded_part"
+    checks = "from visible_checks import *  # quick self-checks (see visible_checks.py), graded_part and uses_your_code"
     code = (
         "# Setup (read-only). The autograder gives your code exactly these four imports.\n"
         "import math\n\n"

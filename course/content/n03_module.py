@@ -50,25 +50,34 @@ def cells():
         | 5 | weights `@ V`, then `W_o` | `[B, S, d_v]` → `[B, S, d_model]` |
 
         *Why dropout on the weights?* Randomly zeroing attention weights during training stops the model
-        from relying on a few fixed links between positions. Typical rates are 0.1 to 0.2; much larger
-        rates blur every distribution towards uniform. `nn.Dropout` is active only in `train()` mode and
-        rescales the survivors by `1 / (1 - p)`, so in training the weights of a row no longer sum to
-        exactly 1: this is expected.
+        from relying on a few fixed links between positions. `nn.Dropout(p)` is active only in `train()`
+        mode: it zeroes each weight with probability `p` and multiplies the survivors by `1 / (1 - p)`,
+        so in training a row of weights no longer sums to exactly 1 (this is expected), and the larger
+        `p`, the noisier each training step's view of the weights. The seed article suggests 0.1 to 0.2.
 
         *Why `W_o`?* It maps `d_v` back to `d_model`, so the output can be added to the input (residual
         connection), and with several heads it mixes them (notebook 04).
         """),
+        demo("""
+        torch.manual_seed(0)
+        row = torch.softmax(torch.randn(1, 6), dim=-1)  # one query's weights over 6 keys
+        drop = nn.Dropout(p=0.5)
+        print("weights:              ", [round(w, 3) for w in row[0].tolist()], " sum", round(row.sum().item(), 3))
+        print("dropout(0.5), train:  ", [round(w, 3) for w in drop.train()(row)[0].tolist()], " (survivors doubled)")
+        print("dropout(0.5), eval:   ", [round(w, 3) for w in drop.eval()(row)[0].tolist()])
+        """),
         solution("SelfAttention", HINTS),
         check("check_self_attention(SelfAttention)", "check_self_attention"),
         demo("""
-        attn = SelfAttention(d_model=16, dropout=0.5)
-        x = torch.randn(2, 4, 16)
-        attn.train()
-        a, b = attn(x), attn(x)
-        print("train mode, two calls differ (dropout):", not torch.allclose(a, b))
-        attn.eval()
-        print("eval mode, two calls agree:            ", torch.allclose(attn(x), attn(x)))
-        print("output", list(attn(x).shape))
+        with uses_your_code():
+            attn = SelfAttention(d_model=16, dropout=0.5)
+            x = torch.randn(2, 4, 16)
+            attn.train()
+            a, b = attn(x), attn(x)
+            print("train mode, two calls differ (dropout):", not torch.allclose(a, b))
+            attn.eval()
+            print("eval mode, two calls agree:            ", torch.allclose(attn(x), attn(x)))
+            print("output", list(attn(x).shape))
         """),
         graded_cell("module"),
         md(r"""
@@ -90,25 +99,34 @@ def cells():
         - its `key_padding_mask` uses True = **ignore** (ours is True = keep);
         - it returns a tuple `(output, weights)`; `need_weights=False` skips the weights.
 
-        A popular tutorial copies the stacked weights with `in_proj_weight.view(3, d, d).copy_(cat)`.
-        That raises: `torch.cat` of three `[d, d]` matrices along dim 0 is `[3d, d]`, but the view is
-        `[3, d, d]`, and `copy_` only broadcasts a source that *fits* the destination:
+        The seed article copies the stacked weights with `in_proj_weight.view(3, d, d).copy_(cat)`, and
+        that line raises. `dst.copy_(src)` writes `src` into `dst` element by element; `src` may be
+        smaller only if it *broadcasts* to `dst`'s shape (aligned from the right, size-1 axes stretched).
+        The cell below prints the two shapes the seed's line puts together, and the rule at work on two
+        small cases. Which source shape would the `[3, d, d]` view accept, and which one would
+        `in_proj_weight` itself accept? That is the heart of `to_official`.
         """),
         demo("""
         d = 16
         official = nn.MultiheadAttention(d, num_heads=1, batch_first=True)
         W_q, W_k, W_v = (nn.Linear(d, d, bias=False) for _ in range(3))
-        stacked = torch.cat([W_q.weight, W_k.weight, W_v.weight], dim=0)  # [3d, d]
+        stacked = torch.cat([W_q.weight, W_k.weight, W_v.weight], dim=0)
+        destination = official.in_proj_weight.view(3, d, d)
+        print("in_proj_weight", list(official.in_proj_weight.shape), "| the seed's view", list(destination.shape),
+              "| torch.cat of the three weights along dim 0", list(stacked.shape))
         with torch.no_grad():
             try:
-                official.in_proj_weight.view(3, d, d).copy_(stacked)  # the tutorial's line
+                destination.copy_(stacked)  # the seed's line
             except RuntimeError as error:
-                print("RuntimeError:", str(error).splitlines()[0])
-            # Two correct ways: copy the [3d, d] stack as it is, or stack to [3, d, d] for the [3, d, d] view.
-            official.in_proj_weight.copy_(stacked)
-            official.in_proj_weight.view(3, d, d).copy_(torch.stack([W_q.weight, W_k.weight, W_v.weight]))
-        print("q rows hold W_q:", torch.equal(official.in_proj_weight[:d], W_q.weight))
-        print("v rows hold W_v:", torch.equal(official.in_proj_weight[2 * d:], W_v.weight))
+                print("seed's copy: RuntimeError:", str(error).splitlines()[0])
+
+        grid = torch.zeros(2, 3)
+        grid.copy_(torch.tensor([1.0, 2.0, 3.0]))  # [3] broadcasts to [2, 3]: copied into every row
+        print("[2, 3].copy_([3]) works:", grid.tolist())
+        try:
+            grid.copy_(torch.arange(6.0))  # [6] does not broadcast to [2, 3], though it has 6 numbers
+        except RuntimeError as error:
+            print("[2, 3].copy_([6]): RuntimeError:", str(error).splitlines()[0])
         """),
         solution("to_official", HINTS),
         check("check_to_official(to_official)", "check_to_official"),
@@ -117,8 +135,10 @@ def cells():
 
         `parity_error(custom, x, mask)` runs both modules on the same input, in eval mode (no dropout) and
         without gradients, with the mask converted to `key_padding_mask`, and returns the largest absolute
-        difference. For a correct module it is around `1e-7` in float32 (rounding only; PyTorch's fused
-        path adds tiny differences of its own).
+        difference. For a correct module it is a few times float32's rounding step (`torch.finfo(torch.float32).eps`,
+        about `1.2e-7`): the two modules add the same numbers in different orders. PyTorch's own module
+        differs from itself by as much between its two code paths (`need_weights=False` runs a fused
+        kernel); the demo below prints both.
 
         A check is only worth something if it *can* say no. A tempting but useless check compares the
         module with itself, or builds the "official" module from the same code it is meant to test: it
@@ -128,38 +148,132 @@ def cells():
         solution("parity_error", HINTS),
         check("check_parity_error(parity_error, SelfAttention)", "check_parity_error"),
         demo("""
-        torch.manual_seed(0)
-        x = torch.randn(3, 5, 16)
-        mask = torch.arange(5)[None, :] < torch.tensor([5, 2, 4])[:, None]  # True = real token
+        with uses_your_code():
+            torch.manual_seed(0)
+            x = torch.randn(3, 5, 16)
+            mask = torch.arange(5)[None, :] < torch.tensor([5, 2, 4])[:, None]  # True = real token
 
 
-        class ForgetsTheMask(SelfAttention):
-            def forward(self, x, mask=None, causal=False):
-                return super().forward(x, None, causal)  # bug: drops the padding mask
+            class ForgetsTheMask(SelfAttention):
+                def forward(self, x, mask=None, causal=False):
+                    return super().forward(x, None, causal)  # bug: drops the padding mask
 
 
-        class AlwaysCausal(SelfAttention):
-            def forward(self, x, mask=None, causal=False):
-                return super().forward(x, mask, True)  # bug: an encoder that cannot see the future
+            class AlwaysCausal(SelfAttention):
+                def forward(self, x, mask=None, causal=False):
+                    return super().forward(x, mask, True)  # bug: an encoder that cannot see the future
 
 
-        good = SelfAttention(16, dropout=0.0)
-        print(f"correct module, padding mask:   {parity_error(good, x, mask):.2e}")
-        for Broken in (ForgetsTheMask, AlwaysCausal):
-            broken = Broken(16, dropout=0.0)
-            broken.load_state_dict(good.state_dict())
-            print(f"{Broken.__name__ + ',':<15} padding mask:   {parity_error(broken, x, mask):.2e}")
+            good = SelfAttention(16, dropout=0.0)
+            print(f"correct module, padding mask:   {parity_error(good, x, mask):.2e}")
+            for Broken in (ForgetsTheMask, AlwaysCausal):
+                broken = Broken(16, dropout=0.0)
+                broken.load_state_dict(good.state_dict())
+                print(f"{Broken.__name__ + ',':<15} padding mask:   {parity_error(broken, x, mask):.2e}")
 
-        # The batch_first trap: the same official module reading [B, S, d] as [S, B, d].
-        official = to_official(good).eval()
-        official.batch_first = False
-        with torch.no_grad():
-            theirs, _ = official(x, x, x, need_weights=False)
-            print(f"batch_first=False by mistake:   {(good.eval()(x) - theirs).abs().max().item():.2e}")
+            official = to_official(good).eval()
+            with torch.no_grad():
+                fused, _ = official(x, x, x, need_weights=False)
+                unfused, _ = official(x, x, x, need_weights=True)
+            print(f"official module, its two paths: {(fused - unfused).abs().max().item():.2e}   (float32 eps: {torch.finfo(torch.float32).eps:.2e})")
+
+            # The batch_first trap: the same official module reading [B, S, d] as [S, B, d].
+            official.batch_first = False
+            with torch.no_grad():
+                theirs, _ = official(x, x, x, need_weights=False)
+                print(f"batch_first=False by mistake:   {(good.eval()(x) - theirs).abs().max().item():.2e}")
         """),
         graded_cell("official_parity"),
         md(r"""
-        ## 4. Pitfalls and how to debug them
+        ## 4. What does a trained attention look at?
+
+        The seed article ends with advice worth following: print the attention weights on real input
+        and look where each position reads. Random weights, like the ones above, show nothing; a trained
+        model does. Below, two tiny models are trained for a few seconds each on a toy task. Each is your
+        `SelfAttention` between token-plus-position embeddings and a linear read-out that predicts one
+        token per position:
+
+        - **reverse**: output the input sequence backwards, so position `i` needs token `S - 1 - i`;
+        - **previous token**, with `causal=True`: position `i` outputs the token at position `i - 1`.
+
+        To see the weights without changing your module, the cell registers a *forward hook* on
+        `attn.dropout`: PyTorch calls it with the module's input on every call, and the input of the
+        dropout is exactly the weights after the softmax (step 4 of the table in section 1).
+        """),
+        demo("""
+        import matplotlib.pyplot as plt
+
+        with uses_your_code():
+            torch.manual_seed(0)
+            vocab, S, d = 10, 8, 32
+
+
+            class TinyModel(nn.Module):
+                \"\"\"Token and position embeddings, your SelfAttention, a read-out to one token per position.\"\"\"
+
+                def __init__(self, causal):
+                    super().__init__()
+                    self.causal = causal
+                    self.tokens = nn.Embedding(vocab, d)
+                    self.positions = nn.Parameter(0.5 * torch.randn(S, d))
+                    self.attn = SelfAttention(d, dropout=0.0)
+                    self.readout = nn.Linear(d, vocab)
+
+                def forward(self, x):  # x [B, S] token ids -> [B, S, vocab] scores
+                    return self.readout(self.attn(self.tokens(x) + self.positions, causal=self.causal))
+
+
+            def previous_token(x):  # target of position i is x[i - 1]; position 0 has none (-100 is ignored)
+                return torch.cat([torch.full_like(x[:, :1], -100), x[:, :-1]], dim=1)
+
+
+            def attention_map(model, x):  # the weights [S, S] averaged over the sequences x, and the predictions
+                seen = []
+                hook = model.attn.dropout.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
+                with torch.no_grad():
+                    predicted = model.eval()(x).argmax(-1)
+                hook.remove()
+                model.train()
+                return seen[0].mean(0), predicted
+
+
+            tasks = {"reverse": (False, lambda x: x.flip(1), lambda i: S - 1 - i),
+                     "previous token": (True, previous_token, lambda i: i - 1)}
+            test = torch.randint(0, vocab, (500, S))
+            maps = {}
+            for name, (causal, target_of, needed_key) in tasks.items():
+                model = TinyModel(causal)
+                if not maps:
+                    maps["reverse, before training"] = attention_map(model, test)[0]
+                optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+                for step in range(300):
+                    x = torch.randint(0, vocab, (64, S))
+                    loss = F.cross_entropy(model(x).reshape(-1, vocab), target_of(x).reshape(-1))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                weights, predicted = attention_map(model, test)
+                maps[f"{name}, trained"] = weights
+                target = target_of(test)
+                accuracy = (predicted == target)[target != -100].float().mean().item()
+                on_needed = torch.stack([weights[i, needed_key(i)] for i in range(S) if needed_key(i) >= 0]).mean().item()
+                print(f"{name:<15} accuracy {accuracy:.3f}, average weight on the key the task needs {on_needed:.2f}")
+
+            fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+            for ax, (title, weights) in zip(axes, maps.items()):
+                ax.imshow(weights, cmap="viridis", vmin=0, vmax=1)
+                ax.set(title=title, xlabel="key j", ylabel="query i")
+            plt.tight_layout()
+            plt.show()
+        """),
+        md(r"""
+        Reversal shows up as the anti-diagonal (query `i` reads key `S - 1 - i`), the previous-token task
+        as the line just below the diagonal, which `causal=True` allows. Nothing told the models where to
+        look; the read-out only saw the loss. This is what the seed means by checking whether a model
+        "looks at the right place": on a real model, pick an input whose answer you know and see whether
+        the weights land on the evidence.
+
+        ## 5. Pitfalls and how to debug them
 
         When your module and the official one disagree, check in this order:
 
@@ -169,7 +283,7 @@ def cells():
         4. Both in `eval()` mode? Dropout makes every call different.
         5. Scale `1/sqrt(d_k)` and softmax over `dim=-1` in your module.
 
-        A difference around `1e-7` (float32) or `1e-15` (float64) is rounding. Anything above `1e-4` is a
-        bug.
+        A difference of a few float32 rounding steps (`1e-7` to `1e-6`) is rounding. Anything above `1e-4`
+        is a bug.
         """),
     ]
