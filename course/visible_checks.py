@@ -149,21 +149,34 @@ def _raised_sentence(name: str, error: BaseException, inputs: str = "") -> str:
     return f"your `{name}` raised {kind}: {text}."
 
 
+def _student_function_source(error: BaseException) -> str:
+    """The source of the student's function in which `error` was raised, or ''."""
+    frames = _student_frames(error)
+    try:
+        return "".join(inspect.getsourcelines(frames[-1].tb_frame.f_code)[0]) if frames else ""
+    except (OSError, TypeError):
+        return ""
+
+
 def _known_mistake(error: BaseException) -> str:
-    """A sentence naming a mistake the course teaches, read from the student's line and the error; or ''."""
-    line, text = _student_line(error), str(error)
-    if _DOT_T.search(line):
+    """A sentence naming a mistake the course teaches, read from the student's line (or else the
+    function it is in) and the error; or ''."""
+    error_line = _student_line(error)
+    code = error_line
+    if not any(pattern.search(code) for pattern in (_DOT_T, _SWAP_1_2, _MASK_3D_VIEW)):
+        code = _student_function_source(error) or code
+    if _DOT_T.search(code):
         return ("`.T` reverses every axis of a tensor with more than two (keys [B, S_k, d_k] become "
                 "[d_k, S_k, B]): transpose only the last two axes, `K.transpose(-2, -1)` or `K.mT`.")
-    if _SWAP_1_2.search(line):
+    if _SWAP_1_2.search(code):
         return ("Swapping axes 1 and 2 transposes 3-D keys [B, S_k, d_k] but, on 4-D keys [B, H, S_k, d_k], "
                 "swaps heads and positions: transpose the last two axes, `K.transpose(-2, -1)`.")
-    if _MASK_3D_VIEW.search(line):
+    if _MASK_3D_VIEW.search(code):
         return ("A mask viewed as [B, 1, S_k] lines up with 3-D scores [B, S_q, S_k] only; 4-D scores "
                 "[B, H, S_q, S_k] need [B, 1, 1, S_k].")
-    if "copy_" in line and "leaf Variable" in text:
+    if "copy_" in error_line and "leaf Variable" in str(error):
         return "Change parameters in place inside `with torch.no_grad():`; outside it, autograd refuses."
-    if "copy_" in line:
+    if "copy_" in error_line:
         return "`copy_` needs a source whose shape broadcasts to its destination's shape: print both shapes."
     return ""
 
@@ -433,6 +446,11 @@ def _check_padding_case(apply_padding_mask, scores: torch.Tensor, mask: torch.Te
     _expect_shape(out, scores.shape, label)
     assert torch.equal(scores, original), f"{label}: your function changed its input in place; return a new tensor"
     keep = mask.reshape(mask.shape[0], *([1] * (scores.dim() - 2)), mask.shape[1]).expand_as(scores)
+    if torch.isneginf(out[keep]).all() and not torch.isneginf(out[~keep]).any():
+        raise AssertionError(
+            f"{label}: your function hides the real tokens and keeps the padding: the mask is inverted. "
+            "In this course True means a real token (keep), so -inf goes where the mask is False"
+        )
     assert torch.isneginf(out[~keep]).all(), f"{label}: padded keys (mask False) must become -inf in every row"
     assert torch.equal(out[keep], scores[keep]), (
         f"{label}: scores of real tokens (mask True) changed: True means keep (did you invert the mask?)"
@@ -457,6 +475,10 @@ def check_apply_causal_mask(apply_causal_mask) -> None:
         future = torch.ones(5, 5, dtype=torch.bool).triu(1).expand(*shape)
         assert torch.isneginf(out[future]).all(), (
             f"{shape}: some query still sees a future key (key j > query i must be -inf)"
+        )
+        assert not torch.isneginf(out.diagonal(dim1=-2, dim2=-1)).any(), (
+            f"{shape}: the diagonal is -inf, so no query sees its own position: mask only key j > query i, "
+            "the strict upper triangle (triu with diagonal=1)"
         )
         assert torch.equal(out[~future], scores[~future]), f"{shape}: scores of past and present keys must stay unchanged"
     _ok("apply_causal_mask: no query sees a future key, for 3-D and 4-D scores")

@@ -1,16 +1,21 @@
-"""The notebooks run: solved ones cleanly, released ones with only NotImplementedError and friendly checks.
+"""The notebooks run: solved ones cleanly, untouched released ones top to bottom with one-line notes.
 
-All ten notebooks are executed once, concurrently (one kernel each), by a module-scoped fixture.
-The visible checks are also tested directly: they pass on the reference, reject common bugs with
-a clear AssertionError and report stubs without a traceback.
+The ten notebooks, and one released notebook filled in with wrong answers, are executed once,
+concurrently (one kernel each), by a module-scoped fixture. The visible checks are also tested
+directly: they pass on the reference, reject the mistakes the course teaches with one plain
+AssertionError sentence and report stubs without a traceback.
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
+import warnings
 
+import nbformat
 import pytest
 import torch
 
@@ -22,13 +27,35 @@ SOLVED = [REPO / SOLVED_DIR / f"{name}.ipynb" for name in NOTEBOOKS]
 RELEASED = [REPO / RELEASE_DIR / f"{name}.ipynb" for name in NOTEBOOKS]
 
 
+# A student's wrong answers, typed into the released 01_scores (solution cells by grade_id).
+WRONG_ANSWERS = {
+    "solution_scaled_scores": (
+        "def scaled_scores(Q, K):\n"
+        "    return Q @ K.T / math.sqrt(Q.shape[-1])  # the K.T mistake\n"
+    ),
+    "solution_attention_weights": "def attention_weights(scores):\n    return torch.softmax(scores, dim=-2)\n",
+}
+
+
+def _with_wrong_answers(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        answer = WRONG_ANSWERS.get(cell.metadata.get("nbgrader", {}).get("grade_id"))
+        if answer:
+            cell.source = answer
+    nbformat.write(nb, path)
+
+
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     """Run copies of the solved and released folders, so nothing in the repository is touched."""
     tmp = tmp_path_factory.mktemp("run")
     shutil.copytree(REPO / SOLVED_DIR, tmp / "solved")
     shutil.copytree(REPO / RELEASE_DIR, tmp / "released")
+    shutil.copytree(REPO / RELEASE_DIR, tmp / "wrong")
+    _with_wrong_answers(tmp / "wrong" / "01_scores.ipynb")
     paths = [tmp / "solved" / p.name for p in SOLVED] + [tmp / "released" / p.name for p in RELEASED]
+    paths.append(tmp / "wrong" / "01_scores.ipynb")
     results = execute_notebooks(paths, allow_errors=True, timeout=300)
     return {(path.parent.name, path.stem): nb for path, nb in results.items()}
 
@@ -66,13 +93,44 @@ def test_solved_notebook_visible_checks_all_pass(executed, name):
         assert text.startswith("✓"), f"{name} cell {cell.id}: expected a ✓ line, got {text!r}"
 
 
+def _stub(name):
+    return f"{name}: not implemented yet (replace the `raise NotImplementedError` with your code)"
+
+
+def _demo(name):
+    return f"This demo needs your `{name}`, which is not implemented yet: fill it in above, then run this cell again."
+
+
+# The one-line notes that Run All on each untouched release prints, in order (other output aside).
+EXPECTED_NOTES = {
+    "01_scores": [_stub("make_projections"), _stub("project_qkv"), _demo("make_projections"), _stub("scaled_scores"),
+                  _stub("attention_weights"), _stub("attend"), _demo("make_projections"), _demo("make_projections")],
+    "02_masks": [_stub("padding_mask"), _stub("apply_padding_mask"), _stub("causal_mask"), _stub("apply_causal_mask"),
+                 _demo("padding_mask")],
+    "03_module": [_stub("SelfAttention"), _demo("SelfAttention"), _stub("to_official"),
+                  "parity_error: write SelfAttention first: parity_error needs a module to compare",
+                  _demo("SelfAttention"), _demo("SelfAttention")],
+    "04_multihead": [_stub("split_heads"), _stub("merge_heads"), _stub("MultiHeadSelfAttention"), _demo("MultiHeadSelfAttention")],
+    "05_long_sequence": [_stub("attention_matrix_bytes"), _demo("attention_matrix_bytes"), _stub("sdpa_attention"),
+                         _stub("chunked_attention"), "(nan: that function is not implemented yet)", _demo("sdpa_attention")],
+}
+
+
+def _notes(nb):
+    lines = [line for cell in code_cells(nb) for line in stream_text(cell).splitlines()]
+    return [line for line in lines if "not implemented yet" in line or "write SelfAttention first" in line]
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_released_notebook_fails_only_with_not_implemented_error(executed, name):
+def test_untouched_release_runs_to_the_last_cell_without_an_error_printing_its_notes(executed, name):
     nb = executed[("released", name)]
-    errors = [(cell.id, out.ename) for cell in code_cells(nb) for out in cell.outputs if out.output_type == "error"]
-    assert all(ename == "NotImplementedError" for _, ename in errors), f"{name}: unexpected errors {errors}"
-    for cell in code_cells(nb):
+    cells = list(code_cells(nb))
+    for cell in cells:
+        errors = [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
+        assert not errors, f"{name} cell {cell.id}: Run All would stop here: {errors}"
         assert not any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs), f"{name} cell {cell.id} wrote to stderr"
+    assert cells[-1].execution_count is not None, f"{name}: the last code cell did not run"
+    assert _notes(nb) == EXPECTED_NOTES[name]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -82,6 +140,35 @@ def test_released_notebook_checks_report_stubs_in_one_friendly_line(executed, na
         text = stream_text(cell).strip()
         assert "not implemented yet" in text or "first" in text, f"{name} cell {cell.id}: {text!r}"
         assert len(text.splitlines()) == 1, f"{name} cell {cell.id}: expected one line, got {text!r}"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _error_of(nb, grade_id):
+    cell = next(c for c in code_cells(nb) if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    errors = [o for o in cell.outputs if o.output_type == "error"]
+    assert len(errors) == 1, f"{grade_id}: expected one error output, got {cell.outputs}"
+    return errors[0], _ANSI.sub("", "\n".join(errors[0].traceback))
+
+
+def test_a_failing_check_in_a_real_kernel_shows_the_notebook_line_and_one_sentence_without_check_frames(executed):
+    nb = executed[("wrong", "01_scores")]
+    error, shown = _error_of(nb, "check_attention_weights")
+    assert error.ename == "AssertionError"
+    assert "softmax must run over the key dimension, dim=-1" in error.evalue
+    assert "visible_checks" not in shown and "check_attention_weights(attention_weights)" in shown, shown
+    assert len(shown.splitlines()) <= 8, shown
+
+
+def test_a_student_error_in_a_real_kernel_names_the_k_t_mistake_and_the_students_line(executed):
+    nb = executed[("wrong", "01_scores")]
+    error, shown = _error_of(nb, "check_scaled_scores")
+    assert error.ename == "AssertionError"
+    assert error.evalue.startswith("your `scaled_scores` raised RuntimeError on Q [2, 3, 4], K [2, 5, 4], in the line "
+                                   "`return Q @ K.T / math.sqrt(Q.shape[-1])  # the K.T mistake`"), error.evalue
+    assert "`.T` reverses every axis" in error.evalue and "K.transpose(-2, -1)" in error.evalue
+    assert "visible_checks" not in shown and len(shown.splitlines()) <= 8, shown
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -251,6 +338,24 @@ def _to_official_without_batch_first(custom):
     return official
 
 
+def _inverted_apply_padding(scores, mask):
+    return S.apply_padding_mask(scores, ~mask)
+
+
+def _causal_mask_without_diagonal(seq_len):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-1)
+
+
+def _apply_causal_masking_the_diagonal(scores):
+    S_ = scores.shape[-1]
+    return scores.masked_fill(torch.ones(S_, S_, dtype=torch.bool).triu(0), float("-inf"))
+
+
+def _merge_without_transpose(x):
+    B, H, S_, hd = x.shape
+    return x.reshape(B, S_, H * hd)
+
+
 BUGS = [
     ("check_attention_weights", (_softmax_over_queries,), "dim=-1"),
     ("check_scaled_scores", (_unscaled,), "sqrt(d_k)"),
@@ -263,6 +368,10 @@ BUGS = [
     ("check_self_attention", (_NoCausal,), "causal=True"),
     ("check_multihead", (_QKVOrderSwapped,), "q, k, v order"),
     ("check_to_official", (_to_official_without_batch_first,), "batch_first=True"),
+    ("check_apply_padding_mask", (_inverted_apply_padding,), "the mask is inverted"),
+    ("check_causal_mask", (_causal_mask_without_diagonal,), "the diagonal should be True"),
+    ("check_apply_causal_mask", (_apply_causal_masking_the_diagonal,), "the diagonal is -inf"),
+    ("check_merge_heads", (_merge_without_transpose,), "with no transpose"),
 ]
 
 
@@ -271,3 +380,126 @@ def test_visible_check_rejects_a_common_bug_with_a_clear_message(vc, check_name,
     with pytest.raises(AssertionError) as info:
         getattr(vc, check_name)(*args)
     assert needle in str(info.value), str(info.value)
+
+
+# --------------------------------------------------------------------------- #
+# The mistakes the course teaches: one plain sentence each, never a raw error
+# --------------------------------------------------------------------------- #
+
+
+def _scores_with_dot_T(Q, K):
+    return Q @ K.T / math.sqrt(Q.shape[-1])
+
+
+def _scores_with_dot_T_on_4d_keys(Q, K):
+    keys_t = K.T if K.dim() == 4 else K.transpose(-2, -1)
+    return Q @ keys_t / math.sqrt(Q.shape[-1])
+
+
+def _scores_with_transpose_1_2(Q, K):
+    return Q @ K.transpose(1, 2) / math.sqrt(Q.shape[-1])
+
+
+def _padding_for_3d_scores_only(scores, mask):
+    return scores.masked_fill(~mask[:, None, :], float("-inf"))
+
+
+class _SeedMaskSelfAttention(S.SelfAttention):
+    """The seed's [B, 1, 1, S] padding mask on single-head [B, S, S] scores."""
+
+    def forward(self, x, mask=None, causal=False):
+        Q, K, V = self.W_q(x), self.W_k(x), self.W_v(x)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(1).unsqueeze(1), float("-inf"))
+        return self.W_o(self.dropout(torch.softmax(scores, dim=-1)) @ V)
+
+
+def _split_without_transpose(x, num_heads):
+    B, S_, D = x.shape
+    return x.view(B, num_heads, S_, D // num_heads)
+
+
+def _seed_weight_copy(custom):
+    d = custom.W_q.weight.shape[1]
+    official = torch.nn.MultiheadAttention(d, num_heads=1, batch_first=True)
+    with torch.no_grad():
+        official.in_proj_weight.view(3, d, d).copy_(torch.cat([custom.W_q.weight, custom.W_k.weight, custom.W_v.weight], dim=0))
+    return official
+
+
+class _RaisingSelfAttention(S.SelfAttention):
+    def forward(self, x, mask=None, causal=False):
+        return self.W_o(x, mask)  # a TypeError inside the student's module
+
+
+# (check, the student's code, sentences the message must contain)
+TAUGHT_MISTAKES = [
+    ("check_scaled_scores", (_scores_with_dot_T,),
+     ["your `scaled_scores` raised RuntimeError on Q [2, 3, 4], K [2, 5, 4], in the line `return Q @ K.T / math.sqrt(Q.shape[-1])`",
+      "`.T` reverses every axis", "`K.transpose(-2, -1)` or `K.mT`"]),
+    ("check_scaled_scores", (_scores_with_dot_T_on_4d_keys,),
+     ["raised RuntimeError on Q [2, 3, 4, 16], K [2, 3, 6, 16]", "`.T` reverses every axis"]),
+    ("check_scaled_scores", (_scores_with_transpose_1_2,),
+     ["raised RuntimeError on Q [2, 3, 4, 16], K [2, 3, 6, 16]", "on 4-D keys [B, H, S_k, d_k], swaps heads and positions"]),
+    ("check_apply_padding_mask", (_padding_for_3d_scores_only,),
+     ["your `apply_padding_mask` raised RuntimeError on scores [3, 2, 4, 5], mask [3, 5]",
+      "It handles 3-D scores but not 4-D ones", "[B, 1, 1, S_k]"]),
+    ("check_self_attention", (_SeedMaskSelfAttention,),
+     ["your SelfAttention returned [3, 3, 6, 12] instead of [3, 6, 12]", "broadcasts against single-head scores [B, S, S] to [B, B, S, S]",
+      "view it as [B, 1, S]"]),
+    ("check_split_heads", (_split_without_transpose,), ["x.view(B, H, S, head_dim) with no transpose", ".transpose(1, 2)"]),
+    ("check_split_heads", (_permute_then_view,), ["split_heads permutes before it views"]),
+    ("check_to_official", (_seed_weight_copy,),
+     ["your `to_official` raised RuntimeError", ".view(3, d, d).copy_(", "`copy_` needs a source whose shape broadcasts"]),
+    ("check_self_attention", (_RaisingSelfAttention,), ["your `SelfAttention` raised TypeError on x [3, 6, 12], in the line `return self.W_o(x, mask)"]),
+]
+
+
+@pytest.mark.parametrize("check_name,args,needles", TAUGHT_MISTAKES,
+                         ids=[f"{m[0]}-{m[1][0].__name__.strip('_')}" for m in TAUGHT_MISTAKES])
+def test_visible_check_names_a_taught_mistake_in_one_plain_assertion(vc, capsys, check_name, args, needles):
+    with warnings.catch_warnings(), pytest.raises(AssertionError) as info:
+        warnings.simplefilter("ignore")  # torch's deprecation warning for .T on more than two axes
+        getattr(vc, check_name)(*args)
+    assert type(info.value) is AssertionError
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, message
+    assert "\n" not in message and "visible_checks" not in message, message
+    assert info.value.__cause__ is None and (info.value.__context__ is None or info.value.__suppress_context__), (
+        "the raw error must not be chained under the sentence"
+    )
+    assert capsys.readouterr().out == ""
+
+
+def _returns_a_list(Q, K):
+    return [[0.0]]
+
+
+def test_visible_check_turns_an_unusable_return_value_into_a_sentence_not_a_crash_of_its_own(vc):
+    with pytest.raises(AssertionError) as info:
+        vc.check_scaled_scores(_returns_a_list)
+    assert type(info.value) is AssertionError and "should be a torch.Tensor, got list" in str(info.value)
+
+
+def test_visible_check_failures_render_in_ipython_without_the_frames_of_the_checks(vc):
+    with pytest.raises(AssertionError) as info:
+        vc.check_attention_weights(_softmax_over_queries)
+    assert callable(getattr(info.value, "_render_traceback_", None)), "IPython shows a failure through _render_traceback_"
+
+
+def test_uses_your_code_prints_one_line_for_a_stub_and_lets_other_errors_through(vc, capsys):
+    with vc.uses_your_code():
+        _stub(torch.zeros(1))
+        raise AssertionError("never reached")
+    assert capsys.readouterr().out == (
+        "This demo needs your `_stub`, which is not implemented yet: fill it in above, then run this cell again.\n"
+    )
+    with pytest.raises(ValueError):
+        with vc.uses_your_code():
+            raise ValueError("a demo's own error")
+    with vc.uses_your_code():
+        print("ran")
+    assert capsys.readouterr().out == "ran\n"
+

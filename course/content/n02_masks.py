@@ -69,8 +69,8 @@ def cells():
         Masks are booleans (`torch.bool`): `masked_fill` refuses a mask of 0/1 integers.
         """),
         demo("""
-        lengths = torch.tensor([3, 5])  # sequence 0 has 2 pad tokens at the end
-        ours = torch.arange(5)[None, :] < lengths[:, None]  # True = real token
+        ours = torch.tensor([[True, True, True, False, False],  # lengths 3 and 5: sequence 0 has 2 pad tokens
+                             [True, True, True, True, True]])  # this course: True = real token
         print("this course (True = keep):\\n", ours.int())
         print("nn.MultiheadAttention key_padding_mask (True = ignore):\\n", (~ours).int())
         print("F.scaled_dot_product_attention attn_mask (True = may attend), shape", list(ours[:, None, None, :].shape))
@@ -85,7 +85,7 @@ def cells():
 
         - `key_padding_mask`, `[B, S_k]`: which keys of *each sequence* are padding (True = ignore);
         - `attn_mask`: which (query, key) *pairs* are blocked, the same for every sequence as `[S_q, S_k]`
-          (a causal mask, for instance) or given per sequence and head as `[B * H, S_q, S_k]`. A boolean
+          (a causal mask, for instance, or any fixed pattern) or given per sequence and head as `[B * H, S_q, S_k]`. A boolean
           `attn_mask` means True = **blocked**, the opposite of SDPA's; a float `attn_mask` is **added**
           to the scores, so `-inf` blocks and `0` allows.
 
@@ -99,14 +99,14 @@ def cells():
         d = 8
         mha = nn.MultiheadAttention(d, num_heads=1, batch_first=True).eval()
         x = torch.randn(2, 5, d)
-        blocked = torch.ones(5, 5, dtype=torch.bool).triu(1)  # causal, True = blocked
+        blocked = torch.eye(5, dtype=torch.bool)  # a structural mask: no token reads itself (True = blocked)
         additive = torch.zeros(5, 5).masked_fill(blocked, float("-inf"))  # the same mask as numbers to add
         with torch.no_grad():
             a, _ = mha(x, x, x, attn_mask=blocked)
             b, _ = mha(x, x, x, attn_mask=additive)
         print("boolean attn_mask (True = blocked) and float attn_mask (added) agree:", torch.allclose(a, b))
 
-        keep = torch.arange(5)[None, :] < torch.tensor([3, 5])[:, None]  # [B=2, S=5], True = real token
+        keep = ours  # [B=2, S=5] from the cell above, True = real token
         try:
             with torch.no_grad():
                 mha(x, x, x, attn_mask=~keep)  # the trap: a padding mask passed as attn_mask
@@ -114,7 +114,7 @@ def cells():
             print("padding mask as attn_mask, B=2, S=5: RuntimeError:", error)
 
         x4 = torch.randn(4, 4, d)  # B == S == 4
-        keep4 = torch.arange(4)[None, :] < torch.tensor([2, 4, 3, 4])[:, None]
+        keep4 = torch.tensor([[True, True, False, False], [True] * 4, [True, True, True, False], [True] * 4])
         with torch.no_grad():
             right, _ = mha(x4, x4, x4, key_padding_mask=~keep4)
             wrong, _ = mha(x4, x4, x4, attn_mask=~keep4)  # accepted as an [S_q, S_k] mask: no error

@@ -45,10 +45,11 @@ def cells():
         solution("attention_matrix_bytes", HINTS),
         check("check_attention_matrix_bytes(attention_matrix_bytes)", "check_attention_matrix_bytes"),
         demo("""
-        for S in (1024, 4096, 32768):
-            for dtype in (torch.float16, torch.float32):
-                size = attention_matrix_bytes(1, 16, S, dtype)
-                print(f"B=1, H=16, S={S:>6}, {str(dtype):<13}: {size / 2**30:8.3f} GiB per score matrix")
+        with uses_your_code():
+            for S in (1024, 4096, 32768):
+                for dtype in (torch.float16, torch.float32):
+                    size = attention_matrix_bytes(1, 16, S, dtype)
+                    print(f"B=1, H=16, S={S:>6}, {str(dtype):<13}: {size / 2**30:8.3f} GiB per score matrix")
         """),
         md(r"""
         ## 2. `F.scaled_dot_product_attention`
@@ -57,22 +58,26 @@ def cells():
         `softmax(q k^T / sqrt(head_dim) + mask) v` for `[B, H, S, head_dim]` inputs and dispatches to one
         of several backends:
 
-        | backend | what it accepts (CUDA) | memory |
+        | backend | what it accepts on CUDA (PyTorch's documentation) | extra memory |
         |---|---|---|
-        | **flash** | fp16 / bf16, `is_causal`, **no `attn_mask`** | O(S): never stores the matrix |
-        | **memory-efficient** | fp32 / fp16 / bf16, boolean or additive `attn_mask` | O(S) |
+        | **flash** | fp16 / bf16, `is_causal`, **no `attn_mask`** | O(S) per head: never stores the matrix |
+        | **memory-efficient** | fp32 / fp16 / bf16, boolean or additive `attn_mask` | O(S) for its own work; the mask you pass comes on top |
         | **cuDNN** | fp16 / bf16 on recent NVIDIA GPUs (e.g. H100/H200); masks depend on the version | O(S) |
-        | **math** | anything, any device: the reference fallback | O(S²), more than hand-written code |
+        | **math** | anything, any device: the reference fallback | O(S²): the whole matrix, like hand-written code; in fp16 / bf16 it computes in float32 |
 
-        On a CPU there is a CPU "flash" kernel (which does accept boolean masks) and the math backend.
-        You can restrict the choice with the context manager `torch.nn.attention.sdpa_kernel`; if none of
-        the allowed backends accepts the inputs, SDPA raises an error instead of silently falling back.
+        On a CPU there is a CPU "flash" kernel (which does accept boolean masks) and the math backend;
+        section 4 measures both. You can restrict the choice with the context manager
+        `torch.nn.attention.sdpa_kernel`; if none of the allowed backends accepts the inputs, SDPA raises
+        an error instead of silently falling back.
 
         **Mask convention.** A boolean `attn_mask` means *may attend*, the same sense as our padding mask,
-        but it must broadcast to `[B, H, S_q, S_k]`: a `[B, S]` mask becomes `[B, 1, 1, S]`. For causality
-        without padding, prefer `is_causal=True` over an explicit `[S, S]` mask: it keeps the flash kernel
-        available. On a GPU, *any* `attn_mask` (for instance a `[B, 1, 1, S]` padding mask) rules out flash,
-        and SDPA falls back to the memory-efficient kernel; that one is still O(S) in memory, just slower.
+        but it must broadcast to `[B, H, S_q, S_k]`: a `[B, S]` mask becomes `[B, 1, 1, S]`, only `B x S`
+        booleans. For causality without padding, prefer `is_causal=True` over an explicit `[S, S]` mask:
+        no mask tensor at all, and on a GPU the flash kernel stays available. On a GPU, *any* `attn_mask`
+        (for instance a `[B, 1, 1, S]` padding mask) rules out flash, and SDPA falls back to the
+        memory-efficient kernel, slower but still O(S) for its own work. With **both** a padding mask and
+        causality, `sdpa_attention` has to fold them into one mask with a query axis, `[B, 1, S, S]`:
+        that mask alone is O(S²). Section 4 measures what it costs and what avoids it.
         """),
         solution("sdpa_attention", HINTS),
         check("check_sdpa_attention(sdpa_attention)", "check_sdpa_attention"),
@@ -153,8 +158,9 @@ def cells():
         ### Choosing a backend
 
         The next cell asks SDPA for one backend at a time, with and without a boolean padding mask, and
-        reports which ones this machine can run and what they cost. On a CPU, expect the flash and math
-        kernels to work and the CUDA-only ones to be refused.
+        reports which ones this machine can run and what they cost, next to plain attention. On a CPU,
+        expect the flash and math kernels to work and the CUDA-only ones to be refused, and the math
+        backend to peak where plain attention does: in float32 it computes the same matrices.
         """),
         demo("""
         import warnings
@@ -176,13 +182,141 @@ def cells():
                 except RuntimeError:
                     result = "refused: no such kernel for these inputs on this machine"
                 print(f"{backend.name:<20} {label:<20} {result}")
+        with LiveMemoryMeter() as meter:
+            torch.softmax(q @ k.mT * head_dim ** -0.5, dim=-1) @ v
+        print(f"{'plain attention':<20} {'no mask':<20} peak {meter.peak_bytes / 2**20:6.2f} MiB")
         print(f"for comparison, one S x S float32 matrix: {B * H * S * S * 4 / 2**20:.2f} MiB")
         """),
         md(r"""
-        ### Reference figures on a GPU
+        ### The math backend in float16
 
-        Measured once on one NVIDIA H200 (torch 2.11), `B = 1`, `H = 16`, `head_dim = 64`, float16,
-        forward pass only, `S = 32768`:
+        In float16 and bfloat16 the math backend does more than hand-written code: by default it converts
+        `q`, `k` and `v` to float32 for the computation (for accuracy) and converts the result back, so
+        its score matrix takes 4 bytes a number instead of 2 and it peaks at about twice plain float16
+        code. The switch is `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`: despite the
+        `cuda` in its name, the cell below shows that it governs the CPU too in this version of PyTorch.
+        On a GPU the same default applies; that is why the math backend peaks above plain float16 code
+        there (see the reference figures below). So if SDPA falls back to the math backend, you get none
+        of the savings and, in half precision, a bigger bill.
+        """),
+        demo("""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        torch.manual_seed(0)
+        B, H, S, head_dim = 1, 4, 1024, 32
+        q, k, v = (torch.randn(B, H, S, head_dim, dtype=torch.float16) for _ in range(3))
+        print("one S x S float16 matrix:", B * H * S * S * 2 / 2**20, "MiB")
+        print("fp16/bf16 reduction allowed in the math backend (default):", torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed())
+        with LiveMemoryMeter() as meter:
+            torch.softmax(q @ k.mT * head_dim ** -0.5, dim=-1) @ v
+        print(f"plain attention, float16:             peak {meter.peak_bytes / 2**20:6.2f} MiB")
+        for allowed in (False, True):
+            torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(allowed)
+            try:
+                with sdpa_kernel(SDPBackend.MATH), LiveMemoryMeter() as meter:
+                    F.scaled_dot_product_attention(q, k, v)
+            finally:
+                torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(False)  # back to the default
+            print(f"math backend, float16, allowed={allowed!s:<5}: peak {meter.peak_bytes / 2**20:6.2f} MiB")
+        """),
+        md(r"""
+        ### Padding and causality together: a mask that costs O(S²)
+
+        With a padding mask *and* `causal=True`, `sdpa_attention` folds both into one boolean mask
+        `[B, 1, S, S]` (the hint says so, and the exercise needs it). Unlike `[B, 1, 1, S]` it has a
+        query axis, so it holds `B x S^2` booleans, one byte each: O(S²) memory before any kernel runs,
+        however little the kernel itself needs. On the CPU, SDPA also turns a boolean mask into a float
+        mask of the same shape. The first cell below measures this, and your `sdpa_attention`; the two
+        cells show four ways around it:
+
+        - **one mask at a time**: a padding mask alone, `[B, 1, 1, S]`, or `is_causal=True` alone, with no
+          mask tensor;
+        - **right padding and causality**: a real query `i` (with `i < length`) may only see keys `j <= i`,
+          and those are all real, so `is_causal=True` alone already hides every padded key from every
+          real query. Only the rows of padded queries differ, and a model throws those away. (The
+          exercise's `sdpa_attention` must equal plain attention on *every* row, so it folds.)
+        - **`torch.nn.attention.flex_attention`** describes a mask by a rule, `mask_mod(b, h, q, k)`, and
+          stores it as a *block mask*: for each block of 128 x 128 (query, key) pairs, whether it is empty,
+          full or partial. The stored block mask is small; building it here, without `torch.compile`,
+          still evaluates the rule on every pair once (the meter shows it). To *run* without the full
+          matrix, flex attention itself must be compiled with `torch.compile`, which this notebook does
+          not do (PyTorch's own warning, printed below, says so);
+        - **nested tensors**: a batch whose sequences keep their own lengths (`layout=torch.jagged`), so
+          there is no padding to mask: the cell runs SDPA on a batch of lengths 5 and 3 with no mask at
+          all.
+        """),
+        demo("""
+        torch.manual_seed(0)
+        B, H, S, head_dim = 1, 4, 1024, 32
+        q, k, v = (torch.randn(B, H, S, head_dim) for _ in range(3))
+        lengths = torch.tensor([900])
+        keep = torch.arange(S)[None, :] < lengths[:, None]  # [B, S], True = real token
+
+
+        def measured(fn, *args, **kwargs):
+            with LiveMemoryMeter() as meter:
+                out = fn(*args, **kwargs)
+            return out, meter.peak_bytes / 2**20
+
+
+        bool_bytes = torch.empty((), dtype=torch.bool).element_size()
+        print(f"a [B, 1, S, S] boolean mask: {B * S * S * bool_bytes / 2**20:.2f} MiB at S = {S}, "
+              f"{B * 32768 * 32768 * bool_bytes / 2**30:.2f} GiB at S = 32768 (B = 1)")
+        _, peak_pad = measured(F.scaled_dot_product_attention, q, k, v, attn_mask=keep[:, None, None, :])
+        causal, peak_causal = measured(F.scaled_dot_product_attention, q, k, v, is_causal=True)
+        any_mask = torch.rand(B, 1, S, S) > 0.1  # any boolean mask with a query axis, built beforehand
+        _, peak_given = measured(F.scaled_dot_product_attention, q, k, v, attn_mask=any_mask)
+        print(f"SDPA, padding mask [B, 1, 1, S] only:            peak {peak_pad:5.2f} MiB")
+        print(f"SDPA, is_causal=True only:                       peak {peak_causal:5.2f} MiB")
+        print(f"SDPA, given a ready [B, 1, S, S] boolean mask:   peak {peak_given:5.2f} MiB (a float copy of the mask, and the output)")
+        with uses_your_code():
+            both, peak_both = measured(sdpa_attention, q, k, v, mask=keep, causal=True)
+            print(f"your sdpa_attention, padding mask and causal:    peak {peak_both:5.2f} MiB (it builds the mask, and SDPA copies it)")
+            real, padded = slice(0, 900), slice(900, S)
+            print(f"is_causal=True alone vs yours: real query rows differ by {(causal[:, :, real] - both[:, :, real]).abs().max().item():.1e}, "
+                  f"padded query rows by {(causal[:, :, padded] - both[:, :, padded]).abs().max().item():.2f}")
+        """),
+        demo("""
+        import warnings
+
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+
+        def rule(b, h, q_idx, kv_idx):  # flex attention's mask_mod: True = may attend
+            return (kv_idx <= q_idx) & (kv_idx < lengths[b])
+
+
+        for size in (1024, 4096):
+            block_mask, peak_build = measured(create_block_mask, rule, B=B, H=None, Q_LEN=size, KV_LEN=size, device="cpu")
+            stored = sum(t.numel() * t.element_size() for t in block_mask.as_tuple() if isinstance(t, torch.Tensor))
+            print(f"block mask, S = {size}, blocks of {block_mask.BLOCK_SIZE}: stored in {stored / 2**10:5.1f} KiB "
+                  f"(a dense boolean mask: {size * size / 2**20:4.0f} MiB); building it here peaked at {peak_build:5.2f} MiB")
+        small = 256  # the first 256 positions: all real tokens, so the rule is just causality there
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            flex_out = flex_attention(q[:, :, :small], k[:, :, :small], v[:, :, :small],
+                                      block_mask=create_block_mask(rule, B=B, H=None, Q_LEN=small, KV_LEN=small, device="cpu"))
+        print(f"flex_attention on the first {small} positions equals causal SDPA:", torch.allclose(flex_out, causal[:, :, :small], atol=1e-5),
+              "| PyTorch's warning:", str(caught[0].message).split(" - ")[0] if caught else "(none)")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # nested tensors print a 'prototype' warning
+            seqs = [torch.randn(n, H, head_dim) for n in (5, 3)]  # two sequences, lengths 5 and 3, no padding
+            nested = torch.nested.nested_tensor(seqs, layout=torch.jagged).transpose(1, 2)  # [B, H, (S), head_dim]
+            out = F.scaled_dot_product_attention(nested, nested, nested).transpose(1, 2).unbind()
+            alone = [F.scaled_dot_product_attention(x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1)).transpose(0, 1) for x in seqs]
+            print("nested batch of lengths 5 and 3, no mask: equals each sequence on its own:", all(torch.allclose(a, b, atol=1e-6) for a, b in zip(out, alone)))
+        """),
+        md(r"""
+        ### Reference figures on a GPU (quoted, not yet measured by this course)
+
+        The figures below come from the course's design notes: one NVIDIA H200 with torch 2.11,
+        `B = 1`, `H = 16`, `head_dim = 64`, float16, forward pass only, `S = 32768`. This course has not
+        reproduced them yet. On a CUDA machine, `bash scripts/device_check.sh` (from the repository root)
+        runs plain attention (a submission that builds the full matrix), SDPA and chunked attention
+        through the grader's GPU stage at `S = 4096, 16384, 32768` and writes the measured table to
+        `device_check.md`; `docs/gpu.md` says where to put it. Until then, read the table as orders of
+        magnitude that agree with the arithmetic of the next cell.
 
         | method | extra peak memory | time |
         |---|---|---|
@@ -191,10 +325,17 @@ def cells():
         | chunked, 1024 queries per chunk | 3.1 GiB | 66 ms |
         | SDPA with a boolean padding mask `[B, 1, 1, S]` (flash refuses, memory-efficient runs) | 64 MiB | 15 ms |
 
-        And a warning about the math backend: it uses *more* memory than hand-written code (37 GiB at
-        `S = 16384`), because it keeps extra intermediate copies. If SDPA ends up on the math backend on a
-        GPU, you get none of the savings.
-
+        The same notes give 37 GiB for SDPA's math backend at `S = 16384`, more than plain float16 code.
+        That fits what the CPU showed above: in float16 the math backend computes in float32.
+        """),
+        demo("""
+        GiB, MiB = 2**30, 2**20
+        print(f"two S x S float16 matrices, H=16, S=32768:  {2 * 16 * 32768**2 * 2 / GiB:5.1f} GiB  (plain attention's two buffers)")
+        print(f"SDPA's output [1, 16, 32768, 64], float16:  {16 * 32768 * 64 * 2 / MiB:5.1f} MiB")
+        print(f"two S x S float32 matrices, H=16, S=16384:  {2 * 16 * 16384**2 * 4 / GiB:5.1f} GiB  (the math backend's float32 copies)")
+        print(f"two S x S float16 matrices, H=16, S=16384:  {2 * 16 * 16384**2 * 2 / GiB:5.1f} GiB  (plain float16 code)")
+        """),
+        md(r"""
         ## 5. Two more traps
 
         **float16 overflow.** The largest float16 is 65504. Raw scores of long, large vectors exceed it
@@ -238,9 +379,10 @@ def cells():
 
         - **Out of memory at long S**: estimate `attention_matrix_bytes` first; if two of those do not fit,
           use SDPA or chunk the queries.
-        - **SDPA slower or bigger than expected on a GPU**: an explicit mask rules out flash. Use
-          `is_causal=True` where you can, and restrict backends with `sdpa_kernel(...)` to find out which
-          one runs (it raises when none of the allowed ones fits).
+        - **SDPA slower or bigger than expected on a GPU**: an explicit mask rules out flash, and a mask
+          with a query axis (`[B, 1, S, S]`) costs O(S²) by itself. Use `is_causal=True` where you can,
+          and restrict backends with `sdpa_kernel(...)` to find out which one runs (it raises when none of
+          the allowed ones fits). On the math backend, half precision is computed in float32.
         - **Wrong mask sense**: SDPA's boolean mask is "may attend"; `nn.MultiheadAttention`'s
           `key_padding_mask` is "ignore".
         - **Chunked causal mask**: compare absolute positions; a mask built for one block's local indices

@@ -3,16 +3,26 @@
 
 Each `check_*` function takes your function or class, runs it on small seeded inputs and
 prints one "✓" line when the basic properties hold. When something is off it raises an
-AssertionError that says what went wrong; when you have not written the code yet it prints
+AssertionError whose one sentence says what went wrong in your code (and, when your code
+itself raised, which line and why); when you have not written the code yet it prints
 "<name>: not implemented yet". Passing these checks is necessary, not sufficient: the
 hidden autograder runs many more cases.
+
+`with uses_your_code():` wraps a demo cell that calls your functions: while one of them is
+still a stub, the cell prints one line saying which, instead of stopping Run All.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import math
 import os
+import re
 import sys
+import sysconfig
+import traceback
+import types
 
 import torch
 import torch.nn as nn
@@ -24,7 +34,7 @@ __all__ = [
     "check_self_attention", "check_to_official", "check_parity_error",
     "check_split_heads", "check_merge_heads", "check_multihead",
     "check_attention_matrix_bytes", "check_sdpa_attention", "check_chunked_attention",
-    "graded_part",
+    "graded_part", "uses_your_code",
 ]
 
 
@@ -32,8 +42,191 @@ class _NotReady(Exception):
     """Something the check needs (another of your functions) is not written yet."""
 
 
+# --------------------------------------------------------------------------- #
+# Whose code raised, and a short traceback in the notebook
+# --------------------------------------------------------------------------- #
+
+_HERE = os.path.abspath(__file__)
+_NOT_STUDENT_FILES = {_HERE, os.path.join(os.path.dirname(_HERE), "memory_meter.py")}
+_LIBRARY_DIRS = tuple(
+    {os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "") for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__))), "")}
+)
+
+
+def _is_student_file(filename: str) -> bool:
+    """A notebook cell or a file of the student's, not this file, the meter, torch or the standard library."""
+    if filename.startswith("<frozen"):
+        return False
+    path = os.path.abspath(filename)
+    return path not in _NOT_STUDENT_FILES and not path.startswith(_LIBRARY_DIRS)
+
+
+def _student_frames(error: BaseException) -> list:
+    """The traceback entries (outermost first) that lie in the student's code."""
+    found, tb = [], error.__traceback__
+    while tb is not None:
+        if _is_student_file(tb.tb_frame.f_code.co_filename):
+            found.append(tb)
+        tb = tb.tb_next
+    return found
+
+
+def _student_line(error: BaseException) -> str:
+    """The line of the student's code where `error` was raised (the innermost one), or ''."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if _is_student_file(f.filename)]
+    return (frames[-1].line or "").strip() if frames else ""
+
+
+def _notebook_traceback(error: BaseException) -> list[str]:
+    """IPython's rendering of `error` with the frames of this file left out (see _plain)."""
+    kept, tb = [], error.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != _HERE:
+        kept.append(tb)
+        tb = tb.tb_next
+    chain = None
+    for entry in reversed(kept):
+        chain = types.TracebackType(chain, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    try:
+        from IPython import get_ipython
+
+        return get_ipython().InteractiveTB.structured_traceback(type(error), error, chain)
+    except Exception:  # never let the rendering hide the message
+        return [f"{type(error).__name__}: {error}"]
+
+
+def _plain(failure: AssertionError) -> AssertionError:
+    """Mark a failure so that IPython shows the notebook's frames and the message, not this file's frames.
+
+    IPython renders an exception through its `_render_traceback_` method when it has one;
+    outside IPython (pytest, a script) the attribute is ignored."""
+    failure._render_traceback_ = functools.partial(_notebook_traceback, failure)
+    return failure
+
+
+# --------------------------------------------------------------------------- #
+# Messages about the student's code raising (each a whole sentence, built here)
+# --------------------------------------------------------------------------- #
+
+_DOT_T = re.compile(r"\.T\b")
+_SWAP_1_2 = re.compile(r"transpose\(\s*(1\s*,\s*2|2\s*,\s*1)\s*\)|permute\(\s*0\s*,\s*2\s*,\s*1\s*\)")
+_MASK_3D_VIEW = re.compile(r"\[\s*:\s*,\s*None\s*,\s*:\s*\]")
+
+
+def _shape(t) -> str:
+    return str(list(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0].rstrip(".") if text else "(no message)"
+
+
+def _describe_call(fn, args, kwargs) -> str:
+    """'Q [2, 3, 4], K [2, 5, 4]': the arguments by the names of the student's own signature."""
+    try:
+        target = fn.forward if isinstance(fn, nn.Module) else fn
+        items = list(inspect.signature(target).bind(*args, **kwargs).arguments.items())
+    except (TypeError, ValueError):
+        items = [(f"argument {i + 1}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    return ", ".join(f"{name} {_shape(v)}" if isinstance(v, torch.Tensor) else f"{name}={_short_repr(v)}" for name, v in items)
+
+
+def _short_repr(value) -> str:
+    if isinstance(value, nn.Module):
+        return f"<{type(value).__name__}>"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _raised_sentence(name: str, error: BaseException, inputs: str = "") -> str:
+    kind, text, line = type(error).__name__, _first_line(error), _student_line(error)
+    if inputs and line:
+        return f"your `{name}` raised {kind} on {inputs}, in the line `{line}`: {text}."
+    if inputs:
+        return f"your `{name}` raised {kind} on {inputs}: {text}."
+    if line:
+        return f"your `{name}` raised {kind} in the line `{line}`: {text}."
+    return f"your `{name}` raised {kind}: {text}."
+
+
+def _student_function_source(error: BaseException) -> str:
+    """The source of the student's function in which `error` was raised, or ''."""
+    frames = _student_frames(error)
+    try:
+        return "".join(inspect.getsourcelines(frames[-1].tb_frame.f_code)[0]) if frames else ""
+    except (OSError, TypeError):
+        return ""
+
+
+def _known_mistake(error: BaseException) -> str:
+    """A sentence naming a mistake the course teaches, read from the student's line (or else the
+    function it is in) and the error; or ''."""
+    error_line = _student_line(error)
+    code = error_line
+    if not any(pattern.search(code) for pattern in (_DOT_T, _SWAP_1_2, _MASK_3D_VIEW)):
+        code = _student_function_source(error) or code
+    if _DOT_T.search(code):
+        return ("`.T` reverses every axis of a tensor with more than two (keys [B, S_k, d_k] become "
+                "[d_k, S_k, B]): transpose only the last two axes, `K.transpose(-2, -1)` or `K.mT`.")
+    if _SWAP_1_2.search(code):
+        return ("Swapping axes 1 and 2 transposes 3-D keys [B, S_k, d_k] but, on 4-D keys [B, H, S_k, d_k], "
+                "swaps heads and positions: transpose the last two axes, `K.transpose(-2, -1)`.")
+    if _MASK_3D_VIEW.search(code):
+        return ("A mask viewed as [B, 1, S_k] lines up with 3-D scores [B, S_q, S_k] only; 4-D scores "
+                "[B, H, S_q, S_k] need [B, 1, 1, S_k].")
+    if "copy_" in error_line and "leaf Variable" in str(error):
+        return "Change parameters in place inside `with torch.no_grad():`; outside it, autograd refuses."
+    if "copy_" in error_line:
+        return "`copy_` needs a source whose shape broadcasts to its destination's shape: print both shapes."
+    return ""
+
+
+def _student_raised(name: str, error: BaseException, inputs: str = "", advice: str = "") -> AssertionError:
+    """The failure for an error raised inside the student's code, with the sentence that names the mistake."""
+    hint = advice or _known_mistake(error)
+    sentence = _raised_sentence(name, error, inputs)
+    return _plain(AssertionError(f"{sentence} {hint}" if hint else sentence))
+
+
+def _check_broke(name: str, error: BaseException) -> AssertionError:
+    kind, text = type(error).__name__, _first_line(error)
+    return _plain(AssertionError(f"the check of `{name}` could not use what your code returned ({kind}: {text})."))
+
+
+def _watch(fn, name: str, advise=None):
+    """`fn` as the checks call it: an error raised inside it becomes one sentence about the student's code.
+
+    advise(error, args) may return a sentence naming the mistake for these inputs (or '')."""
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (NotImplementedError, _NotReady):
+            raise
+        except Exception as error:
+            advice = advise(error, args) if advise else ""
+            raise _student_raised(name, error, _describe_call(fn, args, kwargs), advice) from None
+
+    return call
+
+
+# --------------------------------------------------------------------------- #
+# The wrapper of every check, and the demo guard
+# --------------------------------------------------------------------------- #
+
+
+def _stub_name(error: NotImplementedError) -> str:
+    """The student's function that raised NotImplementedError ('SelfAttention' for its __init__), or ''."""
+    frames = _student_frames(error)
+    if not frames:
+        return ""
+    code = frames[-1].tb_frame.f_code
+    return getattr(code, "co_qualname", code.co_name).removesuffix(".__init__")
+
+
 def _friendly(label: str):
-    """Turn NotImplementedError into a one-line note; let AssertionError through."""
+    """Run a check: a stub gives one line; a failure ends in one plain AssertionError sentence."""
 
     def wrap(check):
         @functools.wraps(check)
@@ -42,22 +235,40 @@ def _friendly(label: str):
                 with torch.random.fork_rng():
                     torch.manual_seed(1234)
                     check(*args, **kwargs)
-            except NotImplementedError:
+            except NotImplementedError as error:
+                if not _stub_name(error):
+                    raise _check_broke(label, error) from None
                 print(f"{label}: not implemented yet (replace the `raise NotImplementedError` with your code)")
             except _NotReady as why:
                 print(f"{label}: {why}")
+            except AssertionError as failure:
+                if _student_frames(failure):  # an assert in the student's own code
+                    raise _student_raised(label, failure) from None
+                raise _plain(failure)
+            except Exception as error:
+                if _student_frames(error):
+                    raise _student_raised(label, error) from None
+                raise _check_broke(label, error) from None
 
         return run
 
     return wrap
 
 
+@contextlib.contextmanager
+def uses_your_code():
+    """`with uses_your_code():` around a demo: while a function it calls is a stub, print one line instead of an error."""
+    try:
+        yield
+    except NotImplementedError as error:
+        name = _stub_name(error)
+        if not name:
+            raise
+        print(f"This demo needs your `{name}`, which is not implemented yet: fill it in above, then run this cell again.")
+
+
 def _ok(message: str) -> None:
     print(f"✓ {message}")
-
-
-def _shape(t) -> str:
-    return str(list(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
 
 
 def _expect_tensor(value, what: str) -> torch.Tensor:
@@ -86,7 +297,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> bool:
 
 @_friendly("make_projections")
 def check_make_projections(make_projections) -> None:
-    result = make_projections(12, 8, 6)
+    result = _watch(make_projections, "make_projections")(12, 8, 6)
     assert isinstance(result, tuple) and len(result) == 3, "make_projections should return a tuple (W_q, W_k, W_v)"
     expected = {"W_q": (12, 8), "W_k": (12, 8), "W_v": (12, 6)}
     for (name, (fan_in, fan_out)), layer in zip(expected.items(), result):
@@ -103,6 +314,7 @@ def check_make_projections(make_projections) -> None:
 
 @_friendly("project_qkv")
 def check_project_qkv(project_qkv) -> None:
+    project_qkv = _watch(project_qkv, "project_qkv")
     B, S, d_model, d_k, d_v = 2, 5, 12, 8, 6
     W_q, W_k, W_v = nn.Linear(d_model, d_k, bias=False), nn.Linear(d_model, d_k, bias=False), nn.Linear(d_model, d_v, bias=False)
     x = torch.randn(B, S, d_model)
@@ -120,6 +332,7 @@ def check_project_qkv(project_qkv) -> None:
 
 @_friendly("scaled_scores")
 def check_scaled_scores(scaled_scores) -> None:
+    scaled_scores = _watch(scaled_scores, "scaled_scores")
     # 3-D: B=2, S_q=3, S_k=5, d_k=4
     Q, K = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
     scores = _expect_shape(scaled_scores(Q, K), [2, 3, 5], "scores for Q [2, 3, 4], K [2, 5, 4]")
@@ -146,6 +359,7 @@ def check_scaled_scores(scaled_scores) -> None:
 
 @_friendly("attention_weights")
 def check_attention_weights(attention_weights) -> None:
+    attention_weights = _watch(attention_weights, "attention_weights")
     scores = torch.randn(2, 3, 4, 5) * 3  # [B, H, S_q, S_k], S_q != S_k
     w = _expect_shape(attention_weights(scores), [2, 3, 4, 5], "weights")
     _no_nan(w, "weights")
@@ -156,17 +370,18 @@ def check_attention_weights(attention_weights) -> None:
         raise AssertionError(
             f"rows of your weights sum to {worst:.2f}: softmax must run over the key dimension, dim=-1"
         )
-    uniform = attention_weights(torch.zeros(2, 4, 6))
+    uniform = _expect_shape(attention_weights(torch.zeros(2, 4, 6)), [2, 4, 6], "weights of 3-D scores [2, 4, 6]")
     assert _close(uniform, torch.full((2, 4, 6), 1 / 6)), "equal scores should give uniform weights 1/S_k"
     masked = torch.randn(1, 2, 3)
     masked[0, :, 0] = float("-inf")
-    wm = attention_weights(masked)
+    wm = _expect_shape(attention_weights(masked), [1, 2, 3], "weights of 3-D scores [1, 2, 3]")
     assert (wm[0, :, 0] == 0).all() and not torch.isnan(wm).any(), "a -inf score must get weight exactly 0"
     _ok("attention_weights: every row sums to 1 over the keys, -inf gets weight 0")
 
 
 @_friendly("attend")
 def check_attend(attend) -> None:
+    attend = _watch(attend, "attend")
     V = torch.randn(2, 5, 3)  # [B, S_k, d_v]
     weights = torch.softmax(torch.randn(2, 4, 5), dim=-1)  # [B, S_q, S_k]
     _expect_shape(attend(weights, V), [2, 4, 3], "attend(weights [2, 4, 5], V [2, 5, 3])")
@@ -187,7 +402,7 @@ def check_attend(attend) -> None:
 @_friendly("padding_mask")
 def check_padding_mask(padding_mask) -> None:
     lengths = torch.tensor([3, 1, 5])
-    mask = _expect_shape(padding_mask(lengths, 5), [3, 5], "padding_mask(lengths=[3, 1, 5], seq_len=5)")
+    mask = _expect_shape(_watch(padding_mask, "padding_mask")(lengths, 5), [3, 5], "padding_mask(lengths=[3, 1, 5], seq_len=5)")
     assert mask.dtype == torch.bool, f"the mask should be torch.bool, got {mask.dtype}"
     expected = torch.tensor(
         [[True, True, True, False, False], [True, False, False, False, False], [True, True, True, True, True]]
@@ -200,13 +415,23 @@ def check_padding_mask(padding_mask) -> None:
 
 @_friendly("causal_mask")
 def check_causal_mask(causal_mask) -> None:
-    mask = _expect_shape(causal_mask(4), [4, 4], "causal_mask(4)")
+    mask = _expect_shape(_watch(causal_mask, "causal_mask")(4), [4, 4], "causal_mask(4)")
     assert mask.dtype == torch.bool, f"the mask should be torch.bool, got {mask.dtype}"
     assert mask.diagonal().all(), "a query must be allowed to see its own position (the diagonal should be True)"
     assert not mask[0, 1:].any(), "query 0 can see future keys: True must mean key j <= query i"
     assert mask[3].all(), "the last query should see every key"
     assert mask.sum().item() == 10, f"causal_mask(4) should have 10 True entries, has {mask.sum().item()}"
     _ok("causal_mask: [S, S] bool, lower triangle (past and present) True")
+
+
+def _padding_advice(error: BaseException, args) -> str:
+    """apply_padding_mask raised: on 4-D scores (the 3-D case ran first and passed), name the 3-D-only view."""
+    scores = args[0] if args else None
+    if isinstance(scores, torch.Tensor) and scores.dim() == 4:
+        return ("It handles 3-D scores but not 4-D ones: a mask viewed as [B, 1, S_k] lines up with "
+                "[B, S_q, S_k] only; 4-D scores [B, H, S_q, S_k] need [B, 1, 1, S_k] "
+                "(insert scores.dim() - 2 singleton axes after the batch axis).")
+    return ""
 
 
 def _check_padding_case(apply_padding_mask, scores: torch.Tensor, mask: torch.Tensor, label: str) -> None:
@@ -222,6 +447,11 @@ def _check_padding_case(apply_padding_mask, scores: torch.Tensor, mask: torch.Te
     _expect_shape(out, scores.shape, label)
     assert torch.equal(scores, original), f"{label}: your function changed its input in place; return a new tensor"
     keep = mask.reshape(mask.shape[0], *([1] * (scores.dim() - 2)), mask.shape[1]).expand_as(scores)
+    if torch.isneginf(out[keep]).all() and not torch.isneginf(out[~keep]).any():
+        raise AssertionError(
+            f"{label}: your function hides the real tokens and keeps the padding: the mask is inverted. "
+            "In this course True means a real token (keep), so -inf goes where the mask is False"
+        )
     assert torch.isneginf(out[~keep]).all(), f"{label}: padded keys (mask False) must become -inf in every row"
     assert torch.equal(out[keep], scores[keep]), (
         f"{label}: scores of real tokens (mask True) changed: True means keep (did you invert the mask?)"
@@ -230,6 +460,7 @@ def _check_padding_case(apply_padding_mask, scores: torch.Tensor, mask: torch.Te
 
 @_friendly("apply_padding_mask")
 def check_apply_padding_mask(apply_padding_mask) -> None:
+    apply_padding_mask = _watch(apply_padding_mask, "apply_padding_mask", _padding_advice)
     mask = torch.tensor([[True, True, True, False, False], [True, True, True, True, True], [True, False, False, False, False]])
     _check_padding_case(apply_padding_mask, torch.randn(3, 4, 5), mask, "3-D scores [B=3, S_q=4, S_k=5]")
     _check_padding_case(apply_padding_mask, torch.randn(3, 2, 4, 5), mask, "4-D scores [B=3, H=2, S_q=4, S_k=5]")
@@ -238,12 +469,17 @@ def check_apply_padding_mask(apply_padding_mask) -> None:
 
 @_friendly("apply_causal_mask")
 def check_apply_causal_mask(apply_causal_mask) -> None:
+    apply_causal_mask = _watch(apply_causal_mask, "apply_causal_mask")
     for shape in ([2, 5, 5], [2, 3, 5, 5]):
         scores = torch.randn(*shape)
         out = _expect_shape(apply_causal_mask(scores), shape, f"apply_causal_mask on {shape}")
         future = torch.ones(5, 5, dtype=torch.bool).triu(1).expand(*shape)
         assert torch.isneginf(out[future]).all(), (
             f"{shape}: some query still sees a future key (key j > query i must be -inf)"
+        )
+        assert not torch.isneginf(out.diagonal(dim1=-2, dim2=-1)).any(), (
+            f"{shape}: the diagonal is -inf, so no query sees its own position: mask only key j > query i, "
+            "the strict upper triangle (triu with diagonal=1)"
         )
         assert torch.equal(out[~future], scores[~future]), f"{shape}: scores of past and present keys must stay unchanged"
     _ok("apply_causal_mask: no query sees a future key, for 3-D and 4-D scores")
@@ -261,7 +497,8 @@ def _lengths_mask(lengths, S):
 @_friendly("SelfAttention")
 def check_self_attention(SelfAttention) -> None:
     B, S, d_model, d_k, d_v = 3, 6, 12, 8, 10
-    attn = SelfAttention(d_model, d_k=d_k, d_v=d_v, dropout=0.0)
+    make = _watch(SelfAttention, "SelfAttention")
+    attn = make(d_model, d_k=d_k, d_v=d_v, dropout=0.0)
     for name, (fan_in, fan_out) in {"W_q": (d_model, d_k), "W_k": (d_model, d_k), "W_v": (d_model, d_v), "W_o": (d_v, d_model)}.items():
         layer = getattr(attn, name, None)
         assert isinstance(layer, nn.Linear), f"SelfAttention needs a submodule {name} (nn.Linear)"
@@ -270,25 +507,34 @@ def check_self_attention(SelfAttention) -> None:
             f"{name} maps {layer.in_features} -> {layer.out_features}, expected {fan_in} -> {fan_out}"
         )
     assert isinstance(getattr(attn, "dropout", None), nn.Dropout), "SelfAttention needs self.dropout = nn.Dropout(dropout)"
-    default = SelfAttention(d_model)
+    default = make(d_model)
+    assert all(isinstance(getattr(default, n, None), nn.Linear) for n in ("W_q", "W_v")), "SelfAttention(d_model) needs W_q and W_v too"
     assert default.W_q.out_features == d_model and default.W_v.out_features == d_model, "d_k and d_v default to d_model"
     attn.eval()
+    forward = _watch(attn, "SelfAttention")
     x = torch.randn(B, S, d_model)
-    out = _expect_shape(attn(x), [B, S, d_model], "SelfAttention output")
+    out = _expect_shape(forward(x), [B, S, d_model], "SelfAttention output")
     _no_nan(out, "output")
     mask = _lengths_mask([6, 3, 1], S)
     with torch.no_grad():
-        out_mask = attn(x, mask)
+        out_mask = _expect_tensor(forward(x, mask), "SelfAttention output with a padding mask")
+        if list(out_mask.shape) == [B, B, S, d_model]:
+            raise AssertionError(
+                f"with a padding mask [B={B}, S={S}] your SelfAttention returned {_shape(out_mask)} instead of "
+                f"{[B, S, d_model]}: the mask viewed as [B, 1, 1, S] (the multi-head view) broadcasts against "
+                "single-head scores [B, S, S] to [B, B, S, S]; view it as [B, 1, S]"
+            )
+        _expect_shape(out_mask, [B, S, d_model], "SelfAttention output with a padding mask")
         _no_nan(out_mask, "output with a padding mask")
         x2 = x.clone()
         x2[~mask] = 100.0  # change only the padded tokens
-        out_mask2 = attn(x2, mask)
+        out_mask2 = _expect_shape(forward(x2, mask), [B, S, d_model], "SelfAttention output with a padding mask")
     assert _close(out_mask[mask], out_mask2[mask], 1e-4), "real tokens still look at padded tokens: apply the padding mask to the keys"
     with torch.no_grad():
-        out_c = attn(x, causal=True)
+        out_c = _expect_shape(forward(x, causal=True), [B, S, d_model], "SelfAttention output with causal=True")
         x3 = x.clone()
         x3[:, 3:] = -50.0  # change only the future of positions 0..2
-        out_c3 = attn(x3, causal=True)
+        out_c3 = forward(x3, causal=True)
     assert _close(out_c[:, :3], out_c3[:, :3], 1e-4), "with causal=True, position i must not depend on tokens after i"
     _ok("SelfAttention: submodules W_q, W_k, W_v, W_o, dropout; [3, 6, 12] -> [3, 6, 12]; padding and causal masks respected")
 
@@ -306,7 +552,7 @@ class _Holder(nn.Module):
 def check_to_official(to_official) -> None:
     d_model = 8
     holder = _Holder(d_model)
-    official = to_official(holder)
+    official = _watch(to_official, "to_official")(holder)
     assert isinstance(official, nn.MultiheadAttention), f"to_official should return nn.MultiheadAttention, got {type(official).__name__}"
     assert official.num_heads == 1, f"use one head, got num_heads={official.num_heads}"
     assert official.batch_first, "create it with batch_first=True: our tensors are [B, S, d_model]"
@@ -333,11 +579,13 @@ def check_parity_error(parity_error, SelfAttention) -> None:
         custom = SelfAttention(8, dropout=0.0)
     except NotImplementedError:
         raise _NotReady("write SelfAttention first: parity_error needs a module to compare") from None
+    parity_error = _watch(parity_error, "parity_error")
     x = torch.randn(3, 5, 8)
     mask = _lengths_mask([5, 2, 4], 5)
     err = parity_error(custom, x)
     assert isinstance(err, float), f"parity_error should return a Python float (use .item()), got {type(err).__name__}"
     err_mask = parity_error(custom, x, mask)
+    assert isinstance(err_mask, float), f"parity_error should return a Python float (use .item()), got {type(err_mask).__name__}"
     if max(err, err_mask) > 1e-4:
         raise AssertionError(
             f"parity_error is {err:.2e} without a mask and {err_mask:.2e} with one: a correct module gives < 1e-5. "
@@ -351,6 +599,7 @@ def check_parity_error(parity_error, SelfAttention) -> None:
     broken = Broken(8, dropout=0.0)
     broken.load_state_dict(custom.state_dict())
     bad = parity_error(broken, x)
+    assert isinstance(bad, float), f"parity_error should return a Python float (use .item()), got {type(bad).__name__}"
     assert bad > 0.1, f"parity_error says {bad:.2e} for a module whose output is shifted by 0.5: a parity check must be able to fail"
     _ok(f"parity_error: {err:.1e} for your module ({err_mask:.1e} with padding), {bad:.2f} for a broken one")
 
@@ -364,7 +613,19 @@ def check_parity_error(parity_error, SelfAttention) -> None:
 def check_split_heads(split_heads) -> None:
     B, S, H, hd = 2, 3, 4, 5
     x = torch.arange(B * S * H * hd, dtype=torch.float32).reshape(B, S, H * hd)
-    out = _expect_shape(split_heads(x, H), [B, H, S, hd], f"split_heads([{B}, {S}, {H * hd}], num_heads={H})")
+    out = _expect_shape(_watch(split_heads, "split_heads")(x, H), [B, H, S, hd], f"split_heads([{B}, {S}, {H * hd}], num_heads={H})")
+    if torch.equal(out, x.view(B, H, S, hd)):
+        raise AssertionError(
+            "split_heads gives x.view(B, H, S, head_dim) with no transpose: that cuts each sequence's memory into H "
+            f"consecutive pieces, so head 0 holds only features of token 0 ({out[0, 0].int().flatten()[:8].tolist()} ...). "
+            "View as [B, S, H, head_dim] first, then move the head axis forward with .transpose(1, 2)"
+        )
+    if torch.equal(out, x.permute(0, 2, 1).reshape(B, H, S, hd)):
+        raise AssertionError(
+            "split_heads permutes before it views (x.permute(0, 2, 1) then a view or reshape to [B, H, S, head_dim]): "
+            "each row of a head then mixes numbers from different tokens. "
+            "View as [B, S, H, head_dim] first, then move the head axis forward with .transpose(1, 2)"
+        )
     for b in range(B):
         for h in range(H):
             for s in range(S):
@@ -373,16 +634,23 @@ def check_split_heads(split_heads) -> None:
                     raise AssertionError(
                         f"head {h} of token {s} holds {out[b, h, s].int().tolist()}, expected features "
                         f"{h * hd}..{(h + 1) * hd - 1} of that token: {want.int().tolist()}. "
-                        "View as [B, S, H, head_dim] first, then move the head axis (permute-then-view mixes tokens)"
+                        "View as [B, S, H, head_dim] first, then move the head axis forward with .transpose(1, 2)"
                     )
     _ok(f"split_heads: [{B}, {S}, {H * hd}] -> [{B}, {H}, {S}, {hd}], each head gets its own block of features")
 
 
 @_friendly("merge_heads")
 def check_merge_heads(merge_heads) -> None:
+    merge_heads = _watch(merge_heads, "merge_heads")
     B, H, S, hd = 2, 4, 3, 5
     heads = torch.arange(B * H * S * hd, dtype=torch.float32).reshape(B, H, S, hd)
     out = _expect_shape(merge_heads(heads), [B, S, H * hd], f"merge_heads([{B}, {H}, {S}, {hd}])")
+    if torch.equal(out, heads.reshape(B, S, H * hd)):
+        raise AssertionError(
+            "merge_heads reshapes [B, H, S, head_dim] to [B, S, H * head_dim] with no transpose: each output token then "
+            "holds pieces of several positions of one head. Move the head axis back next to head_dim first, "
+            ".transpose(1, 2), then reshape"
+        )
     for h in range(H):
         assert torch.equal(out[:, :, h * hd : (h + 1) * hd], heads[:, h]), (
             f"features {h * hd}..{(h + 1) * hd - 1} of each token should come from head {h}: "
@@ -396,7 +664,7 @@ def check_merge_heads(merge_heads) -> None:
 @_friendly("MultiHeadSelfAttention")
 def check_multihead(MultiHeadSelfAttention) -> None:
     B, S, d_model, H = 3, 6, 12, 4
-    mha = MultiHeadSelfAttention(d_model, H)
+    mha = _watch(MultiHeadSelfAttention, "MultiHeadSelfAttention")(d_model, H)
     W_qkv = getattr(mha, "W_qkv", None)
     assert isinstance(W_qkv, nn.Linear) and W_qkv.bias is None, "needs W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)"
     assert (W_qkv.in_features, W_qkv.out_features) == (d_model, 3 * d_model), (
@@ -408,26 +676,27 @@ def check_multihead(MultiHeadSelfAttention) -> None:
     )
     assert isinstance(getattr(mha, "dropout", None), nn.Dropout), "needs self.dropout = nn.Dropout(dropout)"
     mha.eval()
+    forward = _watch(mha, "MultiHeadSelfAttention")
     x = torch.randn(B, S, d_model)
     with torch.no_grad():
-        out = _expect_shape(mha(x), [B, S, d_model], "MultiHeadSelfAttention output")
+        out = _expect_shape(forward(x), [B, S, d_model], "MultiHeadSelfAttention output")
         _no_nan(out, "output")
         # Q = K = 0 (uniform weights), V = x, W_o = identity: every position outputs the mean token.
         mha.W_qkv.weight.zero_()
         mha.W_qkv.weight[2 * d_model :] = torch.eye(d_model)
         mha.W_o.weight.copy_(torch.eye(d_model))
-        mean = mha(x)
+        mean = _expect_shape(forward(x), [B, S, d_model], "MultiHeadSelfAttention output")
         assert _close(mean, x.mean(dim=1, keepdim=True).expand_as(x), 1e-5), (
             "with Q = K = 0 every head should average the values uniformly: check the q, k, v order "
             "of W_qkv's rows and that the softmax runs over the keys"
         )
         mask = _lengths_mask([6, 2, 4], S)
-        masked = mha(x, mask)
+        masked = _expect_shape(forward(x, mask), [B, S, d_model], "MultiHeadSelfAttention output with a padding mask")
         for b, n in enumerate([6, 2, 4]):
             assert _close(masked[b], x[b, :n].mean(0, keepdim=True).expand(S, d_model), 1e-5), (
                 f"sample {b} has {n} real tokens: with uniform weights its outputs should average only those"
             )
-        causal = mha(x, causal=True)
+        causal = _expect_shape(forward(x, causal=True), [B, S, d_model], "MultiHeadSelfAttention output with causal=True")
         assert _close(causal[:, 2], x[:, :3].mean(1), 1e-5), "with causal=True position 2 should average tokens 0, 1, 2 only"
     _ok("MultiHeadSelfAttention: W_qkv [36, 12], W_o [12, 12]; [3, 6, 12] -> [3, 6, 12]; padding and causal masks respected")
 
@@ -439,6 +708,7 @@ def check_multihead(MultiHeadSelfAttention) -> None:
 
 @_friendly("attention_matrix_bytes")
 def check_attention_matrix_bytes(attention_matrix_bytes) -> None:
+    attention_matrix_bytes = _watch(attention_matrix_bytes, "attention_matrix_bytes")
     got = attention_matrix_bytes(1, 1, 4)
     assert got == 64, f"one 4 x 4 float32 matrix is 16 numbers x 4 bytes = 64 bytes, got {got}"
     got = attention_matrix_bytes(2, 3, 5, torch.float16)
@@ -462,13 +732,14 @@ def _mask_direction(fn, label: str) -> None:
         "Our mask uses True = real token; SDPA's boolean attn_mask uses True = may attend (the same sense), "
         "and it must broadcast as [B, 1, 1, S]"
     )
-    out_c = fn(q, k, v, causal=True)
+    out_c = _expect_shape(fn(q, k, v, causal=True), [2, 3, 7, 4], f"{label} with causal=True")
     assert _close(out_c[:, :, 0], v[:, :, 0], 1e-5), f"{label}: with causal=True query 0 can only see key 0"
     k2, v2 = k.clone(), v.clone()
     k2[:, :, 4:], v2[:, :, 4:] = 9.0, 9.0
-    assert _close(fn(q, k2, v2, causal=True)[:, :, :4], out_c[:, :, :4], 1e-5), f"{label}: with causal=True queries 0..3 must ignore keys 4..6"
+    later = _expect_shape(fn(q, k2, v2, causal=True), [2, 3, 7, 4], f"{label} with causal=True")
+    assert _close(later[:, :, :4], out_c[:, :, :4], 1e-5), f"{label}: with causal=True queries 0..3 must ignore keys 4..6"
     lengths_mask = _lengths_mask([7, 3], 7)
-    both = fn(q, k, v, mask=lengths_mask, causal=True)
+    both = _expect_shape(fn(q, k, v, mask=lengths_mask, causal=True), [2, 3, 7, 4], f"{label} with a padding mask and causal=True")
     _no_nan(both, f"{label} output with mask and causal=True")
 
 
@@ -476,6 +747,7 @@ def _mask_direction(fn, label: str) -> None:
 def check_sdpa_attention(sdpa_attention) -> None:
     import torch.nn.functional as F
 
+    sdpa_attention = _watch(sdpa_attention, "sdpa_attention")
     q, k, v = _qkv()
     out = _expect_shape(sdpa_attention(q, k, v), [2, 3, 7, 4], "sdpa_attention output")
     assert _close(out, F.scaled_dot_product_attention(q, k, v), 1e-5), "without a mask the result should be plain attention"
@@ -487,13 +759,15 @@ def check_sdpa_attention(sdpa_attention) -> None:
 def check_chunked_attention(chunked_attention) -> None:
     import torch.nn.functional as F
 
+    chunked_attention = _watch(chunked_attention, "chunked_attention")
     q, k, v = _qkv()
     for chunk in (1, 3, 7, 64):
         out = _expect_shape(chunked_attention(q, k, v, chunk_size=chunk), [2, 3, 7, 4], f"chunked_attention(chunk_size={chunk})")
         assert _close(out, F.scaled_dot_product_attention(q, k, v), 1e-5), (
             f"chunk_size={chunk}: the result differs from plain attention (is the last, shorter chunk handled?)"
         )
-        out_c = chunked_attention(q, k, v, causal=True, chunk_size=chunk)
+        out_c = _expect_shape(chunked_attention(q, k, v, causal=True, chunk_size=chunk), [2, 3, 7, 4],
+                              f"chunked_attention(causal=True, chunk_size={chunk})")
         assert _close(out_c, F.scaled_dot_product_attention(q, k, v, is_causal=True), 1e-5), (
             f"chunk_size={chunk}, causal=True: wrong result. A query at absolute position i sees keys 0..i, "
             "whatever chunk it is in"
