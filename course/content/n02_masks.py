@@ -84,10 +84,10 @@ def cells():
         mixing them up:
 
         - `key_padding_mask`, `[B, S_k]`: which keys of *each sequence* are padding (True = ignore);
-        - `attn_mask`: which (query, key) *pairs* are blocked, the same for every sequence as `[S_q, S_k]`
-          (a causal mask, for instance, or any fixed pattern) or given per sequence and head as `[B * H, S_q, S_k]`. A boolean
-          `attn_mask` means True = **blocked**, the opposite of SDPA's; a float `attn_mask` is **added**
-          to the scores, so `-inf` blocks and `0` allows.
+        - `attn_mask`: which (query, key) *pairs* are blocked, the same for every sequence as
+          `[S_q, S_k]` (a causal mask, for instance, or any fixed pattern) or given per sequence and head
+          as `[B * H, S_q, S_k]`. A boolean `attn_mask` means True = **blocked**, the opposite of SDPA's;
+          a float `attn_mask` is **added** to the scores, so `-inf` blocks and `0` allows.
 
         The trap is to pass a `[B, S]` padding mask as `attn_mask`. With `B != S` it raises, with a
         message about a 2-D `attn_mask` that says nothing about padding. With `B == S` it is silently
@@ -104,7 +104,9 @@ def cells():
         with torch.no_grad():
             a, _ = mha(x, x, x, attn_mask=blocked)
             b, _ = mha(x, x, x, attn_mask=additive)
-        print("boolean attn_mask (True = blocked) and float attn_mask (added) agree:", torch.allclose(a, b))
+            c, _ = mha(x, x, x, attn_mask=blocked.expand(2 * 1, 5, 5))  # [B * H, S_q, S_k], one head
+        print("boolean attn_mask (True = blocked) and float attn_mask (added) agree:", torch.allclose(a, b),
+              "| the same mask as [B * H, S_q, S_k]:", torch.allclose(a, c))
 
         keep = ours  # [B=2, S=5] from the cell above, True = real token
         try:

@@ -135,10 +135,10 @@ def cells():
 
         `parity_error(custom, x, mask)` runs both modules on the same input, in eval mode (no dropout) and
         without gradients, with the mask converted to `key_padding_mask`, and returns the largest absolute
-        difference. For a correct module it is a few times float32's rounding step (`torch.finfo(torch.float32).eps`,
-        about `1.2e-7`): the two modules add the same numbers in different orders. PyTorch's own module
-        differs from itself by as much between its two code paths (`need_weights=False` runs a fused
-        kernel); the demo below prints both.
+        difference. For a correct module it is of the order of float32's rounding step
+        (`torch.finfo(torch.float32).eps`, about `1.2e-7`): the two modules add the same numbers in
+        different orders. PyTorch's own module differs from itself by as much between its two code
+        paths (`need_weights=False` runs a fused kernel); the demo below prints both.
 
         A check is only worth something if it *can* say no. A tempting but useless check compares the
         module with itself, or builds the "official" module from the same code it is meant to test: it

@@ -70,7 +70,7 @@ def cells():
 
         Two shortcuts give the right shape and wrong heads, with no error:
 
-        - **no transpose at all**, `x.view(B, H, S, head_dim)`: the most common one. It cuts each
+        - **no transpose at all**, `x.view(B, H, S, head_dim)`: a common one. It cuts each
           sequence's memory into `H` consecutive pieces, so head 0 gets the first features of token 0,
           then the rest of token 0, and so on, instead of feature block 0 of every token;
         - **permute first**, to `[B, d_model, S]`, then view as `[B, H, S, head_dim]`: the view regroups

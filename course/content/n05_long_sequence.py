@@ -38,9 +38,9 @@ def cells():
         $$\text{bytes} = B \cdot H \cdot S^2 \cdot \text{element size}$$
 
         For `B = 1`, `H = 16` in float16: `S = 4096` gives $16 \cdot 4096^2 \cdot 2$ bytes = **512 MiB**;
-        `S = 32768` gives **32 GiB**, for one layer's scores alone. Plain attention keeps two such
-        matrices at its peak (the scores and their softmax), and a backward pass keeps them for the
-        gradients too. Doubling the sequence length quadruples all of this.
+        `S = 32768` gives **32 GiB**, for one layer's scores alone (the cell after your function prints
+        these). Plain attention keeps two such matrices at its peak, the scores and their softmax
+        (section 4 measures it). Doubling the sequence length quadruples all of this.
         """),
         solution("attention_matrix_bytes", HINTS),
         check("check_attention_matrix_bytes(attention_matrix_bytes)", "check_attention_matrix_bytes"),
@@ -63,7 +63,7 @@ def cells():
         | **flash** | fp16 / bf16, `is_causal`, **no `attn_mask`** | O(S) per head: never stores the matrix |
         | **memory-efficient** | fp32 / fp16 / bf16, boolean or additive `attn_mask` | O(S) for its own work; the mask you pass comes on top |
         | **cuDNN** | fp16 / bf16 on recent NVIDIA GPUs (e.g. H100/H200); masks depend on the version | O(S) |
-        | **math** | anything, any device: the reference fallback | O(S²): the whole matrix, like hand-written code; in fp16 / bf16 it computes in float32 |
+        | **math** | anything, any device: the reference fallback | O(S²): the whole matrix, like hand-written code; in fp16 / bf16 it computes in float32 by default |
 
         On a CPU there is a CPU "flash" kernel (which does accept boolean masks) and the math backend;
         section 4 measures both. You can restrict the choice with the context manager
