@@ -576,7 +576,7 @@ def check_to_official(to_official) -> None:
 @_friendly("parity_error")
 def check_parity_error(parity_error, SelfAttention) -> None:
     try:
-        custom = SelfAttention(8, dropout=0.0)
+        custom = _watch(SelfAttention, "SelfAttention")(8, dropout=0.0)
     except NotImplementedError:
         raise _NotReady("write SelfAttention first: parity_error needs a module to compare") from None
     parity_error = _watch(parity_error, "parity_error")
