@@ -1,77 +1,122 @@
-"""python -m autograder grade SUBMISSION [--json] [--gpu]  (fixed by the course spec)."""
+"""The command line: `python -m autograder COMMAND ...`. Declares each command's arguments and calls
+the module that does its work; it decides nothing itself.
+
+    grade SUBMISSION [--assignment NAME] [--json] [--gpu]   (fixed by the course spec)   grade.py, report.py
+    grade-class COURSE_DIR [--assignment NAME] ...                                        classgrade.py
+    grade-gpu COURSE_DIR [--assignment NAME] ...                                          gpu/course.py
+    gradescope-bundle OUT.zip [--assignment NAME]                                         gradescope.py
+    demo [--course DIR] [--nbgrader]                                                      demo.py
+
+Exit status: 0 when the command finished; 2 with one line on stderr when it cannot start
+(no such submission, an unknown assignment, ...); 130 when interrupted. The modules behind
+the commands are imported only when their command runs, so that `grade` starts fast.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from .extract import SubmissionError
-from .results import Limits
+from . import limits, spec
+from .extract import SubmissionError, extract
+
+DEMO_COURSE = Path(__file__).resolve().parent.parent / "build" / "demo-course"
 
 
-def _limits(args) -> Limits:
-    defaults = Limits()
-    return Limits(part_seconds=args.part_seconds or defaults.part_seconds,
-                  memory_bytes=int((args.memory_gib or defaults.memory_bytes / 2**30) * 2**30),
-                  namespaces=not args.no_namespaces,
-                  load_seconds=getattr(args, "load_seconds", None) or defaults.load_seconds,
-                  cpu_seconds=getattr(args, "cpu_seconds", None) or defaults.cpu_seconds,
-                  extra_hidden=tuple(getattr(args, "hide", None) or ()))
+def _assignment(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--assignment", default=spec.DEFAULT.id,
+                        help=f"the assignment to grade against (default {spec.DEFAULT.id}; known: "
+                             f"{', '.join(spec.ASSIGNMENTS)})")
 
 
 def cmd_grade(args) -> int:
-    from .extract import extract
-
+    assignment = spec.assignment(args.assignment)
+    if args.gpu and assignment.gpu_part is None:
+        raise SubmissionError(f"assignment {assignment.id} has no GPU stage")
     extract(args.submission)  # no submission: exit 2 at once, before torch is even imported
-    from .prestart import prestart
+    from .prestart import prestart  # noqa: PLC0415 - the commands' modules load only when they run
 
     prestart()  # the worker pool imports torch while this process does
-    from .grade import grade
-    from .report import as_json, render
+    from . import document, grade, report  # noqa: PLC0415
 
-    result = grade(args.submission, gpu=args.gpu, limits=_limits(args))
+    result = grade.grade(args.submission, gpu=args.gpu, limits=limits.from_args(args), assignment=assignment)
     if args.json:
-        sys.stdout.write(as_json(result) + "\n")
+        sys.stdout.write(document.dumps(result) + "\n")
     else:
-        render(result)
+        report.render(result)
     return 0
 
 
-def cmd_grade_gpu(args) -> int:
-    from .gpu import main_grade_gpu
+def cmd_grade_class(args) -> int:
+    from . import classgrade  # noqa: PLC0415
 
-    return main_grade_gpu(args)
+    spec.assignment(args.assignment)
+    return classgrade.main(args.course, args.assignment, args.workers, args.force, limits=limits.from_args(args))
+
+
+def cmd_grade_gpu(args) -> int:
+    from .gpu import course  # noqa: PLC0415
+
+    return course.main(args.course_dir, spec.assignment(args.assignment), csv=args.csv, gradebook_url=args.gradebook,
+                       no_gradebook=args.no_gradebook, from_csv=args.from_csv, students=args.student)
+
+
+def cmd_gradescope_bundle(args) -> int:
+    from . import gradescope  # noqa: PLC0415
+
+    return gradescope.main(args.out, spec.assignment(args.assignment))
+
+
+def cmd_demo(args) -> int:
+    from . import demo  # noqa: PLC0415
+
+    return demo.main(args.course, use_nbgrader=args.nbgrader, workers=args.workers)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description="The self-attention course's grader.")
     sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("grade", help="grade a notebook, a folder of notebooks or a .py file")
-    g.add_argument("submission")
-    g.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
-    g.add_argument("--gpu", action="store_true", help="also run the GPU stage (long_sequence_gpu)")
-    g.add_argument("--part-seconds", type=float, help="wall-clock limit per part (default 20)")
-    g.add_argument("--memory-gib", type=float, help="address-space limit of the worker (default 6)")
-    g.add_argument("--no-namespaces", action="store_true", help="do not use Linux namespaces (weaker sandbox)")
-    g.add_argument("--load-seconds", type=float, help="limit for starting a worker and running the top-level "
-                   "code (default 30)")
-    g.add_argument("--cpu-seconds", type=int, help="CPU-time limit of one worker (default 300)")
-    g.add_argument("--hide", action="append", metavar="PATH", help="also hide this path from student code "
-                   "(repeatable; the submission's folders and the current directory are always hidden)")
-    g.set_defaults(func=cmd_grade)
-    gg = sub.add_parser("grade-gpu", help="GPU stage for a whole nbgrader course: CSV + gradebook extra credit "
-                        "(docs/gpu.md)")
-    gg.add_argument("course_dir", help="the nbgrader course directory (with submitted/ and gradebook.db)")
-    gg.add_argument("--assignment", default="self_attention")
-    gg.add_argument("--csv", help="where to write the results (default COURSE_DIR/long_sequence_gpu.csv)")
-    gg.add_argument("--gradebook", help="gradebook URL (default sqlite:///COURSE_DIR/gradebook.db if it exists)")
-    gg.add_argument("--no-gradebook", action="store_true", help="only write the CSV")
-    gg.add_argument("--from-csv", help="do not grade: record an earlier CSV in the gradebook")
-    gg.add_argument("--student", action="append", help="grade only this student (repeatable)")
-    gg.set_defaults(func=cmd_grade_gpu)
-    from . import classgrade, demo, gradescope  # instructor commands: grade-class, gradescope-bundle, demo
 
-    for module in (classgrade, gradescope, demo):
-        module.add_parser(sub)
+    p = sub.add_parser("grade", help="grade a notebook, a folder of notebooks or a .py file")
+    p.add_argument("submission")
+    _assignment(p)
+    p.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
+    p.add_argument("--gpu", action="store_true", help="also run the GPU stage (long_sequence_gpu)")
+    limits.add_flags(p)
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("grade-class", help="grade every submission of an nbgrader course directory, in parallel")
+    p.add_argument("course", help="the nbgrader course directory (holds submitted/ and the gradebook)")
+    _assignment(p)
+    p.add_argument("--workers", type=int, help="grading processes (default: one per core)")
+    p.add_argument("--force", action="store_true", help="regrade submissions that have not changed")
+    limits.add_flags(p)
+    p.set_defaults(func=cmd_grade_class)
+
+    p = sub.add_parser("grade-gpu", help="GPU stage for a whole nbgrader course: CSV + gradebook extra credit "
+                       "(docs/gpu.md)")
+    p.add_argument("course_dir", help="the nbgrader course directory (with submitted/ and gradebook.db)")
+    _assignment(p)
+    p.add_argument("--csv", help="where to write the results (default COURSE_DIR/<GPU part>.csv, e.g. "
+                   "long_sequence_gpu.csv)")
+    p.add_argument("--gradebook", help="gradebook URL (default: the course's, from its nbgrader_config.py, if it "
+                   "exists)")
+    p.add_argument("--no-gradebook", action="store_true", help="only write the CSV")
+    p.add_argument("--from-csv", help="do not grade: record an earlier CSV in the gradebook")
+    p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    p.set_defaults(func=cmd_grade_gpu)
+
+    p = sub.add_parser("gradescope-bundle", help="build a Gradescope autograder zip")
+    p.add_argument("out", help="the zip to write, e.g. build/gradescope.zip")
+    _assignment(p)
+    p.set_defaults(func=cmd_gradescope_bundle)
+
+    p = sub.add_parser("demo", help="release, collect, autograde and export the bundled example class")
+    p.add_argument("--course", default=str(DEMO_COURSE), help="course directory to (re)create")
+    p.add_argument("--nbgrader", action="store_true",
+                   help="autograde with `nbgrader autograde` (this grader's preprocessor) and write HTML feedback")
+    p.add_argument("--workers", type=int, help="grading processes (default: one per core)")
+    p.set_defaults(func=cmd_demo)
     return parser
 
 
@@ -80,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except SubmissionError as exc:
+    except (SubmissionError, spec.UnknownAssignment) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

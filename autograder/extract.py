@@ -13,9 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .spec import PART_BY_ID
-
-KNOWN_PARTS = set(PART_BY_ID)
+from . import spec
 
 
 class SubmissionError(Exception):
@@ -81,7 +79,9 @@ def _split_python(code: str) -> list[str]:
     return out
 
 
-def read_notebook(path: Path) -> Source:
+def read_notebook(path: Path, part_ids: frozenset[str] = frozenset()) -> Source:
+    """A notebook's solution cells (every code cell without nbgrader metadata); `part_ids`: the
+    graded cells of the assignment, for a note when the notebook has graded cells but none of them."""
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -103,7 +103,7 @@ def read_notebook(path: Path) -> Source:
         notes.append("no nbgrader solution cells: every code cell was taken")
     grade_ids = {(c.get("metadata") or {}).get("nbgrader", {}).get("grade_id") for c in code_cells
                  if (c.get("metadata") or {}).get("nbgrader", {}).get("grade")}
-    if grade_ids and not grade_ids & KNOWN_PARTS:
+    if grade_ids and not grade_ids & part_ids:
         notes.append(f"{path.name} looks like a notebook of another assignment: none of its graded cells "
                      f"({', '.join(sorted(map(str, grade_ids)))[:80]}) is a part of this course")
     return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution))
@@ -122,15 +122,17 @@ def _check_size(path: Path) -> None:
         raise SubmissionError(f"{path}: {path.stat().st_size} bytes is too large for a submission")
 
 
-def extract(path: str | Path) -> Extracted:
-    """The code of a submission, one Source per notebook or file, in name order."""
+def extract(path: str | Path, assignment: spec.Assignment | None = None) -> Extracted:
+    """The code of a submission, one Source per notebook or file, in name order (for grading against
+    `assignment`, default spec.DEFAULT)."""
+    part_ids = frozenset(p.id for p in (assignment or spec.DEFAULT).all_parts)
     p = Path(path)
     if not p.exists():
         raise SubmissionError(f"{p}: no such file or folder")
     if p.is_file():
         _check_size(p)
         if p.suffix == ".ipynb":
-            return Extracted(str(p), (read_notebook(p),))
+            return Extracted(str(p), (read_notebook(p, part_ids),))
         if p.suffix == ".py":
             return Extracted(str(p), (read_python(p),))
         raise SubmissionError(f"{p}: not a submission (expected a .ipynb notebook, a .py file or a folder)")
@@ -144,7 +146,7 @@ def extract(path: str | Path) -> Extracted:
             continue
         if child.suffix == ".ipynb":
             _check_size(child)
-            sources.append(read_notebook(child))
+            sources.append(read_notebook(child, part_ids))
         elif child.suffix != ".py" or child.name not in ("visible_checks.py", "memory_meter.py"):
             notes.append(f"ignored {child.name}: only notebooks are graded in a folder")
     if not sources:

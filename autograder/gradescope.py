@@ -1,6 +1,6 @@
 """Gradescope: build an autograder bundle, and the entry point it runs on Gradescope.
 
-    python -m autograder gradescope-bundle OUT.zip
+    python -m autograder gradescope-bundle OUT.zip [--assignment NAME]
 
 The zip follows Gradescope's autograder specification: at its root `setup.sh` (run once
 when the image is built: a Python venv with torch==2.13.0 CPU and requirements.txt) and
@@ -21,7 +21,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from .spec import PARTS
+from . import spec
+from .extract import SubmissionError
 
 PACKAGE = Path(__file__).resolve().parent
 REPO = PACKAGE.parent
@@ -39,12 +40,13 @@ python3 -m venv /autograder/venv
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
-# Gradescope runs this for every submission: grade /autograder/submission,
-# write /autograder/results/results.json. AUTOGRADER_ROOT moves /autograder (for tests).
+# Gradescope runs this for every submission: grade /autograder/submission against the
+# assignment ASSIGNMENT, write /autograder/results/results.json. AUTOGRADER_ROOT moves
+# /autograder (for tests).
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 PY="${AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}"
 cd "$ROOT/source"
-exec "$PY" -m autograder.gradescope "$ROOT"
+exec "$PY" -m autograder.gradescope "$ROOT" ASSIGNMENT
 """
 
 
@@ -72,12 +74,13 @@ def _files():
                 yield path, rel.as_posix()
 
 
-def build_bundle(out: str | Path) -> Path:
-    """Write the Gradescope autograder zip; returns its path."""
+def build_bundle(out: str | Path, assignment: spec.Assignment = spec.DEFAULT) -> Path:
+    """Write the Gradescope autograder zip that grades `assignment`; returns its path."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
+        run_autograder = RUN_AUTOGRADER.replace("ASSIGNMENT", assignment.id)
+        for name, text in (("setup.sh", SETUP_SH), ("run_autograder", run_autograder)):
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o755 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
@@ -122,36 +125,31 @@ def results_json(result) -> dict:
     return out
 
 
-def run(root: str | Path) -> dict:
-    """Grade ROOT/submission and write ROOT/results/results.json (Gradescope's contract)."""
-    from .extract import SubmissionError  # noqa: PLC0415
-    from .grade import Grader  # noqa: PLC0415
+def run(root: str | Path, assignment: spec.Assignment = spec.DEFAULT) -> dict:
+    """Grade ROOT/submission against `assignment`; write ROOT/results/results.json (Gradescope's contract)."""
+    from .grade import Grader  # noqa: PLC0415 - imports torch: not needed to build a bundle
 
     root = Path(root)
     (root / "results").mkdir(parents=True, exist_ok=True)
     try:
         with Grader() as grader:
-            doc = results_json(grader.grade(_submission_target(root / "submission")))
+            doc = results_json(grader.grade(_submission_target(root / "submission"), assignment=assignment))
     except SubmissionError as exc:
         doc = {"score": 0.0, "output": f"your submission could not be graded: {exc}",
                "tests": [{"name": p.id, "score": 0.0, "max_score": p.points, "output": str(exc),
-                          "visibility": "visible"} for p in PARTS]}
+                          "visibility": "visible"} for p in assignment.parts]}
     (root / "results" / "results.json").write_text(json.dumps(doc, indent=1))
     return doc
 
 
-def cmd_bundle(args) -> int:
-    out = build_bundle(args.out)
-    print(f"wrote {out} ({out.stat().st_size // 1024} KiB): upload it as the Gradescope autograder "
+def main(out: str, assignment: spec.Assignment = spec.DEFAULT) -> int:
+    """The command: write the bundle and say what to do with it."""
+    path = build_bundle(out, assignment)
+    print(f"wrote {path} ({path.stat().st_size // 1024} KiB): upload it as the Gradescope autograder "
           f"(Ubuntu base image); setup.sh installs torch=={TORCH_VERSION} CPU")
     return 0
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("gradescope-bundle", help="build a Gradescope autograder zip")
-    p.add_argument("out", help="the zip to write, e.g. build/gradescope.zip")
-    p.set_defaults(func=cmd_bundle)
-
-
-if __name__ == "__main__":  # run_autograder: python -m autograder.gradescope ROOT
-    run(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("AUTOGRADER_ROOT", "/autograder"))
+if __name__ == "__main__":  # run_autograder: python -m autograder.gradescope ROOT [ASSIGNMENT]
+    run(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("AUTOGRADER_ROOT", "/autograder"),
+        spec.assignment(sys.argv[2]) if len(sys.argv) > 2 else spec.DEFAULT)

@@ -30,7 +30,9 @@ from pathlib import Path
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from .spec import PARTS
+from . import spec
+from .extract import SubmissionError
+from .gradebook import cell_score
 
 # The stock list (nbgrader/converters/autograde.py) with Execute replaced by ours.
 AUTOGRADE_PREPROCESSORS = [
@@ -72,9 +74,9 @@ def _close() -> None:
         _GRADER = None
 
 
-def parts_of(notebook: str) -> list[str]:
+def parts_of(notebook: str, assignment: spec.Assignment | None = None) -> list[str]:
     """The part ids graded in the released notebook `notebook` (its stem, e.g. "02_masks")."""
-    return [p.id for p in PARTS if p.notebook == notebook]
+    return [p.id for p in (assignment or spec.DEFAULT).parts_of(notebook)]
 
 
 def _fmt(x: float) -> str:
@@ -94,12 +96,6 @@ def part_report(part) -> str:
         lines.append(line)
     lines.extend(f"  note: {n}" for n in part.notes)
     return "\n".join(lines) + "\n"
-
-
-def cell_score(score: float, part_max: float, cell_points: float) -> float:
-    """A part's score as the points of its nbgrader cell: scaled, rounded, clipped to [0, points]."""
-    scaled = score * cell_points / part_max if part_max else 0.0
-    return min(max(round(float(scaled), 4), 0.0), float(cell_points))
 
 
 def score_text(score: float, points: float) -> str:
@@ -126,17 +122,17 @@ def grade_outputs(report: str, score: float | None, points: float, error: str | 
     return outputs
 
 
-def grade_notebook_file(path: str | Path, grader=None):
-    """Grade one notebook with only its own code and its own parts: {part_id: PartResult}."""
-    from .extract import SubmissionError  # noqa: PLC0415
-
-    grader = grader or shared_grader()
+def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignment | None = None):
+    """Grade one notebook with only its own code and its own parts: ({part_id: PartResult}, notes).
+    Without `assignment`, the assignment that has a notebook of this name."""
     path = Path(path)
-    ids = parts_of(path.stem)
+    assignment = assignment or spec.assignment_of_notebook(path.stem)
+    ids = parts_of(path.stem, assignment) if assignment else []
     if not ids:
         return {}, [f"{path.name} is not a notebook of this course: nothing in it is graded"]
+    grader = grader or shared_grader()
     try:
-        result = grader.grade(path, part_ids=ids)
+        result = grader.grade(path, part_ids=ids, assignment=assignment)
     except SubmissionError as exc:
         return {}, [str(exc)]
     return {p.id: p for p in result.parts}, list(result.notes)
@@ -169,12 +165,14 @@ class AutograderPreprocessor(NbGraderPreprocessor):
     """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute."""
 
     def preprocess(self, nb, resources):
-        name = (resources.get("nbgrader") or {}).get("notebook") \
-            or (resources.get("metadata") or {}).get("name") or "notebook"
+        info = resources.get("nbgrader") or {}
+        name = info.get("notebook") or (resources.get("metadata") or {}).get("name") or "notebook"
+        # nbgrader names the assignment it autogrades; a course may call it otherwise: then the notebook's name decides
+        assignment = spec.assignment_of_notebook(name, info.get("assignment"))
         with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
             path = Path(tmp) / f"{name}.ipynb"
             path.write_text(json.dumps(nb), encoding="utf-8")
-            parts, notes = grade_notebook_file(path)
+            parts, notes = grade_notebook_file(path, assignment=assignment)
         self.log.info("autograder: %s scored %s", name,
                       ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")
         annotate(nb, parts, notes)

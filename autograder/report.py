@@ -1,7 +1,5 @@
-"""Stage 5: the report. Formats a GradeResult for people (rich tables) or machines (JSON)."""
+"""Stage 5: the report. Formats a GradeResult for people: rich tables (document.py writes the JSON)."""
 from __future__ import annotations
-
-import json
 
 from rich import box
 from rich.console import Console, Group
@@ -9,11 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .results import GradeResult, PartResult, to_json
-
-
-def as_json(result: GradeResult) -> str:
-    return json.dumps(to_json(result), indent=2)
+from .results import GradeResult, PartResult
 
 
 def _fmt(x: float) -> str:

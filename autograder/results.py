@@ -1,7 +1,8 @@
-"""The data model of a grade: frozen dataclasses, no formatting (see report.py for that)."""
+"""The data model of a grade: frozen dataclasses, no formatting (document.py writes them as JSON,
+report.py as tables)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -55,47 +56,3 @@ class GradeResult:
             if p.id == part_id:
                 return p
         raise KeyError(part_id)
-
-
-def part_to_json(part: PartResult) -> dict:
-    out = {
-        "id": part.id,
-        "score": part.score,
-        "max_score": part.max_score,
-        "checks": [
-            {"name": c.name, "passed": c.passed, "points": round(c.points, 4), "max_points": round(c.max_points, 4),
-             "message": c.message}
-            for c in part.checks
-        ],
-    }
-    if part.notes:
-        out["notes"] = list(part.notes)
-    if not part.ran:
-        out["ran"] = False
-    return out
-
-
-def to_json(result: GradeResult) -> dict:
-    """The document fixed by the course spec (extra keys are additions, never renames)."""
-    parts = [part_to_json(p) for p in result.parts]
-    if result.gpu is not None:
-        parts.append(part_to_json(result.gpu))
-    doc = {"submission": result.submission, "score": result.score, "max_score": result.max_score, "parts": parts}
-    if result.notes:
-        doc["notes"] = list(result.notes)
-    if result.protections_off:
-        doc["protections_off"] = list(result.protections_off)
-    return doc
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How much a submission may take. Defaults are in the README; the CLI can change them."""
-
-    part_seconds: float = 20.0  # wall clock for all the checks of one part
-    load_seconds: float = 30.0  # starting a worker and running the student's top-level code
-    memory_bytes: int = 6 * 2**30
-    cpu_seconds: int = 300
-    max_restarts: int = 8  # fresh workers after a crash or a timeout, per submission
-    namespaces: bool = True
-    extra_hidden: tuple[str, ...] = field(default=())

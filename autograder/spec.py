@@ -1,44 +1,129 @@
-"""The course contract (../shared/course-spec.md) as data: part ids, their API names, points.
+"""The course contract (../shared/course-spec.md) as data: assignments, their parts, API names, points.
 
 Everything else in the grader reads the parts from here, so the contract lives in one place.
+An `Assignment` is one nbgrader assignment: its graded parts in report order (the CPU parts
+sum to 100 points), the notebooks that teach them, the folder of its hidden checks under
+autograder/checks/, and the module of its reference solutions. `ASSIGNMENTS` is the registry;
+`assignment(name)` looks one up.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from .worker.names import FORBIDDEN_PATTERNS, is_forbidden_name  # noqa: F401 - part of the spec
+CHECKS_ROOT = Path(__file__).resolve().parent / "checks"
 
 
 @dataclass(frozen=True)
 class Part:
     id: str
-    names: tuple[str, ...]
+    names: tuple[str, ...]  # the student API this part grades
     points: float
     notebook: str  # the released notebook that teaches and grades this part
-    gpu: bool = False
+    from_scratch: bool = False  # calling torch's fused attention or official module here earns nothing
+    gpu: bool = False  # a GPU-stage part: outside the assignment's score, graded only with --gpu
+    credit_to: str | None = None  # a GPU part: the part whose gradebook cell holds its score as extra credit
 
 
-PARTS: tuple[Part, ...] = (
-    Part("qkv_projection", ("make_projections", "project_qkv"), 10, "01_scores"),
-    Part("scaled_scores", ("scaled_scores", "attention_weights", "attend"), 15, "01_scores"),
-    Part("masks", ("padding_mask", "causal_mask", "apply_padding_mask", "apply_causal_mask"), 15, "02_masks"),
-    Part("module", ("SelfAttention",), 20, "03_module"),
-    Part("official_parity", ("to_official", "parity_error"), 15, "03_module"),
-    Part("multihead", ("split_heads", "merge_heads", "MultiHeadSelfAttention"), 15, "04_multihead"),
-    Part("long_sequence", ("attention_matrix_bytes", "sdpa_attention", "chunked_attention"), 10, "05_long_sequence"),
+@dataclass(frozen=True)
+class Assignment:
+    id: str  # the nbgrader assignment id, also the folder name in source/, release/ and submitted/<student>/
+    parts: tuple[Part, ...]  # graded by default, in report order; their points sum to 100
+    checks: str  # the folder of the hidden checks under autograder/checks/: test_<part id>.py each
+    solutions: str  # the module of the reference solutions (the ground truth)
+    gpu_part: Part | None = None  # the GPU stage's part, if the assignment has one
+
+    def __post_init__(self) -> None:
+        if self.max_score != 100:
+            raise ValueError(f"{self.id}: the points of the parts sum to {self.max_score}, not 100")
+        if self.gpu_part is not None and not self.gpu_part.gpu:
+            raise ValueError(f"{self.id}: the GPU part {self.gpu_part.id} is not marked gpu=True")
+
+    @property
+    def all_parts(self) -> tuple[Part, ...]:
+        return self.parts + ((self.gpu_part,) if self.gpu_part else ())
+
+    @property
+    def max_score(self) -> float:
+        return sum(p.points for p in self.parts)
+
+    @property
+    def notebooks(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.notebook for p in self.parts))
+
+    @property
+    def api_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(name for p in self.parts for name in p.names))
+
+    @property
+    def checks_dir(self) -> Path:
+        return CHECKS_ROOT / self.checks
+
+    def part(self, part_id: str) -> Part:
+        for p in self.all_parts:
+            if p.id == part_id:
+                return p
+        raise KeyError(f"{part_id!r} is not a part of assignment {self.id}")
+
+    def parts_of(self, notebook: str) -> tuple[Part, ...]:
+        """The CPU parts graded in the notebook `notebook` (its stem, e.g. "02_masks")."""
+        return tuple(p for p in self.parts if p.notebook == notebook)
+
+    def check_file(self, part: Part) -> Path:
+        return self.checks_dir / f"test_{part.id}.py"
+
+
+SELF_ATTENTION = Assignment(
+    id="self_attention",
+    parts=(
+        Part("qkv_projection", ("make_projections", "project_qkv"), 10, "01_scores", from_scratch=True),
+        Part("scaled_scores", ("scaled_scores", "attention_weights", "attend"), 15, "01_scores", from_scratch=True),
+        Part("masks", ("padding_mask", "causal_mask", "apply_padding_mask", "apply_causal_mask"), 15, "02_masks",
+             from_scratch=True),
+        Part("module", ("SelfAttention",), 20, "03_module", from_scratch=True),
+        # official_parity and long_sequence are about the official module and the fused kernel themselves
+        Part("official_parity", ("to_official", "parity_error"), 15, "03_module"),
+        Part("multihead", ("split_heads", "merge_heads", "MultiHeadSelfAttention"), 15, "04_multihead",
+             from_scratch=True),
+        Part("long_sequence", ("attention_matrix_bytes", "sdpa_attention", "chunked_attention"), 10,
+             "05_long_sequence"),
+    ),
+    checks="self_attention",
+    solutions="solutions.attention",
+    gpu_part=Part("long_sequence_gpu", ("sdpa_attention", "chunked_attention"), 10, "05_long_sequence", gpu=True,
+                  credit_to="long_sequence"),
 )
-GPU_PART = Part("long_sequence_gpu", ("sdpa_attention", "chunked_attention"), 10, "05_long_sequence", gpu=True)
 
-CPU_PARTS = PARTS
-MAX_SCORE = sum(p.points for p in PARTS)
-PART_BY_ID = {p.id: p for p in PARTS + (GPU_PART,)}
-API_NAMES = tuple(name for p in PARTS for name in p.names)
-ASSIGNMENT = "self_attention"
-NOTEBOOKS = tuple(dict.fromkeys(p.notebook for p in PARTS))
-
-# Parts that must be written from scratch: calling the fused kernel or the official module
-# there earns nothing. (official_parity and long_sequence are about those very functions.)
-FROM_SCRATCH = ("qkv_projection", "scaled_scores", "masks", "module", "multihead")
+ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION,)}
+DEFAULT = SELF_ATTENTION
 
 
-assert MAX_SCORE == 100, MAX_SCORE
+class UnknownAssignment(ValueError):
+    """No assignment of that name; the message is one line that names the known ones."""
+
+
+def assignment(name: str) -> Assignment:
+    """The registered assignment called `name`."""
+    try:
+        return ASSIGNMENTS[name]
+    except KeyError:
+        raise UnknownAssignment(f"unknown assignment {name!r}: the known assignments are "
+                                f"{', '.join(ASSIGNMENTS)}") from None
+
+
+def assignment_of_notebook(notebook: str, hint: str | None = None) -> Assignment | None:
+    """The assignment a notebook belongs to: the one named `hint` (an nbgrader assignment id) when it
+    is registered, else the first assignment with a notebook of that name."""
+    if hint in ASSIGNMENTS:
+        return ASSIGNMENTS[hint]
+    return next((a for a in ASSIGNMENTS.values() if notebook in a.notebooks), None)
+
+
+# The default assignment's contract under the names the course build, the examples and the tests use.
+ASSIGNMENT = DEFAULT.id
+PARTS = DEFAULT.parts
+GPU_PART = DEFAULT.gpu_part
+MAX_SCORE = DEFAULT.max_score
+NOTEBOOKS = DEFAULT.notebooks
+API_NAMES = DEFAULT.api_names
+PART_BY_ID = {p.id: p for p in DEFAULT.all_parts}

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from examples.make_class import REPO as _R, collect, make_course, synthetic_class  # noqa: E402,F401
+from examples.make_class import collect, make_course, synthetic_class  # noqa: E402
 from autograder.spec import ASSIGNMENT  # noqa: E402
 from autograder.worker.proctree import descendants  # noqa: E402
 
@@ -51,7 +51,7 @@ def tree_rss_kib(root: int) -> int:
     return sum(_rss_kib(pid) for pid in descendants(root))
 
 
-def measure(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
+def run_timed(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
     """Run cmd; wall seconds, peak summed tree RSS (MiB), largest process RSS (MiB), exit code."""
     wrapper = ("import resource, subprocess, sys\n"
                "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode\n"
@@ -98,13 +98,13 @@ def main(argv=None) -> int:
     kinds = sorted(set(students.values()))
     print(f"class: {len(students)} students, mistakes: {', '.join(kinds)}", flush=True)
 
-    res_stock = measure([PY, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force"], stock, env)
+    res_stock = run_timed([PY, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force"], stock, env)
     print(f"stock nbgrader autograde, {len(stock_names)} students: {res_stock}", flush=True)
-    res_ours = measure([PY, "-m", "autograder", "grade-class", str(ours), "--force", "--workers",
+    res_ours = run_timed([PY, "-m", "autograder", "grade-class", str(ours), "--force", "--workers",
                         str(args.workers)], REPO, env)
     print(f"grade-class, {len(students)} students: {res_ours}", flush=True)
     one = ours / "submitted" / next(iter(students)) / ASSIGNMENT
-    res_one = measure([PY, "-m", "autograder", "grade", str(one), "--json"], REPO, env)
+    res_one = run_timed([PY, "-m", "autograder", "grade", str(one), "--json"], REPO, env)
     print(f"grade one submission: {res_one}", flush=True)
 
     n, ns = len(students), len(stock_names)

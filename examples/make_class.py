@@ -122,7 +122,8 @@ def course_config(course: Path, plugin: bool = True) -> str:
     if repo_cfg.exists():
         text = repo_cfg.read_text()
         # the repository's own config may enable the plugin itself; we decide here
-        text = "\n".join(l for l in text.splitlines() if "nbgrader_plugin" not in l and "_configure_autograder" not in l)
+        text = "\n".join(line for line in text.splitlines()
+                         if "nbgrader_plugin" not in line and "_configure_autograder" not in line)
         lines.append(text)
     else:
         lines.append("c = get_config()\nc.CourseDirectory.course_id = 'self_attention_course'\n")
@@ -151,7 +152,7 @@ def make_course(course: Path, source: Path | None = None, plugin: bool = True) -
 
 
 def _strip_markers(text: str) -> str:
-    return "\n".join(l for l in text.splitlines() if l.strip() not in (BEGIN, END))
+    return "\n".join(line for line in text.splitlines() if line.strip() not in (BEGIN, END))
 
 
 def _src(cell: dict) -> str:

@@ -11,12 +11,14 @@ device_check.json to $OUT (or the current folder). Exit status 1 if an expectati
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,16 +26,16 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from autograder import gpu  # noqa: E402
-from autograder.checks_gpu import write_variants  # noqa: E402
 from autograder.extract import extract  # noqa: E402
-from autograder.results import CheckResult, Limits, PartResult  # noqa: E402
-from autograder.run import Zygote  # noqa: E402
-from autograder.session import CheckFailure, Session, Student  # noqa: E402
+from autograder.gpu import stage  # noqa: E402
+from autograder.gpu.config import MODE_LABEL, GpuConfig, fmt_bytes  # noqa: E402
+from autograder.gpu.known_submissions import write_variants  # noqa: E402
+from autograder.limits import Limits  # noqa: E402
+from autograder.pool import Zygote  # noqa: E402
 
 SEQ_LENS = tuple(int(s) for s in os.environ.get("DEVICE_CHECK_SEQ_LENS", "4096,16384,32768").split(","))
 DEVICE = os.environ.get("DEVICE_CHECK_DEVICE", "cuda")  # "cpu": a dry run of this script at small sizes
-GRADED_S = gpu.GpuConfig().seq_lens[-1] if DEVICE != "cpu" else max(SEQ_LENS)
+GRADED_S = GpuConfig().seq_lens[-1] if DEVICE != "cpu" else max(SEQ_LENS)
 SUBMISSIONS = ("reference", "full_matrix", "inverted_mask")
 OUT = Path(os.environ.get("OUT") or ".")
 
@@ -42,48 +44,9 @@ def log(*args) -> None:
     print(*args, flush=True)
 
 
-class DeviceGrader:
-    """What grade_gpu needs of a Grader (grade.py imports pytest, which the device may lack)."""
-
-    def __init__(self, limits: Limits):
-        self.limits, self.zygote = limits, Zygote()
-
-    def close(self) -> None:
-        self.zygote.close()
-
-
-def have_pytest() -> bool:
-    try:
-        import pytest  # noqa: F401, PLC0415
-    except ImportError:
-        return False
-    return True
-
-
-def direct_stage(grader, extracted, cfg) -> PartResult:
-    """The same checks as autograder/checks/test_long_sequence_gpu.py, called without pytest."""
-    session = Session(grader.zygote, extracted.sources, gpu.gpu_limits(grader.limits, cfg.device), device=cfg.device)
-    gpu.CONFIG, checks = cfg, []
-    gpu.MEASUREMENTS.clear()
-    found = gpu.cases(cfg)
-    points = gpu.GPU_PART.points / (2 * len(found))
-    try:
-        session.start()
-        session.enter_part(gpu.PART_ID)
-        student = Student(session)
-        for label, check in (("the output equals exact attention on sampled query rows", gpu.check_correct),
-                             ("peak extra device memory stays within the budget", gpu.check_memory)):
-            for case in found:
-                try:
-                    check(student, case)
-                    ok, message = True, ""
-                except CheckFailure as exc:
-                    ok, message = False, str(exc)
-                checks.append(CheckResult(f"{label} [{case.id}]", ok, points if ok else 0.0, points, message))
-    finally:
-        session.close()
-        gpu.CONFIG = None
-    return PartResult(gpu.PART_ID, gpu.GPU_PART.points, tuple(checks), gpu.measurement_notes(gpu.MEASUREMENTS.values()))
+def grade(zygote: Zygote, limits: Limits, path, cfg: GpuConfig) -> stage.StageRun:
+    """The GPU stage on one submission: the same public function as `grade --gpu` and grade-gpu."""
+    return stage.run(zygote, limits, extract(path), config=cfg)
 
 
 def expectations(name: str, part) -> list[tuple[bool, str]]:
@@ -111,15 +74,12 @@ def expectations(name: str, part) -> list[tuple[bool, str]]:
 
 def diagnose_sandbox(path, cfg, limits, results) -> None:
     """The reference failed: was it the sandbox (namespaces, covered paths) or the device? Rerun without it."""
-    from dataclasses import replace  # noqa: PLC0415
-
     log("   the reference failed: rerunning it with the namespaces off (diagnosis only, not the graded setup)")
-    other = DeviceGrader(replace(limits, namespaces=False))
+    zygote = Zygote()
     try:
-        extracted = extract(path)
-        part = gpu.grade_gpu(other, extracted, cfg) if have_pytest() else direct_stage(other, extracted, cfg)
+        part = grade(zygote, replace(limits, namespaces=False), path, cfg).part
     finally:
-        other.close()
+        zygote.close()
     log(f"   without namespaces: {part.score:g} / {part.max_score:g}")
     for c in part.checks:
         if not c.passed:
@@ -132,32 +92,32 @@ def main() -> int:
     header = {
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-        "seq_lens": SEQ_LENS, "config": gpu.GpuConfig().__dict__,
+        "seq_lens": SEQ_LENS, "config": GpuConfig().__dict__,
     }
     log(f"GPU: {header['gpu']}  torch {header['torch']} (CUDA {header['cuda']})  python {header['python']}")
     if DEVICE == "cpu":  # dry run: the same code path, CPU sizes, memory from the live-tensor meter
-        cfg = gpu.GpuConfig(device="cpu", seq_lens=SEQ_LENS, heads=2, head_dim=16, dtype="float32", chunk_size=32,
+        cfg = GpuConfig(device="cpu", seq_lens=SEQ_LENS, heads=2, head_dim=16, dtype="float32", chunk_size=32,
                             rows=16, warmup=64)
         header["gpu"] = "none (dry run on the CPU)"
     elif not torch.cuda.is_available():
         log("no CUDA device: nothing to measure")
         return 2
     else:
-        cfg = gpu.GpuConfig(seq_lens=SEQ_LENS)
+        cfg = GpuConfig(seq_lens=SEQ_LENS)
     limits = Limits(part_seconds=150.0)  # 4 x 150 s for the 18 cases of one submission (3 sizes)
     paths = write_variants(tempfile.mkdtemp(prefix="device_check_"))
     rows, results, verdicts = [], {}, []
-    runner = "pytest (as graded)" if have_pytest() else "direct calls (pytest is not installed here)"
+    have_pytest = importlib.util.find_spec("pytest") is not None
+    runner = "pytest (as graded)" if have_pytest else "direct calls (pytest is not installed here)"
     log(f"checks run through {runner}")
     header["runner"] = runner
-    grader = DeviceGrader(limits)
+    zygote = Zygote()
     try:
         for name in SUBMISSIONS:
             t0 = time.perf_counter()
             log(f"\n== {name} ({paths[name].name}) ...")
-            extracted = extract(paths[name])
-            part = gpu.grade_gpu(grader, extracted, cfg) if have_pytest() else direct_stage(grader, extracted, cfg)
-            ms = gpu.measurements_of_last_run()
+            run = grade(zygote, limits, paths[name], cfg)
+            part, ms = run.part, list(run.measurements.values())
             log(f"   {part.score:g} / {part.max_score:g} in {time.perf_counter() - t0:.1f} s")
             for c in part.checks:
                 if not c.passed:
@@ -167,9 +127,9 @@ def main() -> int:
                     log(f"   ! {note}")
             for m in ms:
                 rows.append({"submission": name, "function": m.case.function, "mode": m.case.mode,
-                             "S": m.case.seq_len, "peak_bytes": m.peak_bytes, "peak": gpu.fmt_bytes(m.peak_bytes)
+                             "S": m.case.seq_len, "peak_bytes": m.peak_bytes, "peak": fmt_bytes(m.peak_bytes)
                              if m.peak_bytes is not None else "-", "ms": round(m.seconds * 1000, 1)
-                             if m.seconds is not None else None, "budget": gpu.fmt_bytes(m.budget),
+                             if m.seconds is not None else None, "budget": fmt_bytes(m.budget),
                              "correct": m.correct, "max_error": m.max_error, "oom": m.oom, "error": m.error})
             results[name] = {"score": part.score, "max_score": part.max_score, "ran": part.ran,
                              "checks": [c.__dict__ for c in part.checks], "notes": list(part.notes)}
@@ -178,7 +138,7 @@ def main() -> int:
                 diagnose_sandbox(paths[name], cfg, limits, results)
             write(header, rows, results, verdicts, time.perf_counter() - started)  # partial results survive a kill
     finally:
-        grader.close()
+        zygote.close()
     write(header, rows, results, verdicts, time.perf_counter() - started)
     log("\n" + (OUT / "device_check.md").read_text())
     return 0 if verdicts and all(ok for ok, _ in verdicts) else 1
@@ -193,7 +153,7 @@ def write(header, rows, results, verdicts, seconds) -> None:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         correct = "OOM" if r["oom"] else ("yes" if r["correct"] else ("error" if r["error"] else "no"))
-        lines.append(f"| {r['submission']} | {r['function']} | {gpu.MODE_LABEL[r['mode']]} | {r['S']} | {r['peak']} "
+        lines.append(f"| {r['submission']} | {r['function']} | {MODE_LABEL[r['mode']]} | {r['S']} | {r['peak']} "
                      f"| {r['budget']} | {r['ms'] if r['ms'] is not None else '-'} | {correct} |")
     lines += ["", "Expectations:"] + [f"- {'PASS' if ok else 'FAIL'}: {what}" for ok, what in verdicts]
     (OUT / "device_check.md").write_text("\n".join(lines) + "\n")

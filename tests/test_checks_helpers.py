@@ -4,8 +4,9 @@ from __future__ import annotations
 import torch
 
 import solutions as ref
-from autograder.checks import common, expect
-from autograder.checks.common import mh_variant, official_output
+from autograder.checks import expect
+from autograder.checks.self_attention import common
+from autograder.checks.self_attention.common import mh_variant, official_output
 
 
 def test_multihead_recomputation_equals_nn_multihead_attention():
@@ -50,8 +51,8 @@ def test_ref_mask_helpers_agree_with_reference_masks():
 
 def test_memory_check_bound_sits_between_the_reference_peak_and_one_score_matrix():
     """The long_sequence memory check can pass the reference and must fail whatever holds a whole [B, H, S, S]."""
-    from autograder.checks import test_long_sequence as ls
+    from autograder.checks.self_attention import test_long_sequence as ls
 
     peak = ls.reference_peak()
     bound = ls.ROOM * peak
-    assert 0 < peak < bound < ref.attention_matrix_bytes(ls.MB, ls.MH, ls.MS), (peak, bound)
+    assert 0 < peak < bound < ref.attention_matrix_bytes(ls.MEM_B, ls.MEM_H, ls.MEM_S), (peak, bound)

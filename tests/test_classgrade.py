@@ -77,7 +77,7 @@ def test_unchanged_submissions_are_skipped_changed_ones_regraded_and_force_regra
 
 
 def test_a_failure_while_writing_leaves_the_submission_as_it_was(course, monkeypatch):
-    from autograder import classgrade
+    from autograder import gradebook
     from autograder.results import PartResult
 
     before = auto_scores(course)
@@ -86,10 +86,10 @@ def test_a_failure_while_writing_leaves_the_submission_as_it_was(course, monkeyp
     def boom(*_args):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(classgrade, "_answered", boom)  # runs after the grades were set
+    monkeypatch.setattr(gradebook, "_answered", boom)  # runs after the grades were set
     with pytest.raises(RuntimeError):
-        classgrade.write_gradebook(f"sqlite:///{course / 'gradebook.db'}", "self_attention_course", ASSIGNMENT,
-                                   "good", course / "submitted" / "good" / ASSIGNMENT, zeros)
+        gradebook.write_part_grades(gradebook.Location(f"sqlite:///{course / 'gradebook.db'}", "self_attention_course"),
+                                    ASSIGNMENT, "good", course / "submitted" / "good" / ASSIGNMENT, zeros)
     assert auto_scores(course) == before
 
 

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from autograder.extract import Source, Extracted
-from autograder.grade import forbidden_in_source
+from autograder.scan import forbidden_in_source
 from autograder.worker.names import is_forbidden_name
 
 HELPER = '''

@@ -15,22 +15,23 @@ import subprocess
 import sys
 import textwrap
 import warnings
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
 import torch
 
-from autograder import gpu
-from autograder.checks_gpu import write_variants
+from autograder import gradebook
+from autograder.document import to_json
 from autograder.extract import extract
-from autograder.results import PartResult, to_json
-from autograder.spec import ASSIGNMENT, GPU_PART, NOTEBOOKS, PARTS
+from autograder.gpu import config as gpu_config, course as gpu_course, reference as gpu_reference, stage as gpu_stage
+from autograder.gpu.known_submissions import write_variants
+from autograder.results import PartResult
+from autograder.spec import ASSIGNMENT, GPU_PART, NOTEBOOKS, PARTS, SELF_ATTENTION
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 # Small enough for a CPU, shaped like the real thing: chunk_size < S, head_dim < chunk_size.
-SMALL = gpu.GpuConfig(device="cpu", seq_lens=(256,), heads=2, head_dim=16, dtype="float32", chunk_size=32,
+SMALL = gpu_config.GpuConfig(device="cpu", seq_lens=(256,), heads=2, head_dim=16, dtype="float32", chunk_size=32,
                       rows=16, warmup=64)
 GIB, MIB = 2**30, 2**20
 
@@ -47,7 +48,7 @@ def variants(tmp_path_factory):
 
 
 def grade_small(grader, path) -> PartResult:
-    return gpu.grade_gpu(grader, extract(path), SMALL)
+    return gpu_stage.run(grader.zygote, grader.limits, extract(path), config=SMALL).part
 
 
 def failed(part: PartResult) -> dict[str, str]:
@@ -57,7 +58,7 @@ def failed(part: PartResult) -> dict[str, str]:
 # --------------------------------------------------------------------------- no device
 def test_without_cuda_grade_reports_the_gpu_part_not_run_with_the_reason_outside_the_score(grader, monkeypatch,
                                                                                               tmp_path):
-    monkeypatch.setattr(gpu, "cuda_available", lambda: False)
+    monkeypatch.setattr(gpu_stage, "cuda_available", lambda: False)
     sub = tmp_path / "sub.py"
     sub.write_text(Path(REPO / "solutions" / "attention.py").read_text())
     part_ids = ["qkv_projection"]  # any CPU part: the claim is about the GPU part next to it
@@ -67,7 +68,7 @@ def test_without_cuda_grade_reports_the_gpu_part_not_run_with_the_reason_outside
     assert ids == part_ids + [GPU_PART.id]
     gpu_doc = doc["parts"][-1]
     assert gpu_doc["ran"] is False and gpu_doc["score"] == 0 and gpu_doc["checks"] == []
-    assert gpu_doc["notes"] == [gpu.NO_CUDA] and "torch.cuda.is_available() is False" in gpu.NO_CUDA
+    assert gpu_doc["notes"] == [gpu_stage.NO_CUDA] and "torch.cuda.is_available() is False" in gpu_stage.NO_CUDA
     assert gpu_doc["max_score"] == GPU_PART.points
     cpu_points = sum(p.points for p in PARTS if p.id in part_ids)
     assert doc["max_score"] == cpu_points  # the GPU part is outside max_score ...
@@ -76,10 +77,8 @@ def test_without_cuda_grade_reports_the_gpu_part_not_run_with_the_reason_outside
 
 
 def test_without_cuda_grade_gpu_command_refuses_with_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(gpu, "cuda_available", lambda: False)
-    args = Namespace(course_dir=str(tmp_path), no_gradebook=False, gradebook=None, from_csv=None,
-                     assignment=ASSIGNMENT, csv=None, student=None)
-    assert gpu.main_grade_gpu(args) == 2
+    monkeypatch.setattr(gpu_stage, "cuda_available", lambda: False)
+    assert gpu_course.main(str(tmp_path), SELF_ATTENTION) == 2
     err = capsys.readouterr().err
     assert "no CUDA device" in err and "--from-csv" in err
 
@@ -113,75 +112,75 @@ def test_worker_code_does_not_initialise_cuda_before_fork():
 
 # --------------------------------------------------------------------------- figures and messages
 def test_budgets_at_the_graded_size_pass_the_issue_reference_figures_and_fail_plain_attention():
-    cfg = gpu.GpuConfig()
+    cfg = gpu_config.GpuConfig()
     assert (cfg.batch, cfg.heads, cfg.head_dim, cfg.dtype, cfg.seq_lens) == (1, 16, 64, "float16", (32768,))
     S = 32768
-    assert gpu.output_bytes(cfg, S) == 64 * MIB
-    assert gpu.matrix_bytes(cfg, S) == 32 * GIB  # plain attention holds two: the issue's 64 GiB
-    assert gpu.sdpa_budget(cfg, S) == 256 * MIB
-    assert gpu.chunk_budget(cfg, S) == 8 * GIB + 256 * MIB  # 8 blocks of [1, 16, 1024, 32768] fp16 + 4 outputs
-    assert ISSUE_SDPA_PEAK * 4 <= gpu.sdpa_budget(cfg, S)  # room: 4x
-    assert ISSUE_CHUNKED_PEAK * 2 <= gpu.chunk_budget(cfg, S)  # room: 2x
-    assert ISSUE_PLAIN_PEAK >= 200 * gpu.sdpa_budget(cfg, S)  # plain misses by orders of magnitude
-    assert ISSUE_PLAIN_PEAK >= 7 * gpu.chunk_budget(cfg, S)
+    assert gpu_config.output_bytes(cfg, S) == 64 * MIB
+    assert gpu_config.matrix_bytes(cfg, S) == 32 * GIB  # plain attention holds two: the issue's 64 GiB
+    assert gpu_config.sdpa_budget(cfg, S) == 256 * MIB
+    assert gpu_config.chunk_budget(cfg, S) == 8 * GIB + 256 * MIB  # 8 blocks of [1, 16, 1024, 32768] fp16 + 4 outputs
+    assert ISSUE_SDPA_PEAK * 4 <= gpu_config.sdpa_budget(cfg, S)  # room: 4x
+    assert ISSUE_CHUNKED_PEAK * 2 <= gpu_config.chunk_budget(cfg, S)  # room: 2x
+    assert ISSUE_PLAIN_PEAK >= 200 * gpu_config.sdpa_budget(cfg, S)  # plain misses by orders of magnitude
+    assert ISSUE_PLAIN_PEAK >= 7 * gpu_config.chunk_budget(cfg, S)
 
 
 def test_budgets_scale_with_the_sizes_they_name():
-    cfg = gpu.GpuConfig(batch=2, heads=4, head_dim=32, dtype="float32", chunk_size=128)
+    cfg = gpu_config.GpuConfig(batch=2, heads=4, head_dim=32, dtype="float32", chunk_size=128)
     S = 1000
     out = 2 * 4 * S * 32 * 4
-    assert gpu.sdpa_budget(cfg, S) == 4 * out
-    assert gpu.chunk_budget(cfg, S) == 8 * (128 * S * 4 * 2 * 4) + 4 * out
-    assert gpu.chunk_budget(cfg, 100) == 8 * (100 * 100 * 4 * 2 * 4) + 4 * (2 * 4 * 100 * 32 * 4)  # chunk > S
+    assert gpu_config.sdpa_budget(cfg, S) == 4 * out
+    assert gpu_config.chunk_budget(cfg, S) == 8 * (128 * S * 4 * 2 * 4) + 4 * out
+    assert gpu_config.chunk_budget(cfg, 100) == 8 * (100 * 100 * 4 * 2 * 4) + 4 * (2 * 4 * 100 * 32 * 4)  # chunk > S
 
 
 def test_memory_message_names_the_peak_the_budget_and_the_fix():
-    cfg = gpu.GpuConfig()
-    case = gpu.Case("sdpa_attention", "padding", 32768)
-    msg = gpu.memory_message(cfg, case, ISSUE_PLAIN_PEAK, gpu.budget(cfg, case))
+    cfg = gpu_config.GpuConfig()
+    case = gpu_config.Case("sdpa_attention", "padding", 32768)
+    msg = gpu_config.memory_message(cfg, case, ISSUE_PLAIN_PEAK, gpu_config.budget(cfg, case))
     assert msg.startswith("your sdpa_attention peaked at 64.0 GiB of extra device memory")
     assert "the budget is 256 MiB" in msg and "one S x S score matrix alone is 32.0 GiB" in msg
     assert msg.endswith("it must not build the S x S matrix (pass the mask to F.scaled_dot_product_attention "
                         "instead of masking scores yourself)")
-    causal = gpu.memory_message(cfg, gpu.Case("sdpa_attention", "causal", 32768), ISSUE_PLAIN_PEAK, 256 * MIB)
+    causal = gpu_config.memory_message(cfg, gpu_config.Case("sdpa_attention", "causal", 32768), ISSUE_PLAIN_PEAK, 256 * MIB)
     assert "is_causal=True" in causal
-    case = gpu.Case("chunked_attention", "none", 32768)
-    msg = gpu.memory_message(cfg, case, ISSUE_PLAIN_PEAK, gpu.budget(cfg, case))
+    case = gpu_config.Case("chunked_attention", "none", 32768)
+    msg = gpu_config.memory_message(cfg, case, ISSUE_PLAIN_PEAK, gpu_config.budget(cfg, case))
     assert "the budget is 8.2 GiB (8 x chunk_size x S x heads x batch x 2 bytes with chunk_size=1024" in msg
     assert "one block of chunk_size queries at a time" in msg
 
 
 def test_fmt_bytes_reads_like_the_figures():
-    assert [gpu.fmt_bytes(n) for n in (64 * GIB, int(3.1 * GIB), 256 * MIB, 64 * MIB, 3 * MIB // 2, 2048, 12)] == \
+    assert [gpu_config.fmt_bytes(n) for n in (64 * GIB, int(3.1 * GIB), 256 * MIB, 64 * MIB, 3 * MIB // 2, 2048, 12)] == \
         ["64.0 GiB", "3.1 GiB", "256 MiB", "64 MiB", "1.5 MiB", "2.0 KiB", "12 B"]
 
 
 def test_oom_message_says_out_of_memory_and_how_to_avoid_it():
-    msg = gpu.oom_message(gpu.Case("chunked_attention", "causal", 32768), "CUDA out of memory", 141 * GIB)
+    msg = gpu_config.oom_message(gpu_config.Case("chunked_attention", "causal", 32768), "CUDA out of memory", 141 * GIB)
     assert "ran out of device memory (141.0 GiB on this GPU) at S=32768 (causal)" in msg
     assert "one block of chunk_size queries" in msg and "[CUDA out of memory]" in msg
 
 
 # --------------------------------------------------------------------------- sampled rows
 def test_sampled_rows_are_sorted_distinct_and_padding_mode_samples_only_real_queries():
-    cfg = gpu.GpuConfig(rows=64)
-    for mode in gpu.MODES:
-        rows = gpu.sample_rows(cfg, 32768, mode).tolist()
+    cfg = gpu_config.GpuConfig(rows=64)
+    for mode in gpu_config.MODES:
+        rows = gpu_reference.sample_rows(cfg, 32768, mode).tolist()
         assert rows == sorted(set(rows)) and len(rows) == 64 and rows[0] == 0
-        top = gpu.real_length(cfg, 32768) if mode == "padding" else 32768
+        top = gpu_reference.real_length(cfg, 32768) if mode == "padding" else 32768
         assert rows[-1] == top - 1 and all(0 <= r < top for r in rows)
 
 
 def test_reference_rows_equal_the_reference_solution_on_those_rows():
     import solutions as ref
 
-    cfg = gpu.GpuConfig(seq_lens=(64,), heads=2, head_dim=8, dtype="float32", rows=10)
-    q, k, v, mask = gpu.make_inputs(cfg, 64)
-    for mode in gpu.MODES:
-        rows = gpu.sample_rows(cfg, 64, mode)
+    cfg = gpu_config.GpuConfig(seq_lens=(64,), heads=2, head_dim=8, dtype="float32", rows=10)
+    q, k, v, mask = gpu_reference.make_inputs(cfg, 64)
+    for mode in gpu_config.MODES:
+        rows = gpu_reference.sample_rows(cfg, 64, mode)
         kw = {"mask": mask} if mode == "padding" else {"causal": mode == "causal"}
         full = ref.chunked_attention(q, k, v, chunk_size=16, **kw)
-        got = gpu.reference_rows(q, k, v, rows, mask if mode == "padding" else None, mode == "causal")
+        got = gpu_reference.reference_rows(q, k, v, rows, mask if mode == "padding" else None, mode == "causal")
         torch.testing.assert_close(got, full.index_select(-2, rows), atol=1e-5, rtol=1e-5)
 
 
@@ -194,32 +193,32 @@ def test_reference_rows_equal_the_reference_solution_on_those_rows():
     ("noise", "none", "it must equal plain softmax"),
 ])
 def test_diagnose_names_the_mistake_that_fits_the_rows(mistake, mode, expected):
-    cfg = gpu.GpuConfig(seq_lens=(128,), heads=2, head_dim=8, dtype="float32", rows=16)
-    q, k, v, mask = gpu.make_inputs(cfg, 128)
-    rows = gpu.sample_rows(cfg, 128, mode)
+    cfg = gpu_config.GpuConfig(seq_lens=(128,), heads=2, head_dim=8, dtype="float32", rows=16)
+    q, k, v, mask = gpu_reference.make_inputs(cfg, 128)
+    rows = gpu_reference.sample_rows(cfg, 128, mode)
     got = {
-        "inverted": lambda: gpu.reference_rows(q, k, v, rows, ~mask),
-        "no_mask": lambda: gpu.reference_rows(q, k, v, rows),
-        "no_causal": lambda: gpu.reference_rows(q, k, v, rows),
-        "anti_causal": lambda: gpu.reference_rows(q.flip(-2), k.flip(-2), v.flip(-2), 127 - rows, None, True),
-        "causal_anyway": lambda: gpu.reference_rows(q, k, v, rows, None, True),
-        "noise": lambda: gpu.reference_rows(q, k, v, rows) + 0.5,
+        "inverted": lambda: gpu_reference.reference_rows(q, k, v, rows, ~mask),
+        "no_mask": lambda: gpu_reference.reference_rows(q, k, v, rows),
+        "no_causal": lambda: gpu_reference.reference_rows(q, k, v, rows),
+        "anti_causal": lambda: gpu_reference.reference_rows(q.flip(-2), k.flip(-2), v.flip(-2), 127 - rows, None, True),
+        "causal_anyway": lambda: gpu_reference.reference_rows(q, k, v, rows, None, True),
+        "noise": lambda: gpu_reference.reference_rows(q, k, v, rows) + 0.5,
     }[mistake]()
-    case = gpu.Case("sdpa_attention", mode, 128)
-    right = gpu.reference_rows(q, k, v, rows, mask if mode == "padding" else None, mode == "causal")
-    assert not gpu._close(got, right, cfg)  # the mistake is visible at these inputs
-    msg = gpu.diagnose(cfg, case, got, q, k, v, rows, mask)
-    assert expected in msg and msg.startswith(f"your sdpa_attention ({gpu.MODE_LABEL[mode]}, S=128) ")
+    case = gpu_config.Case("sdpa_attention", mode, 128)
+    right = gpu_reference.reference_rows(q, k, v, rows, mask if mode == "padding" else None, mode == "causal")
+    assert not gpu_reference.close_enough(got, right, cfg)  # the mistake is visible at these inputs
+    msg = gpu_reference.diagnose(cfg, case, got, q, k, v, rows, mask)
+    assert expected in msg and msg.startswith(f"your sdpa_attention ({gpu_config.MODE_LABEL[mode]}, S=128) ")
 
 
 def test_fp16_rounding_of_a_correct_output_stays_within_tolerance():
-    cfg = gpu.GpuConfig(seq_lens=(512,), heads=2, rows=32)
-    q, k, v, mask = gpu.make_inputs(cfg, 512)  # fp16 inputs, as graded
-    for mode in gpu.MODES:
-        rows = gpu.sample_rows(cfg, 512, mode)
-        want = gpu.reference_rows(q, k, v, rows, mask if mode == "padding" else None, mode == "causal")
-        assert gpu._close(want.half().float(), want, cfg)
-        assert gpu.max_error(want.half().float(), want) < cfg.atol / 4
+    cfg = gpu_config.GpuConfig(seq_lens=(512,), heads=2, rows=32)
+    q, k, v, mask = gpu_reference.make_inputs(cfg, 512)  # fp16 inputs, as graded
+    for mode in gpu_config.MODES:
+        rows = gpu_reference.sample_rows(cfg, 512, mode)
+        want = gpu_reference.reference_rows(q, k, v, rows, mask if mode == "padding" else None, mode == "causal")
+        assert gpu_reference.close_enough(want.half().float(), want, cfg)
+        assert gpu_reference.max_error(want.half().float(), want) < cfg.atol / 4
 
 
 # --------------------------------------------------------------------------- the stage, end to end on the CPU
@@ -227,14 +226,14 @@ def test_reference_solution_earns_every_gpu_point(grader, variants):
     part = grade_small(grader, variants["reference"])
     assert part.ran and failed(part) == {}
     assert part.score == GPU_PART.points
-    assert len(part.checks) == 2 * len(gpu.cases(SMALL))
+    assert len(part.checks) == 2 * len(gpu_config.cases(SMALL))
     assert any("of extra device memory (budget" in n for n in part.notes)
 
 
 def test_full_matrix_is_correct_but_fails_every_memory_check_with_the_figures(grader, variants):
     part = grade_small(grader, variants["full_matrix"])
     bad = failed(part)
-    assert len(bad) == len(gpu.cases(SMALL)) and all("peak extra device memory" in n for n in bad)
+    assert len(bad) == len(gpu_config.cases(SMALL)) and all("peak extra device memory" in n for n in bad)
     for name, msg in bad.items():
         assert "of extra device memory" in msg and "the budget is" in msg
         assert "must not build the S x S matrix" in msg or "never hold the whole S x S matrix" in msg
@@ -244,7 +243,7 @@ def test_full_matrix_is_correct_but_fails_every_memory_check_with_the_figures(gr
 def test_inverted_mask_fails_the_padding_cases_naming_the_mask_convention(grader, variants):
     part = grade_small(grader, variants["inverted_mask"])
     bad = failed(part)
-    assert set(bad) == {f"{check} [{fn}, padding mask, S=256]" for fn in gpu.FUNCTIONS for check in (
+    assert set(bad) == {f"{check} [{fn}, padding mask, S=256]" for fn in gpu_config.FUNCTIONS for check in (
         "the output equals exact attention on sampled query rows", "peak extra device memory stays within the budget")}
     sdpa = bad["the output equals exact attention on sampled query rows [sdpa_attention, padding mask, S=256]"]
     assert "True = may attend" in sdpa and "key_padding_mask" in sdpa
@@ -326,32 +325,33 @@ def _gradebook(template: Path, folder: Path) -> str:
 def test_gradebook_gets_the_gpu_score_as_extra_credit_of_long_sequence(tmp_path, gradebook_template):
     from nbgrader.api import Gradebook
 
-    assert (gpu.GRADE_CELL, gpu.GRADE_NOTEBOOK) in {(p.id, p.notebook) for p in PARTS}
+    cell, notebook = gpu_course.credited_cell(SELF_ATTENTION)
+    assert (cell, notebook) in {(p.id, p.notebook) for p in PARTS}
     url = _gradebook(gradebook_template, tmp_path)
-    rows = [gpu.result_row("alice", PartResult(GPU_PART.id, GPU_PART.points, (), ())),
-            gpu.result_row("bob", gpu.not_run()),
+    rows = [gpu_course.result_row("alice", PartResult(GPU_PART.id, GPU_PART.points, (), ())),
+            gpu_course.result_row("bob", gpu_stage.not_run(GPU_PART)),
             {"student_id": "carol", "ran": "True", "score": "3", "max_score": "10"},
             {"student_id": "dora", "ran": "True", "score": "4", "max_score": "10"}]
     rows[0]["score"] = 7.5
-    path = gpu.write_csv(rows, tmp_path / gpu.CSV_NAME)
-    back = gpu.read_csv(path)
+    path = gpu_course.write_csv(rows, tmp_path / gpu_course.csv_name(SELF_ATTENTION))
+    back = gpu_course.read_csv(path)
     assert [r["student_id"] for r in back] == ["alice", "bob", "carol", "dora"] and back[1]["ran"] == "False"
-    recorded, skipped = gpu.record_in_gradebook(url, back)
+    recorded, skipped = gpu_course.record_in_gradebook(gradebook.Location(url, "default_course"), back)
     assert recorded == ["alice"]
     assert any(s.startswith("bob: the GPU stage did not run") for s in skipped)
     assert any(s.startswith("carol: no self_attention") for s in skipped)
     assert any(s.startswith("dora:") and "not autograded" in s for s in skipped)
     with Gradebook(url) as gb:
-        grade = gb.find_grade(gpu.GRADE_CELL, gpu.GRADE_NOTEBOOK, ASSIGNMENT, "alice")
+        grade = gb.find_grade(cell, notebook, ASSIGNMENT, "alice")
         assert grade.extra_credit == 7.5
         sub = gb.find_submission(ASSIGNMENT, "alice")
         cpu_max = sum(p.points for p in PARTS)
         assert sub.max_score == cpu_max  # extra credit: outside the maximum
         assert sub.score == pytest.approx(cpu_max / 2 + 7.5)
-        assert gb.find_grade(gpu.GRADE_CELL, gpu.GRADE_NOTEBOOK, ASSIGNMENT, "bob").extra_credit is None
+        assert gb.find_grade(cell, notebook, ASSIGNMENT, "bob").extra_credit is None
 
 
-def test_grade_course_grades_each_submitted_folder_writes_the_csv_and_the_gradebook(tmp_path, grader, monkeypatch,
+def test_grade_course_grades_each_submitted_folder_writes_the_csv_and_the_gradebook(tmp_path, grader,
                                                                                      gradebook_template):
     course = tmp_path / "course"
     code = Path(REPO / "solutions" / "attention.py").read_text()
@@ -362,12 +362,11 @@ def test_grade_course_grades_each_submitted_folder_writes_the_csv_and_the_gradeb
                          "execution_count": None}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
         (folder / "05_long_sequence.ipynb").write_text(json.dumps(nb))
     url = _gradebook(gradebook_template, course)
-    monkeypatch.setattr("autograder.grade.Grader.__enter__", lambda self: grader)  # reuse the warm zygote
-    monkeypatch.setattr("autograder.grade.Grader.__exit__", lambda self, *exc: None)
-    result = gpu.grade_course(course, gradebook=url, config=SMALL)
+    result = gpu_course.grade_course(course, location=gradebook.Location(url, "default_course"), config=SMALL,
+                                     zygote=grader.zygote)  # reuse the warm zygote
     with open(result.csv_path, newline="") as f:
         rows = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert result.csv_path == course / gpu.CSV_NAME
+    assert result.csv_path == course / gpu_course.csv_name(SELF_ATTENTION)
     assert float(rows["alice"]["score"]) == GPU_PART.points and rows["alice"]["failed_checks"] == ""
     assert float(rows["bob"]["score"]) == 0 and "exact attention" in rows["bob"]["failed_checks"]
     assert sorted(result.recorded) == ["alice", "bob"]
@@ -377,26 +376,23 @@ def test_a_cuda_session_exposes_dev_and_torch_and_lifts_the_address_space_limit(
     """CUDA needs /dev/nvidia*, torch's lazily loaded CUDA libraries and far more address space than RLIMIT_AS allows."""
     import resource
 
-    import autograder.session
-
     seen = {}
 
     class Stop(Exception):
         pass
 
-    class FakeSession(autograder.session.Session):
+    class FakeSession(gpu_stage.Session):
         def start(self):
             seen["config"], seen["device"] = self.config, self.device
             raise Stop
 
-    monkeypatch.setattr(gpu, "cuda_available", lambda: True)
-    monkeypatch.setattr(autograder.session, "Session", FakeSession)
+    monkeypatch.setattr(gpu_stage, "cuda_available", lambda: True)
+    monkeypatch.setattr(gpu_stage, "Session", FakeSession)
     with pytest.raises(Stop):
-        gpu.grade_gpu(grader, extract(variants["reference"]))
+        gpu_stage.run(grader.zygote, grader.limits, extract(variants["reference"]))
     cfg = seen["config"]
-    assert seen["device"] == "cuda" and "/dev" in cfg.expose and gpu.torch_paths()[0] in cfg.expose
+    assert seen["device"] == "cuda" and "/dev" in cfg.expose and gpu_stage.torch_paths()[0] in cfg.expose
     assert cfg.memory_bytes == resource.RLIM_INFINITY
-    assert gpu.CONFIG is None  # reset even when the stage fails
 
 
 # ------------------------------------------------------------------ the prepared device script

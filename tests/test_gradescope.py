@@ -33,7 +33,7 @@ def test_bundle_has_gradescope_entry_points_and_the_hidden_checks(bundle):
         mode = z.getinfo("run_autograder").external_attr >> 16
     assert {"setup.sh", "run_autograder", "requirements.txt", "solutions/attention.py",
             "autograder/grade.py", "autograder/worker/zygote.py"} <= names
-    assert {f"autograder/checks/test_{p.id}.py" for p in PARTS} <= names
+    assert {f"autograder/checks/self_attention/test_{p.id}.py" for p in PARTS} <= names
     assert f"torch=={TORCH_VERSION}" in setup and "download.pytorch.org/whl/cpu" in setup
     assert mode & stat.S_IXUSR, "run_autograder must be executable"
 

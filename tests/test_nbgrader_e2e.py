@@ -79,7 +79,7 @@ def test_feedback_shows_the_graders_messages_and_no_hidden_test_source(course, c
     text = htmllib.unescape(html)
     for c in failing:
         assert c.name in text and c.message.splitlines()[0] in text
-    hidden = (REPO / "autograder" / "checks" / "test_masks.py").read_text()
+    hidden = (REPO / "autograder" / "checks" / "self_attention" / "test_masks.py").read_text()
     for line in hidden.splitlines():
         line = line.strip()
         if len(line) > 30 and re.match(r"(def test_|assert |student\.|expect)", line):

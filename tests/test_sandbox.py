@@ -15,8 +15,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 import _kit as kit  # noqa: E402
 
 from autograder.extract import Source  # noqa: E402
-from autograder.results import Limits  # noqa: E402
-from autograder.session import PartStopped, Session, private_paths  # noqa: E402
+from autograder.failures import PartStopped  # noqa: E402
+from autograder.limits import Limits  # noqa: E402
+from autograder.session import Session  # noqa: E402
+from autograder.student import Student  # noqa: E402
+from autograder.worker.sandbox import private_paths  # noqa: E402
 
 PROBE = r'''
 import ctypes, os, resource, socket, struct, sys, time
@@ -112,7 +115,7 @@ def seen(course):
              "/root", str(Path(sys.prefix))]
     s = session(f"PATHS = {paths!r}\n" + PROBE, folder)
     try:
-        return eval(s.call("probe")), s.protections  # noqa: S307 - our own probe's repr of plain data
+        return eval(Student(s).call("probe")), s.protections  # noqa: S307 - our own probe's repr of plain data
     finally:
         s.close()
 
@@ -190,11 +193,11 @@ def test_a_hung_call_costs_its_part_limit_and_its_whole_tree_dies(tmp_path):
     try:
         started = time.perf_counter()
         with pytest.raises(PartStopped, match="did not return within the part's 2 s limit"):
-            s.call("hang_unkillably")
+            Student(s).call("hang_unkillably")
         assert time.perf_counter() - started < 4.0
         assert kit.leftovers() == []
         s.enter_part("scaled_scores")
-        assert s.call("quick") == 1
+        assert Student(s).call("quick") == 1
     finally:
         s.close()
     assert kit.leftovers() == []
@@ -205,7 +208,7 @@ def test_a_reply_trickled_byte_by_byte_cannot_stretch_the_deadline(tmp_path):
     try:
         started = time.perf_counter()
         with pytest.raises(PartStopped):
-            s.call("trickle")
+            Student(s).call("trickle")
         assert time.perf_counter() - started < 4.0
     finally:
         s.close()
@@ -242,29 +245,29 @@ def test_private_paths_cover_the_submission_its_three_parents_and_never_the_syst
 
 
 def test_cli_flags_set_the_limits_the_sandbox_gets():
-    from autograder import cli
+    from autograder import cli, limits as flags
 
     args = cli.build_parser().parse_args(["grade", "x.py", "--part-seconds", "7", "--memory-gib", "2", "--cpu-seconds",
                                           "60", "--load-seconds", "9", "--hide", "/srv/course", "--hide", "/data",
                                           "--no-namespaces"])
-    limits = cli._limits(args)
+    limits = flags.from_args(args)
     assert limits == Limits(part_seconds=7.0, load_seconds=9.0, memory_bytes=2 * 2**30, cpu_seconds=60,
                             namespaces=False, extra_hidden=("/srv/course", "/data"))
     assert "/data" in private_paths([], limits.extra_hidden) or not Path("/data").is_dir()
 
 
 def test_a_sandbox_that_cannot_start_is_blamed_on_the_machine_not_the_student(tmp_path, monkeypatch):
-    from autograder import run
+    from autograder import pool
 
     def broken_hello(self, timeout):
         self.kill()
-        raise run.SandboxFailed("the sandboxed worker did not start: unshare refused")
+        raise pool.SandboxFailed("the sandboxed worker did not start: unshare refused")
 
-    monkeypatch.setattr(run.WorkerProcess, "hello", broken_hello)
+    monkeypatch.setattr(pool.WorkerProcess, "hello", broken_hello)
     s = session(PROBE, tmp_path)
     try:
         with pytest.raises(PartStopped, match="could not start its sandbox on this machine"):
-            s.call("quick")
+            Student(s).call("quick")
         assert "your code" not in s.load_failure
     finally:
         s.close()

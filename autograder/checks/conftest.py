@@ -1,10 +1,13 @@
-"""Fixtures for the hidden checks: the student's submission and a seeded generator."""
+"""Fixtures for the hidden checks of every assignment.
+
+The grader's check runner (autograder/check.py) provides `student` (the submission, as
+autograder/student.py drives it) and whatever else a stage hands its checks (the GPU stage:
+`gpu_run`, and the parameter `case`). Here: what every check may use besides.
+"""
 from __future__ import annotations
 
 import pytest
 import torch
-
-from autograder import check
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -14,13 +17,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture
-def student():
-    if check.CURRENT is None:
-        pytest.fail("the hidden checks run only through the grader")
-    return check.CURRENT
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.session import CheckFailure, StudentRaised
+from autograder.failures import CheckFailure, StudentRaised
 
 __all__ = ["CheckFailure", "tensor", "shape", "finite", "close", "diagnose", "call", "fmt_shape", "same"]
 

@@ -18,16 +18,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import protocol, standins
+from . import protocol, standins, wire
 from .names import is_forbidden_name
 from .meter import LiveMemoryMeter
 
 PREAMBLE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 STUDENT_FILE = "<student:{label}>"
 MAX_CAPTURED_OUTPUT = 4000
-MAX_RETURNED_ELEMENTS = 64 * 2**20  # the grader refuses more anyway; saying so here avoids a huge copy
-DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64,
-                                                     torch.int32, torch.int64, torch.bool)}
 
 
 M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
@@ -118,61 +115,11 @@ class Worker:
     def __init__(self, sock) -> None:
         self.sock = sock
         self.namespaces: dict[str, dict] = {}
-        self.objects: dict[int, object] = {}
+        self.codec = wire.WorkerCodec()
+        self.objects = self.codec.objects  # what the trusted side names by a handle
         self.watch = ForbiddenCallWatch()
         standins.use_originals(self.watch.original)
         steady_heap()
-
-    # ------------------------------------------------------------ encoding
-    def encode(self, value, depth: int = 0):
-        if depth > 20:
-            raise TypeError("returned value nests too deeply")
-        if value is None:
-            return None
-        for plain in (bool, int, float, str):
-            if isinstance(value, plain):
-                return plain(value)
-        if isinstance(value, torch.Tensor):
-            plain = value.detach()
-            if type(plain) is not torch.Tensor:
-                plain = plain.as_subclass(torch.Tensor)
-            if plain.device.type == "meta":
-                raise TypeError("the result is a tensor on the 'meta' device, which holds no values")
-            if plain.numel() > MAX_RETURNED_ELEMENTS:
-                raise TypeError(f"the result has {plain.numel():,} elements, far more than asked for")
-            try:
-                copy = plain.to("cpu").clone().contiguous()
-            except RuntimeError as exc:
-                raise TypeError(f"the result (on {plain.device}) could not be copied back: {exc}") from None
-            return {"__tensor__": copy, "device": str(value.device),
-                    "requires_grad": bool(value.requires_grad), "cls": type(value).__name__}
-        if isinstance(value, (list, tuple)):
-            items = [self.encode(v, depth + 1) for v in value]
-            return {"__tuple__": items} if isinstance(value, tuple) else items
-        if isinstance(value, dict):
-            return {"__dict__": [[self.encode(k, depth + 1), self.encode(v, depth + 1)] for k, v in value.items()]}
-        if isinstance(value, torch.dtype):
-            return {"__dtype__": str(value).removeprefix("torch.")}
-        if hasattr(value, "item") and hasattr(value, "dtype") and not isinstance(value, torch.Tensor):
-            return self.encode(value.item(), depth + 1)  # numpy scalars
-        handle = len(self.objects) + 1
-        self.objects[handle] = value
-        return {"__handle__": handle, "type": type(value).__name__}
-
-    def decode(self, value):
-        if isinstance(value, list):
-            return [self.decode(v) for v in value]
-        if isinstance(value, dict):
-            if "__handle__" in value:
-                return self.objects[value["__handle__"]]
-            if "__tuple__" in value:
-                return tuple(self.decode(v) for v in value["__tuple__"])
-            if "__dtype__" in value:
-                return DTYPES[value["__dtype__"]]
-            if "__tensor__" in value:
-                return value["__tensor__"]
-            return {k: self.decode(v) for k, v in value.items()}
-        return value
 
     # ------------------------------------------------------------ requests
     def load(self, sources):
@@ -211,8 +158,8 @@ class Worker:
             target = getattr(standins, req["target"])
         else:
             target = self.lookup(req["ns"], req["target"])
-        args = self.decode(req.get("args", []))
-        kwargs = self.decode(req.get("kwargs", {}))
+        args = self.codec.decode(req.get("args", []))
+        kwargs = self.codec.decode(req.get("kwargs", {}))
         seed = req.get("seed")
         if seed is not None:
             torch.manual_seed(seed)
@@ -221,7 +168,7 @@ class Worker:
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
         with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext():
             value = target(*args, **kwargs)
-        result = {"value": self.encode(value)}
+        result = {"value": self.codec.encode(value)}
         if req.get("measure"):
             result["peak_bytes"] = meter.peak_bytes
         return result
@@ -248,9 +195,9 @@ class Worker:
     def handle_state(self, req):
         obj = self.objects[req["object"]]
         if "load" in req:
-            obj.load_state_dict(self.decode(req["load"]), strict=req.get("strict", True))
+            obj.load_state_dict(self.codec.decode(req["load"]), strict=req.get("strict", True))
             return {"value": None}
-        return {"value": {k: self.encode(v) for k, v in obj.state_dict().items()}}
+        return {"value": {k: self.codec.encode(v) for k, v in obj.state_dict().items()}}
 
     def handle_train(self, req):
         self.objects[req["object"]].train(req["mode"])
@@ -273,9 +220,9 @@ class Worker:
         def move(x):
             return x.to(device) if isinstance(x, torch.Tensor) else x
 
-        args = [move(a) for a in self.decode(req.get("args", []))]
-        kwargs = {k: move(v) for k, v in self.decode(req.get("kwargs", {})).items()}
-        rows = self.decode(req["rows"])
+        args = [move(a) for a in self.codec.decode(req.get("args", []))]
+        kwargs = {k: move(v) for k, v in self.codec.decode(req.get("kwargs", {})).items()}
+        rows = self.codec.decode(req["rows"])
         value, oom, base = None, None, 0
         meter = contextlib.nullcontext() if cuda else LiveMemoryMeter()
         if cuda:
@@ -300,7 +247,7 @@ class Worker:
             info.update(shape=list(value.shape), dtype=str(value.dtype).removeprefix("torch."),
                         device=str(value.device))
             if value.dim() >= 2 and len(rows) and value.shape[-2] > int(rows.max()):
-                info["rows"] = self.encode(value.detach().index_select(-2, rows.to(value.device)))
+                info["rows"] = self.codec.encode(value.detach().index_select(-2, rows.to(value.device)))
         value = args = kwargs = None
         if cuda:
             torch.cuda.empty_cache()

@@ -95,6 +95,36 @@ def _default_hidden() -> list[str]:
             if p not in ("/", "") and os.path.isdir(p) and not os.path.islink(p)]
 
 
+# Never covered as "the submission's surroundings": the system the worker runs on.
+SYSTEM_DIRS = frozenset({"/", "/usr", "/usr/local", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/proc",
+                         "/sys", "/dev", "/var", "/run", "/boot", "/opt"})
+
+
+def private_paths(sources, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What the worker must not see besides the defaults, for the trusted side to put in
+    `SandboxConfig.hide`: the caller's extra paths, the folder of each source (anything with a
+    `.path`) and the three above it (nbgrader keeps course/submitted/<student>/<assignment>/, so
+    these hold the other students' work and the course with its gradebook), and the current
+    directory (where a grader is usually started: the course). System folders are never
+    covered; the worker gets the student's code over its socket and needs none of these."""
+    paths = list(extra)
+    for source in sources:
+        folder = os.path.dirname(os.path.abspath(source.path))
+        for _ in range(4):
+            paths.append(folder)
+            folder = os.path.dirname(folder)
+    try:
+        paths.append(os.getcwd())
+    except OSError:
+        pass
+    out = []
+    for path in dict.fromkeys(os.path.realpath(p) for p in paths):
+        top = path.split("/")[1] if path.startswith("/") else ""
+        if path not in SYSTEM_DIRS and top not in SYSTEM_TOP and os.path.isdir(path):
+            out.append(path)  # (a folder inside /usr or /etc would hide part of the system the worker needs)
+    return tuple(out)
+
+
 def _needed_paths() -> list[str]:
     """The Python that runs the worker: the venv and the base installation, read-only."""
     paths = {sys.prefix, sys.base_prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}

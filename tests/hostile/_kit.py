@@ -18,7 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from autograder.grade import Grader
-from autograder.results import GradeResult, Limits
+from autograder.limits import Limits
+from autograder.results import GradeResult
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = Path(__file__).resolve().parent

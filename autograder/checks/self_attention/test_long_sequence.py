@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 import solutions as ref
 from autograder.checks import expect
-from autograder.checks.common import attention, attention_mistakes, lengths_mask, randn
+from autograder.checks.self_attention.common import attention, attention_mistakes, lengths_mask, randn
 from autograder.worker.meter import LiveMemoryMeter
 
 DTYPES = (torch.float32, torch.float16, torch.float64, torch.bfloat16)
@@ -129,14 +129,15 @@ def test_chunked_attention_with_chunk_larger_than_sequence(student, gen):
                  mistakes=attention_mistakes(q, k, v, mask, causal))
 
 
-MB, MH, MS, MD, CHUNK = 1, 4, 1024, 8, 32  # one full [B, H, S, S] float32 matrix: 16 MiB
+# The memory check's sizes: one full [B, H, S, S] float32 matrix is 16 MiB at these.
+MEM_B, MEM_H, MEM_S, MEM_D, CHUNK = 1, 4, 1024, 8, 32
 ROOM = 4  # the bound is ROOM x the reference's peak
 
 
 def memory_inputs():
     g = torch.Generator().manual_seed(7)
-    q, k, v = (torch.randn(MB, MH, MS, MD, generator=g) for _ in range(3))
-    return q, k, v, lengths_mask((MS * 3 // 4,), MS)
+    q, k, v = (torch.randn(MEM_B, MEM_H, MEM_S, MEM_D, generator=g) for _ in range(3))
+    return q, k, v, lengths_mask((MEM_S * 3 // 4,), MEM_S)
 
 
 @functools.lru_cache(maxsize=1)
@@ -154,7 +155,7 @@ def expected_output() -> torch.Tensor:
     return attention(q, k, v, mask, True)
 
 
-def _mb(n: int) -> str:
+def mib(n: int) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
@@ -162,21 +163,22 @@ def _mb(n: int) -> str:
 def test_chunked_attention_memory(student):
     """chunked_attention never holds much more than chunk_size x S scores per head at once"""
     q, k, v, mask = memory_inputs()
-    run = student.measure("chunked_attention", q, k, v, mask=mask, causal=True, chunk_size=CHUNK)
-    expect.close(run.value, expected_output(), f"chunked_attention at S={MS}, chunk_size={CHUNK}",
+    run = student.call_measured("chunked_attention", q, k, v, mask=mask, causal=True, chunk_size=CHUNK)
+    expect.close(run.value, expected_output(), f"chunked_attention at S={MEM_S}, chunk_size={CHUNK}",
                  atol=1e-4, rtol=1e-3)
     bound = ROOM * reference_peak()
-    full = ref.attention_matrix_bytes(MB, MH, MS)  # the bound is below it: tests/test_checks_helpers.py
-    sizes = (f"the bound is {_mb(bound)} ({ROOM} x a {CHUNK}-query-block implementation's {_mb(reference_peak())}), "
-             f"and one full [B, H, S, S] float32 score matrix is {_mb(full)}")
+    full = ref.attention_matrix_bytes(MEM_B, MEM_H, MEM_S)  # the bound is below it: tests/test_checks_helpers.py
+    sizes = (f"the bound is {mib(bound)} ({ROOM} x a {CHUNK}-query-block implementation's {mib(reference_peak())}), "
+             f"and one full [B, H, S, S] float32 score matrix is {mib(full)}")
+    at = f"at B={MEM_B}, H={MEM_H}, S={MEM_S}, chunk_size={CHUNK}"
     if run.peak_bytes is None or run.peak_bytes > bound:
         raise expect.CheckFailure(
-            f"at B={MB}, H={MH}, S={MS}, chunk_size={CHUNK} your chunked_attention held {_mb(run.peak_bytes or 0)} of "
-            f"tensors at once; {sizes}: compute the scores, the masks and the softmax for one block of chunk_size "
-            f"queries at a time, and never build the whole [B, H, S, S] matrix")
+            f"{at} your chunked_attention held {mib(run.peak_bytes or 0)} of tensors at once; {sizes}: compute the "
+            "scores, the masks and the softmax for one block of chunk_size queries at a time, and never build the "
+            "whole [B, H, S, S] matrix")
     if run.resident_growth is not None and run.resident_growth > bound:
         raise expect.CheckFailure(
-            f"at B={MB}, H={MH}, S={MS}, chunk_size={CHUNK} the tensor meter saw only {_mb(run.peak_bytes)}, but the "
-            f"memory your process (and any process it started) held grew by {_mb(run.resident_growth)} while "
-            f"chunked_attention ran; {sizes}: the memory was taken where the meter cannot see it (a switched-off "
-            f"dispatch mode, a child process, ...); the grader counts it all")
+            f"{at} the tensor meter saw only {mib(run.peak_bytes)}, but the memory your process (and any process it "
+            f"started) held grew by {mib(run.resident_growth)} while chunked_attention ran; {sizes}: the memory was "
+            "taken where the meter cannot see it (a switched-off dispatch mode, a child process, ...); the grader "
+            "counts it all")

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from autograder.checks import expect
-from autograder.checks.common import B, D_K, D_MODEL, D_V, S, randn
+from autograder.checks.self_attention.common import B, D_K, D_MODEL, D_V, S, randn
 
 NAMES = ("W_q", "W_k", "W_v")
 WIDTHS = {"W_q": ("d_k", D_K), "W_k": ("d_k", D_K), "W_v": ("d_v", D_V)}

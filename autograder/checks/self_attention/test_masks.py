@@ -4,7 +4,7 @@ import torch
 
 import solutions as ref
 from autograder.checks import expect
-from autograder.checks.common import B, H, LENGTHS, NEG_INF, S, lengths_mask, mask_scores, randn
+from autograder.checks.self_attention.common import B, H, LENGTHS, NEG_INF, S, lengths_mask, mask_scores, randn
 
 PAD_4D_HINT = "for [B, H, S_q, S_k] scores a [B, S] mask must become [B, 1, 1, S_k] (mask[:, None, None, :])"
 

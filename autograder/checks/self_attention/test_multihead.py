@@ -11,8 +11,8 @@ import pytest
 
 import solutions as ref
 from autograder.checks import expect
-from autograder.checks.common import B, D_MODEL, H, HEAD_DIM, LENGTHS, S, lengths_mask, mh_variant, randn
-from autograder.session import StudentRaised
+from autograder.checks.self_attention.common import B, D_MODEL, H, HEAD_DIM, LENGTHS, S, lengths_mask, mh_variant, randn
+from autograder.failures import StudentRaised
 
 SPLIT_HINTS = {
     "you reshaped [B, S, d_model] straight to [B, H, S, head_dim]: view it as [B, S, H, head_dim] first, then "

@@ -6,7 +6,7 @@ import torch
 
 import solutions as ref
 from autograder.checks import expect
-from autograder.checks.common import B, H, S, randn
+from autograder.checks.self_attention.common import B, H, S, randn
 
 TRANSPOSE_HINT = ("transpose K with K.transpose(-2, -1) (or K.mT): K.transpose(1, 2) or K.permute(0, 2, 1) "
                   "only swap the right axes of a 3-D tensor")

@@ -1,4 +1,4 @@
-"""Known submissions for the GPU stage: the reference and deliberately broken variants.
+"""Known submissions for the GPU stage: the reference and deliberately broken variants (data, not checks).
 
 The device script (scripts/device_check.sh) grades them on a GPU and the CPU tests
 (tests/test_gpu_stage.py) grade them at small sizes: the stage must pass the reference and

@@ -8,9 +8,9 @@ import torch
 
 import solutions as ref
 from autograder.checks import expect
-from autograder.checks.common import (B, D_K, D_MODEL, D_V, LENGTHS, S, lengths_mask, module_mistakes,
-                                      reference_module)
-from autograder.session import StudentRaised
+from autograder.checks.self_attention.common import (B, D_K, D_MODEL, D_V, LENGTHS, S, lengths_mask, module_mistakes,
+                                                     reference_module)
+from autograder.failures import StudentRaised
 
 DROPOUT = 0.25
 LAYERS = {"W_q": (D_MODEL, D_K), "W_k": (D_MODEL, D_K), "W_v": (D_MODEL, D_V), "W_o": (D_V, D_MODEL)}

@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 
 from autograder.checks import expect
-from autograder.session import StudentRaised
-from autograder.checks.common import (B, D_MODEL, LENGTHS, S, attention, lengths_mask, linear, module_forward,
-                                      randn)
+from autograder.failures import StudentRaised
+from autograder.checks.self_attention.common import (B, D_MODEL, LENGTHS, S, attention, lengths_mask, linear,
+                                                     module_forward, randn)
 
 QKV = ("W_q", "W_k", "W_v")
 

@@ -1,4 +1,4 @@
-"""Stage 2 of grading: run the student's code in a sandboxed worker and talk to it.
+"""Stage 2 of grading, the trusted side of the worker pool: run the student's code in a sandboxed worker.
 
 The trusted side starts a zygote (a fork server that has imported torch), asks it for
 a fresh sandboxed worker per submission, loads the extracted code there, and sends it
@@ -13,7 +13,6 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -21,8 +20,6 @@ from . import prestart
 from .extract import Source
 from .worker import protocol
 from .worker.sandbox import SandboxConfig
-
-PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 
 
 class WorkerGone(Exception):

@@ -1,0 +1,197 @@
+"""nbgrader's gradebook of a course: where it is, and what the grader writes to it and reads back.
+
+grade-class (classgrade.py), grade-gpu (gpu/course.py) and the demo (demo.py) all go through
+here. The gradebook is found as nbgrader finds it: CourseDirectory.db_url and course_id from
+COURSE/nbgrader_config.py, nbgrader's defaults where the configuration says nothing. The rows
+written are the ones nbgrader's own autograde writes, so formgrader, `nbgrader export` and
+`nbgrader generate_feedback` read them as theirs.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from .results import PartResult
+from .spec import Assignment
+
+SQLITE = "sqlite:///"
+
+
+@dataclass(frozen=True)
+class Location:
+    db_url: str
+    course_id: str
+
+    @property
+    def missing(self) -> bool:
+        """A SQLite gradebook whose file does not exist (nbgrader would create an empty one)."""
+        return self.db_url.startswith(SQLITE) and not Path(self.db_url[len(SQLITE):]).exists()
+
+
+def locate(course: Path) -> Location:
+    """The gradebook of the course directory `course`, as nbgrader would find it."""
+    course = Path(course)
+    db_url = f"{SQLITE}{course / 'gradebook.db'}"
+    course_id = "default_course"
+    cfg = course / "nbgrader_config.py"
+    if cfg.exists():
+        from traitlets.config.loader import PyFileConfigLoader  # noqa: PLC0415 - only for a course directory
+
+        try:
+            config = PyFileConfigLoader(cfg.name, path=str(course)).load_config()
+            cd = config.get("CourseDirectory", {})
+            db_url = cd.get("db_url", db_url) or db_url
+            course_id = cd.get("course_id", course_id) or course_id
+        except Exception:  # noqa: BLE001 - a config we cannot read: nbgrader's defaults
+            pass
+    return Location(db_url, course_id)
+
+
+def cell_score(score: float, part_max: float, cell_points: float) -> float:
+    """A part's score as the points of its nbgrader cell: scaled, rounded, clipped to [0, points]."""
+    scaled = score * cell_points / part_max if part_max else 0.0
+    return min(max(round(float(scaled), 4), 0.0), float(cell_points))
+
+
+@contextlib.contextmanager
+def one_transaction(gb):
+    """Run Gradebook API calls as ONE transaction: their internal commits become flushes."""
+    db = gb.db
+    real_commit = db.commit
+    db.commit = db.flush
+    try:
+        yield gb
+    except BaseException:
+        db.commit = real_commit
+        db.rollback()
+        raise
+    db.commit = real_commit
+    db.commit()
+
+
+@contextlib.contextmanager
+def opened(location: Location):
+    """nbgrader's Gradebook, without the SQLAlchemy autoflush warnings its own add_submission triggers
+    (stock autograde shows them too)."""
+    from nbgrader.api import Gradebook  # noqa: PLC0415 - nbgrader and SQLAlchemy are slow to import
+
+    with warnings.catch_warnings(), Gradebook(location.db_url, location.course_id) as gb:
+        warnings.filterwarnings("ignore", message=".*not in session.*")
+        yield gb
+
+
+def submitted(location: Location, assignment: str) -> set[str] | None:
+    """The students with a submission of `assignment` in the gradebook; None if it has no such assignment."""
+    from nbgrader.api import MissingEntry  # noqa: PLC0415
+
+    with opened(location) as gb:
+        try:
+            return {s.student.id for s in gb.find_assignment(assignment).submissions}
+        except MissingEntry:
+            return None
+
+
+def _timestamp(folder: Path) -> str | None:
+    f = folder / "timestamp.txt"
+    if f.exists():
+        text = f.read_text().strip()
+        return text or None
+    return None
+
+
+def _answered(folder: Path, notebook: str) -> dict[str, bool]:
+    """grade_id -> whether the student changed that solution cell (nbgrader's checksum test)."""
+    from nbformat import from_dict  # noqa: PLC0415
+    from nbgrader import utils  # noqa: PLC0415
+
+    try:
+        nb = from_dict(json.loads((folder / f"{notebook}.ipynb").read_text(encoding="utf-8")))
+    except Exception:  # noqa: BLE001 - unreadable: nothing answered
+        return {}
+    out = {}
+    for cell in nb.get("cells", []):
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        if meta.get("solution") and meta.get("grade_id"):
+            try:
+                out[meta["grade_id"]] = meta.get("checksum") != utils.compute_checksum(cell)
+            except Exception:  # noqa: BLE001 - a cell nbgrader cannot checksum counts as answered
+                out[meta["grade_id"]] = True
+    return out
+
+
+def write_part_grades(location: Location, assignment: str, student: str, folder: Path,
+                      parts: list[PartResult]) -> None:
+    """The rows nbgrader autograde + SaveAutoGrades write for this submission, in one transaction:
+    each graded cell's auto_score (a part's score scaled to its cell; 0 for a notebook not
+    submitted), needs_manual_grade, and "No response." for solution cells left as released."""
+    by_id = {p.id: p for p in parts}
+    with opened(location) as gb, one_transaction(gb):
+        gb.update_or_create_student(student)
+        ts = _timestamp(folder)
+        if ts:
+            gb.update_or_create_submission(assignment, student, timestamp=ts)
+        else:
+            gb.update_or_create_submission(assignment, student)
+        for nb in gb.find_assignment(assignment).notebooks:
+            submitted_nb = (folder / f"{nb.name}.ipynb").exists()
+            for cell in nb.grade_cells:
+                grade = gb.find_grade(cell.name, nb.name, assignment, student)
+                part = by_id.get(cell.name)
+                if not submitted_nb:
+                    grade.auto_score = 0.0  # what nbgrader autograde records for a missing notebook
+                elif cell.cell_type != "code":
+                    grade.auto_score = None  # a written answer: graded by hand
+                elif part is None:
+                    grade.auto_score = 0.0  # a graded cell that is no part of the course
+                else:
+                    grade.auto_score = cell_score(part.score, part.max_score, cell.max_score)
+                grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+            answered = _answered(folder, nb.name) if submitted_nb else {}
+            for cell in nb.solution_cells:
+                comment = gb.find_comment(cell.name, nb.name, assignment, student)
+                comment.auto_comment = None if answered.get(cell.name, not submitted_nb) else "No response."
+        gb.db.commit()
+
+
+def set_extra_credit(location: Location, assignment: str, notebook: str, cell: str,
+                     credits: dict[str, float]) -> dict[str, str | None]:
+    """Each student's credit as the extra credit of their grade of `cell`; {student: None when
+    recorded, else why not}. Extra credit adds to the assignment's score, not to its maximum;
+    nbgrader counts it only on a graded cell."""
+    from nbgrader.api import MissingEntry  # noqa: PLC0415
+
+    outcome: dict[str, str | None] = {}
+    with opened(location) as gb:
+        for sid, credit in credits.items():
+            try:
+                grade = gb.find_grade(cell, notebook, assignment, sid)
+            except MissingEntry:
+                outcome[sid] = (f"no {assignment}/{notebook} submission in the gradebook "
+                                "(run nbgrader autograde first)")
+                continue
+            if grade.auto_score is None and grade.manual_score is None:
+                outcome[sid] = f"{notebook} is not autograded yet (nbgrader counts extra credit only on a graded cell)"
+                continue
+            grade.extra_credit = float(credit)
+            outcome[sid] = None
+        gb.db.commit()
+    return outcome
+
+
+def read_part_scores(location: Location, assignment: Assignment, students) -> dict[str, dict[str, float]]:
+    """{student: {part id: the auto_score of its cell}} (0 where there is none)."""
+    from nbgrader.api import MissingEntry  # noqa: PLC0415
+
+    out: dict[str, dict[str, float]] = {}
+    with opened(location) as gb:
+        for s in students:
+            out[s] = {}
+            for p in assignment.parts:
+                try:
+                    out[s][p.id] = gb.find_grade(p.id, p.notebook, assignment.id, s).auto_score or 0.0
+                except MissingEntry:
+                    out[s][p.id] = 0.0
+    return out

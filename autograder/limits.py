@@ -1,0 +1,53 @@
+"""How much a submission may take, and the command-line flags that change it (declared here once).
+
+Every command that grades (grade, grade-class) adds the same flags with `add_flags` and reads
+them back with `from_args`; each flag's help text states its default from `Limits` itself.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Defaults are in the README's table of limits."""
+
+    part_seconds: float = 20.0  # wall clock for all the checks of one part
+    load_seconds: float = 30.0  # starting a worker and running the student's top-level code
+    memory_bytes: int = 6 * GIB
+    cpu_seconds: int = 300
+    max_restarts: int = 8  # fresh workers after a crash or a timeout, per submission
+    namespaces: bool = True
+    extra_hidden: tuple[str, ...] = field(default=())
+
+
+def _g(x: float) -> str:
+    return f"{x:g}"
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """The limits' flags; an omitted flag keeps the default."""
+    d = Limits()
+    parser.add_argument("--part-seconds", type=float, help=f"wall-clock limit per part (default {_g(d.part_seconds)})")
+    parser.add_argument("--memory-gib", type=float,
+                        help=f"address-space limit of the worker (default {_g(d.memory_bytes / GIB)})")
+    parser.add_argument("--no-namespaces", action="store_true", help="do not use Linux namespaces (weaker sandbox)")
+    parser.add_argument("--load-seconds", type=float, help="limit for starting a worker and running the top-level "
+                        f"code (default {_g(d.load_seconds)})")
+    parser.add_argument("--cpu-seconds", type=int, help=f"CPU-time limit of one worker (default {d.cpu_seconds})")
+    parser.add_argument("--hide", action="append", metavar="PATH", help="also hide this path from student code "
+                        "(repeatable; the submission's folders and the current directory are always hidden)")
+
+
+def from_args(args: argparse.Namespace) -> Limits:
+    """The Limits that the flags of `add_flags` ask for."""
+    d = Limits()
+    return Limits(part_seconds=args.part_seconds or d.part_seconds,
+                  memory_bytes=int((args.memory_gib or d.memory_bytes / GIB) * GIB),
+                  namespaces=not args.no_namespaces,
+                  load_seconds=args.load_seconds or d.load_seconds,
+                  cpu_seconds=args.cpu_seconds or d.cpu_seconds,
+                  extra_hidden=tuple(args.hide or ()))

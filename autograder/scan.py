@@ -1,0 +1,121 @@
+"""The static look at a submission's code: does a from-scratch part use torch's fused attention?
+
+Read from the source, never run: the definitions of each from-scratch part's API names, and of
+every helper they refer to, are searched for torch's fused kernel and official module under any
+name or alias (worker/names.py says which names those are). The worker watches the calls as
+well (worker/runtime.py): this scan catches what a run may not reach.
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import replace
+
+from .extract import Extracted
+from .results import PartResult
+from .spec import DEFAULT, Part
+from .worker.names import is_forbidden_name
+
+TORCH_ROOTS = frozenset({"torch", "nn", "F"})  # the worker's preamble binds these in every namespace
+
+
+def _torch_bindings(cells) -> tuple[set[str], dict[str, str]]:
+    """(names bound to torch modules, {local name: torch's name} imported from torch), from the imports."""
+    roots, imported = set(TORCH_ROOTS), {}
+    for cell in cells:
+        try:
+            tree = ast.parse(cell)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "torch":
+                        roots.add(alias.asname or "torch")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+                for alias in node.names:
+                    imported[alias.asname or alias.name] = alias.name
+    return roots, imported
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _forbidden_use(node: ast.AST, roots: set[str], imported: dict[str, str], defs) -> str | None:
+    """The forbidden torch name this node uses, if any: torch.X / F.X / torch.ops.aten.X, a name
+    imported from torch (under any alias), or getattr(torch-thing, "X"). A name the student
+    defined is their own."""
+    if isinstance(node, ast.Attribute) and is_forbidden_name(node.attr):
+        root = _root_name(node.value)
+        if root in roots or root in imported:
+            return node.attr
+    if isinstance(node, ast.Name) and node.id in imported and node.id not in defs \
+            and is_forbidden_name(imported[node.id]):
+        return imported[node.id]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and is_forbidden_name(node.args[1].value) and _root_name(node.args[0]) in roots | set(imported)):
+        return node.args[1].value[:80]
+    return None
+
+
+def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.parts) -> dict[str, set[str]]:
+    """Static look at the student's code: which from-scratch parts use torch's fused attention.
+
+    For each from-scratch part, the definitions of its names and of every helper they refer
+    to (transitively) are searched for torch's fused kernel or official module, public or
+    private. A helper of the student's own is followed, never flagged for its name: a
+    from-scratch function may well be called scaled_dot_product_attention.
+    """
+    found: dict[str, set[str]] = {}
+    for source in extracted.sources:
+        roots, imported = _torch_bindings(source.cells)
+        defs: dict[str, ast.AST] = {}
+        for cell in source.cells:
+            try:
+                tree = ast.parse(cell)
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    defs[node.name] = node
+                elif isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            defs[target.id] = node
+        imported = {k: v for k, v in imported.items() if k not in defs}  # redefined by the student: their own
+        for part in parts:
+            if not part.from_scratch:
+                continue
+            seen, todo = set(), [n for n in part.names if n in defs]
+            while todo:
+                name = todo.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                for node in ast.walk(defs[name]):
+                    use = _forbidden_use(node, roots, imported, defs)
+                    if use:
+                        found.setdefault(part.id, set()).add(use)
+                    else:
+                        ident = node.id if isinstance(node, ast.Name) else node.attr if isinstance(
+                            node, ast.Attribute) else None
+                        if ident in defs and ident not in seen:
+                            todo.append(ident)  # a helper of the student's: look inside it
+    return found
+
+
+def apply_scan(part: PartResult, names: set[str]) -> PartResult:
+    """A from-scratch part whose code uses `names` (the fused kernel, ...): its checks earn nothing, with the reason."""
+    if not names or not part.checks:
+        return part
+    note = (f"this part must compute attention from scratch, but your code uses {', '.join(sorted(names))}: "
+            "its checks earn nothing")
+    checks = tuple(replace(c, passed=False, points=0.0,
+                           message=c.message or f"correct result, but computed with {', '.join(sorted(names))}")
+                   for c in part.checks)
+    notes = part.notes if any("from scratch" in n for n in part.notes) else part.notes + (note,)
+    return replace(part, checks=checks, notes=notes)
