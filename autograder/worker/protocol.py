@@ -21,7 +21,7 @@ class ProtocolError(Exception):
     """The other side sent something that is not a well-formed message."""
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
     """n bytes; with a deadline (time.monotonic()), the whole read must finish by then, so a
     peer that trickles one byte at a time cannot stretch a timeout without end."""
     chunks, left = [], n
@@ -47,11 +47,11 @@ def send(sock: socket.socket, obj) -> None:
 
 
 def recv(sock: socket.socket, max_bytes: int = MAX_MESSAGE_BYTES, deadline: float | None = None):
-    (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline))
+    (size,) = HEADER.unpack(recv_exact(sock, HEADER.size, deadline))
     if size > max_bytes:
         raise ProtocolError(f"message of {size} bytes is over the {max_bytes}-byte limit")
-    data = _recv_exact(sock, size, deadline)
+    data = recv_exact(sock, size, deadline)
     try:
         return torch.load(io.BytesIO(data), weights_only=True)
-    except Exception as exc:  # anything but plain data is refused here
+    except Exception as exc:  # noqa: BLE001 - anything but plain data is refused here
         raise ProtocolError(f"refused a message that is not plain data: {type(exc).__name__}") from None

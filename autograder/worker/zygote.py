@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import io
 import os
 import signal
 import socket
@@ -26,12 +27,12 @@ import time
 
 # Import everything a worker may need before any fork: a worker cannot import from
 # the covered repository later, and imports in every child would cost time.
-import torch  # noqa: F401
-import torch.nn  # noqa: F401
-import torch.nn.functional  # noqa: F401
-import torch.utils._python_dispatch  # noqa: F401
-import torch.utils._pytree  # noqa: F401
-import torch.fx.experimental.symbolic_shapes  # noqa: F401  - else nn.MultiheadAttention's first forward imports it (~5 s per worker)
+import torch
+import torch.nn
+import torch.nn.functional
+import torch.utils._python_dispatch
+import torch.utils._pytree
+import torch.fx.experimental.symbolic_shapes
 
 from . import proctree, protocol, runtime, sandbox
 
@@ -45,9 +46,7 @@ def _recv_with_fd(sock: socket.socket):
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
     (size,) = protocol.HEADER.unpack(header)
-    import io
-
-    body = protocol._recv_exact(sock, size)
+    body = protocol.recv_exact(sock, size)
     return torch.load(io.BytesIO(body), weights_only=True), (fds[0] if fds else None)
 
 

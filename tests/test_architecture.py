@@ -1,0 +1,175 @@
+"""The grader's shape, read from its source: a tree of imports from the CLI down, private names that
+stay private, no state that functions keep in module globals, the worker apart, modules of a size to read.
+
+Every import counts, also one inside a function: a cycle that only works because an import was
+moved into a function is still a cycle.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "autograder"
+MAX_LINES = 400
+# Process-wide resources a module may rebind with `global`, each for a reason that is not a check's business.
+GLOBALS_ALLOWED = {
+    "autograder.prestart": {"_started"},  # the zygote started before torch is imported, taken once
+    "autograder.classgrade": {"_GRADER"},  # a pool process's warm Grader (set by the pool's initializer)
+    "autograder.nbgrader_plugin": {"_GRADER"},  # nbgrader's process's warm Grader
+    "autograder.worker.standins": {"_sdpa"},  # the worker's unwatched fused kernel for the stand-ins
+}
+MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "clear", "remove", "discard"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+MODULES = modules()
+TREES = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in MODULES.items()}
+
+
+def _absolute(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports(module: str) -> list[tuple[str, str | None, int]]:
+    """(imported module, name taken from it or None, line) for every import in `module`, at any depth."""
+    out = []
+    for node in ast.walk(TREES[module]):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, None, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, node)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.append((sub, None, node.lineno) if sub in MODULES else (base, alias.name, node.lineno))
+    return [(m, n, line) for m, n, line in out if m.split(".")[0] == "autograder"]
+
+
+def _empty(module: str) -> bool:
+    """A module with nothing but its docstring (a package's __init__): importing it runs nothing."""
+    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in TREES[module].body)
+
+
+def graph() -> dict[str, set[str]]:
+    """Module -> the autograder modules it imports."""
+    return {m: {t for t, _, _ in imports(m) if t in MODULES and t != m and not _empty(t)} for m in MODULES}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in edges[v]:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle_through_an_import_inside_a_function():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(edges) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_grader_counting_imports_inside_functions():
+    edges = graph()
+    assert len(edges) > 30 and any(edges.values())
+    assert cycles(edges) == []
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    found = []
+    for module in MODULES:
+        bound = {}  # local name -> autograder module, from `import autograder.x as y` / `from . import x`
+        for target, name, line in imports(module):
+            if name is not None and name.startswith("_") and not name.startswith("__"):
+                found.append(f"{module}:{line} imports {target}.{name}")
+        for node in ast.walk(TREES[module]):
+            if isinstance(node, ast.ImportFrom):
+                base = _absolute(module, node)
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in MODULES:
+                        bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in MODULES and alias.asname:
+                        bound[alias.asname] = alias.name
+        for node in ast.walk(TREES[module]):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.append(f"{module}:{node.lineno} uses {bound[node.value.id]}.{node.attr}")
+    assert found == []
+
+
+def test_the_worker_imports_nothing_of_the_trusted_grader():
+    """The zygote forks every worker: nothing of the grader, the checks or the solutions may be in its memory."""
+    found = [f"{m}:{line} imports {t}" for m in MODULES if m.startswith("autograder.worker")
+             for t, _, line in imports(m) if not t.startswith("autograder.worker")]
+    assert found == []
+
+
+def test_no_function_keeps_state_in_module_globals():
+    """Neither a `global` rebinding (except the process-wide resources listed above) nor a module-level
+    dict, list or set that a function changes: the checks get what they grade from the check runner."""
+    found = []
+    for module, tree in TREES.items():
+        containers = set()
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) and node.value is not None else []
+            value = getattr(node, "value", None)
+            mutable = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) or (
+                isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                and value.func.id in ("dict", "list", "set", "defaultdict", "OrderedDict"))
+            containers |= {t.id for t in targets if isinstance(t, ast.Name) and mutable}
+        for func in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(func):
+                if isinstance(node, ast.Global):
+                    found += [f"{module}:{node.lineno} global {n}" for n in node.names
+                              if n not in GLOBALS_ALLOWED.get(module, set())]
+                elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+                    for t in getattr(node, "targets", None) or [node.target]:
+                        if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in containers:
+                            found.append(f"{module}:{node.lineno} changes {t.value.id}[...]")
+                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                      and isinstance(node.func.value, ast.Name) and node.func.value.id in containers
+                      and node.func.attr in MUTATORS):
+                    found.append(f"{module}:{node.lineno} {node.func.value.id}.{node.func.attr}(...)")
+    assert found == []
+
+
+def test_every_grader_module_is_at_most_400_lines():
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}
