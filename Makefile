@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # What `make demo` runs once the environment exists (one place to change it).
 DEMO = $(PY) -m autograder demo
 
-.PHONY: venv demo test lab release check
+.PHONY: venv demo test lint lab release check
 
 venv: $(STAMP)
 
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# ruff, configured in pyproject.toml (.ci/run runs it before the tests).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 # JupyterLab (with nbgrader's extensions, installed by requirements.txt) on the student release.
 lab: $(STAMP)

@@ -18,8 +18,8 @@ c.ClearSolutions.code_stub = {
 # Autograde with this course's grader (hidden checks, sandboxed worker) in place of nbgrader's
 # Execute preprocessor; see docs/instructors.md. `nbgrader autograde self_attention` then records
 # the same per-part scores as `python -m autograder grade`.
-import os as _os
-import sys as _sys
+import os as _os  # noqa: E402 - after get_config(), next to the setting it serves
+import sys as _sys  # noqa: E402
 
 _sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
 from autograder.nbgrader_plugin import configure as _configure_autograder  # noqa: E402

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
-import _kit as kit  # noqa: E402
+import _kit as kit
 
-from autograder.extract import Source  # noqa: E402
-from autograder.failures import PartStopped  # noqa: E402
-from autograder.limits import Limits  # noqa: E402
-from autograder.session import Session  # noqa: E402
-from autograder.student import Student  # noqa: E402
-from autograder.worker.sandbox import private_paths  # noqa: E402
+from autograder.extract import Source
+from autograder.failures import PartStopped
+from autograder.limits import Limits
+from autograder.session import Session
+from autograder.student import Student
+from autograder.worker.sandbox import private_paths
 
 PROBE = r'''
 import ctypes, os, resource, socket, struct, sys, time
@@ -189,7 +189,7 @@ def test_every_protection_is_on_where_namespaces_work(seen):
 def test_a_hung_call_costs_its_part_limit_and_its_whole_tree_dies(tmp_path):
     """the part stops after part_seconds; the worker (which cleared its parent-death signal and left
     its process group) and its child are killed; a fresh worker serves the next part"""
-    s = session(f"PATHS = ['/']\n" + PROBE, tmp_path, part_seconds=2.0)
+    s = session("PATHS = ['/']\n" + PROBE, tmp_path, part_seconds=2.0)
     try:
         started = time.perf_counter()
         with pytest.raises(PartStopped, match="did not return within the part's 2 s limit"):

@@ -136,7 +136,7 @@ class Worker:
                 try:
                     with self.capture():
                         exec(compile(code, filename, "exec"), ns)
-                except BaseException as exc:  # SystemExit and KeyboardInterrupt too: student code
+                except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: student code
                     errors.append({"cell": index, **self.describe_error(exc)})
             self.namespaces[name] = ns
             defined = sorted(k for k, v in ns.items() if not k.startswith("__") and (callable(v) or isinstance(v, type)))
@@ -302,14 +302,8 @@ class Worker:
             reply["seconds"] = time.perf_counter() - started
             try:
                 protocol.send(self.sock, reply)
-            except Exception as exc:  # an unencodable reply: say so instead of dying
+            except Exception as exc:  # noqa: BLE001 - an unencodable reply: say so instead of dying
                 protocol.send(self.sock, {"ok": False, "error": {"type": type(exc).__name__,
                                                                  "message": f"could not send the result back: {exc}"[:300],
                                                                  "where": ""}, "stdout": "", "forbidden": [], "seconds": 0.0})
 
-
-def serve(fd: int) -> None:
-    import socket
-
-    sock = socket.socket(fileno=fd)
-    Worker(sock).serve()

@@ -346,8 +346,8 @@ def main(argv: list[str]) -> None:
     print(f"wrote {len(paths)} cases to {OUT.relative_to(ROOT)}")
     if "--table" in argv:
         sys.path.insert(0, str(ROOT))
-        from autograder.grade import Grader  # noqa: PLC0415
-        from autograder.spec import PARTS  # noqa: PLC0415
+        from autograder.grade import Grader
+        from autograder.spec import PARTS
 
         with Grader() as grader:
             results = {p.stem: grader.grade(p) for p in paths}
