@@ -48,23 +48,27 @@ def cmd_grade(args) -> int:
 
 
 def cmd_grade_class(args) -> int:
+    spec.assignment(args.assignment)  # an unknown name: exit 2 before anything is imported
     from . import classgrade  # noqa: PLC0415
 
-    spec.assignment(args.assignment)
     return classgrade.main(args.course, args.assignment, args.workers, args.force, limits=limits.from_args(args))
 
 
 def cmd_grade_gpu(args) -> int:
+    assignment = spec.assignment(args.assignment)
+    if assignment.gpu_part is None:
+        raise SubmissionError(f"assignment {assignment.id} has no GPU stage")
     from .gpu import course  # noqa: PLC0415
 
-    return course.main(args.course_dir, spec.assignment(args.assignment), csv=args.csv, gradebook_url=args.gradebook,
+    return course.main(args.course_dir, assignment, csv=args.csv, gradebook_url=args.gradebook,
                        no_gradebook=args.no_gradebook, from_csv=args.from_csv, students=args.student)
 
 
 def cmd_gradescope_bundle(args) -> int:
+    assignment = spec.assignment(args.assignment)
     from . import gradescope  # noqa: PLC0415
 
-    return gradescope.main(args.out, spec.assignment(args.assignment))
+    return gradescope.main(args.out, assignment)
 
 
 def cmd_demo(args) -> int:

@@ -29,7 +29,7 @@ class Part:
 class Assignment:
     id: str  # the nbgrader assignment id, also the folder name in source/, release/ and submitted/<student>/
     parts: tuple[Part, ...]  # graded by default, in report order; their points sum to 100
-    checks: str  # the folder of the hidden checks under autograder/checks/: test_<part id>.py each
+    checks: str  # the folder of the hidden checks (test_<part id>.py each) under autograder/checks/, or absolute
     solutions: str  # the module of the reference solutions (the ground truth)
     gpu_part: Part | None = None  # the GPU stage's part, if the assignment has one
 
