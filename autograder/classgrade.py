@@ -28,6 +28,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from . import document, gradebook, spec
 from .limits import Limits
 from .report import summary_table
@@ -99,8 +102,6 @@ def _load_report(path: Path, student: str) -> GradeResult | None:
 
 
 def _progress(console, enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
-
     columns = (TextColumn("[bold]grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}"))
     return Progress(*columns, console=console, disable=not enabled, transient=False)
@@ -114,8 +115,6 @@ def grade_class(course: str | Path, assignment: str = spec.ASSIGNMENT, workers: 
     With `grader` (a warm Grader), grading runs in this process, one submission at a time,
     instead of in a pool (tests, and machines where starting processes is the bottleneck).
     """
-    from rich.console import Console  # noqa: PLC0415
-
     the_assignment = spec.assignment(assignment)
     console = console or Console(stderr=True)
     course = Path(course).resolve()
@@ -216,8 +215,6 @@ def _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, d
 def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = None, force: bool = False,
          limits: Limits | None = None) -> int:
     """The command: grade the class, print the summary table and where the results are."""
-    from rich.console import Console  # noqa: PLC0415
-
     console = Console()
     started = time.perf_counter()
     try:

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from rich.console import Console
+
 from . import gradebook, spec
 from .classgrade import grade_class, reports_dir
 from .report import summary_table
@@ -30,11 +32,9 @@ DEFAULT_COURSE = REPO / "build" / "demo-course"
 def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, workers: int | None = None,
          fresh: bool = True) -> int:
     """Release, collect, autograde and export the example class in `course`; print what happened."""
-    from rich.console import Console  # noqa: PLC0415
-
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from examples.make_class import MISTAKES, collect, example_class, make_course, nbgrader  # noqa: PLC0415
+    from examples.make_class import MISTAKES, collect, example_class, make_course, nbgrader  # noqa: PLC0415 - after sys.path
 
     assignment = spec.DEFAULT.id
     console = Console()

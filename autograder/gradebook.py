@@ -85,7 +85,7 @@ def opened(location: Location):
 
 def submitted(location: Location, assignment: str) -> set[str] | None:
     """The students with a submission of `assignment` in the gradebook; None if it has no such assignment."""
-    from nbgrader.api import MissingEntry  # noqa: PLC0415
+    from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader is slow to import
 
     with opened(location) as gb:
         try:
@@ -104,7 +104,7 @@ def _timestamp(folder: Path) -> str | None:
 
 def _answered(folder: Path, notebook: str) -> dict[str, bool]:
     """grade_id -> whether the student changed that solution cell (nbgrader's checksum test)."""
-    from nbformat import from_dict  # noqa: PLC0415
+    from nbformat import from_dict  # noqa: PLC0415 - nbformat and nbgrader are slow to import
     from nbgrader import utils  # noqa: PLC0415
 
     try:
@@ -161,7 +161,7 @@ def set_extra_credit(location: Location, assignment: str, notebook: str, cell: s
     """Each student's credit as the extra credit of their grade of `cell`; {student: None when
     recorded, else why not}. Extra credit adds to the assignment's score, not to its maximum;
     nbgrader counts it only on a graded cell."""
-    from nbgrader.api import MissingEntry  # noqa: PLC0415
+    from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader is slow to import
 
     outcome: dict[str, str | None] = {}
     with opened(location) as gb:
@@ -183,7 +183,7 @@ def set_extra_credit(location: Location, assignment: str, notebook: str, cell: s
 
 def read_part_scores(location: Location, assignment: Assignment, students) -> dict[str, dict[str, float]]:
     """{student: {part id: the auto_score of its cell}} (0 where there is none)."""
-    from nbgrader.api import MissingEntry  # noqa: PLC0415
+    from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader is slow to import
 
     out: dict[str, dict[str, float]] = {}
     with opened(location) as gb:

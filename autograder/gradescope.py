@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import zipfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from . import spec
@@ -52,10 +53,8 @@ exec "$PY" -m autograder.gradescope "$ROOT" ASSIGNMENT
 
 def _version(dist: str, default: str) -> str:
     try:
-        from importlib.metadata import version  # noqa: PLC0415
-
         return version(dist)
-    except Exception:  # noqa: BLE001
+    except PackageNotFoundError:
         return default
 
 

@@ -78,18 +78,18 @@ def test_official_module_weights(student):
             raise expect.CheckFailure(f"{key} is not zero: our SelfAttention has no biases, so set them to zero")
 
 
-def _official_reference(state, x, mask, batch_first=True, key_padding_mask="converted"):
+def _official_reference(state, x, mask, batch_first=True, convention="converted"):
     """nn.MultiheadAttention with the stand-in's weights, built here in the trusted process.
 
-    key_padding_mask="converted" passes ~mask (the right convention), "raw" passes our mask as it is."""
+    convention="converted" passes ~mask as key_padding_mask (the right convention), "raw" passes our mask as it is."""
     mha = nn.MultiheadAttention(D_MODEL, 1, dropout=0.0, batch_first=batch_first)
     with torch.no_grad():
         mha.in_proj_weight.copy_(torch.cat([state[f"{n}.weight"] for n in QKV]))
         mha.in_proj_bias.zero_()
         mha.out_proj.weight.copy_(state["W_o.weight"])
         mha.out_proj.bias.zero_()
-        kpm = None if mask is None else (~mask if key_padding_mask == "converted" else mask)
-        return mha.eval()(x, x, x, key_padding_mask=kpm, need_weights=False)[0]
+        ignore = None if mask is None else (~mask if convention == "converted" else mask)  # True = ignore this key
+        return mha.eval()(x, x, x, key_padding_mask=ignore, need_weights=False)[0]
 
 
 @pytest.mark.points(3)
@@ -126,7 +126,7 @@ def _float(value, what):
 def _wrong_convention_error(state, x, mask):
     """What parity_error returns when it hands our mask to key_padding_mask without inverting it."""
     ours = module_forward(state, x, mask)
-    theirs = _official_reference(state, x, mask, key_padding_mask="raw")
+    theirs = _official_reference(state, x, mask, convention="raw")
     return (ours - theirs).abs().max().item()
 
 
