@@ -251,6 +251,19 @@ def test_inverted_mask_fails_the_padding_cases_naming_the_mask_convention(grader
                                               "[sdpa_attention, padding mask, S=256]"]
 
 
+def test_without_pytest_the_stage_grades_the_same_checks_with_the_same_points_and_messages(grader, variants,
+                                                                                            monkeypatch):
+    """A device machine may lack pytest (scripts/device_check.sh): the stage then calls the checks itself."""
+    graded = grade_small(grader, variants["inverted_mask"])
+    find_spec = gpu_stage.importlib.util.find_spec
+    monkeypatch.setattr(gpu_stage.importlib.util, "find_spec", lambda name, *a: None if name == "pytest" else
+                        find_spec(name, *a))
+    direct = grade_small(grader, variants["inverted_mask"])
+    assert [(c.name, c.passed, c.points, c.message) for c in direct.checks] == \
+        [(c.name, c.passed, c.points, c.message) for c in graded.checks]
+    assert direct.score == graded.score < GPU_PART.points
+
+
 def test_out_of_memory_in_one_case_fails_that_case_with_a_clear_message_and_grading_goes_on(grader, tmp_path):
     sub = tmp_path / "oom.py"
     sub.write_text(Path(REPO / "solutions" / "attention.py").read_text() + textwrap.dedent('''
