@@ -309,7 +309,7 @@ def gradebook_template(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setattr(nbgrader.api, "get_alembic_version", lambda: "test-fixture")
     try:
-        # nbgrader's own add_submission triggers SQLAlchemy autoflush warnings (as in classgrade.write_gradebook)
+        # nbgrader's own add_submission triggers SQLAlchemy autoflush warnings (as in gradebook.opened)
         with warnings.catch_warnings(), Gradebook(f"sqlite:///{path}") as gb:
             warnings.filterwarnings("ignore", message=".*not in session.*")
             gb.add_assignment(ASSIGNMENT)
