@@ -89,10 +89,14 @@ class ForbiddenCallWatch:
     def __init__(self) -> None:
         self.used: set[str] = set()
         self.originals = {}
+        # One wrapper per function: F.scaled_dot_product_attention and torch._C._nn's are the same builtin,
+        # and torch's CausalBias (causal_lower_right) recognises SDPA by identity with the public name.
+        wrappers = {}
         for owner, attr, label in self.TARGETS + PRIVATE_TARGETS:
             try:
                 original = getattr(owner, attr)
-                setattr(owner, attr, self._wrap(original, label))
+                wrapped = wrappers.setdefault((id(original), label), self._wrap(original, label))
+                setattr(owner, attr, wrapped)
             except (AttributeError, TypeError, RuntimeError):
                 continue  # not in this build of torch, or not replaceable
             self.originals[(owner, attr)] = original
