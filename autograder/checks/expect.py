@@ -92,9 +92,9 @@ def call(student, name: str, *args, hint: str = "", **kwargs):
         raise
 
 
-def submodules(info: dict, layers: dict, dropout: float, call: str, roles: dict | None = None) -> None:
-    """A module's bias-free nn.Linear layers {name: (d_in, d_out)} and its nn.Dropout(p=dropout),
-    read from Remote.describe(); each gap is named in the student's terms."""
+def submodules(info: dict, layers: dict, dropout: float | None, call: str, roles: dict | None = None) -> None:
+    """A module's bias-free nn.Linear layers {name: (d_in, d_out)} and its nn.Dropout(p=dropout) (none
+    asked for when dropout is None), read from Remote.describe(); each gap is named in the student's terms."""
     children = info.get("children", {})
     if not info.get("is_module"):
         raise CheckFailure(f"{call} is not an nn.Module")
@@ -110,6 +110,8 @@ def submodules(info: dict, layers: dict, dropout: float, call: str, roles: dict 
         if (child["in_features"], child["out_features"]) != (d_in, d_out):
             raise CheckFailure(f"{call}: self.{name} maps {child['in_features']} -> {child['out_features']} "
                                f"features, expected {d_in} -> {d_out}{role}")
+    if dropout is None:
+        return
     drop = children.get("dropout")
     if drop is None or drop["type"] != "Dropout":
         raise CheckFailure(f"{call} has no self.dropout = nn.Dropout(dropout)")

@@ -1,0 +1,324 @@
+"""Hidden checks for part kv_cache (assignment generation): decode_causal_mask, repeat_kv, KVCache,
+CachedSelfAttention, kv_cache_bytes.
+
+The cached module is given the weights W_qkv, W_o of the checks, then run with the student's
+own KVCache: once on the whole sequence, then for every split of the sequence into a prompt
+and tokens generated one at a time, then in chunks of several tokens after a prompt. Each
+run must equal the full causal pass (the property that defines a KV cache); when it does
+not, the output is compared with what the classic mistakes give (top-left causal alignment,
+the cache not used, no mask once the cache holds positions) to name the mistake.
+"""
+import math
+
+import pytest
+import torch
+
+from autograder.checks import expect
+from autograder.checks.gen_common import B, D_MODEL, H, HEAD_DIM, S, decode_variant
+from autograder.session import StudentRaised
+from solutions import generation as ref
+
+TOP_LEFT = ("your causal mask is top-left aligned (tril() of [S_q, S_k], or is_causal=True in "
+            "F.scaled_dot_product_attention): the S_q new queries are the LAST S_q of the S_k positions, so query i "
+            "may see keys j <= i + (S_k - S_q): decode_causal_mask(S_q, S_k), or "
+            "torch.nn.attention.bias.causal_lower_right")
+
+
+# --------------------------------------------------------------------------- #
+# decode_causal_mask
+# --------------------------------------------------------------------------- #
+
+
+def mask_mistakes(S_q, S_k):
+    offset = S_k - S_q
+    ones = torch.ones(S_q, S_k, dtype=torch.bool)
+    return {
+        TOP_LEFT: ones.tril(),
+        "your mask hides the diagonal: the query at position p may see the key at position p (j <= i + S_k - S_q)":
+            ones.tril(offset - 1),
+        "your mask is inverted: True marks the keys a query MAY attend to (the past and the present)":
+            ~ones.tril(offset),
+        "your mask lets every query see every key: the queries are positions S_k - S_q ... S_k - 1, and each one must "
+        "not see the keys after it": ones,
+    }
+
+
+@pytest.mark.points(8 / 3)
+@pytest.mark.parametrize("S_q,S_k", [(3, 7), (1, 6), (4, 4)])
+def test_decode_causal_mask(student, S_q, S_k):
+    """decode_causal_mask(S_q, S_k) is True where key j <= i + (S_k - S_q): bottom-right aligned"""
+    want = ref.decode_causal_mask(S_q, S_k)
+    what = f"decode_causal_mask({S_q}, {S_k})"
+    got = expect.shape(student.call("decode_causal_mask", S_q, S_k), want.shape, what,
+                       hints={(S_k, S_q): "rows are the queries: [S_q, S_k]"})
+    if got.dtype != torch.bool:
+        raise expect.CheckFailure(f"{what} returned dtype {got.dtype}: return a torch.bool mask")
+    if not torch.equal(got, want):
+        hint = expect.diagnose(got, mask_mistakes(S_q, S_k))
+        raise expect.CheckFailure(f"{what} is wrong in {int((got != want).sum())} of {want.numel()} places"
+                                  + (f": {hint}" if hint else ""))
+
+
+# --------------------------------------------------------------------------- #
+# repeat_kv
+# --------------------------------------------------------------------------- #
+
+H_KV, N_REP = 3, 2  # six query heads share three key/value heads
+
+
+@pytest.mark.points(7)
+def test_repeat_kv_repeats_each_head_in_place(student, gen):
+    """repeat_kv(x [B, H_kv, S, hd], n_rep) repeats each head n_rep times in place: head h serves query heads h*n_rep..(h+1)*n_rep-1"""
+    x = torch.randn(B, H_KV, 5, HEAD_DIM, generator=gen)
+    want = ref.repeat_kv(x, N_REP)
+    what = f"repeat_kv(x [{B}, {H_KV}, 5, {HEAD_DIM}], n_rep={N_REP})"
+    mistakes = {
+        "you tiled the heads (kv0, kv1, kv2, kv0, kv1, kv2, as x.repeat(1, n_rep, 1, 1) does): each key/value head "
+        "must be repeated in place, kv0, kv0, kv1, kv1, kv2, kv2 (repeat_interleave(n_rep, dim=1), or "
+        "x[:, :, None].expand(...) then reshape), so that query heads h*n_rep..(h+1)*n_rep-1 share kv head h":
+            x.repeat(1, N_REP, 1, 1),
+    }
+    shapes = {(B, H_KV, 5 * N_REP, HEAD_DIM): "you repeated along the sequence axis; repeat the heads (dim=1)",
+              (B * N_REP, H_KV, 5, HEAD_DIM): "you repeated along the batch axis; repeat the heads (dim=1)",
+              (B, H_KV, 5, HEAD_DIM * N_REP): "you repeated along the feature axis; repeat the heads (dim=1)"}
+    expect.close(student.call("repeat_kv", x, N_REP), want, what, mistakes=mistakes, shapes=shapes)
+    same = student.call("repeat_kv", x, 1)
+    expect.close(same, x, "repeat_kv(x, n_rep=1)", hint="with n_rep=1 every head is kept once: x itself")
+
+
+# --------------------------------------------------------------------------- #
+# KVCache
+# --------------------------------------------------------------------------- #
+
+CACHE_STEPS = (2, 2, 1)  # S_new of three appends: 2 positions, then 2 more, then one token
+
+
+def cache_shapes(S_old, S_new):
+    S_all = S_old + S_new
+    return {
+        (B, 2 * H, S_new, HEAD_DIM): "you appended on the head axis (dim=1): positions are the sequence axis, dim=2 "
+                                     "(or -2) of [B, H, S, head_dim]",
+        (2 * B, H, S_new, HEAD_DIM): "you appended on the batch axis (dim=0): positions are the sequence axis, "
+                                     "dim=2 (or -2)",
+        (B, H, S_new, 2 * HEAD_DIM): "you appended on the feature axis (dim=-1): positions are the sequence axis, "
+                                     "dim=2 (or -2)",
+        (B, H, S_new, HEAD_DIM): f"append returned only the new positions ({S_new}); it must return every cached "
+                                 f"key and value ({S_all} positions), the old ones first",
+    }
+
+
+@pytest.mark.points(6)
+def test_kv_cache_append_returns_everything_cached(student, gen):
+    """KVCache.append(k, v) stores k, v [B, H, S_new, head_dim] after the cached positions and returns all keys and values"""
+    cache = student.new("KVCache")
+    ks, vs, S_old = [], [], 0
+    for step, S_new in enumerate(CACHE_STEPS, 1):
+        k, v = torch.randn(B, H, S_new, HEAD_DIM, generator=gen), torch.randn(B, H, S_new, HEAD_DIM, generator=gen)
+        ks.append(k)
+        vs.append(v)
+        what = f"append number {step} (S_new={S_new}, {S_old} positions cached before)"
+        try:
+            got = cache.method("append", k, v)
+        except StudentRaised as exc:
+            if exc.kind == "NotImplementedError":
+                raise
+            raise expect.CheckFailure(f"{exc}; concatenate along the sequence axis (dim=2, or -2) of "
+                                      "[B, H, S, head_dim]") from None
+        if not isinstance(got, tuple) or len(got) != 2:
+            raise expect.CheckFailure(f"{what} returned {type(got).__name__}: return the tuple (k_all, v_all)")
+        k_all, v_all = torch.cat(ks, dim=2), torch.cat(vs, dim=2)
+        if (expect.same(got[0], v_all) and expect.same(got[1], k_all)) and not expect.same(k_all, v_all):
+            raise expect.CheckFailure(f"{what} returned (values, keys): return (k_all, v_all), keys first")
+        newest_first = {"the new positions must come after the cached ones: torch.cat([cached, new], dim=2)":
+                        torch.cat(ks[::-1], dim=2)}
+        expect.close(got[0], k_all, f"the keys returned by {what}", mistakes=newest_first,
+                     shapes=cache_shapes(S_old, S_new))
+        expect.close(got[1], v_all, f"the values returned by {what}", mistakes=newest_first,
+                     shapes=cache_shapes(S_old, S_new))
+        S_old += S_new
+
+
+@pytest.mark.points(2)
+def test_kv_cache_length_counts_positions(student, gen):
+    """len(KVCache()) is 0, then the number of cached positions"""
+    cache = student.new("KVCache")
+    first = cache.method("__len__")
+    if first != 0:
+        raise expect.CheckFailure(f"len(KVCache()) is {first!r}: an empty cache holds 0 positions")
+    steps = (3, 1, 2)  # never as many positions as append calls
+    for count, S_new in enumerate(steps, 1):
+        cache.method("append", torch.randn(B, H, S_new, HEAD_DIM, generator=gen),
+                     torch.randn(B, H, S_new, HEAD_DIM, generator=gen))
+        total = sum(steps[:count])
+        got = cache.method("__len__")
+        if got != total:
+            hint = (": that is the number of append calls; count positions, k.shape[-2] of the cached keys"
+                    if got == count else ": count positions, the size of the sequence axis (dim=2) of the cached keys")
+            raise expect.CheckFailure(f"after appending {' + '.join(map(str, steps[:count]))} positions, len(cache) is "
+                                      f"{got!r}, expected {total}{hint}")
+
+
+# --------------------------------------------------------------------------- #
+# CachedSelfAttention
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.points(2)
+def test_cached_module_submodules(student):
+    """CachedSelfAttention has W_qkv (d_model -> 3 d_model, rows q, k, v) and W_o (d_model -> d_model), bias-free"""
+    call = f"CachedSelfAttention({D_MODEL}, {H})"
+    layers = {"W_qkv": (D_MODEL, 3 * D_MODEL), "W_o": (D_MODEL, D_MODEL)}
+    roles = {"W_qkv": "d_model -> 3 * d_model, rows q, k, v", "W_o": "d_model -> d_model"}
+    expect.submodules(student.new("CachedSelfAttention", D_MODEL, H).describe(), layers, None, call, roles)
+
+
+def weights(gen):
+    w_qkv = torch.randn(3 * D_MODEL, D_MODEL, generator=gen) / math.sqrt(D_MODEL)
+    w_o = torch.randn(D_MODEL, D_MODEL, generator=gen) / math.sqrt(D_MODEL)
+    return w_qkv, w_o
+
+
+def loaded_module(student, w_qkv, w_o):
+    module = student.new("CachedSelfAttention", D_MODEL, H)
+    try:
+        module.load_state_dict({"W_qkv.weight": w_qkv, "W_o.weight": w_o})
+    except StudentRaised as exc:
+        raise expect.CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
+                                  "bias-free layers W_qkv and W_o") from None
+    return module.eval()
+
+
+def decode_mistakes(w_qkv, w_o, x, chunks):
+    def v(**kw):
+        return lambda: decode_variant(w_qkv, w_o, x, chunks, **kw)
+
+    cached = len(chunks) > 1
+    out = {}
+    if cached:
+        out[TOP_LEFT] = v(align="top_left")
+        out["the new tokens attend only to themselves: append their keys and values to the cache first and attend over "
+            "everything it returns"] = v(use_cache=False)
+        out["once the cache holds positions you drop the causal mask, but several new tokens must still not see each "
+            "other's future: mask with decode_causal_mask(S_new, S_k)"] = v(mask_cached=False)
+    out["the attention is not causal: a token must not see the tokens after it"] = v(align="none")
+    out["your causal mask hides the diagonal: a token may attend to itself"] = v(diagonal=False)
+    out[f"you scaled by sqrt(d_model) = sqrt({D_MODEL}); scale each head by sqrt(head_dim) = sqrt({HEAD_DIM})"] = \
+        v(scale=D_MODEL ** -0.5)
+    out["you did not scale the scores: divide by sqrt(head_dim)"] = v(scale=1.0)
+    for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0)):
+        out[f"the rows of W_qkv are ordered q, k, v (as in nn.MultiheadAttention.in_proj_weight); you read them as "
+            f"{', '.join('qkv'[i] for i in order)}"] = v(order=order)
+    return out
+
+
+def run_chunks(student, module, x, chunks):
+    """The module's outputs for x fed in chunks through one KVCache (no cache for a single chunk), and the cache."""
+    if len(chunks) == 1:
+        return module(x), None
+    cache = student.new("KVCache")
+    outs, start = [], 0
+    for n in chunks:
+        what = f"forward(x[:, {start}:{start + n}], cache) with {start} cached position{'' if start == 1 else 's'}"
+        try:
+            out = module(x[:, start : start + n], cache)
+        except StudentRaised as exc:
+            if exc.kind == "NotImplementedError":
+                raise
+            raise expect.CheckFailure(f"{what}: {exc}; the new queries [B, H, S_new, head_dim] attend over all "
+                                      "S_k cached keys: scores [B, H, S_new, S_k], mask decode_causal_mask(S_new, S_k)"
+                                      ) from None
+        outs.append(expect.shape(out, (B, n, D_MODEL), what))
+        start += n
+    return torch.cat(outs, dim=1), cache
+
+
+def compare_split(student, module, w_qkv, w_o, x, chunks, label):
+    got, cache = run_chunks(student, module, x, chunks)
+    want = decode_variant(w_qkv, w_o, x, chunks)
+    expect.close(got, want, label, mistakes=decode_mistakes(w_qkv, w_o, x, chunks))
+    if cache is not None:
+        length = cache.method("__len__")
+        if length != sum(chunks):
+            raise expect.CheckFailure(f"{label}: afterwards len(cache) is {length!r}, expected {sum(chunks)}: forward "
+                                      "must append the new keys and values exactly once")
+
+
+@pytest.mark.points(4)
+def test_cached_module_without_cache_is_causal_self_attention(student, gen):
+    """forward(x) without a cache is causal multi-head self-attention (nn.MultiheadAttention with a causal mask)"""
+    w_qkv, w_o = weights(gen)
+    module = loaded_module(student, w_qkv, w_o)
+    x = torch.randn(B, S, D_MODEL, generator=gen)
+    compare_split(student, module, w_qkv, w_o, x, (S,), f"forward(x [{B}, {S}, {D_MODEL}])")
+
+
+@pytest.mark.points(6)
+def test_decoding_equals_the_full_pass_for_every_split(student, gen):
+    """a prompt of p tokens, then one token at a time through one KVCache, equals the full causal pass, for every p"""
+    w_qkv, w_o = weights(gen)
+    module = loaded_module(student, w_qkv, w_o)
+    x = torch.randn(B, S, D_MODEL, generator=gen)
+    for p in range(1, S):
+        chunks = (p,) + (1,) * (S - p)
+        compare_split(student, module, w_qkv, w_o, x, chunks,
+                      f"a prompt of {p} token{'s' if p > 1 else ''}, then {S - p} tokens one at a time (outputs joined, [{B}, {S}, "
+                      f"{D_MODEL}])")
+
+
+@pytest.mark.points(5)
+def test_chunks_of_several_tokens_after_a_prompt(student, gen):
+    """several new tokens at once after a prompt (S_q < S_k, S_q > 1) equal the full causal pass"""
+    w_qkv, w_o = weights(gen)
+    module = loaded_module(student, w_qkv, w_o)
+    x = torch.randn(B, S, D_MODEL, generator=gen)
+    chunks = (2, 3, 1)
+    compare_split(student, module, w_qkv, w_o, x, chunks,
+                  f"a prompt of 2 tokens, then 3 tokens at once, then 1 (outputs joined, [{B}, {S}, {D_MODEL}])")
+
+
+# --------------------------------------------------------------------------- #
+# kv_cache_bytes
+# --------------------------------------------------------------------------- #
+
+BYTES_CASES = (
+    ((2, 3, 5, 7, 11), {"dtype": torch.float64}),  # 8 bytes: no two mistakes give the same number
+    ((1, 32, 32, 128, 4096), {}),  # a 32-layer, 32-head model at 4k tokens, fp16 by default
+    ((3, 2, 1, 8, 13), {"dtype": torch.bfloat16}),
+)
+
+
+def bytes_hint(got, args, dtype):
+    batch, layers, kv_heads, head_dim, seq_len = args
+    size = torch.empty((), dtype=dtype).element_size()
+    numbers = batch * layers * kv_heads * head_dim * seq_len  # of the keys alone
+    known = (  # the first that matches (with 2-byte elements the first two coincide: both are said)
+        (2 * numbers, f"that is the number of elements; multiply by the element size ({size} bytes for {dtype})"
+                      + (", and count both the keys and the values (a factor 2)" if size == 2 else "")),
+        (numbers * size, "count both the keys and the values (a factor 2)"),
+        (numbers, "count both the keys and the values (a factor 2) and multiply by the element size"),
+        (2 * numbers * 2, f"you ignored dtype: a {dtype} element takes {size} bytes"),
+        (2 * numbers * size * 8, "that is bits, not bytes"),
+        (2 * batch * kv_heads * head_dim * seq_len * size, "that is one layer: multiply by the number of layers"),
+    )
+    return next((hint for value, hint in known if got == value),
+                f"it is 2 (keys and values) x batch x layers x kv_heads x head_dim x seq_len x {size} bytes")
+
+
+@pytest.mark.points(5)
+def test_kv_cache_bytes(student):
+    """kv_cache_bytes is 2 (K and V) x batch x layers x kv_heads x head_dim x seq_len x the element size, as an int"""
+    for args, kwargs in BYTES_CASES:
+        dtype = kwargs.get("dtype", torch.float16)
+        want = ref.kv_cache_bytes(*args, **kwargs)
+        got = student.call("kv_cache_bytes", *args, **kwargs)
+        shown = ", ".join(map(str, args)) + (f", dtype={dtype}" if kwargs else "")
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise expect.CheckFailure(f"kv_cache_bytes({shown}) returned {type(got).__name__}: return a Python int")
+        if got != want:
+            raise expect.CheckFailure(f"kv_cache_bytes({shown}) returned {got!r}, expected {want}: "
+                                      f"{bytes_hint(got, args, dtype)}")
+        if not isinstance(got, int):
+            raise expect.CheckFailure(f"kv_cache_bytes({shown}) returned the float {got!r}: return an int (a number "
+                                      "of bytes; element_size() is an int)")

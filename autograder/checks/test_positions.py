@@ -1,0 +1,130 @@
+"""Hidden checks for part positions (assignment generation): sinusoidal_positions, apply_rope.
+
+RoPE is checked three ways: values against the reference on positions 0, 1, 2, ...; values
+on unsorted positions that do not start at 0 (a decoder's positions after a cache); and the
+property that defines it: a query's score against a key depends only on their offset.
+"""
+import pytest
+import torch
+
+from autograder.checks import expect
+from autograder.checks.gen_common import B, H, ROPE_DIM, rope_variant, sinusoidal_variant
+from solutions import generation as ref
+
+PE_LEN, PE_DIM = 50, 16  # long enough that a wrong frequency shows in every pair
+
+
+def sinusoidal_mistakes(seq_len, d_model):
+    def v(**kw):
+        return lambda: sinusoidal_variant(seq_len, d_model, **kw)
+
+    return {
+        "sin and cos are swapped: PE[p, 2i] = sin(angle) on the even features, PE[p, 2i + 1] = cos(angle) on the odd "
+        "ones": v(swap=True),
+        "you put all the sines first and all the cosines after them: interleave them, sin on feature 2i and cos on "
+        "feature 2i + 1": v(layout="halves"),
+        "feature 2i + 1 must use the same angle as feature 2i (p / 10000^(2i / d_model)); you gave each feature j "
+        "its own exponent j / d_model": v(exponent="j"),
+        "the exponent is 2i / d_model, where i counts the pairs; you used i / d_model": v(exponent="i"),
+        "the base is 10000": v(base=1000.0),
+    }
+
+
+@pytest.mark.points(3)
+def test_sinusoidal_shape_and_dtype(student):
+    """sinusoidal_positions(S, d_model) is a float32 tensor [S, d_model]"""
+    got = expect.shape(student.call("sinusoidal_positions", 7, 12), (7, 12), "sinusoidal_positions(7, 12)",
+                       hints={(12, 7): "the rows are positions: [seq_len, d_model]"})
+    if got.dtype != torch.float32:
+        raise expect.CheckFailure(f"sinusoidal_positions(7, 12) returned dtype {got.dtype}, expected torch.float32 "
+                                  "(start from torch.arange(..., dtype=torch.float32) or convert with .float())")
+
+
+@pytest.mark.points(7)
+def test_sinusoidal_values(student):
+    """PE[p, 2i] = sin(p / 10000^(2i / d_model)) and PE[p, 2i + 1] = cos of the same angle"""
+    got = student.call("sinusoidal_positions", PE_LEN, PE_DIM)
+    want = ref.sinusoidal_positions(PE_LEN, PE_DIM)
+    expect.close(got, want, f"sinusoidal_positions({PE_LEN}, {PE_DIM})", atol=1e-4, rtol=1e-4,
+                 mistakes=sinusoidal_mistakes(PE_LEN, PE_DIM))
+
+
+def rope_mistakes(x, positions):
+    def v(**kw):
+        return lambda: rope_variant(x, positions, **kw)
+
+    return {
+        "you rotated the pairs (x[i], x[i + head_dim/2]) (the half-split pairing of rotate_half code): the spec pairs "
+        "neighbours, (x[2i], x[2i + 1]) (x[..., 0::2] with x[..., 1::2])": v(pairs="halves"),
+        "you rotated the wrong way: (a, b) -> (a cos t - b sin t, a sin t + b cos t)": v(direction=-1),
+        "the angle of pair i is position * 10000^(-2i / head_dim); you used 10000^(-i / head_dim)": v(exponent="i"),
+        "the base of the angles is 10000": v(base=1000.0),
+        "you ignored `positions` and used 0, 1, 2, ...: rotate each row by the position you were given (after a "
+        "cache, the new tokens are at positions len(cache), len(cache) + 1, ...)": v(use_positions=False),
+        "the half-split pairing and the other rotation direction": v(pairs="halves", direction=-1),
+    }
+
+
+@pytest.mark.points(4)
+def test_rope_shape_and_dtype(student, gen):
+    """apply_rope keeps the shape ([B, H, S, head_dim] or [B, S, head_dim]) and the dtype of x"""
+    x4 = torch.randn(B, H, 5, ROPE_DIM, generator=gen, dtype=torch.float64)
+    got = expect.shape(student.call("apply_rope", x4, torch.arange(5)), x4.shape,
+                       f"apply_rope(x [{B}, {H}, 5, {ROPE_DIM}], positions [5])")
+    if got.dtype != torch.float64:
+        raise expect.CheckFailure(f"apply_rope on a float64 x returned {got.dtype}: return x's dtype (compute the "
+                                  "angles in float32 or float64, then .to(x.dtype))")
+    x3 = torch.randn(B, 5, ROPE_DIM, generator=gen)
+    got3 = expect.shape(student.call("apply_rope", x3, torch.arange(5)), x3.shape,
+                        f"apply_rope(x [{B}, 5, {ROPE_DIM}], positions [5]): x may have any leading axes")
+    if got3.dtype != torch.float32:
+        raise expect.CheckFailure(f"apply_rope on a float32 x returned {got3.dtype}: return x's dtype")
+
+
+@pytest.mark.points(5)
+def test_rope_values(student, gen):
+    """apply_rope(x, 0..S-1) rotates each pair (x[2i], x[2i+1]) by position * 10000^(-2i / head_dim)"""
+    x = torch.randn(B, H, 6, ROPE_DIM, generator=gen)
+    positions = torch.arange(6)
+    got = student.call("apply_rope", x, positions)
+    expect.close(got, ref.apply_rope(x, positions), f"apply_rope(x [{B}, {H}, 6, {ROPE_DIM}], positions 0..5)",
+                 atol=1e-5, rtol=1e-4, mistakes=rope_mistakes(x, positions))
+
+
+@pytest.mark.points(5)
+def test_rope_uses_the_given_positions(student, gen):
+    """apply_rope rotates each row by its own position, for positions that are not 0, 1, 2, ... (after a cache)"""
+    x = torch.randn(B, 5, ROPE_DIM, generator=gen)
+    positions = torch.tensor([7, 3, 12, 0, 29])
+    got = student.call("apply_rope", x, positions)
+    expect.close(got, ref.apply_rope(x, positions), f"apply_rope(x [{B}, 5, {ROPE_DIM}], positions "
+                 f"{positions.tolist()})", atol=1e-5, rtol=1e-4, mistakes=rope_mistakes(x, positions))
+
+
+@pytest.mark.points(6)
+def test_rope_scores_depend_only_on_the_offset(student, gen):
+    """after apply_rope, the score of a query at position m and a key at position n depends only on m - n"""
+    q = torch.randn(1, ROPE_DIM, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, ROPE_DIM, generator=gen, dtype=torch.float64)
+    pairs = [(3, 1), (10, 8), (40, 38), (1, 3), (21, 23), (5, 5), (17, 17)]
+    m = torch.tensor([a for a, _ in pairs])
+    n = torch.tensor([b for _, b in pairs])
+    rq = expect.shape(student.call("apply_rope", q.expand(len(pairs), ROPE_DIM).contiguous(), m),
+                      (len(pairs), ROPE_DIM), "apply_rope(q [7, 8], positions [7])")
+    rk = expect.shape(student.call("apply_rope", k.expand(len(pairs), ROPE_DIM).contiguous(), n),
+                      (len(pairs), ROPE_DIM), "apply_rope(k [7, 8], positions [7])")
+    expect.finite(rq, "apply_rope")
+    scores = (rq.double() * rk.double()).sum(-1)  # the score of q at m against k at n, for each pair
+    if (scores - scores[0]).abs().max() <= 1e-9 * (1 + scores.abs().max()):
+        raise expect.CheckFailure("the scores do not change with the positions at all: apply_rope must rotate each pair "
+                                  "by an angle that grows with the position")
+    for group, offset in ((slice(0, 3), 2), (slice(3, 5), -2), (slice(5, 7), 0)):
+        values = scores[group]
+        if (values - values[0]).abs().max() > 1e-6 * (1 + values.abs().max()):
+            shown = ", ".join(f"(m={a}, n={b}): {s:.4f}" for (a, b), s in zip(pairs[group], values.tolist()))
+            raise expect.CheckFailure(f"with m - n = {offset} the scores should all be equal, got {shown}: each pair "
+                                      "(x[2i], x[2i+1]) must be rotated by an angle proportional to its position, the "
+                                      "same rotation for queries and keys")
+    if torch.allclose(scores[0], scores[3]) and not torch.allclose(q, k):
+        raise expect.CheckFailure("the score for m - n = 2 equals the one for m - n = -2: the rotation must depend on "
+                                  "the sign of the offset (rotate (a, b) to (a cos t - b sin t, a sin t + b cos t))")

@@ -1,0 +1,221 @@
+"""The mistake catalogue of the second assignment, `generation`: textual edits of solutions/generation.py.
+
+Same rules as tests/catalogue/build.py (whose Case, edits and writer this file reuses): each
+case changes the reference in one intended way, declares the parts it must lose, and every
+other part must keep full marks.
+
+    .venv/bin/python tests/catalogue/generation.py          # (re)write tests/catalogue/generation/*.py
+    .venv/bin/python tests/catalogue/generation.py --table  # grade them all and print the result table
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+REFERENCE = ROOT / "solutions" / "generation.py"
+OUT = HERE / "generation"
+GENERATOR = "tests/catalogue/generation.py"
+
+
+def _load_build():
+    name = "catalogue_build"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "build.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+build = _load_build()
+Case = build.Case
+
+
+def _fn(name: str, body: str) -> tuple:
+    return (name, None, body)
+
+
+CACHED_MASK = 'scores = scores.masked_fill(~decode_causal_mask(S_new, S_k).to(x.device), float("-inf"))'
+CACHED_STEPS_3_4 = f"""        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        {CACHED_MASK}
+        # 4. softmax over keys, weighted sum, merge heads [B, S_new, d_model], then W_o
+        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S_new, head_dim]"""
+
+CASES: tuple = (
+    # ------------------------------------------------------------------ wrong: positions
+    Case("pe_sin_cos_swapped", "cos on the even features, sin on the odd ones",
+         (("sinusoidal_positions", "pe[:, 0::2] = torch.sin(angle)", "pe[:, 0::2] = torch.cos(angle)"),
+          ("sinusoidal_positions", "pe[:, 1::2] = torch.cos(angle)", "pe[:, 1::2] = torch.sin(angle)")),
+         lose=("positions",), says="swapped"),
+    Case("pe_sines_then_cosines", "all the sines first, then all the cosines (concatenated, not interleaved)",
+         (("sinusoidal_positions", "pe[:, 0::2] = torch.sin(angle)  # even features",
+           "pe = torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)"),
+          ("sinusoidal_positions", "    pe[:, 1::2] = torch.cos(angle)  # odd features\n", "")),
+         lose=("positions",), says="interleave"),
+    Case("rope_half_split", "RoPE pairs feature i with feature i + head_dim/2 (rotate_half code)",
+         (("apply_rope", "a, b = x[..., 0::2].to(work), x[..., 1::2].to(work)",
+           "a, b = x[..., : head_dim // 2].to(work), x[..., head_dim // 2 :].to(work)"),
+          ("apply_rope", "return rotated.flatten(-2).to(x.dtype)",
+           "return torch.cat((rotated[..., 0], rotated[..., 1]), dim=-1).to(x.dtype)")),
+         lose=("positions",), says="half-split"),
+    Case("rope_base_1000", "RoPE's angles with base 1000",
+         (("apply_rope", "ROPE_BASE ** (-two_i / head_dim)", "1000.0 ** (-two_i / head_dim)"),),
+         lose=("positions",), says="base"),
+    Case("rope_ignores_positions", "apply_rope rotates row s by s, whatever positions says",
+         (("apply_rope", "positions.to(work)[:, None]",
+           "torch.arange(x.shape[-2], dtype=work, device=x.device)[:, None]"),),
+         lose=("positions",), says="ignored `positions`"),
+    Case("rope_exponent_i", "RoPE's frequencies 10000^(-i / head_dim) (the factor 2 forgotten)",
+         (("apply_rope", "two_i = torch.arange(0, head_dim, 2, dtype=work, device=x.device)",
+           "two_i = torch.arange(head_dim // 2, dtype=work, device=x.device)"),),
+         lose=("positions",), says="10000^(-i / head_dim)"),
+    # ------------------------------------------------------------------ wrong: kv_cache
+    Case("decode_mask_top_left", "decode_causal_mask is tril() of [S_q, S_k]: top-left aligned",
+         (("decode_causal_mask", ".tril(diagonal=offset)", ".tril()"),),
+         lose=("kv_cache",), says="top-left aligned"),
+    Case("cached_sdpa_is_causal", "CachedSelfAttention calls SDPA with is_causal=True (top-left when S_q != S_k)",
+         (("CachedSelfAttention", CACHED_STEPS_3_4,
+           "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, S_new, head_dim]"),),
+         lose=("kv_cache",), says="top-left aligned"),
+    Case("repeat_kv_tiled", "repeat_kv tiles the heads with .repeat (kv0, kv1, kv0, kv1, ...)",
+         (("repeat_kv", "x = x[:, :, None].expand(B, H_kv, n_rep, S, head_dim)",
+           "x = x[:, None].expand(B, n_rep, H_kv, S, head_dim)"),),
+         lose=("kv_cache",), says="tiled"),
+    Case("cache_on_head_axis", "KVCache.append concatenates along the head axis",
+         (("KVCache", "self.k = torch.cat([self.k, k], dim=-2)", "self.k = torch.cat([self.k, k], dim=1)"),
+          ("KVCache", "self.v = torch.cat([self.v, v], dim=-2)", "self.v = torch.cat([self.v, v], dim=1)")),
+         lose=("kv_cache",), says="head axis"),
+    Case("cache_len_counts_appends", "len(KVCache) counts append calls, not positions",
+         (("KVCache", "        self.v: torch.Tensor | None = None\n",
+           "        self.v: torch.Tensor | None = None\n        self.calls = 0\n"),
+          ("KVCache", "        if self.k is None:\n            self.k, self.v = k, v",
+           "        self.calls += 1\n        if self.k is None:\n            self.k, self.v = k, v"),
+          ("KVCache", "return 0 if self.k is None else self.k.shape[-2]", "return self.calls")),
+         lose=("kv_cache",), says="number of append calls"),
+    Case("cached_ignores_cache", "CachedSelfAttention appends to the cache but attends only to the new keys",
+         (("CachedSelfAttention", "            k, v = cache.append(k, v)", "            cache.append(k, v)"),),
+         lose=("kv_cache",), says="attend only to themselves"),
+    Case("cached_no_mask_after_prompt", "no causal mask once the cache holds positions (fine one token at a time, "
+         "wrong for several)",
+         (("CachedSelfAttention", "        if cache is not None:\n            k, v = cache.append(k, v)",
+           "        cached = cache is not None and len(cache) > 0\n"
+           "        if cache is not None:\n            k, v = cache.append(k, v)"),
+          ("CachedSelfAttention", f"        {CACHED_MASK}", f"        if not cached:\n            {CACHED_MASK}")),
+         lose=("kv_cache",), says="drop the causal mask"),
+    Case("cached_scale_d_model", "CachedSelfAttention scales by sqrt(d_model)",
+         (("CachedSelfAttention", "/ math.sqrt(q.shape[-1])", "/ math.sqrt(d_model)"),),
+         lose=("kv_cache",), says="sqrt(d_model)"),
+    Case("kv_bytes_without_values", "kv_cache_bytes counts the keys only",
+         (("kv_cache_bytes", "return 2 * batch", "return batch"),), lose=("kv_cache",), says="factor 2"),
+    Case("kv_bytes_always_fp16", "kv_cache_bytes takes 2 bytes per element whatever the dtype",
+         (("kv_cache_bytes", "torch.empty((), dtype=dtype)", "torch.empty((), dtype=torch.float16)"),),
+         lose=("kv_cache",), says="ignored dtype"),
+    # ------------------------------------------------------------------ wrong: cross_attention
+    Case("cross_kv_from_x", "CrossAttention projects keys and values from x (self-attention by mistake)",
+         (("CrossAttention", "k = self.W_k(context).view(B, S_k, H, head_dim)", "k = self.W_k(x).view(B, S_q, H, head_dim)"),
+          ("CrossAttention", "v = self.W_v(context).view(B, S_k, H, head_dim)", "v = self.W_v(x).view(B, S_q, H, head_dim)")),
+         lose=("cross_attention",), says="projected from x"),
+    Case("cross_mask_inverted", "CrossAttention fills -inf at the real context tokens",
+         (("CrossAttention", "masked_fill(~context_mask[:, None, None, :]", "masked_fill(context_mask[:, None, None, :]"),),
+         lose=("cross_attention",), says="inverted"),
+    Case("cross_causal", "CrossAttention adds a decoder's causal mask",
+         (("CrossAttention", "        # 3. softmax over the context",
+           "        scores = scores.masked_fill(torch.ones(S_q, S_k, dtype=torch.bool).triu(1), float('-inf'))\n"
+           "        # 3. softmax over the context"),),
+         lose=("cross_attention",), says="no causal mask"),
+    Case("cross_ignores_d_context", "W_k and W_v take d_model features whatever d_context is",
+         (("CrossAttention", "self.W_k = nn.Linear(d_context, d_model, bias=False)",
+           "self.W_k = nn.Linear(d_model, d_model, bias=False)"),
+          ("CrossAttention", "self.W_v = nn.Linear(d_context, d_model, bias=False)",
+           "self.W_v = nn.Linear(d_model, d_model, bias=False)")),
+         lose=("cross_attention",), says="d_context -> d_model"),
+    Case("cross_mask_on_queries", "the context mask hides query rows",
+         (("CrossAttention", "~context_mask[:, None, None, :]", "~context_mask[:, None, :, None]"),),
+         lose=("cross_attention",), says="context_mask[:, None, None, :]"),
+    # ------------------------------------------------------------------ correct variants
+    Case("ok_rope_complex", "RoPE as complex multiplication (Meta's LLaMA code); PE with exp/log in float32 "
+         "(the Annotated Transformer)",
+         (_fn("apply_rope", "def apply_rope(x, positions):\n"
+              "    d = x.shape[-1]\n"
+              "    freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))\n"
+              "    angles = torch.outer(positions.float(), freqs)\n"
+              "    rot = torch.polar(torch.ones_like(angles), angles)\n"
+              "    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], d // 2, 2))\n"
+              "    return torch.view_as_real(pairs * rot).flatten(-2).type_as(x)\n"),
+          _fn("sinusoidal_positions", "def sinusoidal_positions(seq_len, d_model):\n"
+              "    pe = torch.zeros(seq_len, d_model)\n"
+              "    position = torch.arange(0, seq_len).unsqueeze(1)\n"
+              "    div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))\n"
+              "    pe[:, 0::2] = torch.sin(position * div_term)\n"
+              "    pe[:, 1::2] = torch.cos(position * div_term)\n"
+              "    return pe\n"))),
+    Case("ok_rope_rotate_every_two", "RoPE with interleaved cos/sin tables and a rotate-every-two helper (GPT-J style)",
+         (_fn("apply_rope", "def _rotate_every_two(x):\n"
+              "    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)\n\n\n"
+              "def apply_rope(x, positions):\n"
+              "    d = x.shape[-1]\n"
+              "    inv = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)\n"
+              "    angle = (positions.double()[:, None] * inv).repeat_interleave(2, dim=-1)\n"
+              "    out = x.double() * angle.cos() + _rotate_every_two(x.double()) * angle.sin()\n"
+              "    return out.to(x.dtype)\n"),)),
+    Case("ok_cached_sdpa_lower_right", "the cached module through SDPA with causal_lower_right; repeat_interleave; "
+         "a cache of lists; itemsize",
+         (("CachedSelfAttention", CACHED_STEPS_3_4,
+           "        from torch.nn.attention.bias import causal_lower_right\n\n"
+           "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(S_new, S_k))"),
+          _fn("repeat_kv", "def repeat_kv(x, n_rep):\n    return x.repeat_interleave(n_rep, dim=1)\n"),
+          _fn("KVCache", "class KVCache:\n"
+              "    def __init__(self):\n        self.ks, self.vs = [], []\n\n"
+              "    def append(self, k, v):\n        self.ks.append(k)\n        self.vs.append(v)\n"
+              "        return torch.cat(self.ks, dim=2), torch.cat(self.vs, dim=2)\n\n"
+              "    def __len__(self):\n        return sum(k.shape[2] for k in self.ks)\n"),
+          ("kv_cache_bytes", "element_size = torch.empty((), dtype=dtype).element_size()",
+           "element_size = dtype.itemsize"))),
+    Case("ok_cross_sdpa", "cross-attention through SDPA with a [B, 1, 1, S_k] boolean mask; einops-free reshape",
+         (("CrossAttention", """        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+        if context_mask is not None:
+            scores = scores.masked_fill(~context_mask[:, None, None, :], float("-inf"))  # [B, 1, 1, S_k]
+        # 3. softmax over the context, weighted sum, merge heads, W_o
+        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S_q, head_dim]""",
+           """        allowed = None if context_mask is None else context_mask[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)"""),)),
+    Case("ok_decode_mask_by_positions", "decode_causal_mask from absolute positions; the cached module masks with "
+         "torch.where",
+         (_fn("decode_causal_mask", "def decode_causal_mask(S_q, S_k):\n"
+              "    query_pos = torch.arange(S_k - S_q, S_k)[:, None]\n"
+              "    key_pos = torch.arange(S_k)[None, :]\n"
+              "    return key_pos <= query_pos\n"),
+          ("CachedSelfAttention", CACHED_MASK,
+           'scores = torch.where(decode_causal_mask(S_new, S_k), scores, torch.tensor(float("-inf")))'))),
+)
+
+
+def write() -> list[Path]:
+    return build.write(CASES, REFERENCE, OUT, GENERATOR)
+
+
+def sources() -> dict[str, str]:
+    return build.sources(CASES, REFERENCE, GENERATOR)
+
+
+def main(argv: list[str]) -> None:
+    paths = write()
+    print(f"wrote {len(paths)} cases to {OUT.relative_to(ROOT)}")
+    if "--table" in argv:
+        sys.path.insert(0, str(ROOT))
+        from autograder.grade import Grader  # noqa: PLC0415
+        from autograder.spec import PART_BY_ID  # noqa: PLC0415
+
+        ids = ["positions", "kv_cache", "cross_attention"]
+        with Grader() as grader:
+            results = {path.stem: grader.grade(path, part_ids=ids) for path in paths}
+            results["reference"] = grader.grade(REFERENCE, part_ids=ids)
+        parts = [PART_BY_ID[i] for i in ids]
+        print(build.table(results, parts, CASES))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
