@@ -4,10 +4,11 @@
     python -m course.build --check    # rebuild into a temp dir and fail on any drift from the committed files
     python -m course.build --out DIR  # write everything under DIR instead of the repository
 
-Outputs:
-  source/self_attention/*.ipynb      nbgrader instructor notebooks (+ visible_checks.py, memory_meter.py)
-  assignments/self_attention/        the student release, made by the real `nbgrader generate_assignment`
-  solutions/notebooks/*.ipynb        solved notebooks for self-learners, executed headless with nbclient
+Outputs, for each assignment (self_attention, generation):
+  source/<assignment>/*.ipynb        nbgrader instructor notebooks (+ visible_checks.py, memory_meter.py)
+  assignments/<assignment>/          the student release, made by the real `nbgrader generate_assignment`
+  solutions/notebooks/[generation/]  solved notebooks for self-learners, executed headless with nbclient
+                                     (the first assignment's directly in solutions/notebooks/)
 """
 from __future__ import annotations
 
@@ -20,25 +21,51 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from autograder.spec import ASSIGNMENT, PARTS
+from autograder import spec
+from course import content
 from course.cells import BEGIN, END, Cell
-from course.content import MODULES
+from course.content import generation
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE_DIR = Path("source") / ASSIGNMENT
-RELEASE_DIR = Path("assignments") / ASSIGNMENT
-SOLVED_DIR = Path("solutions") / "notebooks"
-OUTPUT_DIRS = (SOURCE_DIR, RELEASE_DIR, SOLVED_DIR)
 
-SUPPORT_FILES = {
-    # generated file name -> (origin in the repository)
-    "visible_checks.py": REPO / "course" / "visible_checks.py",
-    "memory_meter.py": REPO / "autograder" / "worker" / "meter.py",
-}
+
+@dataclass(frozen=True)
+class Target:
+    """One nbgrader assignment's notebooks: their content modules, support files and output folders."""
+    id: str
+    modules: tuple
+    support: dict = field(default_factory=dict)  # generated file name -> origin in the repository
+    solved: Path = Path("solutions") / "notebooks"
+
+    @property
+    def source(self) -> Path:
+        return Path("source") / self.id
+
+    @property
+    def release(self) -> Path:
+        return Path("assignments") / self.id
+
+    @property
+    def outputs(self) -> tuple[Path, Path, Path]:
+        return (self.source, self.release, self.solved)
+
+
+TARGETS = (
+    Target(spec.ASSIGNMENT, content.MODULES, {"visible_checks.py": REPO / "course" / "visible_checks.py",
+                                              "memory_meter.py": REPO / "autograder" / "worker" / "meter.py"}),
+    Target("generation", generation.MODULES, {"visible_checks.py": REPO / "course" / "visible_checks_generation.py"},
+           Path("solutions") / "notebooks" / "generation"),
+)
+TARGET_BY_ID = {t.id: t for t in TARGETS}
+# The first assignment's folders, under the names the tests and the demo use.
+SOURCE_DIR, RELEASE_DIR, SOLVED_DIR = TARGETS[0].outputs
+SUPPORT_FILES = TARGETS[0].support
+OUTPUT_DIRS = tuple(d for t in TARGETS for d in t.outputs)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
@@ -72,21 +99,25 @@ def _node(index: int, cell: Cell) -> nbformat.NotebookNode:
     return node
 
 
-def source_notebooks() -> dict[str, nbformat.NotebookNode]:
-    """name -> instructor notebook, checked against autograder/spec.py."""
+def _parts(assignment: str) -> tuple:
+    return spec.PARTS if assignment == spec.ASSIGNMENT else spec.GENERATION_PARTS
+
+
+def source_notebooks(target: Target = TARGETS[0]) -> dict[str, nbformat.NotebookNode]:
+    """name -> instructor notebook of one assignment, checked against autograder/spec.py."""
     notebooks = {}
-    for module in MODULES:
+    for module in target.modules:
         cells = module.cells()
-        _check_against_spec(module.NAME, cells)
+        _check_against_spec(module.NAME, cells, _parts(target.id))
         notebooks[module.NAME] = to_notebook(cells)
-    missing = {p.notebook for p in PARTS} - set(notebooks)
+    missing = {p.notebook for p in _parts(target.id)} - set(notebooks)
     if missing:
         raise SystemExit(f"spec.py names notebooks that the content does not define: {sorted(missing)}")
     return notebooks
 
 
-def _check_against_spec(name: str, cells: list[Cell]) -> None:
-    parts = [p for p in PARTS if p.notebook == name]
+def _check_against_spec(name: str, cells: list[Cell], parts: tuple) -> None:
+    parts = [p for p in parts if p.notebook == name]
     solution_ids = [c.nbgrader["grade_id"] for c in cells if c.role == "solution"]
     expected = [f"solution_{n}" for p in parts for n in p.names]
     if sorted(solution_ids) != sorted(expected):
@@ -124,9 +155,9 @@ def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
     path.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
 
 
-def write_support_files(folder: Path) -> None:
+def write_support_files(folder: Path, target: Target = TARGETS[0]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for name, origin in SUPPORT_FILES.items():
+    for name, origin in target.support.items():
         rel = origin.relative_to(REPO).as_posix()
         header = f"# Generated by `python -m course.build` from {rel}; do not edit this copy.\n"
         (folder / name).write_text(header + origin.read_text(encoding="utf-8"), encoding="utf-8")
@@ -137,11 +168,11 @@ def write_support_files(folder: Path) -> None:
 # --------------------------------------------------------------------------- #
 
 
-def generate_release(root: Path) -> None:
+def generate_release(root: Path, target: Target = TARGETS[0]) -> None:
     """Run the real `nbgrader generate_assignment` with root/source -> root/assignments."""
     with tempfile.TemporaryDirectory(prefix="nbgrader-db-") as db_dir:
         cmd = [
-            sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force",
+            sys.executable, "-m", "nbgrader", "generate_assignment", target.id, "--force",
             f"--CourseDirectory.root={root}",
             f"--CourseDirectory.db_url=sqlite:///{db_dir}/gradebook.db",
         ]
@@ -151,7 +182,7 @@ def generate_release(root: Path) -> None:
         if done.returncode != 0:
             raise SystemExit(f"nbgrader generate_assignment failed:\n{done.stdout}\n{done.stderr}")
     # nbgrader marks released files read-only for students; keep them writable in the repository
-    for path in (root / RELEASE_DIR).rglob("*"):
+    for path in (root / target.release).rglob("*"):
         if path.is_file():
             path.chmod(0o644)
 
@@ -225,24 +256,24 @@ def execute_notebooks(paths: list[Path], allow_errors: bool = False, timeout: in
 
 
 def build(root: Path, execute: bool = True) -> None:
-    notebooks = source_notebooks()
+    notebooks = {t.id: source_notebooks(t) for t in TARGETS}
     for sub in OUTPUT_DIRS:
-        target = root / sub
-        if target.exists():
-            shutil.rmtree(target)
-    for name, nb in notebooks.items():
-        write_notebook(nb, root / SOURCE_DIR / f"{name}.ipynb")
-    write_support_files(root / SOURCE_DIR)
-    generate_release(root)
+        if (root / sub).exists():
+            shutil.rmtree(root / sub)
     solved_paths = []
-    for name, nb in notebooks.items():
-        path = root / SOLVED_DIR / f"{name}.ipynb"
-        write_notebook(solved_notebook(nb), path)
-        solved_paths.append(path)
-    write_support_files(root / SOLVED_DIR)
+    for target in TARGETS:
+        for name, nb in notebooks[target.id].items():
+            write_notebook(nb, root / target.source / f"{name}.ipynb")
+        write_support_files(root / target.source, target)
+        generate_release(root, target)
+        for name, nb in notebooks[target.id].items():
+            path = root / target.solved / f"{name}.ipynb"
+            write_notebook(solved_notebook(nb), path)
+            solved_paths.append(path)
+        write_support_files(root / target.solved, target)
     if execute:
         executed = execute_notebooks(solved_paths)
-        bad = {p.name: problems_in_outputs(nb) for p, nb in executed.items()}
+        bad = {str(p.relative_to(root)): problems_in_outputs(nb) for p, nb in executed.items()}
         bad = {k: v for k, v in bad.items() if v}
         if bad:
             raise SystemExit("solved notebooks must run cleanly:\n" + json.dumps(bad, indent=1))
@@ -278,15 +309,15 @@ def diff_trees(committed: Path, fresh: Path) -> list[str]:
     problems = []
     for sub in OUTPUT_DIRS:
         a_dir, b_dir = committed / sub, fresh / sub
-        a_files = {p.relative_to(a_dir).as_posix() for p in a_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts} if a_dir.exists() else set()
-        b_files = {p.relative_to(b_dir).as_posix() for p in b_dir.rglob("*") if p.is_file()}
+        a_files = _generated_files(a_dir, sub)
+        b_files = _generated_files(b_dir, sub)
         for name in sorted(a_files ^ b_files):
             where = "only in the committed tree" if name in a_files else "missing from the committed tree"
             problems.append(f"{sub}/{name}: {where}")
         for name in sorted(a_files & b_files):
             a, b = a_dir / name, b_dir / name
             if name.endswith(".ipynb"):
-                structure_only = sub == SOLVED_DIR  # executed outputs vary from run to run
+                structure_only = any(sub == t.solved for t in TARGETS)  # executed outputs vary from run to run
                 na = _normalise(json.loads(a.read_text(encoding="utf-8")), structure_only)
                 nb_ = _normalise(json.loads(b.read_text(encoding="utf-8")), structure_only)
                 if na != nb_:
@@ -294,6 +325,16 @@ def diff_trees(committed: Path, fresh: Path) -> list[str]:
             elif a.read_bytes() != b.read_bytes():
                 problems.append(f"{sub}/{name}: differs from a fresh build")
     return problems
+
+
+def _generated_files(folder: Path, sub: Path) -> set[str]:
+    """The files under `folder` (the output folder `sub`), without caches and other assignments' nested folders."""
+    if not folder.exists():
+        return set()
+    nested = [other.relative_to(sub) for other in OUTPUT_DIRS if sub in other.parents]
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts
+            and not any(n in p.relative_to(folder).parents for n in nested)}
 
 
 def check(committed: Path = REPO) -> list[str]:

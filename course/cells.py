@@ -1,7 +1,8 @@
 """Cell helpers for the notebook content, and the extraction of solution code.
 
 Every notebook is a list of cells built with the helpers below. Solution cells are never
-retyped: `solution(name)` takes the definition of `name` from solutions/attention.py with
+retyped: `solution(name)` takes the definition of `name` from its assignment's reference
+(solutions/attention.py or solutions/generation.py) with
 `ast`, keeps its signature and docstring, and puts each body between
 `### BEGIN SOLUTION` / `### END SOLUTION`, so nbgrader's release keeps the signature and
 the docstring and replaces the body with a stub.
@@ -15,6 +16,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "solutions" / "attention.py"
+# Every assignment's reference; an API name is defined in exactly one of them.
+REFERENCES = (REFERENCE, REPO / "solutions" / "generation.py")
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -84,16 +87,14 @@ def graded(part_id: str, points: float) -> Cell:
 # --------------------------------------------------------------------------- #
 
 
-def _reference_tree() -> tuple[list[str], ast.Module]:
-    text = REFERENCE.read_text()
-    return text.splitlines(), ast.parse(text)
-
-
-def _find(tree: ast.Module, name: str) -> ast.FunctionDef | ast.ClassDef:
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
-            return node
-    raise KeyError(f"{name} is not defined at the top level of {REFERENCE}")
+def _reference_node(name: str) -> tuple[list[str], ast.FunctionDef | ast.ClassDef]:
+    """The lines of the reference that defines `name` at its top level, and that definition."""
+    for path in REFERENCES:
+        text = path.read_text()
+        for node in ast.parse(text).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+                return text.splitlines(), node
+    raise KeyError(f"{name} is not defined at the top level of {', '.join(p.name for p in REFERENCES)}")
 
 
 def _has_docstring(node: ast.AST) -> bool:
@@ -146,8 +147,7 @@ def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None) -> 
 def solution_source(name: str, hints: dict[str, str] | None = None) -> str:
     """Source of a solution cell for the top-level function or class `name`."""
     hints = hints or {}
-    lines, tree = _reference_tree()
-    node = _find(tree, name)
+    lines, node = _reference_node(name)
     if isinstance(node, ast.FunctionDef):
         return "\n".join(_function_lines(lines, node, hints.get(name)))
     # a class: keep everything outside the methods, hide each method body
@@ -170,8 +170,7 @@ def solution(name: str, hints: dict[str, str] | None = None) -> Cell:
 
 def reference_body_lines(name: str) -> list[str]:
     """The stripped, non-trivial lines that the release must not contain (used by the tests)."""
-    lines, tree = _reference_tree()
-    node = _find(tree, name)
+    lines, node = _reference_node(name)
     fns = [node] if isinstance(node, ast.FunctionDef) else [n for n in node.body if isinstance(n, ast.FunctionDef)]
     found = []
     for fn in fns:

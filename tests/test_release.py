@@ -45,7 +45,7 @@ def test_drift_check_notices_a_changed_notebook(tmp_path):
     import shutil
 
     for sub in build.OUTPUT_DIRS:
-        shutil.copytree(REPO / sub, tmp_path / sub)
+        shutil.copytree(REPO / sub, tmp_path / sub, dirs_exist_ok=True)  # one output folder may hold another
     path = tmp_path / build.RELEASE_DIR / "02_masks.ipynb"
     nb = json.loads(path.read_text())
     nb["cells"][0]["source"] = "# edited by hand\n"

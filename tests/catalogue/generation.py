@@ -62,7 +62,7 @@ CASES: tuple = (
            "return torch.cat((rotated[..., 0], rotated[..., 1]), dim=-1).to(x.dtype)")),
          lose=("positions",), says="half-split"),
     Case("rope_base_1000", "RoPE's angles with base 1000",
-         (("apply_rope", "ROPE_BASE ** (-two_i / head_dim)", "1000.0 ** (-two_i / head_dim)"),),
+         (("apply_rope", "10000.0 ** (-two_i / head_dim)", "1000.0 ** (-two_i / head_dim)"),),
          lose=("positions",), says="base"),
     Case("rope_ignores_positions", "apply_rope rotates row s by s, whatever positions says",
          (("apply_rope", "positions.to(work)[:, None]",

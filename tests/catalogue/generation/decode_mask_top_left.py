@@ -19,8 +19,6 @@ import math
 import torch
 import torch.nn as nn
 
-ROPE_BASE = 10000.0  # the base of both the sinusoidal encodings and RoPE's angles
-
 # --------------------------------------------------------------------------- #
 # Part positions
 # --------------------------------------------------------------------------- #
@@ -30,7 +28,7 @@ def sinusoidal_positions(seq_len: int, d_model: int) -> torch.Tensor:
     """[seq_len, d_model] float32: PE[p, 2i] = sin(p / 10000^(2i / d_model)), PE[p, 2i + 1] = cos(same angle)."""
     position = torch.arange(seq_len, dtype=torch.float64)[:, None]  # [S, 1]
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # [d_model / 2]: 0, 2, 4, ...
-    angle = position / ROPE_BASE ** (two_i / d_model)  # [S, d_model / 2]
+    angle = position / 10000.0 ** (two_i / d_model)  # [S, d_model / 2]
     pe = torch.empty(seq_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angle)  # even features
     pe[:, 1::2] = torch.cos(angle)  # odd features
@@ -42,7 +40,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     head_dim = x.shape[-1]
     work = torch.float64 if x.dtype == torch.float64 else torch.float32  # angles need more than fp16
     two_i = torch.arange(0, head_dim, 2, dtype=work, device=x.device)  # [head_dim / 2]
-    angle = positions.to(work)[:, None] * ROPE_BASE ** (-two_i / head_dim)  # [S, head_dim / 2]
+    angle = positions.to(work)[:, None] * 10000.0 ** (-two_i / head_dim)  # [S, head_dim / 2]
     cos, sin = torch.cos(angle), torch.sin(angle)
     a, b = x[..., 0::2].to(work), x[..., 1::2].to(work)  # [..., S, head_dim / 2]: the two halves of each pair
     rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)  # [..., S, head_dim / 2, 2]
@@ -71,6 +69,7 @@ class KVCache:
     """The keys and values of every position seen so far, [B, H, S_cached, head_dim] each."""
 
     def __init__(self):
+        """An empty cache."""
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
@@ -84,6 +83,7 @@ class KVCache:
         return self.k, self.v
 
     def __len__(self) -> int:
+        """The number of cached positions (the sequence axis of the cached keys)."""
         return 0 if self.k is None else self.k.shape[-2]
 
 

@@ -19,8 +19,6 @@ import math
 import torch
 import torch.nn as nn
 
-ROPE_BASE = 10000.0  # the base of both the sinusoidal encodings and RoPE's angles
-
 # --------------------------------------------------------------------------- #
 # Part positions
 # --------------------------------------------------------------------------- #
@@ -66,6 +64,7 @@ class KVCache:
     """The keys and values of every position seen so far, [B, H, S_cached, head_dim] each."""
 
     def __init__(self):
+        """An empty cache."""
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
@@ -79,6 +78,7 @@ class KVCache:
         return self.k, self.v
 
     def __len__(self) -> int:
+        """The number of cached positions (the sequence axis of the cached keys)."""
         return 0 if self.k is None else self.k.shape[-2]
 
 

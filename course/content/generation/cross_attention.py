@@ -1,0 +1,180 @@
+"""Notebook 03 of `generation`: cross-attention (queries from one sequence, keys and values from another)."""
+from course.cells import check, demo, graded_cell, md, setup, solution
+
+NAME = "03_cross_attention"
+
+HINTS = {
+    "CrossAttention.__init__": "d_context defaults to d_model; W_k and W_v read d_context features, W_q and W_o d_model.",
+    "CrossAttention.forward": "queries from x, keys and values from the context, each split into heads; scores\n"
+    "[B, H, S_q, S_k]; the [B, S_k] context mask as [B, 1, 1, S_k]; no causal mask.",
+}
+
+
+def cells():
+    return [
+        md(r"""
+        # 03 · Cross-attention: reading another sequence
+
+        In self-attention, queries, keys and values all come from one sequence. In **cross-attention** the
+        queries come from the sequence being built (`x`) and the keys and values from another one, the
+        **context**:
+
+        - the decoder of a translation model reads the encoder's output (the source sentence) at every
+          layer: that is the original Transformer's second attention block;
+        - an image generator's features read the embeddings of the text prompt;
+        - a speech recogniser's text decoder reads the audio encoder's output.
+
+        The context can be longer or shorter than `x`, and its vectors can have another width
+        `d_context`, since they come from another network.
+
+        | part | what you write |
+        |---|---|
+        | `cross_attention` | `class CrossAttention(nn.Module)` |
+        """),
+        setup(),
+        md(r"""
+        ## 1. Shapes: a rectangular score matrix
+
+        | tensor | shape | from |
+        |---|---|---|
+        | `x` | `[B, S_q, d_model]` | the sequence that asks |
+        | `context` | `[B, S_k, d_context]` | the sequence that is read |
+        | `Q = W_q(x)` | `[B, S_q, d_model]` | `W_q: d_model -> d_model` |
+        | `K = W_k(context)`, `V = W_v(context)` | `[B, S_k, d_model]` | `W_k, W_v: d_context -> d_model` |
+        | split into `H` heads | `[B, H, S_q, head_dim]`, `[B, H, S_k, head_dim]` | `head_dim = d_model // H` |
+        | scores `Q K^T / sqrt(head_dim)` | `[B, H, S_q, S_k]` | one row per query, one column per context token |
+        | softmax over the context, `@ V`, merge, `W_o` | `[B, S_q, d_model]` | one output per query |
+
+        `W_k` and `W_v` bring the context into the model's width, so that keys meet queries in the same
+        space. The output has one row per *query*: `x` keeps its length, whatever the context's.
+
+        **No causal mask.** The context is complete before `x` reads it (the source sentence is known
+        before the translation starts), so every query may look at every context token. A causal mask here
+        would hide part of the source from the first words of the translation.
+        """),
+        demo("""
+        torch.manual_seed(0)
+        B, S_q, S_k, d_model, d_context, H = 2, 3, 7, 16, 10, 4
+        x, context = torch.randn(B, S_q, d_model), torch.randn(B, S_k, d_context)
+        W_q, W_k = nn.Linear(d_model, d_model, bias=False), nn.Linear(d_context, d_model, bias=False)
+        Q = W_q(x).view(B, S_q, H, d_model // H).transpose(1, 2)  # [B, H, S_q, head_dim]
+        K = W_k(context).view(B, S_k, H, d_model // H).transpose(1, 2)  # [B, H, S_k, head_dim]
+        print("x", list(x.shape), " context", list(context.shape))
+        print("Q", list(Q.shape), " K", list(K.shape), " scores", list((Q @ K.transpose(-2, -1)).shape))
+        try:
+            nn.Linear(d_model, d_model, bias=False)(context)  # a key projection that ignores d_context
+        except RuntimeError as error:
+            print("W_k with d_model inputs on the context:", str(error).split(" (")[0])
+        """),
+        md(r"""
+        ## 2. The context padding mask, three conventions
+
+        A batch of contexts is right-padded to one length, so a `[B, S_k]` mask marks the real context
+        tokens; padded ones must get weight 0 from every query, so they become `-inf` in every row of the
+        scores: the mask lines up with the **last** axis, as `[B, 1, 1, S_k]` against `[B, H, S_q, S_k]`.
+        It is never applied to the queries (`x` may have its own padding, but a padded query's output is
+        simply ignored later).
+
+        The three boolean conventions you meet, side by side (this course's, `nn.MultiheadAttention`'s
+        `key_padding_mask`, SDPA's `attn_mask`):
+        """),
+        demo("""
+        lengths = torch.tensor([5, 2])  # two contexts of 5 and 2 real tokens, padded to S_k = 5
+        ours = torch.arange(5)[None, :] < lengths[:, None]  # [B, S_k], True = real token
+        print("ours, True = real token:                   ", ours.int().tolist())
+        print("nn.MultiheadAttention key_padding_mask, True = ignore:", (~ours).int().tolist())
+        print("SDPA attn_mask [B, 1, 1, S_k], True = may attend:     ", ours[:, None, None, :].int().flatten(1).tolist(),
+              list(ours[:, None, None, :].shape))
+        """),
+        md(r"""
+        ## 3. The module
+
+        `CrossAttention(d_model, num_heads, d_context=None)` owns four bias-free layers: `W_q`
+        (`d_model -> d_model`), `W_k` and `W_v` (`d_context -> d_model`; `d_context` defaults to
+        `d_model`) and `W_o` (`d_model -> d_model`). `forward(x, context, context_mask=None)` follows the
+        table of section 1, with `-inf` at the padded context tokens.
+        """),
+        solution("CrossAttention", HINTS),
+        check("check_cross_attention(CrossAttention)", "check_cross_attention"),
+        graded_cell("cross_attention"),
+        md(r"""
+        ## 4. Same numbers as `nn.MultiheadAttention(kdim=..., vdim=...)`
+
+        `nn.MultiheadAttention(d_model, H, kdim=d_context, vdim=d_context, bias=False, batch_first=True)` is
+        PyTorch's cross-attention. When `kdim` and `vdim` equal `d_model` it packs the three input projections
+        into one `in_proj_weight` (rows q, k, v, as in the first assignment); when they differ it cannot,
+        and keeps three separate matrices. The cell lists its parameters in both cases.
+        """),
+        demo("""
+        for kdim in (10, 16):
+            official = nn.MultiheadAttention(16, 4, kdim=kdim, vdim=kdim, bias=False, batch_first=True)
+            print(f"kdim = vdim = {kdim}:", ", ".join(f"{name} {list(p.shape)}" for name, p in official.named_parameters()))
+        """),
+        md(r"""
+        So parity means copying `W_q`, `W_k`, `W_v` into `q_proj_weight`, `k_proj_weight`, `v_proj_weight`
+        (and `W_o` into `out_proj.weight`) and passing `key_padding_mask = ~context_mask`. The cell compares
+        your module with it on a padded batch and shows the official module's attention weights: every
+        query of the second sample gives zero weight to its three padded context tokens.
+        """),
+        demo("""
+        import matplotlib.pyplot as plt
+
+        torch.manual_seed(1)
+        B, S_q, S_k, d_model, d_context, H = 2, 4, 6, 16, 10, 4
+        with uses_your_code():
+            ours = CrossAttention(d_model, H, d_context).eval()
+            official = nn.MultiheadAttention(d_model, H, kdim=d_context, vdim=d_context, bias=False,
+                                             batch_first=True).eval()
+            with torch.no_grad():
+                official.q_proj_weight.copy_(ours.W_q.weight)
+                official.k_proj_weight.copy_(ours.W_k.weight)
+                official.v_proj_weight.copy_(ours.W_v.weight)
+                official.out_proj.weight.copy_(ours.W_o.weight)
+                x, context = torch.randn(B, S_q, d_model), torch.randn(B, S_k, d_context)
+                keep = torch.arange(S_k)[None, :] < torch.tensor([6, 3])[:, None]  # True = real context token
+                mine = ours(x, context, keep)
+                theirs, weights = official(x, context, context, key_padding_mask=~keep, need_weights=True,
+                                           average_attn_weights=False)
+            print(f"largest difference from nn.MultiheadAttention: {(mine - theirs).abs().max().item():.1e}")
+            print("weights", list(weights.shape), "- sample 1, weight on its padded tokens:",
+                  f"{weights[1, :, :, 3:].abs().max().item():.1f}")
+            fig, axes = plt.subplots(1, H, figsize=(12, 2.8))
+            for h, ax in enumerate(axes):
+                ax.imshow(weights[1, h], cmap="viridis", vmin=0, vmax=1)
+                ax.set(title=f"head {h}, sample 1", xlabel="context token (3 real)", ylabel="query")
+            plt.tight_layout()
+            plt.show()
+        """),
+        md(r"""
+        ## 5. Cross-attention while generating
+
+        When a decoder generates, its new token's query reads the *same* context at every step: the
+        context's keys and values do not change, so a model computes `W_k(context)` and `W_v(context)` once
+        per layer and keeps them, a second, fixed cache next to the growing self-attention cache of notebook
+        02. And since no mask connects the queries, running the queries one at a time gives the same rows as
+        running them together; the cell checks it with your module.
+        """),
+        demo("""
+        torch.manual_seed(2)
+        with uses_your_code():
+            layer = CrossAttention(16, 4, d_context=10).eval()
+            x, context = torch.randn(1, 5, 16), torch.randn(1, 8, 10)
+            with torch.no_grad():
+                together = layer(x, context)
+                one_by_one = torch.cat([layer(x[:, i : i + 1], context) for i in range(5)], dim=1)
+            print(f"queries one at a time vs together: largest difference {(one_by_one - together).abs().max().item():.1e}")
+        """),
+        md(r"""
+        ## 6. Pitfalls and how to debug them
+
+        - **Keys from the wrong sequence**: `W_k(x)` instead of `W_k(context)` runs silently whenever `x`
+          and the context happen to have the same length and width. Test with `S_q != S_k` and
+          `d_context != d_model`.
+        - **Widths**: `W_k` and `W_v` map `d_context -> d_model`; `W_q` and `W_o` stay in `d_model`.
+        - **Mask axis and sense**: the context mask hides columns (the last axis), True = real token here,
+          True = ignore in `key_padding_mask`, True = may attend in SDPA.
+        - **No causal mask** in cross-attention.
+        - **Parity**: with `kdim != d_model`, `nn.MultiheadAttention` has `q_proj_weight`, `k_proj_weight`,
+          `v_proj_weight`, not `in_proj_weight`.
+        """),
+    ]

@@ -1,0 +1,300 @@
+"""Notebook 01 of `generation`: positions (sinusoidal encodings and RoPE)."""
+from course.cells import check, demo, graded_cell, md, setup, solution
+
+NAME = "01_positions"
+
+HINTS = {
+    "sinusoidal_positions": "angles [S, d_model / 2] = positions [S, 1] times one frequency per pair [1, d_model / 2];\n"
+    "then fill the even features with sin and the odd ones with cos. Return float32.",
+    "apply_rope": "take the two members of every pair as two [..., S, head_dim / 2] tensors, rotate them with\n"
+    "cos/sin of angles [S, head_dim / 2] (they broadcast over the leading axes), then put each pair back in place.",
+}
+
+
+def cells():
+    return [
+        md(r"""
+        # 01 · Positions: sinusoidal encodings and rotary embeddings (RoPE)
+
+        This is the first notebook of the second assignment, **attention at generation time**. The first
+        assignment built attention; this one asks what a real model needs around it: how it knows *where*
+        each token is (this notebook), how it generates text one token at a time without recomputing
+        everything (`02_kv_cache`), and how it reads another sequence (`03_cross_attention`).
+
+        | part | functions | what it does |
+        |---|---|---|
+        | `positions` | `sinusoidal_positions`, `apply_rope` | fixed position vectors added to the input; rotations of queries and keys |
+
+        As in the first assignment: fill in the *solution* cells (keep the signature and the docstring,
+        replace `raise NotImplementedError()`), run the locked check cell after each one, and leave the
+        graded cells to the hidden autograder. Solution cells hold whole `def` / `class` definitions; the
+        grader gives them `math`, `torch`, `nn` and `F` and nothing else. Demo cells that need a function
+        you have not written yet say so in one line.
+        """),
+        setup(),
+        md(r"""
+        ## 1. Attention does not see order
+
+        A score is a dot product between a query and a key, and both are computed from a token's vector
+        alone. Nothing in `softmax(Q K^T / sqrt(d)) V` refers to *where* a token sits. Shuffle the tokens
+        and every query still meets the same keys, with the same scores, only in another order: the outputs
+        come out shuffled the same way. This property is called **permutation equivariance**. For a
+        language model it is a disaster: "the dog bit the man" and "the man bit the dog" contain the same
+        tokens, and attention alone would give each token the same output in both sentences.
+
+        The cell below shuffles six token vectors, runs PyTorch's own multi-head attention on both orders
+        and compares.
+        """),
+        demo("""
+        torch.manual_seed(0)
+        attention = nn.MultiheadAttention(16, 4, bias=False, batch_first=True).eval()
+        x = torch.randn(1, 6, 16)  # one sequence of 6 token vectors [B, S, d_model]
+        perm = torch.tensor([3, 0, 5, 1, 4, 2])  # a shuffle of the six positions
+        with torch.no_grad():
+            out, _ = attention(x, x, x, need_weights=False)
+            out_shuffled, _ = attention(x[:, perm], x[:, perm], x[:, perm], need_weights=False)
+        print("shuffle:", perm.tolist())
+        print(f"largest |attention(shuffled x) - shuffled attention(x)|: {(out_shuffled - out[:, perm]).abs().max().item():.1e}")
+        print(f"largest |attention(shuffled x) - attention(x)|:          {(out_shuffled - out).abs().max().item():.2f}")
+
+        # A causal mask (a decoder) breaks the symmetry a little: token i sees i + 1 tokens.
+        causal = torch.ones(6, 6, dtype=torch.bool).triu(1)  # True = may NOT attend, in nn.MultiheadAttention
+        with torch.no_grad():
+            c_out, _ = attention(x, x, x, attn_mask=causal, need_weights=False)
+            c_shuffled, _ = attention(x[:, perm], x[:, perm], x[:, perm], attn_mask=causal, need_weights=False)
+        print(f"with a causal mask, largest |shuffled - shuffled original|: {(c_shuffled - c_out[:, perm]).abs().max().item():.2f}")
+        """),
+        md(r"""
+        Without a mask the first difference is zero up to rounding: the output of a token depends on
+        *what* the other tokens are, never on *where* they are. (A causal mask lets a token count how many
+        tokens it sees, a weak signal of its position; models still add explicit positions.)
+
+        There are two families of fixes, both in this notebook:
+
+        1. **add** a vector that depends on the position to each token's input (sinusoidal encodings, the
+           original Transformer; learned position embeddings, GPT-2);
+        2. **rotate** the queries and keys by an angle that depends on the position (RoPE, used by LLaMA,
+           Mistral, Qwen and most recent language models).
+
+        ## 2. Sinusoidal position encodings
+
+        The original Transformer adds to the embedding of the token at position $p$ a fixed vector
+        $PE_p$ of the same width $d_\text{model}$. Its features come in pairs $(2i, 2i+1)$, and pair $i$
+        holds the sine and the cosine of one angle:
+
+        $$PE[p, 2i] = \sin\!\left(\frac{p}{10000^{2i/d_\text{model}}}\right), \qquad
+          PE[p, 2i+1] = \cos\!\left(\frac{p}{10000^{2i/d_\text{model}}}\right)$$
+
+        Read pair $i$ as the hand of a clock: as $p$ grows by one, the hand turns by the angle
+        $\omega_i = 10000^{-2i/d_\text{model}}$ (radians). Pair 0 turns fast (one radian per position), the
+        last pair very slowly, so the pairs together tell positions apart at every scale, like the hands
+        of a clock that show seconds, minutes and hours. The cell below prints each pair's speed for
+        $d_\text{model} = 8$.
+        """),
+        demo("""
+        d_model = 8
+        for i in range(d_model // 2):
+            omega = 10000 ** (-2 * i / d_model)  # radians per position
+            print(f"pair {i} (features {2 * i}, {2 * i + 1}): angle = p x {omega:<7.4g} "
+                  f"-> one full turn every {2 * math.pi / omega:>9,.1f} positions")
+        """),
+        md(r"""
+        Why a sine *and* a cosine? Moving $k$ positions further turns every hand by $k \omega_i$, and a
+        turn is a linear map of the pair $(\sin, \cos)$. So $PE_{p+k}$ is a fixed linear function of $PE_p$
+        for every $p$, which lets a layer learn to look "three tokens back" wherever it is.
+
+        Shapes, for `seq_len = S`:
+
+        | tensor | shape |
+        |---|---|
+        | positions `p` | `[S, 1]` |
+        | one angle speed per pair $\omega_i$ | `[1, d_model / 2]` |
+        | angles `p * omega` (broadcast) | `[S, d_model / 2]` |
+        | `PE`: sines in the even columns, cosines in the odd ones | `[S, d_model]`, float32 |
+
+        The encoding is added to the token embeddings before the first layer: `x = embed(tokens) + PE[:S]`.
+        """),
+        solution("sinusoidal_positions", HINTS),
+        check("check_sinusoidal_positions(sinusoidal_positions)", "check_sinusoidal_positions"),
+        md(r"""
+        The heatmap shows your `PE` for 64 positions and 64 features: fast stripes on the left (the fast
+        pairs), slow waves on the right. The curve on its right is the dot product $PE_{p} \cdot PE_{q}$
+        of position $p = 20$ with every other position $q$. Since
+        $\sin a \sin b + \cos a \cos b = \cos(a - b)$, it is a sum of cosines of $(p - q)\,\omega_i$: it
+        depends only on the offset $p - q$, and it is largest at $q = p$. The cell also prints two dot
+        products with the same offset.
+        """),
+        demo("""
+        import matplotlib.pyplot as plt
+
+        with uses_your_code():
+            pe = sinusoidal_positions(64, 64)
+            print(f"PE[10] . PE[13] = {(pe[10] @ pe[13]).item():.4f}")
+            print(f"PE[40] . PE[43] = {(pe[40] @ pe[43]).item():.4f}   (same offset, same value)")
+            fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
+            image = ax0.imshow(pe, cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
+            ax0.set(title="sinusoidal PE [64 positions, 64 features]", xlabel="feature", ylabel="position p")
+            fig.colorbar(image, ax=ax0)
+            ax1.plot(range(64), (pe @ pe[20]).tolist(), marker=".")
+            ax1.axvline(20, color="grey", lw=0.8)
+            ax1.set(title="PE[20] . PE[q]", xlabel="position q", ylabel="dot product")
+            plt.tight_layout()
+            plt.show()
+        """),
+        md(r"""
+        ## 3. Rotary position embeddings (RoPE)
+
+        Added encodings mix position into the token vectors, and the projections $W_q$, $W_k$ then mix
+        them further: a score ends up with content-content, content-position and position-position terms.
+        RoPE (Su et al., RoFormer, 2021) puts the position where it matters, into the score itself, and
+        makes it *relative*.
+
+        **Rotating a pair.** Rotating the 2-D vector $(a, b)$ by the angle $t$ gives
+
+        $$(a, b) \;\longmapsto\; (a \cos t - b \sin t,\; a \sin t + b \cos t).$$
+
+        A rotation keeps lengths, and the dot product of two rotated vectors depends only on the
+        *difference* of their angles: rotating $u$ by $\alpha$ and $v$ by $\beta$ gives the same dot product
+        as leaving $u$ alone and rotating $v$ by $\beta - \alpha$. The next cell checks both facts with a
+        single pair.
+        """),
+        demo("""
+        def rotate_pair(vec, t):
+            # one 2-D vector (a, b) turned by the angle t (radians)
+            a, b = vec
+            return torch.stack([a * math.cos(t) - b * math.sin(t), a * math.sin(t) + b * math.cos(t)])
+
+
+        u, v = torch.tensor([1.0, 0.0]), torch.tensor([0.6, 0.8])
+        print("(1, 0) turned by 90 degrees:", [round(c, 6) for c in rotate_pair(u, math.pi / 2).tolist()])
+        theta = 0.5  # radians per position
+        for m, n in ((3, 1), (13, 11), (1, 3)):
+            score = rotate_pair(u, m * theta) @ rotate_pair(v, n * theta)
+            print(f"query at m={m:>2}, key at n={n:>2} (m - n = {m - n:>2}): score {score.item():+.4f}")
+        """),
+        md(r"""
+        The first two scores are equal (same offset $m - n = 2$), the third differs (offset $-2$): the
+        score knows the offset *and its sign*, so "two tokens back" is not "two tokens ahead".
+
+        **RoPE** applies this to every head: cut the query (and the key) of the token at position $m$ into
+        `head_dim / 2` pairs of neighbouring features $(x_{2i}, x_{2i+1})$, and turn pair $i$ by the angle
+
+        $$t = m \cdot \theta_i, \qquad \theta_i = 10000^{-2i/\text{head\_dim}}$$
+
+        (the same speeds as the sinusoidal encoding). The score of a query at $m$ and a key at $n$ is a sum
+        over pairs of dot products of rotated pairs, so it depends on the positions only through $m - n$.
+        The values are *not* rotated: positions shape who attends to whom, not what is passed along.
+
+        | step | shape |
+        |---|---|
+        | `x` (queries or keys of one or more heads) | `[..., S, head_dim]` |
+        | the two members of every pair | two `[..., S, head_dim / 2]` |
+        | angles `positions[:, None] * theta[None, :]` | `[S, head_dim / 2]`, broadcast over `...` |
+        | rotated members, put back in place | `[..., S, head_dim]`, the dtype of `x` |
+
+        `positions` is a LongTensor `[S]`: `0, 1, ..., S - 1` for a whole sequence, but
+        `len(cache), len(cache) + 1, ...` for the new tokens of a generating model (notebook 02). In a
+        model, RoPE is applied to the queries and keys *after* the projections and the split into heads,
+        right before the scores.
+
+        Compute the angles in float32 (or float64 for float64 input) even when `x` is float16, and convert
+        the result back to `x`'s dtype. float16 cannot hold large positions exactly:
+        """),
+        demo("""
+        for position in (1000, 2049, 4097, 40001):
+            stored = torch.tensor(float(position), dtype=torch.float16).item()
+            print(f"position {position:>6} stored as float16: {stored:>8.0f}  "
+                  f"-> pair 0's angle is off by {abs(stored - position):.0f} rad")
+        """),
+        solution("apply_rope", HINTS),
+        check("check_apply_rope(apply_rope)", "check_apply_rope"),
+        md(r"""
+        The heatmap shows the score between one query vector placed at position $m$ and one key vector
+        placed at position $n$, for all $m, n < 32$, with your `apply_rope`. Every diagonal ($m - n$
+        constant) has a single colour: the score sees only the offset.
+        """),
+        demo("""
+        import matplotlib.pyplot as plt
+
+        torch.manual_seed(1)
+        q, k = torch.randn(1, 16), torch.randn(1, 16)  # one query and one key vector, head_dim = 16
+        n_pos = 32
+        with uses_your_code():
+            q_at = apply_rope(q.repeat(n_pos, 1), torch.arange(n_pos))  # row m: q placed at position m
+            k_at = apply_rope(k.repeat(n_pos, 1), torch.arange(n_pos))  # row n: k placed at position n
+            scores = q_at @ k_at.T  # [m, n]
+            print(f"score(m=5, n=3)     = {scores[5, 3].item():+.4f}")
+            print(f"score(m=25, n=23)   = {scores[25, 23].item():+.4f}   (same offset)")
+            print(f"score(m=3, n=5)     = {scores[3, 5].item():+.4f}   (opposite offset)")
+            print(f"spread of every diagonal: {max((scores.diagonal(d).max() - scores.diagonal(d).min()).item() for d in range(-31, 32)):.1e}")
+            plt.figure(figsize=(4.6, 3.8))
+            plt.imshow(scores, cmap="RdBu")
+            plt.colorbar()
+            plt.title("RoPE score of q at m and k at n")
+            plt.xlabel("key position n")
+            plt.ylabel("query position m")
+            plt.show()
+        """),
+        graded_cell("positions"),
+        md(r"""
+        ## 4. One idea, two pairings: interleaved and half-split
+
+        RoPE only needs *some* split of the features into pairs. The paper and Meta's original LLaMA code
+        pair neighbours, $(x_{2i}, x_{2i+1})$ (this course's convention, often written with complex
+        numbers). GPT-NeoX and the Hugging Face `transformers` code pair each feature of the first half with
+        its partner in the second half, $(x_i, x_{i + \text{head\_dim}/2})$, rotated by a helper called
+        `rotate_half`. Both give scores that depend only on $m - n$.
+
+        But a trained model's $W_q$ and $W_k$ were trained with *one* pairing. Rotate its queries and keys
+        with the other and features that were never meant to turn together do: the scores change, and the
+        model's output becomes nonsense, without any error message. Converting a checkpoint from one code
+        base to the other therefore permutes the rows of $W_q$ and $W_k$ (the Hugging Face conversion
+        script for LLaMA does exactly that).
+
+        The cell builds the half-split pairing from *your* `apply_rope` by reordering features (half-split
+        pairs $(i, i + \text{head\_dim}/2)$ become neighbours after the permutation `perm`), then takes
+        queries and keys "trained" for the half-split pairing and rotates them both ways.
+        """),
+        demo("""
+        torch.manual_seed(2)
+        head_dim, S = 8, 6
+        half = head_dim // 2
+        perm = torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).flatten()  # 0, 4, 1, 5, 2, 6, 3, 7
+        inverse = torch.argsort(perm)
+        print("perm puts half-split partners next to each other:", perm.tolist())
+
+
+        def rope_half_split(x, positions):
+            # the rotate_half convention, from your interleaved apply_rope: reorder, rotate, reorder back
+            return apply_rope(x[..., perm], positions)[..., inverse]
+
+
+        # one query vector and one key vector of a checkpoint trained with half-split RoPE, placed at every position
+        q, k = torch.randn(1, head_dim).repeat(S, 1), torch.randn(1, head_dim).repeat(S, 1)
+        positions = torch.arange(S)
+        with uses_your_code():
+            right = rope_half_split(q, positions) @ rope_half_split(k, positions).T  # what the model was trained with
+            wrong = apply_rope(q, positions) @ apply_rope(k, positions).T  # the other pairing, same weights
+            fixed = apply_rope(q[..., perm], positions) @ apply_rope(k[..., perm], positions).T  # weights permuted
+            print(f"scores with the other pairing:        off by up to {(wrong - right).abs().max().item():.3f}")
+            print(f"scores with permuted W_q, W_k:        off by up to {(fixed - right).abs().max().item():.1e}")
+            diagonals = [wrong.diagonal(d) for d in range(-S + 1, S)]
+            print("the wrong pairing is still relative:", all(torch.allclose(d, d[0].expand_as(d), atol=1e-5) for d in diagonals))
+        """),
+        md(r"""
+        The wrong pairing is still a perfectly good RoPE, just not the one this model learned; this is why
+        the mistake produces no error.
+
+        ## 5. Pitfalls and how to debug them
+
+        - **Pairing**: the spec pairs neighbours, `x[..., 0::2]` with `x[..., 1::2]`; code copied from a
+          `rotate_half` implementation pairs halves. Check one pair's length before and after: a rotation
+          keeps it.
+        - **Frequencies**: $\theta_i = 10000^{-2i/\text{head\_dim}}$, with `head_dim` (the width of one head),
+          not `d_model`, and $i$ counting pairs.
+        - **Positions after a cache**: the new token of a generating model is at position `len(cache)`, not 0.
+        - **dtype**: compute the angles in float32 or float64, return `x`'s dtype.
+        - **Where**: queries and keys, after the projections and the split into heads; never the values.
+        - **Sinusoidal encodings**: added once to the input, `[S, d_model]`, float32; sines on even features.
+        """),
+    ]
