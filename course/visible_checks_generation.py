@@ -98,13 +98,27 @@ def _friendly(label: str):
                 if frames:
                     line = (frames[-1].line or "").strip()
                     where = f" in the line `{line}`" if line else ""
-                    raise _plain(f"your `{label}` raised {type(error).__name__}{where}: {_sentence(error)}.") from None
+                    advice = f" {error.check_advice}" if hasattr(error, "check_advice") else ""
+                    raise _plain(f"your `{label}` raised {type(error).__name__}{where}: {_sentence(error)}.{advice}"
+                                 ) from None
                 raise _plain(f"the check of `{label}` could not use what your code returned "
                              f"({type(error).__name__}: {_sentence(error)}).") from None
 
         return run
 
     return wrap
+
+
+@contextlib.contextmanager
+def _advice(sentence: str):
+    """An error your code raises inside this block is reported with this sentence after it."""
+    try:
+        yield
+    except (NotImplementedError, _NotReady, AssertionError):
+        raise
+    except Exception as error:  # noqa: BLE001 - annotated and passed on to _friendly
+        error.check_advice = sentence
+        raise
 
 
 @contextlib.contextmanager
@@ -225,7 +239,8 @@ def check_kv_cache(KVCache) -> None:
     assert isinstance(got, tuple) and len(got) == 2, "append should return the tuple (k_all, v_all)"
     assert _close(got[0], k1) and _close(got[1], v1), "the first append should return exactly the k and v it got"
     k2, v2 = torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5)
-    k_all, v_all = cache.append(k2, v2)
+    with _advice("The cache grows along the positions: append along dim=2 of [B, H, S, head_dim]."):
+        k_all, v_all = cache.append(k2, v2)
     _tensor(k_all, [2, 3, 5, 5], "the keys after appending 4 positions, then 1 (append along dim=2, the positions)")
     assert _close(k_all, torch.cat([k1, k2], 2)) and _close(v_all, torch.cat([v1, v2], 2)), (
         "append should return the cached keys/values followed by the new ones (old first)")
