@@ -81,7 +81,7 @@ def _friendly(label: str):
     def wrap(check):
         @functools.wraps(check)
         def run(*args, **kwargs):
-            __tracebackhide__ = True  # noqa: F841 - pytest and IPython leave this frame out
+            __tracebackhide__ = True  # pytest and IPython leave this frame out
             try:
                 with torch.random.fork_rng():
                     torch.manual_seed(1234)
@@ -117,7 +117,7 @@ def _advice(sentence: str):
         yield
     except (NotImplementedError, _NotReady, AssertionError):
         raise
-    except Exception as error:  # noqa: BLE001 - annotated and passed on to _friendly
+    except Exception as error:  # annotated, then passed on to _friendly
         error.check_advice = sentence
         raise
 
