@@ -94,7 +94,21 @@ SELF_ATTENTION = Assignment(
                   credit_to="long_sequence"),
 )
 
-ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION,)}
+# Attention at generation time. None of its parts is from scratch: the attention itself was the first
+# assignment's; here F.scaled_dot_product_attention is a fair tool (with causal_lower_right, a right answer).
+GENERATION = Assignment(
+    id="generation",
+    parts=(
+        Part("positions", ("sinusoidal_positions", "apply_rope"), 30, "01_positions"),
+        Part("kv_cache", ("decode_causal_mask", "repeat_kv", "KVCache", "CachedSelfAttention", "kv_cache_bytes"), 45,
+             "02_kv_cache"),
+        Part("cross_attention", ("CrossAttention",), 25, "03_cross_attention"),
+    ),
+    checks="generation",
+    solutions="solutions.generation",
+)
+
+ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION)}
 DEFAULT = SELF_ATTENTION
 
 

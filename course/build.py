@@ -99,18 +99,14 @@ def _node(index: int, cell: Cell) -> nbformat.NotebookNode:
     return node
 
 
-def _parts(assignment: str) -> tuple:
-    return spec.PARTS if assignment == spec.ASSIGNMENT else spec.GENERATION_PARTS
-
-
 def source_notebooks(target: Target = TARGETS[0]) -> dict[str, nbformat.NotebookNode]:
     """name -> instructor notebook of one assignment, checked against autograder/spec.py."""
     notebooks = {}
     for module in target.modules:
         cells = module.cells()
-        _check_against_spec(module.NAME, cells, _parts(target.id))
+        _check_against_spec(module.NAME, cells, spec.assignment(target.id).parts)
         notebooks[module.NAME] = to_notebook(cells)
-    missing = {p.notebook for p in _parts(target.id)} - set(notebooks)
+    missing = set(spec.assignment(target.id).notebooks) - set(notebooks)
     if missing:
         raise SystemExit(f"spec.py names notebooks that the content does not define: {sorted(missing)}")
     return notebooks

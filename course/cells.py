@@ -188,7 +188,8 @@ def reference_body_lines(name: str) -> list[str]:
 
 
 def graded_cell(part_id: str) -> Cell:
-    """The graded cell of a part; its points come from autograder/spec.py."""
-    from autograder.spec import PART_BY_ID
+    """The graded cell of a part (of any assignment); its points come from autograder/spec.py."""
+    from autograder.spec import ASSIGNMENTS
 
-    return graded(part_id, PART_BY_ID[part_id].points)
+    part = next(p for a in ASSIGNMENTS.values() for p in a.parts if p.id == part_id)
+    return graded(part_id, part.points)

@@ -1,7 +1,8 @@
-"""The mistake catalogue, graded: each wrong submission loses exactly the parts it should, with reasons.
+"""The mistake catalogues, graded: each wrong submission loses exactly the parts it should, with reasons.
 
-The cases are built by tests/catalogue/build.py from the reference solution, one textual
-edit each. One Grader (one warm worker pool) grades them all.
+One catalogue per assignment: tests/catalogue/build.py builds self_attention's cases from
+solutions/attention.py, tests/catalogue/generation.py builds generation's from
+solutions/generation.py, one textual edit each. One Grader (the session's warm worker pool) grades them all.
 """
 from __future__ import annotations
 
@@ -11,26 +12,30 @@ from pathlib import Path
 
 import pytest
 
-from autograder.spec import MAX_SCORE, PARTS
+from autograder import spec
 
 ROOT = Path(__file__).resolve().parent.parent
-RELEASE = ROOT / "assignments" / "self_attention"
-PART_IDS = [p.id for p in PARTS]
 
 
-def _load_build():
-    spec = importlib.util.spec_from_file_location("catalogue_build", ROOT / "tests" / "catalogue" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+def _load(name: str, file: str):
+    if name not in sys.modules:
+        module_spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "catalogue" / file)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        module_spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
-build = _load_build()
-CASES = {case.name: case for case in build.CASES}
-WRONG = [c.name for c in build.CASES if not c.correct]
-CORRECT = [c.name for c in build.CASES if c.correct]
+build = _load("catalogue_build", "build.py")
+# assignment id -> (its catalogue module, the least numbers of wrong and correct cases it must hold)
+CATALOGUES = {"self_attention": (build, 25, 6), "generation": (_load("catalogue_generation", "generation.py"), 15, 4)}
+CASES = {(a, case.name): case for a, (catalogue, _, _) in CATALOGUES.items() for case in catalogue.CASES}
+WRONG = [key for key, case in CASES.items() if not case.correct]
+CORRECT = [key for key, case in CASES.items() if case.correct]
 
+
+def _ids(keys):
+    return [f"{a}/{name}" for a, name in keys]
 
 
 @pytest.fixture(scope="module")
@@ -38,45 +43,52 @@ def graded(grader):
     """Grade each case once (lazily), shared by every test of this module."""
     cache = {}
 
-    def get(name: str):
-        if name not in cache:
-            cache[name] = grader.grade(build.OUT / f"{name}.py")
-        return cache[name]
+    def get(key):
+        if key not in cache:
+            a, name = key
+            cache[key] = grader.grade(CATALOGUES[a][0].OUT / f"{name}.py", assignment=spec.assignment(a))
+        return cache[key]
 
     return get
 
 
-def test_catalogue_is_large_enough():
-    assert len(WRONG) >= 25 and len(CORRECT) >= 6
-    for case in build.CASES:
-        assert set(case.lose + case.zero) <= set(PART_IDS), case.name
+@pytest.mark.parametrize("assignment", list(CATALOGUES))
+def test_catalogue_is_large_enough(assignment):
+    catalogue, wrong, correct = CATALOGUES[assignment]
+    assert sum(not c.correct for c in catalogue.CASES) >= wrong and sum(c.correct for c in catalogue.CASES) >= correct
+    part_ids = {p.id for p in spec.assignment(assignment).parts}
+    for case in catalogue.CASES:
+        assert set(case.lose + case.zero) <= part_ids, case.name
 
 
-def test_written_cases_match_the_generator():
-    """tests/catalogue/submissions/*.py are exactly what build.py makes from the current reference"""
-    expected = build.sources()
-    on_disk = {p.stem: p.read_text(encoding="utf-8") for p in build.OUT.glob("*.py")}
+@pytest.mark.parametrize("assignment", list(CATALOGUES))
+def test_written_cases_match_the_generator(assignment):
+    """the written submissions are exactly what the catalogue makes from the current reference"""
+    catalogue = CATALOGUES[assignment][0]
+    expected = catalogue.sources()
+    on_disk = {p.stem: p.read_text(encoding="utf-8") for p in catalogue.OUT.glob("*.py")}
     stale = sorted(n for n in expected if on_disk.get(n) != expected[n]) + sorted(set(on_disk) - set(expected))
-    assert not stale, f"run `.venv/bin/python tests/catalogue/build.py`: out of date: {stale}"
+    assert not stale, f"run `.venv/bin/python {Path(catalogue.__file__).relative_to(ROOT)}`: out of date: {stale}"
 
 
-def test_reference_scores_full_marks(grader):
-    result = grader.grade(build.REFERENCE)
+@pytest.mark.parametrize("assignment", list(CATALOGUES))
+def test_reference_scores_full_marks(grader, assignment):
+    result = grader.grade(CATALOGUES[assignment][0].REFERENCE, assignment=spec.assignment(assignment))
     failed = [(p.id, c.name, c.message) for p in result.parts for c in p.checks if not c.passed]
-    assert result.max_score == MAX_SCORE
-    assert result.score == pytest.approx(MAX_SCORE), failed
+    assert result.max_score == spec.assignment(assignment).max_score == 100
+    assert result.score == pytest.approx(100), failed
 
 
-@pytest.mark.parametrize("name", CORRECT)
-def test_correct_variant_scores_full_marks(graded, name):
-    result = graded(name)
+@pytest.mark.parametrize("key", CORRECT, ids=_ids(CORRECT))
+def test_correct_variant_scores_full_marks(graded, key):
+    result = graded(key)
     failed = [(p.id, c.name, c.message) for p in result.parts for c in p.checks if not c.passed]
-    assert result.score == pytest.approx(MAX_SCORE), failed
+    assert result.score == pytest.approx(100), failed
 
 
-@pytest.mark.parametrize("name", WRONG)
-def test_wrong_case_loses_exactly_its_parts(graded, name):
-    case, result = CASES[name], graded(name)
+@pytest.mark.parametrize("key", WRONG, ids=_ids(WRONG))
+def test_wrong_case_loses_exactly_its_parts(graded, key):
+    case, result, name = CASES[key], graded(key), key[1]
     lost = set(case.lose + case.zero)
     for part in result.parts:
         failed = [(c.name, c.message) for c in part.checks if not c.passed]
@@ -88,10 +100,10 @@ def test_wrong_case_loses_exactly_its_parts(graded, name):
             assert part.score == pytest.approx(part.max_score), f"{name}: {part.id} should keep full marks: {failed}"
 
 
-@pytest.mark.parametrize("name", WRONG)
-def test_every_failed_check_says_why(graded, name):
+@pytest.mark.parametrize("key", WRONG, ids=_ids(WRONG))
+def test_every_failed_check_says_why(graded, key):
     """every failed check has a message, and one of the lost parts names the case's mistake"""
-    case, result = CASES[name], graded(name)
+    case, result, name = CASES[key], graded(key), key[1]
     said = []
     for part in result.parts:
         for check in part.checks:
@@ -108,20 +120,24 @@ def test_every_failed_check_says_why(graded, name):
 def test_forbidden_call_is_named(graded):
     """a from-scratch part that calls the fused kernel scores 0 and says which call it was"""
     for name in ("module_calls_sdpa", "module_calls_sdpa_hidden"):
-        part = graded(name).part("module")
+        part = graded(("self_attention", name)).part("module")
         assert part.score == 0
         assert any("scaled_dot_product_attention" in n for n in part.notes), (name, part.notes)
 
 
-def test_untouched_release_scores_zero(grader, tmp_path):
-    """the released notebooks (or, until they exist, stubs raising NotImplementedError) earn nothing"""
-    if RELEASE.is_dir() and any(RELEASE.glob("*.ipynb")):
-        target = RELEASE
+@pytest.mark.parametrize("assignment", list(CATALOGUES))
+def test_untouched_release_scores_zero(grader, tmp_path, assignment):
+    """the released notebooks (or, until they exist, stubs raising NotImplementedError) earn nothing, with a
+    message on every check"""
+    release = ROOT / "assignments" / assignment
+    parts = spec.assignment(assignment).parts
+    if release.is_dir() and any(release.glob("*.ipynb")):
+        target = release
     else:  # the release is generated by the course build; stubs stand in for it until then
-        stub = "\n\n".join(f"def {n}(*args, **kwargs):\n    raise NotImplementedError" for p in PARTS for n in p.names)
+        stub = "\n\n".join(f"def {n}(*args, **kwargs):\n    raise NotImplementedError" for p in parts for n in p.names)
         target = tmp_path / "stubs.py"
         target.write_text(stub + "\n", encoding="utf-8")
-    result = grader.grade(target)
+    result = grader.grade(target, assignment=spec.assignment(assignment))
     assert result.score == 0, [(p.id, p.score) for p in result.parts]
     for part in result.parts:
         assert part.checks, f"{part.id} ran no check on the release"

@@ -1,4 +1,4 @@
-"""The generation checks' trusted re-computations (autograder/checks/gen_common.py) equal the reference
+"""The generation checks' trusted re-computations (autograder/checks/generation/common.py) equal the reference
 and torch's own modules without mistakes, and differ from them with each mistake."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autograder.checks import gen_common as C
+from autograder.checks.generation import common as C
 from solutions import generation as G
 
 

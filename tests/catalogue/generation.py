@@ -4,7 +4,7 @@ Same rules as tests/catalogue/build.py (whose Case, edits and writer this file r
 case changes the reference in one intended way, declares the parts it must lose, and every
 other part must keep full marks.
 
-    .venv/bin/python tests/catalogue/generation.py          # (re)write tests/catalogue/generation/*.py
+    .venv/bin/python tests/catalogue/generation.py          # (re)write tests/catalogue/submissions/generation/*.py
     .venv/bin/python tests/catalogue/generation.py --table  # grade them all and print the result table
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 REFERENCE = ROOT / "solutions" / "generation.py"
-OUT = HERE / "generation"
+OUT = HERE / "submissions" / "generation"
 GENERATOR = "tests/catalogue/generation.py"
 
 
@@ -207,14 +207,12 @@ def main(argv: list[str]) -> None:
     if "--table" in argv:
         sys.path.insert(0, str(ROOT))
         from autograder.grade import Grader
-        from autograder.spec import PART_BY_ID
+        from autograder.spec import GENERATION
 
-        ids = ["positions", "kv_cache", "cross_attention"]
         with Grader() as grader:
-            results = {path.stem: grader.grade(path, part_ids=ids) for path in paths}
-            results["reference"] = grader.grade(REFERENCE, part_ids=ids)
-        parts = [PART_BY_ID[i] for i in ids]
-        print(build.table(results, parts, CASES))
+            results = {path.stem: grader.grade(path, assignment=GENERATION) for path in paths}
+            results["reference"] = grader.grade(REFERENCE, assignment=GENERATION)
+        print(build.table(results, GENERATION.parts, CASES))
 
 
 if __name__ == "__main__":

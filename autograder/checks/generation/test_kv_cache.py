@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from autograder.checks import expect
-from autograder.checks.gen_common import B, D_MODEL, H, HEAD_DIM, S, decode_variant
-from autograder.session import StudentRaised
+from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, S, decode_variant
+from autograder.failures import StudentRaised
 from solutions import generation as ref
 
 TOP_LEFT = ("your causal mask is top-left aligned (tril() of [S_q, S_k], or is_causal=True in "

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from autograder.checks import expect
-from autograder.checks.gen_common import B, CONTEXT_LENGTHS, D_CONTEXT, D_MODEL, H, HEAD_DIM, S_K, S_Q, cross_variant, \
+from autograder.checks.generation.common import B, CONTEXT_LENGTHS, D_CONTEXT, D_MODEL, H, HEAD_DIM, S_K, S_Q, cross_variant, \
     lengths_mask
-from autograder.session import StudentRaised
+from autograder.failures import StudentRaised
 
 ROLES = {"W_q": "d_model -> d_model, for the queries", "W_k": "d_context -> d_model, for the keys",
          "W_v": "d_context -> d_model, for the values", "W_o": "d_model -> d_model"}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from autograder.checks import expect
-from autograder.checks.gen_common import B, H, ROPE_DIM, rope_variant, sinusoidal_variant
+from autograder.checks.generation.common import B, H, ROPE_DIM, rope_variant, sinusoidal_variant
 from solutions import generation as ref
 
 PE_LEN, PE_DIM = 50, 16  # long enough that a wrong frequency shows in every pair
