@@ -18,22 +18,25 @@ import sys
 from pathlib import Path
 
 from . import limits, spec
-from .extract import SubmissionError, extract
+from .extract import SubmissionError, extract, recognise
 
 DEMO_COURSE = Path(__file__).resolve().parent.parent / "build" / "demo-course"
 
 
-def _assignment(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--assignment", default=spec.DEFAULT.id,
-                        help=f"the assignment to grade against (default {spec.DEFAULT.id}; known: "
+def _assignment(parser: argparse.ArgumentParser, recognised: bool = False) -> None:
+    default = "the one its notebooks' graded cells name, else " if recognised else ""
+    parser.add_argument("--assignment", default=None if recognised else spec.DEFAULT.id,
+                        help=f"the assignment to grade against (default: {default}{spec.DEFAULT.id}; known: "
                              f"{', '.join(spec.ASSIGNMENTS)})")
 
 
 def cmd_grade(args) -> int:
-    assignment = spec.assignment(args.assignment)
+    named = spec.assignment(args.assignment) if args.assignment else None  # an unknown name: exit 2 first
+    extract(args.submission)  # no submission: exit 2 at once, before torch is even imported
+    # nbgrader notebooks say which assignment they belong to; anything else is graded as the default's
+    assignment = named or recognise(args.submission) or spec.DEFAULT
     if args.gpu and assignment.gpu_part is None:
         raise SubmissionError(f"assignment {assignment.id} has no GPU stage")
-    extract(args.submission)  # no submission: exit 2 at once, before torch is even imported
     from .prestart import prestart  # noqa: PLC0415 - the commands' modules load only when they run
 
     prestart()  # the worker pool imports torch while this process does
@@ -83,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("grade", help="grade a notebook, a folder of notebooks or a .py file")
     p.add_argument("submission")
-    _assignment(p)
+    _assignment(p, recognised=True)
     p.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
     p.add_argument("--gpu", action="store_true", help="also run the GPU stage (long_sequence_gpu)")
     limits.add_flags(p)

@@ -28,6 +28,7 @@ class Source:
     notes: tuple[str, ...] = ()
     assignment_cells: int = 0  # nbgrader solution cells found (0: a plain notebook or a .py file)
     error: str | None = None  # why nothing could be read from this file (the parts then score 0)
+    graded_ids: frozenset[str] = frozenset()  # the grade_ids of the notebook's nbgrader graded cells
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,29 @@ def read_notebook(path: Path, part_ids: frozenset[str] = frozenset()) -> Source:
         cells.append(code)
     if not solution and code_cells:
         notes.append("no nbgrader solution cells: every code cell was taken")
-    grade_ids = {(c.get("metadata") or {}).get("nbgrader", {}).get("grade_id") for c in code_cells
-                 if (c.get("metadata") or {}).get("nbgrader", {}).get("grade")}
-    if grade_ids and not grade_ids & part_ids:
-        notes.append(f"{path.name} looks like a notebook of another assignment: none of its graded cells "
-                     f"({', '.join(sorted(map(str, grade_ids)))[:80]}) is a part of this course")
-    return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution))
+    grade_ids = frozenset(str((c.get("metadata") or {}).get("nbgrader", {}).get("grade_id")) for c in code_cells
+                          if (c.get("metadata") or {}).get("nbgrader", {}).get("grade"))
+    if grade_ids and part_ids and not grade_ids & part_ids:
+        owner = _owner(grade_ids)
+        shown = ", ".join(sorted(grade_ids))[:80]
+        notes.append(f"{path.name} is a notebook of assignment {owner.id} (its graded cells: {shown}): grade it with "
+                     f"--assignment {owner.id}" if owner else
+                     f"{path.name} looks like a notebook of another assignment: none of its graded cells ({shown}) "
+                     "is a part of this one")
+    return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution), graded_ids=grade_ids)
+
+
+def _owner(grade_ids: frozenset[str]) -> spec.Assignment | None:
+    """The one registered assignment whose parts include all these graded cells, if exactly one does."""
+    owners = [a for a in spec.ASSIGNMENTS.values() if grade_ids <= {p.id for p in a.all_parts}]
+    return owners[0] if len(owners) == 1 else None
+
+
+def recognise(path: str | Path) -> spec.Assignment | None:
+    """The assignment a submission's notebooks belong to, by their nbgrader graded cells (None for a .py
+    file, a notebook without nbgrader metadata, or notebooks of several assignments)."""
+    graded = frozenset().union(*(s.graded_ids for s in extract(path, part_ids=frozenset()).sources))
+    return _owner(graded) if graded else None
 
 
 def read_python(path: Path) -> Source:
@@ -122,10 +140,12 @@ def _check_size(path: Path) -> None:
         raise SubmissionError(f"{path}: {path.stat().st_size} bytes is too large for a submission")
 
 
-def extract(path: str | Path, assignment: spec.Assignment | None = None) -> Extracted:
+def extract(path: str | Path, assignment: spec.Assignment | None = None,
+            part_ids: frozenset[str] | None = None) -> Extracted:
     """The code of a submission, one Source per notebook or file, in name order (for grading against
-    `assignment`, default spec.DEFAULT)."""
-    part_ids = frozenset(p.id for p in (assignment or spec.DEFAULT).all_parts)
+    `assignment`, default spec.DEFAULT; `part_ids`: the graded cells to expect instead, none for no note)."""
+    if part_ids is None:
+        part_ids = frozenset(p.id for p in (assignment or spec.DEFAULT).all_parts)
     p = Path(path)
     if not p.exists():
         raise SubmissionError(f"{p}: no such file or folder")

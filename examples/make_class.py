@@ -9,6 +9,8 @@ into correct submissions when the solutions change.
 
     course = make_course(tmp)               # source/ copied, nbgrader_config.py, generate_assignment
     collect(course, {"ada": "correct", "bob": "no_scale"})
+    course = make_course(tmp, assignments=("self_attention", "generation"))   # both assignments
+    collect(course, {"ada": "correct", "bob": "top_left_decode"}, "generation")
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from autograder.spec import ASSIGNMENT, NOTEBOOKS, PARTS  # noqa: E402
+from autograder import spec  # noqa: E402
+from autograder.spec import ASSIGNMENT  # noqa: E402
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 TIMESTAMP = "2026-11-30 09:00:00.000000 UTC"
@@ -56,11 +59,36 @@ MISTAKES: dict[str, tuple[str, list]] = {
     "corrupt": ("02_masks is not valid JSON (truncated file)", ["02_masks"]),
 }
 
+# The same for the second assignment, `generation`.
+GENERATION_MISTAKES: dict[str, tuple[str, list]] = {
+    "correct": ("the reference solution", []),
+    "sin_cos_swapped": ("cos on the even features of the sinusoidal encoding, sin on the odd ones",
+                        [("01_positions", "pe[:, 0::2] = torch.sin(angle)", "pe[:, 0::2] = torch.cos(angle)"),
+                         ("01_positions", "pe[:, 1::2] = torch.cos(angle)", "pe[:, 1::2] = torch.sin(angle)")]),
+    "top_left_decode": ("decode_causal_mask aligned top-left (tril() of [S_q, S_k], like is_causal=True)",
+                        [("02_kv_cache", ".tril(diagonal=offset)", ".tril()")]),
+    "repeat_tiled": ("repeat_kv tiles the heads (kv0, kv1, kv0, kv1) instead of repeating each in place",
+                     [("02_kv_cache", "x = x[:, :, None].expand(B, H_kv, n_rep, S, head_dim)",
+                       "x = x[:, None].expand(B, n_rep, H_kv, S, head_dim)")]),
+    "kv_from_x": ("cross-attention keys and values projected from x, not from the context",
+                  [("03_cross_attention", "k = self.W_k(context).view(B, S_k, H, head_dim)",
+                    "k = self.W_k(x).view(B, S_q, H, head_dim)"),
+                   ("03_cross_attention", "v = self.W_v(context).view(B, S_k, H, head_dim)",
+                    "v = self.W_v(x).view(B, S_q, H, head_dim)")]),
+    "context_mask_inverted": ("the context padding mask used the wrong way round",
+                              [("03_cross_attention", "masked_fill(~context_mask", "masked_fill(context_mask")]),
+    "unfinished": ("02_kv_cache left as released (stubs)", ["02_kv_cache"]),
+    "missing": ("03_cross_attention not submitted", ["03_cross_attention"]),
+}
+MISTAKES_OF = {ASSIGNMENT: MISTAKES, "generation": GENERATION_MISTAKES}
+# The bundled example class of each assignment: examples/class/<file>, student id -> mistake.
+CLASS_FILES = {ASSIGNMENT: "students.json", "generation": "generation.json"}
 
-def repo_source(repo: Path = REPO) -> Path | None:
-    """The course's instructor notebooks, when they have been built (python -m course.build)."""
-    src = repo / "source" / ASSIGNMENT
-    if all((src / f"{nb}.ipynb").exists() for nb in NOTEBOOKS):
+
+def repo_source(repo: Path = REPO, assignment: str = ASSIGNMENT) -> Path | None:
+    """The course's instructor notebooks of `assignment`, when they have been built (python -m course.build)."""
+    src = repo / "source" / assignment
+    if all((src / f"{nb}.ipynb").exists() for nb in spec.assignment(assignment).notebooks):
         return src
     return None
 
@@ -75,18 +103,19 @@ def _cell(kind: str, source: str, nbgrader: dict | None = None, cid: str = "") -
     return cell
 
 
-def fallback_source(dest: Path) -> Path:
-    """Minimal instructor notebooks made from solutions/attention.py (when source/ is not built)."""
+def fallback_source(dest: Path, assignment: str = ASSIGNMENT) -> Path:
+    """Minimal instructor notebooks made from the reference solutions (when source/ is not built)."""
     dest.mkdir(parents=True, exist_ok=True)
-    code = (REPO / "solutions" / "attention.py").read_text()
+    contract = spec.assignment(assignment)
+    code = (REPO / (contract.solutions.replace(".", "/") + ".py")).read_text()
     tree = ast.parse(code)
     defs = {n.name: ast.get_source_segment(code, n) for n in tree.body
             if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    for nb_name in NOTEBOOKS:
+    for nb_name in contract.notebooks:
         cells = [_cell("markdown", f"# {nb_name}", cid="title"),
                  _cell("code", "import math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F",
                        {"grade": False, "solution": False, "locked": True, "grade_id": "setup"}, "setup")]
-        for part in [p for p in PARTS if p.notebook == nb_name]:
+        for part in contract.parts_of(nb_name):
             for name in part.names:
                 cells.append(_cell("code", f"{BEGIN}\n{defs[name]}\n{END}",
                                    {"grade": False, "solution": True, "locked": False, "grade_id": f"sol_{name}"},
@@ -136,18 +165,21 @@ def course_config(course: Path, plugin: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_course(course: Path, source: Path | None = None, plugin: bool = True) -> Path:
-    """A course directory: source/ (the repository's, or a fallback), config, release, gradebook."""
+def make_course(course: Path, source: Path | None = None, plugin: bool = True,
+                assignments: tuple[str, ...] = (ASSIGNMENT,)) -> Path:
+    """A course directory: source/ of each assignment (the repository's, or a fallback; `source`: the first
+    one's instead), config, release, gradebook."""
     course = Path(course)
     course.mkdir(parents=True, exist_ok=True)
-    src = source or repo_source()
-    dest = course / "source" / ASSIGNMENT
-    if src is None:
-        fallback_source(dest)
-    else:
-        shutil.copytree(src, dest, dirs_exist_ok=True)
     (course / "nbgrader_config.py").write_text(course_config(course, plugin))
-    nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
+    for index, assignment in enumerate(assignments):
+        src = (source if index == 0 else None) or repo_source(assignment=assignment)
+        dest = course / "source" / assignment
+        if src is None:
+            fallback_source(dest, assignment)
+        else:
+            shutil.copytree(src, dest, dirs_exist_ok=True)
+        nbgrader(course, "generate_assignment", assignment, "--force")
     return course
 
 
@@ -160,10 +192,10 @@ def _src(cell: dict) -> str:
     return "".join(s) if isinstance(s, list) else s
 
 
-def solved(course: Path, nb_name: str) -> dict:
+def solved(course: Path, nb_name: str, assignment: str = ASSIGNMENT) -> dict:
     """The released notebook with every solution cell filled in from the source notebook."""
-    release = json.loads((course / "release" / ASSIGNMENT / f"{nb_name}.ipynb").read_text())
-    source = json.loads((course / "source" / ASSIGNMENT / f"{nb_name}.ipynb").read_text())
+    release = json.loads((course / "release" / assignment / f"{nb_name}.ipynb").read_text())
+    source = json.loads((course / "source" / assignment / f"{nb_name}.ipynb").read_text())
     answers = {c["metadata"]["nbgrader"]["grade_id"]: _strip_markers(_src(c)) for c in source["cells"]
                if (c.get("metadata") or {}).get("nbgrader", {}).get("solution")}
     for cell in release["cells"]:
@@ -173,12 +205,12 @@ def solved(course: Path, nb_name: str) -> dict:
     return release
 
 
-def student_notebooks(course: Path, mistake: str) -> dict[str, str | None]:
-    """notebook name -> file text (None: not submitted) for a student making `mistake`."""
-    _, edits = MISTAKES[mistake]
+def student_notebooks(course: Path, mistake: str, assignment: str = ASSIGNMENT) -> dict[str, str | None]:
+    """notebook name -> file text (None: not submitted) for a student of `assignment` making `mistake`."""
+    _, edits = MISTAKES_OF[assignment][mistake]
     out: dict[str, str | None] = {}
-    for nb_name in NOTEBOOKS:
-        nb = solved(course, nb_name)
+    for nb_name in spec.assignment(assignment).notebooks:
+        nb = solved(course, nb_name, assignment)
         for edit in edits:
             if isinstance(edit, tuple) and edit[0] == nb_name:
                 _, old, new = edit
@@ -192,7 +224,7 @@ def student_notebooks(course: Path, mistake: str) -> dict[str, str | None]:
         text = json.dumps(nb, indent=1)
         if nb_name in [e for e in edits if isinstance(e, str)]:
             if mistake == "unfinished":
-                text = (course / "release" / ASSIGNMENT / f"{nb_name}.ipynb").read_text()
+                text = (course / "release" / assignment / f"{nb_name}.ipynb").read_text()
             elif mistake == "missing":
                 text = None
             elif mistake == "corrupt":
@@ -201,15 +233,15 @@ def student_notebooks(course: Path, mistake: str) -> dict[str, str | None]:
     return out
 
 
-def collect(course: Path, students: dict[str, str]) -> list[str]:
-    """Write submitted/<student>/self_attention/ for each student -> mistake name."""
+def collect(course: Path, students: dict[str, str], assignment: str = ASSIGNMENT) -> list[str]:
+    """Write submitted/<student>/<assignment>/ for each student -> mistake name."""
     made = []
     for student, mistake in students.items():
-        folder = Path(course) / "submitted" / student / ASSIGNMENT
+        folder = Path(course) / "submitted" / student / assignment
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        for nb_name, text in student_notebooks(Path(course), mistake).items():
+        for nb_name, text in student_notebooks(Path(course), mistake, assignment).items():
             if text is not None:
                 (folder / f"{nb_name}.ipynb").write_text(text)
         (folder / "timestamp.txt").write_text(TIMESTAMP)
@@ -217,9 +249,9 @@ def collect(course: Path, students: dict[str, str]) -> list[str]:
     return made
 
 
-# The bundled example class (examples/class/students.json): student id -> mistake.
-def example_class() -> dict[str, str]:
-    return json.loads((Path(__file__).resolve().parent / "class" / "students.json").read_text())
+# The bundled example class of an assignment (examples/class/students.json, generation.json): student id -> mistake.
+def example_class(assignment: str = ASSIGNMENT) -> dict[str, str]:
+    return json.loads((Path(__file__).resolve().parent / "class" / CLASS_FILES[assignment]).read_text())
 
 
 def synthetic_class(n: int) -> dict[str, str]:

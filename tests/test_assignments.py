@@ -132,3 +132,16 @@ def test_the_added_part_goes_through_the_nbgrader_plugin_and_the_from_scratch_ru
         "    return -(weights * logs)"))
     part = grader.grade(fused, assignment=throwaway).part("entropy")
     assert part.score == 0 and any("from scratch" in n for n in part.notes)
+
+
+def test_grade_recognises_the_assignment_of_nbgrader_notebooks_by_their_graded_cells():
+    """`grade` without --assignment grades generation notebooks as generation; a .py file stays the default's"""
+    from autograder.extract import extract, recognise
+
+    generation = REPO / "assignments" / "generation"
+    assert recognise(generation) is spec.GENERATION
+    assert recognise(generation / "02_kv_cache.ipynb") is spec.GENERATION
+    assert recognise(REPO / "assignments" / "self_attention" / "03_module.ipynb") is spec.SELF_ATTENTION
+    assert recognise(REPO / "solutions" / "generation.py") is None
+    notes = extract(generation / "02_kv_cache.ipynb").sources[0].notes  # read as the default assignment's
+    assert any("notebook of assignment generation" in n and "--assignment generation" in n for n in notes), notes

@@ -77,3 +77,26 @@ def test_results_json_scores_equal_the_graders(bundle, grader, private_tmp, bugg
         assert all(t["output"] and t["output"] != "passed" for t in failed)
     else:
         assert doc["score"] == pytest.approx(sum(p.points for p in PARTS))
+
+
+def test_a_generation_bundle_grades_the_second_assignment_like_the_grader(grader, private_tmp):
+    """gradescope-bundle --assignment generation: run_autograder grades its three parts, scores as Grader().grade"""
+    from autograder import spec
+
+    bundle = build_bundle(private_tmp / "generation-bundle" / "autograder.zip", spec.GENERATION)
+    with zipfile.ZipFile(bundle) as z:
+        assert z.read("run_autograder").decode().rstrip().endswith('-m autograder.gradescope "$ROOT" generation')
+        assert {f"autograder/checks/generation/test_{p.id}.py" for p in spec.GENERATION.parts} | {
+            "solutions/generation.py"} <= set(z.namelist())
+    code = (REPO / "solutions" / "generation.py").read_text()
+    wrong = code.replace(".tril(diagonal=offset)", ".tril()")  # top-left causal alignment in decoding
+    assert wrong != code
+    sub = private_tmp / "generation-buggy" / "generation.py"
+    sub.parent.mkdir()
+    sub.write_text(wrong)
+    doc = _run_bundle(bundle, private_tmp / "generation-buggy" / "autograder", sub)
+    expected = grader.grade(sub, assignment=spec.GENERATION)
+    assert doc["score"] == pytest.approx(expected.score, abs=1e-3) and expected.score < 100
+    failed = [t["name"] for t in doc["tests"] if t["score"] < t["max_score"]]
+    assert failed and all(name.startswith("kv_cache: ") for name in failed), failed
+    assert sum(t["max_score"] for t in doc["tests"]) == pytest.approx(100)

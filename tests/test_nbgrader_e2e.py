@@ -1,5 +1,5 @@
-"""nbgrader end to end, on the real source/ notebooks: generate_assignment, autograde with this
-grader's preprocessor, generate_feedback, export; and grade-class on the same submissions.
+"""nbgrader end to end, on the real source/ notebooks of both assignments: generate_assignment, autograde
+with this grader's preprocessor, generate_feedback, export; and grade-class on the same submissions.
 
 Claims: the gradebook's per-part scores equal `Grader().grade(folder)` (the CLI's grading of the
 same folder), and grade-class writes the same rows as `nbgrader autograde`.
@@ -13,21 +13,24 @@ from pathlib import Path
 
 import pytest
 
-
-from autograder.spec import ASSIGNMENT, PARTS
+from autograder import spec
 from examples.make_class import collect, make_course, nbgrader, repo_source
 
 REPO = Path(__file__).resolve().parent.parent
-STUDENTS = {"good": "correct", "buggy": "seed_broadcast"}
+# assignment -> {student: mistake}, and the part (with its notebook) the buggy student's mistake is in
+STUDENTS = {"self_attention": {"good": "correct", "buggy": "seed_broadcast"},
+            "generation": {"good": "correct", "buggy": "top_left_decode"}}
+BUGGY_PART = {"self_attention": "masks", "generation": "kv_cache"}
+ASSIGNMENTS = list(STUDENTS)
 
 
-def rows(db: Path) -> dict:
+def rows(db: Path, assignment: str) -> dict:
     from nbgrader.api import Gradebook
 
     out = {}
     with Gradebook(f"sqlite:///{db}") as gb:
-        for student in STUDENTS:
-            sub = gb.find_submission(ASSIGNMENT, student)
+        for student in STUDENTS[assignment]:
+            sub = gb.find_submission(assignment, student)
             for nb in sub.notebooks:
                 for g in nb.grades:
                     out[(student, nb.name, g.name)] = (g.auto_score, g.needs_manual_grade)
@@ -38,60 +41,68 @@ def rows(db: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def course(private_tmp):
-    assert repo_source() is not None, "source/self_attention/ is missing: run `python -m course.build`"
-    root = make_course(private_tmp / "e2e" / "course")
-    collect(root, STUDENTS)
+    for assignment in ASSIGNMENTS:
+        assert repo_source(assignment=assignment) is not None, f"source/{assignment}/ is missing: run `make release`"
+    root = make_course(private_tmp / "e2e" / "course", assignments=tuple(ASSIGNMENTS))
+    for assignment in ASSIGNMENTS:
+        collect(root, STUDENTS[assignment], assignment)
     shutil.copy(root / "gradebook.db", root.parent / "fresh-gradebook.db")
-    nbgrader(root, "autograde", ASSIGNMENT)
-    nbgrader(root, "generate_feedback", ASSIGNMENT)
+    for assignment in ASSIGNMENTS:
+        nbgrader(root, "autograde", assignment)
+        nbgrader(root, "generate_feedback", assignment)
     nbgrader(root, "export", "--to", str(root / "grades.csv"))
     return root
 
 
-
 @pytest.fixture(scope="module")
 def cli_results(course, grader):
-    return {s: grader.grade(course / "submitted" / s / ASSIGNMENT) for s in STUDENTS}
+    return {(a, s): grader.grade(course / "submitted" / s / a, assignment=spec.assignment(a))
+            for a in ASSIGNMENTS for s in STUDENTS[a]}
 
 
-def test_the_buggy_student_loses_points_only_where_the_bug_is(cli_results):
-    good, buggy = cli_results["good"], cli_results["buggy"]
-    assert good.score == sum(p.points for p in PARTS)
-    assert buggy.part("masks").score < buggy.part("masks").max_score
-    assert all(p.score == p.max_score for p in buggy.parts if p.id != "masks")
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_buggy_student_loses_points_only_where_the_bug_is(cli_results, assignment):
+    good, buggy, bug = cli_results[(assignment, "good")], cli_results[(assignment, "buggy")], BUGGY_PART[assignment]
+    assert good.score == spec.assignment(assignment).max_score
+    assert buggy.part(bug).score < buggy.part(bug).max_score
+    assert all(p.score == p.max_score for p in buggy.parts if p.id != bug)
 
 
-def test_gradebook_per_part_scores_equal_the_cli_on_the_same_folder(course, cli_results):
-    got = rows(course / "gradebook.db")
-    for student, result in cli_results.items():
-        for part in PARTS:
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gradebook_per_part_scores_equal_the_cli_on_the_same_folder(course, cli_results, assignment):
+    got = rows(course / "gradebook.db", assignment)
+    for student in STUDENTS[assignment]:
+        result = cli_results[(assignment, student)]
+        for part in spec.assignment(assignment).parts:
             auto, manual = got[(student, part.notebook, part.id)]
             assert auto == pytest.approx(result.part(part.id).score, abs=1e-3), (student, part.id)
             assert manual is False
 
 
-def test_feedback_shows_the_graders_messages_and_no_hidden_test_source(course, cli_results):
-    html = (course / "feedback" / "buggy" / ASSIGNMENT / "02_masks.html").read_text()
-    failing = [c for c in cli_results["buggy"].part("masks").checks if not c.passed]
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_feedback_shows_the_graders_messages_and_no_hidden_test_source(course, cli_results, assignment):
+    bug = spec.assignment(assignment).part(BUGGY_PART[assignment])
+    html = (course / "feedback" / "buggy" / assignment / f"{bug.notebook}.html").read_text()
+    failing = [c for c in cli_results[(assignment, "buggy")].part(bug.id).checks if not c.passed]
     assert failing
     import html as htmllib
 
     text = htmllib.unescape(html)
     for c in failing:
         assert c.name in text and c.message.splitlines()[0] in text
-    hidden = (REPO / "autograder" / "checks" / "self_attention" / "test_masks.py").read_text()
+    hidden = spec.assignment(assignment).check_file(bug).read_text()
     for line in hidden.splitlines():
         line = line.strip()
         if len(line) > 30 and re.match(r"(def test_|assert |student\.|expect)", line):
             assert line not in text, f"hidden check source leaked into feedback: {line}"
 
 
-def test_export_writes_the_totals(course, cli_results):
+def test_export_writes_the_totals_of_both_assignments(course, cli_results):
     with open(course / "grades.csv", newline="") as f:
-        table = {r["student_id"]: r for r in csv.DictReader(f)}
-    for student, result in cli_results.items():
-        assert float(table[student]["raw_score"]) == pytest.approx(result.score, abs=1e-3)
-        assert float(table[student]["max_score"]) == sum(p.points for p in PARTS)
+        table = {(r["assignment"], r["student_id"]): r for r in csv.DictReader(f)}
+    for (assignment, student), result in cli_results.items():
+        assert float(table[(assignment, student)]["raw_score"]) == pytest.approx(result.score, abs=1e-3)
+        assert float(table[(assignment, student)]["max_score"]) == spec.assignment(assignment).max_score
 
 
 def test_grade_class_writes_the_same_rows_as_nbgrader_autograde(course, grader, private_tmp):
@@ -102,9 +113,10 @@ def test_grade_class_writes_the_same_rows_as_nbgrader_autograde(course, grader, 
     shutil.copy(course.parent / "fresh-gradebook.db", copy / "gradebook.db")
     cfg = copy / "nbgrader_config.py"
     cfg.write_text(cfg.read_text().replace(str(course), str(copy)))
-    outcomes = grade_class(copy, progress=False, grader=grader)
-    assert {o.student: o.status for o in outcomes} == {s: "graded" for s in STUDENTS}
-    assert rows(copy / "gradebook.db") == rows(course / "gradebook.db")
+    for assignment in ASSIGNMENTS:
+        outcomes = grade_class(copy, assignment, progress=False, grader=grader)
+        assert {o.student: o.status for o in outcomes} == {s: "graded" for s in STUDENTS[assignment]}
+        assert rows(copy / "gradebook.db", assignment) == rows(course / "gradebook.db", assignment)
 
 
 @pytest.mark.parametrize("score, expected", [(0.0, 0.0), (7.25, 7.25), (15.0, 15.0), (15.0000001, 15.0),
