@@ -120,7 +120,7 @@ def test_rope_scores_depend_only_on_the_offset(student, gen):
                                   "by an angle that grows with the position")
     for group, offset in ((slice(0, 3), 2), (slice(3, 5), -2), (slice(5, 7), 0)):
         values = scores[group]
-        if (values - values[0]).abs().max() > 1e-6 * (1 + values.abs().max()):
+        if (values - values[0]).abs().max() > 1e-4 * (1 + values.abs().max()):  # float32 angles are fine
             shown = ", ".join(f"(m={a}, n={b}): {s:.4f}" for (a, b), s in zip(pairs[group], values.tolist()))
             raise expect.CheckFailure(f"with m - n = {offset} the scores should all be equal, got {shown}: each pair "
                                       "(x[2i], x[2i+1]) must be rotated by an angle proportional to its position, the "
