@@ -1,8 +1,9 @@
 """The reference of the second assignment (solutions/generation.py) agrees with PyTorch and with its spec.
 
 Positions against independent formulas (RoPE as complex multiplication, as in Meta's LLaMA code),
-the decoding mask against torch.nn.attention.bias.causal_lower_right, repeat_kv against
-SDPA's own grouped-query attention, the cached module and cross-attention against
+the decoding mask against absolute positions (and, in the executed 02_kv_cache notebook, against
+torch.nn.attention.bias.causal_lower_right, whose import costs seconds: tests/test_generation_notebooks.py),
+repeat_kv against SDPA's own grouped-query attention, the cached module and cross-attention against
 nn.MultiheadAttention; properties (relative positions, decoding = the full pass) with hypothesis.
 """
 from __future__ import annotations
@@ -15,7 +16,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.nn.attention.bias import causal_lower_right
 
 from solutions import generation as G
 
@@ -113,11 +113,16 @@ def test_half_split_rope_with_permuted_weights_gives_the_same_scores():
 # --------------------------------------------------------------------------- #
 
 
+def bottom_right(S_q, S_k):
+    """key position <= query position, the queries being the last S_q of S_k positions"""
+    return torch.arange(S_k)[None, :] <= torch.arange(S_k - S_q, S_k)[:, None]
+
+
 @pytest.mark.parametrize("S_q,S_k", [(1, 1), (1, 6), (3, 7), (5, 5), (2, 9)])
-def test_decode_causal_mask_is_bottom_right_aligned_like_causal_lower_right(S_q, S_k):
+def test_decode_causal_mask_lets_each_query_see_the_keys_up_to_its_absolute_position(S_q, S_k):
     mask = G.decode_causal_mask(S_q, S_k)
     assert mask.dtype == torch.bool and mask.shape == (S_q, S_k)
-    assert torch.equal(mask, causal_lower_right(S_q, S_k)._materialize())
+    assert torch.equal(mask, bottom_right(S_q, S_k))
     assert mask[-1].all()
 
 
@@ -129,7 +134,7 @@ def test_is_causal_in_sdpa_is_top_left_aligned_and_differs_when_queries_are_fewe
     q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4)
     top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     ours = F.scaled_dot_product_attention(q, k, v, attn_mask=G.decode_causal_mask(2, 5))
-    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(2, 5)))
+    torch.testing.assert_close(top_left, F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(2, 5).tril().bool()))
     assert not torch.allclose(top_left, ours)
 
 
