@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import spec
+from .readfile import Unreadable, entry_kind, list_folder, read_bytes
 
 
 class SubmissionError(Exception):
@@ -39,7 +41,6 @@ class Extracted:
 
 
 MAGIC = re.compile(r"^\s*(%|!)")
-MAX_FILE_BYTES = 20 * 2**20
 
 
 def clean_cell(code: str) -> tuple[str, list[str]]:
@@ -62,7 +63,7 @@ def _split_python(code: str) -> list[str]:
     try:
         ast.parse(code)
         return [code]
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # (ValueError: a null byte)
         pass
     chunks, current = [], []
     for line in code.splitlines():
@@ -80,37 +81,88 @@ def _split_python(code: str) -> list[str]:
     return out
 
 
+# What a student reads about a notebook that is not quite one (whole sentences, for translation).
+NOT_JSON = "{name} could not be read as a notebook ({error})"
+TOO_DEEP = "{name} could not be read as a notebook: its JSON is nested too deeply"
+NO_CELLS = "{name} is not a notebook: it has no list of cells"
+BAD_META = "{name}: the nbgrader metadata of cell {cells} is not a dictionary: read as a plain cell"
+BAD_SOURCE = "{name}: the source of cell {cells} is not text: that cell was skipped"
+BAD_GRADE_ID = "{name}: the grade_id of cell {cells} is not a string: ignored"
+OTHER_ASSIGNMENT = ("{name} looks like a notebook of another assignment: none of its graded cells ({ids}) is a part "
+                    "of this one")
+OWNED = "{name} is a notebook of assignment {owner} (its graded cells: {ids}): grade it with --assignment {owner}"
+MISSING_PATH = "{path}: no such file or folder"
+PY_NOT_UTF8 = "{path}: not a UTF-8 text file"
+PY_TOO_DEEP = "{path}: nested too deeply for Python to read (a line of thousands of brackets or signs?)"
+
+
+def parse_json(data: bytes, name: str):
+    """A notebook file's JSON (a UTF-8 byte-order mark is accepted); ValueError with one sentence."""
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except RecursionError:
+        raise ValueError(TOO_DEEP.format(name=name)) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
+        raise ValueError(NOT_JSON.format(name=name, error=f"{type(exc).__name__}: {str(exc)[:80]}")) from None
+
+
+def _nbgrader(cell: dict, bad: list[int], index: int) -> dict:
+    meta = cell.get("metadata")
+    meta = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    if isinstance(meta, dict):
+        return meta
+    bad.append(index)
+    return {}
+
+
+def _text(source) -> str | None:
+    """A cell's source as text (a string, or nbformat's list of strings); None when it is neither."""
+    if isinstance(source, str):
+        return source
+    if isinstance(source, list) and all(isinstance(line, str) for line in source):
+        return "".join(source)
+    return None
+
+
+def _cells_note(template: str, name: str, cells: list[int]) -> list[str]:
+    return [template.format(name=name, cells=", ".join(map(str, cells[:10])) + (", ..." if len(cells) > 10 else ""))
+            ] if cells else []
+
+
 def read_notebook(path: Path, part_ids: frozenset[str] = frozenset()) -> Source:
     """A notebook's solution cells (every code cell without nbgrader metadata); `part_ids`: the
-    graded cells of the assignment, for a note when the notebook has graded cells but none of them."""
+    graded cells of the assignment, for a note when the notebook has graded cells but none of them.
+    A file that is not a notebook gives a Source with `error` (its parts then score 0, with the reason)."""
     try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        reason = f"{path.name} could not be read as a notebook ({exc.__class__.__name__}: {str(exc)[:80]})"
-        return Source(path.stem, str(path), (), error=reason)
+        nb = parse_json(read_bytes(path), path.name)
+    except (Unreadable, ValueError) as exc:
+        return Source(path.stem, str(path), (), error=str(exc))
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-        return Source(path.stem, str(path), (), error=f"{path.name} is not a notebook: it has no list of cells")
-    code_cells = [c for c in nb["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
-    solution = [c for c in code_cells if (c.get("metadata") or {}).get("nbgrader", {}).get("solution")]
-    chosen = solution or code_cells
-    cells, notes = [], []
-    for cell in chosen:
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
+        return Source(path.stem, str(path), (), error=NO_CELLS.format(name=path.name))
+    bad_meta: list[int] = []
+    code_cells = [(i, c, _nbgrader(c, bad_meta, i)) for i, c in enumerate(nb["cells"], 1)
+                  if isinstance(c, dict) and c.get("cell_type") == "code"]
+    solution = [(i, c) for i, c, meta in code_cells if meta.get("solution")]
+    cells, notes, bad_source = [], [], []
+    for index, cell in solution or [(i, c) for i, c, _ in code_cells]:
+        source = _text(cell.get("source", ""))
+        if source is None:
+            bad_source.append(index)
+            continue
         code, dropped = clean_cell(source)
         notes.extend(dropped)
         cells.append(code)
     if not solution and code_cells:
         notes.append("no nbgrader solution cells: every code cell was taken")
-    grade_ids = frozenset(str((c.get("metadata") or {}).get("nbgrader", {}).get("grade_id")) for c in code_cells
-                          if (c.get("metadata") or {}).get("nbgrader", {}).get("grade"))
+    notes += _cells_note(BAD_META, path.name, bad_meta) + _cells_note(BAD_SOURCE, path.name, bad_source)
+    graded = [(i, meta.get("grade_id")) for i, _, meta in code_cells if meta.get("grade")]
+    notes += _cells_note(BAD_GRADE_ID, path.name, [i for i, gid in graded if not isinstance(gid, str)])
+    grade_ids = frozenset(gid for _, gid in graded if isinstance(gid, str))
     if grade_ids and part_ids and not grade_ids & part_ids:
         owner = _owner(grade_ids)
         shown = ", ".join(sorted(grade_ids))[:80]
-        notes.append(f"{path.name} is a notebook of assignment {owner.id} (its graded cells: {shown}): grade it with "
-                     f"--assignment {owner.id}" if owner else
-                     f"{path.name} looks like a notebook of another assignment: none of its graded cells ({shown}) "
-                     "is a part of this one")
+        notes.append(OWNED.format(name=path.name, owner=owner.id, ids=shown) if owner else
+                     OTHER_ASSIGNMENT.format(name=path.name, ids=shown))
     return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution), graded_ids=grade_ids)
 
 
@@ -129,44 +181,50 @@ def recognise(path: str | Path) -> spec.Assignment | None:
 
 def read_python(path: Path) -> Source:
     try:
-        code = path.read_text(encoding="utf-8")
+        code = read_bytes(path).decode("utf-8-sig")
+    except Unreadable as exc:
+        raise SubmissionError(f"{path}: {exc}") from None
     except UnicodeDecodeError:
-        raise SubmissionError(f"{path}: not a UTF-8 text file") from None
-    return Source(path.stem, str(path), tuple(_split_python(code)))
-
-
-def _check_size(path: Path) -> None:
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise SubmissionError(f"{path}: {path.stat().st_size} bytes is too large for a submission")
+        raise SubmissionError(PY_NOT_UTF8.format(path=path)) from None
+    try:
+        cells = _split_python(code)
+    except (MemoryError, RecursionError):
+        raise SubmissionError(PY_TOO_DEEP.format(path=path)) from None
+    return Source(path.stem, str(path), tuple(cells))
 
 
 def extract(path: str | Path, assignment: spec.Assignment | None = None,
             part_ids: frozenset[str] | None = None) -> Extracted:
     """The code of a submission, one Source per notebook or file, in name order (for grading against
-    `assignment`, default spec.DEFAULT; `part_ids`: the graded cells to expect instead, none for no note)."""
+    `assignment`, default spec.DEFAULT; `part_ids`: the graded cells to expect instead, none for no note).
+    SubmissionError (one line) when there is nothing to grade."""
     if part_ids is None:
         part_ids = frozenset(p.id for p in (assignment or spec.DEFAULT).all_parts)
     p = Path(path)
-    if not p.exists():
-        raise SubmissionError(f"{p}: no such file or folder")
-    if p.is_file():
-        _check_size(p)
+    kind = entry_kind(p)
+    if kind == "file":
         if p.suffix == ".ipynb":
             return Extracted(str(p), (read_notebook(p, part_ids),))
         if p.suffix == ".py":
             return Extracted(str(p), (read_python(p),))
         raise SubmissionError(f"{p}: not a submission (expected a .ipynb notebook, a .py file or a folder)")
-    if not p.is_dir():
-        raise SubmissionError(f"{p}: not a file or folder")
+    if kind != "dir":
+        raise SubmissionError(MISSING_PATH.format(path=p) if not os.path.lexists(p) else f"{p}: {kind}")
+    try:
+        children = list_folder(p)
+    except Unreadable as exc:
+        raise SubmissionError(f"{p}: {exc}") from None
     sources, notes = [], []
-    for child in sorted(p.iterdir()):
-        if child.name.startswith(".") or child.is_dir():
-            if child.is_dir() and child.name not in (".ipynb_checkpoints", "__pycache__"):
-                notes.append(f"ignored folder {child.name}/")
+    for child in children:
+        if child.name.startswith("."):
             continue
-        if child.suffix == ".ipynb":
-            _check_size(child)
-            sources.append(read_notebook(child, part_ids))
+        kind = entry_kind(child)
+        if kind == "dir":
+            if child.name not in ("__pycache__",):
+                notes.append(f"ignored folder {child.name}/")
+        elif child.suffix == ".ipynb":
+            sources.append(read_notebook(child, part_ids) if kind == "file"
+                           else Source(child.stem, str(child), (), error=kind))
         elif child.suffix != ".py" or child.name not in ("visible_checks.py", "memory_meter.py"):
             notes.append(f"ignored {child.name}: only notebooks are graded in a folder")
     if not sources:

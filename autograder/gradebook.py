@@ -9,11 +9,12 @@ written are the ones nbgrader's own autograde writes, so formgrader, `nbgrader e
 from __future__ import annotations
 
 import contextlib
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from .extract import parse_json
+from .readfile import Unreadable, read_bytes
 from .results import PartResult
 from .spec import Assignment
 
@@ -95,11 +96,15 @@ def submitted(location: Location, assignment: str) -> set[str] | None:
 
 
 def _timestamp(folder: Path) -> str | None:
-    f = folder / "timestamp.txt"
-    if f.exists():
-        text = f.read_text().strip()
-        return text or None
-    return None
+    """The submission's timestamp.txt, when it holds one nbgrader can parse (else none: nbgrader's default)."""
+    from nbgrader.utils import parse_utc  # noqa: PLC0415 - nbgrader is slow to import
+
+    try:
+        text = read_bytes(folder / "timestamp.txt", limit=4096).decode("utf-8-sig").strip()
+        parse_utc(text)
+    except (Unreadable, ValueError, OverflowError):
+        return None
+    return text or None
 
 
 def _answered(folder: Path, notebook: str) -> dict[str, bool]:
@@ -107,14 +112,17 @@ def _answered(folder: Path, notebook: str) -> dict[str, bool]:
     from nbformat import from_dict  # noqa: PLC0415 - nbformat and nbgrader are slow to import
     from nbgrader import utils  # noqa: PLC0415
 
+    path = folder / f"{notebook}.ipynb"
     try:
-        nb = from_dict(json.loads((folder / f"{notebook}.ipynb").read_text(encoding="utf-8")))
-    except Exception:  # noqa: BLE001 - unreadable: nothing answered
+        nb = from_dict(parse_json(read_bytes(path), path.name))
+    except (Unreadable, ValueError):  # unreadable: nothing answered
         return {}
     out = {}
-    for cell in nb.get("cells", []):
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        if meta.get("solution") and meta.get("grade_id"):
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    for cell in cells if isinstance(cells, list) else []:
+        meta = cell.get("metadata") if isinstance(cell, dict) else None
+        meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+        if isinstance(meta, dict) and meta.get("solution") and isinstance(meta.get("grade_id"), str):
             try:
                 out[meta["grade_id"]] = meta.get("checksum") != utils.compute_checksum(cell)
             except Exception:  # noqa: BLE001 - a cell nbgrader cannot checksum counts as answered

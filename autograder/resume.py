@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from .readfile import Unreadable, read_bytes
 from .spec import CHECKS_ROOT, Assignment
 
 PACKAGE = CHECKS_ROOT.parent
@@ -34,10 +35,25 @@ def grader_fingerprint(assignment: Assignment) -> str:
     return h.hexdigest()[:16]
 
 
+def _files(folder: Path) -> list[Path]:
+    """Every entry below `folder` but folders, links not followed into folders, unreadable folders skipped."""
+    out = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != ".ipynb_checkpoints"]
+        out += [Path(root) / name for name in files]
+    return sorted(out)
+
+
 def submission_hash(folder: Path) -> str:
+    """What the submission's files hold; a file that cannot be read counts by the reason (read_bytes never
+    blocks on a FIFO nor reads a device), so that fixing it changes the hash."""
     h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts):
-        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    for f in _files(folder):
+        try:
+            data = read_bytes(f)
+        except Unreadable as exc:
+            data = str(exc).encode()
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:16]
 
 

@@ -19,15 +19,21 @@ from .worker.names import is_forbidden_name
 TORCH_ROOTS = frozenset({"torch", "nn", "F"})  # the worker's preamble binds these in every namespace
 
 
+def _parsed(cell: str) -> ast.Module | None:
+    """The cell's syntax tree; None when Python cannot read it (a syntax error, a null byte, nesting
+    too deep for the parser): the worker reports that cell's error to the student."""
+    try:
+        return ast.parse(cell)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
 def _torch_bindings(cells) -> tuple[set[str], dict[str, str]]:
     """(names bound to torch modules, {local name: torch's name} imported from torch), from the imports."""
     roots, imported = set(TORCH_ROOTS), {}
     for cell in cells:
-        try:
-            tree = ast.parse(cell)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
+        tree = _parsed(cell)
+        for node in ast.walk(tree) if tree else ():
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.split(".")[0] == "torch":
@@ -75,11 +81,8 @@ def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.pa
         roots, imported = _torch_bindings(source.cells)
         defs: dict[str, ast.AST] = {}
         for cell in source.cells:
-            try:
-                tree = ast.parse(cell)
-            except SyntaxError:
-                continue
-            for node in tree.body:
+            tree = _parsed(cell)
+            for node in tree.body if tree else ():
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     defs[node.name] = node
                 elif isinstance(node, ast.Assign):
