@@ -24,6 +24,7 @@ import concurrent.futures as cf
 import json
 import multiprocessing
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import document, gradebook, spec
+from . import courselock, document, gradebook, spec
+from .lifetime import Interrupted, Stopper, init_pool_process, kill_processes
 from .limits import Limits
 from .report import summary_table
 from .resume import State, atomic_write, grader_fingerprint
@@ -42,8 +44,9 @@ from .results import CheckResult, GradeResult, PartResult
 _GRADER = None  # this pool process's warm Grader, set by _init_worker
 
 
-def _init_worker(limits) -> None:
+def _init_worker(limits, parent: int) -> None:
     global _GRADER
+    init_pool_process(parent)  # dies with grade-class; Ctrl-C is the parent's to handle
     from .grade import Grader  # noqa: PLC0415 - imports torch, once per grading process, not in the parent
 
     _GRADER = Grader(limits).warm()
@@ -107,20 +110,54 @@ def _progress(console, enabled: bool):
     return Progress(*columns, console=console, disable=not enabled, transient=False)
 
 
+class Stopped(Exception):
+    """The run stopped before the end of the queue (a signal, the gradebook, a full disk); what was
+    graded before is written. str() is one line; `outcomes` are the students done."""
+
+    def __init__(self, message: str, outcomes: list[Outcome], exit_code: int):
+        super().__init__(message)
+        self.outcomes = outcomes
+        self.exit_code = exit_code
+
+
 def grade_class(course: str | Path, assignment: str = spec.ASSIGNMENT, workers: int | None = None,
                 force: bool = False, limits: Limits | None = None, progress: bool = True, console=None,
-                grader=None) -> list[Outcome]:
+                grader=None, lock_wait: float = 0.0, gradebook_wait: float = 60.0) -> list[Outcome]:
     """Grade every submitted/<student>/<assignment>/ of the course; write the gradebook; return outcomes.
 
     With `grader` (a warm Grader), grading runs in this process, one submission at a time,
     instead of in a pool (tests, and machines where starting processes is the bottleneck).
+    One run at a time per course (courselock: CourseBusy after `lock_wait` seconds); a gradebook
+    held by another writer is waited for up to `gradebook_wait` seconds. SIGINT/SIGTERM, a
+    gradebook that stays busy or a full disk raise Stopped with what was written.
     """
+    course = Path(course).resolve()
+    if not (course / "submitted").is_dir():
+        raise FileNotFoundError(f"{course}: no submitted/ folder (is this an nbgrader course directory?)")
+    outcomes: dict[str, Outcome] = {}
+    with Stopper() as stopper:
+        try:
+            with courselock.hold(course, f"grade-class {assignment}", lock_wait):
+                _grade_course(course, assignment, workers, force, limits, progress, console, grader,
+                              gradebook_wait, stopper, outcomes)
+        except Interrupted as exc:
+            raise Stopped(f"{exc}: {_written(outcomes)}; run the same command again to grade the rest",
+                          list(outcomes.values()), exc.exit_code) from None
+        except gradebook.GradebookError as exc:
+            raise Stopped(f"{exc} ({_written(outcomes)})", list(outcomes.values()), 1) from None
+    return [outcomes[s] for s in sorted(outcomes)]  # (submitted/ is read in name order too)
+
+
+def _written(outcomes: dict[str, Outcome]) -> str:
+    graded = sum(o.status == "graded" for o in outcomes.values())
+    return f"{graded} submission{'s' * (graded != 1)} graded and written to the gradebook before it stopped"
+
+
+def _grade_course(course, assignment, workers, force, limits, progress, console, grader, gradebook_wait,
+                  stopper, outcomes) -> None:
     the_assignment = spec.assignment(assignment)
     console = console or Console(stderr=True)
-    course = Path(course).resolve()
     root = course / "submitted"
-    if not root.is_dir():
-        raise FileNotFoundError(f"{course}: no submitted/ folder (is this an nbgrader course directory?)")
     folders = {d.name: d / assignment for d in sorted(root.iterdir()) if (d / assignment).is_dir()}
     location = gradebook.locate(course)
     if location.missing:
@@ -129,12 +166,12 @@ def grade_class(course: str | Path, assignment: str = spec.ASSIGNMENT, workers: 
     reports = reports_dir(course, assignment)
     reports.mkdir(parents=True, exist_ok=True)
     state = State(reports, grader_fingerprint(the_assignment))
-    known = gradebook.submitted(location, assignment)
+    known = gradebook.retrying(location, lambda: gradebook.submitted(location, assignment), gradebook_wait,
+                               stopper.check)
     if known is None:
         raise FileNotFoundError(f"assignment {assignment!r} is not in the gradebook {location.db_url}: run "
                                 f"`nbgrader generate_assignment {assignment}` in {course} first")
 
-    outcomes: dict[str, Outcome] = {}
     todo: dict[str, str] = {}
     for student, folder in folders.items():
         key = state.key(folder)
@@ -145,10 +182,15 @@ def grade_class(course: str | Path, assignment: str = spec.ASSIGNMENT, workers: 
 
     def record(student: str, data: dict) -> None:
         result = GradeResult(student, tuple(data["parts"]), notes=tuple(data["notes"]), seconds=data["seconds"])
-        gradebook.write_part_grades(location, assignment, student, folders[student], list(result.parts))
-        atomic_write(reports / f"{student}.json", json.dumps(document.to_json(result), indent=1))
-        state.record(student, todo[student], result.score)
-        outcomes[student] = Outcome(student, "graded", result, seconds=result.seconds)
+
+        def write() -> None:  # one try: the rows in one transaction, then the report and the state
+            with stopper.critical():  # a signal waits for the end: the three go together
+                gradebook.write_part_grades(location, assignment, student, folders[student], list(result.parts))
+                atomic_write(reports / f"{student}.json", json.dumps(document.to_json(result), indent=1))
+                state.record(student, todo[student], result.score)  # (written last: a rerun regrades if it is not)
+                outcomes[student] = Outcome(student, "graded", result, seconds=result.seconds)
+
+        gradebook.retrying(location, write, gradebook_wait, stopper.check)
 
     def failed(student: str, exc: BaseException) -> None:
         why = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -162,35 +204,40 @@ def grade_class(course: str | Path, assignment: str = spec.ASSIGNMENT, workers: 
         def done(student: str) -> None:
             bar.update(task, advance=1, description=student)
 
+        stopper.check()
         if grader is not None:
-            _grade_here(todo, folders, assignment, grader, record, failed, done)
+            _grade_here(todo, folders, assignment, grader, record, failed, done, stopper.check)
         else:
-            _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done)
-    return [outcomes[s] for s in folders if s in outcomes]
+            _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done, stopper.check)
 
 
-def _grade_here(todo, folders, assignment, grader, record, failed, done) -> None:
+def _grade_here(todo, folders, assignment, grader, record, failed, done, check) -> None:
     for student in todo:
+        check()
         try:
-            record(student, grade_folder(str(folders[student]), assignment, grader))
+            data = grade_folder(str(folders[student]), assignment, grader)
         except Exception as exc:  # noqa: BLE001 - the grader's own failure: reported, retried next run
             failed(student, exc)
+        else:
+            record(student, data)
         done(student)
 
 
-def _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done) -> None:
+def _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done, check) -> None:
     """Each submission in a pool of grading processes; a pool that breaks is replaced, and a
-    submission that broke it twice is reported as an error."""
+    submission that broke it twice is reported as an error. Anything that stops the run (a
+    signal, the gradebook) kills the pool's processes at once: nothing goes on grading."""
     pending = dict(todo)
     workers = max(1, min(workers or os.cpu_count() or 1, len(todo) or 1))
     attempts: dict[str, int] = {}
     while pending:
         ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx,
-                                    initializer=_init_worker, initargs=(limits,)) as pool:
+        pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx,
+                                      initializer=_init_worker, initargs=(limits, os.getpid()))
+        broken = False
+        try:
             futures = {pool.submit(grade_folder, str(folders[s]), assignment): s for s in pending}
-            broken = False
-            for fut in cf.as_completed(futures):
+            for fut in _as_completed(futures, check):
                 student = futures[fut]
                 try:
                     data = fut.result()
@@ -206,23 +253,55 @@ def _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, d
                     record(student, data)
                 pending.pop(student, None)
                 done(student)
-            if broken:
-                pool.shutdown(wait=False, cancel_futures=True)
-        if not broken:
+        except BaseException:
+            _kill_pool(pool)
+            raise
+        if broken:
+            _kill_pool(pool)
+        else:
+            pool.shutdown(wait=True)
             break
 
 
+def _as_completed(futures, check, poll: float = 0.2):
+    """cf.as_completed, calling `check()` several times a second while it waits (a stop signal is taken there)."""
+    waiting = set(futures)
+    while waiting:
+        check()
+        done, waiting = cf.wait(waiting, timeout=poll, return_when=cf.FIRST_COMPLETED)
+        yield from done
+
+
+def _kill_pool(pool: cf.ProcessPoolExecutor) -> None:
+    """Stop a pool at once: its processes killed (their zygotes and workers follow by their parent-death
+    signal), its queue dropped. (Python 3.14 has ProcessPoolExecutor.kill_workers for this.)"""
+    kill_processes(list(getattr(pool, "_processes", None) or {}))
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = None, force: bool = False,
-         limits: Limits | None = None) -> int:
-    """The command: grade the class, print the summary table and where the results are."""
+         limits: Limits | None = None, lock_wait: float = 0.0, gradebook_wait: float = 60.0) -> int:
+    """The command: grade the class, print the summary table and where the results are.
+    Exit status: 0 done; 2 cannot start (one line); 1 stopped by the gradebook or a full disk
+    (what was written, then one line); 128 + the signal when interrupted (one line)."""
     console = Console()
     started = time.perf_counter()
     try:
-        outcomes = grade_class(course, assignment, workers, force, limits=limits)
-    except FileNotFoundError as exc:
-        console.print(f"error: {exc}", style="red")
+        outcomes = grade_class(course, assignment, workers, force, limits=limits, lock_wait=lock_wait,
+                               gradebook_wait=gradebook_wait)
+    except (FileNotFoundError, courselock.CourseBusy) as exc:
+        console.print(f"error: {exc}", style="red", soft_wrap=True)
         return 2
-    wall = time.perf_counter() - started
+    except Stopped as exc:
+        if exc.exit_code == 1 and exc.outcomes:  # not a person's Ctrl-C: show what is in the gradebook
+            _summary(console, course, assignment, exc.outcomes, time.perf_counter() - started)
+        print(f"grade-class: {exc}", file=sys.stderr)
+        return exc.exit_code
+    _summary(console, course, assignment, outcomes, time.perf_counter() - started)
+    return 0
+
+
+def _summary(console, course, assignment, outcomes, wall) -> None:
     rows = [o.result for o in outcomes if o.result is not None]
     console.print(summary_table(rows, title=f"{assignment}: {len(rows)} submissions"))
     graded = sum(o.status == "graded" for o in outcomes)
@@ -235,5 +314,4 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = N
         console.print(f"[red]{o.student}: {o.message} (not written to the gradebook; retried next run)")
     course_dir = Path(course).resolve()
     console.print(f"gradebook: {gradebook.locate(course_dir).db_url}\n"
-                  f"reports:   {reports_dir(course_dir, assignment)}")
-    return 0
+                  f"reports:   {reports_dir(course_dir, assignment)}", soft_wrap=True)

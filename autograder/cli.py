@@ -8,7 +8,9 @@ the module that does its work; it decides nothing itself.
     demo [--course DIR] [--nbgrader]                                                      demo.py
 
 Exit status: 0 when the command finished; 2 with one line on stderr when it cannot start
-(no such submission, an unknown assignment, ...); 130 when interrupted. The modules behind
+(no such submission, an unknown assignment, another run grading the course, ...); 1 when grade-class
+stopped part way (the gradebook stayed locked, the disk is full: what was written is kept); 128 + the
+signal's number when a signal stopped it (130 for Ctrl-C, 143 for SIGTERM), with one line. The modules behind
 the commands are imported only when their command runs, so that `grade` starts fast.
 """
 from __future__ import annotations
@@ -28,6 +30,15 @@ def _assignment(parser: argparse.ArgumentParser, recognised: bool = False) -> No
     parser.add_argument("--assignment", default=None if recognised else spec.DEFAULT.id,
                         help=f"the assignment to grade against (default: {default}{spec.DEFAULT.id}; known: "
                              f"{', '.join(spec.ASSIGNMENTS)})")
+
+
+def _one_writer(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                        help="when another run is grading this course, wait up to this long for it (default: refuse "
+                             "at once, naming it)")
+    parser.add_argument("--gradebook-wait", type=float, default=60.0, metavar="SECONDS",
+                        help="when another writer (formgrader, nbgrader) holds the gradebook, retry for up to this "
+                             "long, then stop (default 60)")
 
 
 def cmd_grade(args) -> int:
@@ -54,7 +65,8 @@ def cmd_grade_class(args) -> int:
     spec.assignment(args.assignment)  # an unknown name: exit 2 before anything is imported
     from . import classgrade  # noqa: PLC0415
 
-    return classgrade.main(args.course, args.assignment, args.workers, args.force, limits=limits.from_args(args))
+    return classgrade.main(args.course, args.assignment, args.workers, args.force, limits=limits.from_args(args),
+                           lock_wait=args.wait, gradebook_wait=args.gradebook_wait)
 
 
 def cmd_grade_gpu(args) -> int:
@@ -64,7 +76,8 @@ def cmd_grade_gpu(args) -> int:
     from .gpu import course  # noqa: PLC0415
 
     return course.main(args.course_dir, assignment, csv=args.csv, gradebook_url=args.gradebook,
-                       no_gradebook=args.no_gradebook, from_csv=args.from_csv, students=args.student)
+                       no_gradebook=args.no_gradebook, from_csv=args.from_csv, students=args.student,
+                       lock_wait=args.wait, gradebook_wait=args.gradebook_wait)
 
 
 def cmd_gradescope_bundle(args) -> int:
@@ -97,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     _assignment(p)
     p.add_argument("--workers", type=int, help="grading processes (default: one per core)")
     p.add_argument("--force", action="store_true", help="regrade submissions that have not changed")
+    _one_writer(p)
     limits.add_flags(p)
     p.set_defaults(func=cmd_grade_class)
 
@@ -111,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-gradebook", action="store_true", help="only write the CSV")
     p.add_argument("--from-csv", help="do not grade: record an earlier CSV in the gradebook")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    _one_writer(p)
     p.set_defaults(func=cmd_grade_gpu)
 
     p = sub.add_parser("gradescope-bundle", help="build a Gradescope autograder zip")

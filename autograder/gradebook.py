@@ -9,6 +9,9 @@ written are the ones nbgrader's own autograde writes, so formgrader, `nbgrader e
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,12 +79,95 @@ def one_transaction(gb):
 @contextlib.contextmanager
 def opened(location: Location):
     """nbgrader's Gradebook, without the SQLAlchemy autoflush warnings its own add_submission triggers
-    (stock autograde shows them too)."""
+    (stock autograde shows them too). A SQLite gradebook waits at most a second for another writer per
+    statement: `retrying` decides how long a run waits in all."""
     from nbgrader.api import Gradebook  # noqa: PLC0415 - nbgrader and SQLAlchemy are slow to import
 
-    with warnings.catch_warnings(), Gradebook(location.db_url, location.course_id) as gb:
+    url = location.db_url
+    if url.startswith(SQLITE) and "?" not in url:
+        url += "?timeout=1"
+    with warnings.catch_warnings(), Gradebook(url, location.course_id) as gb:
         warnings.filterwarnings("ignore", message=".*not in session.*")
         yield gb
+
+
+# ----------------------------------------------------------------------------- when the gradebook cannot be written
+class GradebookError(Exception):
+    """The gradebook cannot be written now: a run stops (str() is one line for the instructor)."""
+
+
+class GradebookBusy(GradebookError):
+    """Another writer held the gradebook for longer than the run would wait."""
+
+
+class DiskFull(GradebookError):
+    """No space left for the gradebook (or the reports beside it)."""
+
+
+BUSY = ("database is locked", "database table is locked", "unique constraint failed", "duplicate key value")
+BUSY_SQLSTATES = {"55P03", "40P01", "40001", "23505"}  # PostgreSQL: lock not available, deadlock, serialization, unique
+FULL = ("database or disk is full", "disk i/o error", "no space left")
+FULL_SQLSTATES = {"53100"}  # PostgreSQL: disk full
+
+
+def _kind(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    state = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    if isinstance(exc, OSError):
+        return "full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "other"
+    if state in FULL_SQLSTATES or any(m in text for m in FULL):
+        return "full"
+    if state in BUSY_SQLSTATES or any(m in text for m in BUSY):
+        return "busy"
+    return "other"
+
+
+def holders(location: Location) -> list[str]:
+    """The other processes that have a SQLite gradebook open ("pid N (command)"); [] for a server."""
+    if not location.db_url.startswith(SQLITE):
+        return []
+    db = os.path.realpath(location.db_url[len(SQLITE):].split("?")[0])
+    names = {db, db + "-journal", db + "-wal"}
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in names for fd in os.listdir(f"/proc/{pid}/fd")):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                found.append(f"pid {pid} ({cmd[:80]})")
+    return found
+
+
+def retrying(location: Location, action, wait: float, check=None):
+    """action(), retried with back-off while another writer holds the gradebook, for up to `wait` seconds
+    (calling `check()` before each pause: it may raise to stop the run). Raises GradebookBusy, DiskFull
+    or GradebookError with one line; nothing of a failed try stays written (each write is one transaction)."""
+    from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415 - imported by nbgrader already when this runs
+
+    deadline, delay = time.monotonic() + wait, 0.1
+    while True:
+        try:
+            return action()
+        except (SQLAlchemyError, OSError) as exc:
+            kind = _kind(exc)
+            if kind == "busy" and time.monotonic() + delay < deadline:
+                if check:
+                    check()
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            first = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+            if kind == "full":
+                raise DiskFull(f"the disk of the gradebook is full ({first}): free some space and run again") from None
+            if kind == "busy":
+                who = holders(location)
+                raise GradebookBusy(f"the gradebook {location.db_url} stayed locked by another writer for {wait:g} s"
+                                    + (f" (open in {', '.join(who)})" if who else "")
+                                    + ": close it (formgrader, another nbgrader command) or pass a longer "
+                                      "--gradebook-wait, then run again") from None
+            raise GradebookError(f"the gradebook {location.db_url} could not be written: {first}") from None
 
 
 def submitted(location: Location, assignment: str) -> set[str] | None:

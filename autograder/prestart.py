@@ -24,7 +24,8 @@ def launch() -> tuple[socket.socket, subprocess.Popen]:
     # reads these when the zygote starts; a worker's emptied environment does not change that).
     env.update({k: os.environ[k] for k in ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES") if k in os.environ})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "autograder.worker.zygote", str(theirs.fileno())],
+        # (worker/start.py: the zygote dies with this process, SIGKILL included, and with it every worker)
+        [sys.executable, "-m", "autograder.worker.start", str(theirs.fileno()), str(os.getpid())],
         pass_fds=[theirs.fileno()], env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=None if os.environ.get("AUTOGRADER_DEBUG") else subprocess.DEVNULL, start_new_session=True,
     )

@@ -58,9 +58,14 @@ def submission_hash(folder: Path) -> str:
 
 
 def atomic_write(path: Path, text: str) -> None:
+    """The file as it was or with `text`, never half written (a full disk leaves no .tmp behind)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class State:

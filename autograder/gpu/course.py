@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import gradebook, spec
+from .. import courselock, gradebook, spec
 from ..extract import extract
 from ..limits import Limits
 from ..pool import Zygote
@@ -97,7 +97,8 @@ def record_in_gradebook(location: gradebook.Location, rows: list[dict],
 
 def grade_course(course_dir, *, location: gradebook.Location | None = None, csv_path=None, students=None,
                  limits: Limits | None = None, config: GpuConfig | None = None,
-                 assignment: spec.Assignment = spec.DEFAULT, zygote: Zygote | None = None) -> CourseResult:
+                 assignment: spec.Assignment = spec.DEFAULT, zygote: Zygote | None = None,
+                 gradebook_wait: float = 60.0) -> CourseResult:
     """Grade every submitted notebook folder of a course on the GPU, write the CSV, update the gradebook
     at `location` (none: only the CSV). `zygote`: a running worker pool to use (else one of its own)."""
     course_dir = Path(course_dir)
@@ -120,23 +121,40 @@ def grade_course(course_dir, *, location: gradebook.Location | None = None, csv_
             pool.close()
     out.csv_path = write_csv(out.rows, Path(csv_path) if csv_path else course_dir / csv_name(assignment))
     if location:
-        out.recorded, out.skipped = record_in_gradebook(location, out.rows, assignment)
+        out.recorded, out.skipped = gradebook.retrying(
+            location, lambda: record_in_gradebook(location, out.rows, assignment), gradebook_wait)
     return out
 
 
 def main(course_dir: str, assignment: spec.Assignment, csv: str | None = None, gradebook_url: str | None = None,
-         no_gradebook: bool = False, from_csv: str | None = None, students: list[str] | None = None) -> int:
-    """The command: grade (or, with `from_csv`, only record) and print what was done."""
+         no_gradebook: bool = False, from_csv: str | None = None, students: list[str] | None = None,
+         lock_wait: float = 0.0, gradebook_wait: float = 60.0) -> int:
+    """The command: grade (or, with `from_csv`, only record) and print what was done. One run per course
+    at a time (courselock); a gradebook held by another writer is retried for `gradebook_wait` seconds."""
     course = Path(course_dir)
     if not course.is_dir():
         print(f"error: {course} is not a directory", file=sys.stderr)
         return 2
+    try:
+        with courselock.hold(course, f"grade-gpu {assignment.id}", lock_wait):
+            return _main(course, assignment, csv, gradebook_url, no_gradebook, from_csv, students, gradebook_wait)
+    except courselock.CourseBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except gradebook.GradebookError as exc:
+        print(f"grade-gpu: {exc}", file=sys.stderr)
+        return 1
+
+
+def _main(course, assignment, csv, gradebook_url, no_gradebook, from_csv, students, gradebook_wait) -> int:
     location = _location(course, gradebook_url, no_gradebook)
     if from_csv:
         if not location:
             print(f"error: no gradebook: {course}/gradebook.db does not exist (give --gradebook URL)", file=sys.stderr)
             return 2
-        _print_recorded(assignment, *record_in_gradebook(location, read_csv(Path(from_csv), assignment), assignment))
+        rows = read_csv(Path(from_csv), assignment)
+        _print_recorded(assignment, *gradebook.retrying(location, lambda: record_in_gradebook(location, rows, assignment),
+                                                        gradebook_wait))
         return 0
     if not stage.cuda_available():
         print("error: no CUDA device on this machine (torch.cuda.is_available() is False): run grade-gpu on a GPU "
@@ -146,7 +164,8 @@ def main(course_dir: str, assignment: spec.Assignment, csv: str | None = None, g
     if not submissions(course, assignment.id):
         print(f"error: no submissions under {course}/submitted/*/{assignment.id}", file=sys.stderr)
         return 2
-    result = grade_course(course, location=location, csv_path=csv, students=students, assignment=assignment)
+    result = grade_course(course, location=location, csv_path=csv, students=students, assignment=assignment,
+                          gradebook_wait=gradebook_wait)
     for row in result.rows:
         state = f"{row['score']}/{row['max_score']}" if str(row["ran"]) == "True" else "not run"
         print(f"{row['student_id']}: {state}" + (f"  failed: {row['failed_checks']}" if row["failed_checks"] else ""))

@@ -64,6 +64,14 @@ class Protections:
         (self.on if ok else self.off)[name] = detail
 
 
+def die_with_parent(parent: int) -> bool:
+    """Have the kernel SIGKILL this process when the thread that started it ends (its parent dies, by
+    any signal, SIGKILL included). False when the parent `parent` is already gone: the caller must exit.
+    (The kernel clears this on a change of credentials: `confine` sets it again after setuid.)"""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return os.getppid() == parent
+
+
 def _check(ret: int, what: str) -> None:
     if ret != 0:
         err = ctypes.get_errno()

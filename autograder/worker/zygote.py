@@ -86,9 +86,11 @@ def kill_tree(pid: int, workers: set[int], wait: float = 2.0) -> int:
     return len(killed)
 
 
-def _child(worker_fd: int, control: socket.socket, config: dict) -> None:
+def _child(worker_fd: int, control: socket.socket, config: dict, zygote: int) -> None:
     control.close()
     try:
+        if not sandbox.die_with_parent(zygote):  # the zygote ended: so does its worker (and its namespace)
+            return
         prot = sandbox.confine(worker_fd, sandbox.SandboxConfig(**config))
         sock = socket.socket(fileno=worker_fd)
         torch.set_num_threads(1)
@@ -103,6 +105,7 @@ def main(control_fd: int) -> None:
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of workers come to us
     control = socket.socket(fileno=control_fd)
     workers: set[int] = set()
+    me = os.getpid()
     while True:
         try:
             request, worker_fd = _recv_with_fd(control)
@@ -121,7 +124,7 @@ def main(control_fd: int) -> None:
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            _child(worker_fd, control, request.get("config", {}))
+            _child(worker_fd, control, request.get("config", {}), me)
         os.close(worker_fd)
         workers.intersection_update(p for p in workers if proctree.alive(p))
         workers.add(pid)

@@ -1,0 +1,24 @@
+"""The zygote's entry point: `python -m autograder.worker.start CONTROL_FD PARENT_PID`.
+
+It first asks the kernel to SIGKILL this process when the grader that started it dies (by any
+signal, SIGKILL included), then imports the zygote, which spends seconds importing torch: a
+grader killed during those seconds leaves nothing behind. Each worker the zygote forks dies with
+the zygote in turn (zygote.py), and takes its PID namespace with it.
+"""
+from __future__ import annotations
+
+import sys
+
+from .sandbox import die_with_parent
+
+
+def main(control_fd: int, parent: int) -> None:
+    if not die_with_parent(parent):
+        return  # the grader is already gone: nothing to serve
+    from . import zygote  # noqa: PLC0415 - only now: importing torch takes seconds
+
+    zygote.main(control_fd)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))
