@@ -62,22 +62,17 @@ def grade_folder(folder: str, assignment_id: str, grader=None) -> dict:
 
     One sandboxed worker and one run of the checks for the whole folder; each part runs only
     its own notebook's code (Session.namespace_for), so the scores equal nbgrader's notebook
-    by notebook grading. A part whose notebook is missing or unreadable scores 0, as in nbgrader.
+    by notebook grading. A part whose notebook is missing or unreadable scores 0 with the reason.
     """
     assignment = spec.assignment(assignment_id)
     grader = grader or _GRADER
     started = time.perf_counter()
     result = grader.grade(folder, assignment=assignment)
     parts = {p.id: p for p in result.parts}
-    for nb in assignment.notebooks:
-        if not (Path(folder) / f"{nb}.ipynb").exists():
-            why = f"{nb}.ipynb was not submitted"
-        else:
-            why = next((n for n in result.notes if n.startswith((f"{nb}.ipynb could not be read",
-                                                                  f"{nb}.ipynb is not a notebook"))), None)
-        if why:
+    for nb in assignment.notebooks:  # (one that could not be read scored 0 with its reason in grade())
+        if not os.path.lexists(Path(folder) / f"{nb}.ipynb"):
             for part in assignment.parts_of(nb):
-                parts[part.id] = missing_part(part, why)
+                parts[part.id] = missing_part(part, f"{nb}.ipynb was not submitted")
     return {"parts": [parts[p.id] for p in assignment.parts], "notes": list(result.notes),
             "seconds": round(time.perf_counter() - started, 3)}
 

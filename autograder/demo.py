@@ -58,8 +58,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
             proc = nbgrader(course, "autograde", assignment.id, "--force", check=False)
             failed = sorted(set(re.findall(r"error processing assignment '[^']+' for student '([^']+)'", proc.stderr)))
             if failed:
-                console.print(f"[yellow]nbgrader autograde could not grade {', '.join(failed)} (it stops at a "
-                              "notebook it cannot read; grade-class records zeros with a message instead)")
+                console.print(f"[yellow]nbgrader autograde could not grade {', '.join(failed)}: see its log above")
             nbgrader(course, "generate_feedback", assignment.id, "--force", check=False)
             rows = _rows_from_gradebook(course, students, assignment)
         else:

@@ -15,7 +15,7 @@ from .limits import Limits
 from .pool import Zygote
 from .results import GradeResult
 from .scan import apply_scan, forbidden_in_source
-from .scoring import unreadable
+from .scoring import unreadable, zeros
 from .session import Session
 
 
@@ -74,6 +74,10 @@ class Grader:
                 session.close()
             static = forbidden_in_source(extracted, parts)
             results = [apply_scan(p, static.get(p.id, set())) for p in results]
+        # a part whose own notebook could not be read scores 0 with the reason (never another notebook's code)
+        broken = {s.name: s.error for s in extracted.sources if s.error}
+        results = [zeros([part], broken[part.notebook])[0] if part.notebook in broken else r
+                   for part, r in zip(parts, results)]
         gpu_result = None
         if gpu and assignment.gpu_part is not None:
             gpu_result = gpu_stage.run(self.zygote, self.limits, extracted, assignment).part

@@ -51,6 +51,9 @@ def locate(course: Path) -> Location:
             course_id = cd.get("course_id", course_id) or course_id
         except Exception:  # noqa: BLE001 - a config we cannot read: nbgrader's defaults
             pass
+    path = db_url[len(SQLITE):]
+    if db_url.startswith(SQLITE) and path and not path.startswith(("/", ":memory:")):
+        db_url = f"{SQLITE}{course.resolve() / path}"  # relative: to the course, where nbgrader runs
     return Location(db_url, course_id)
 
 

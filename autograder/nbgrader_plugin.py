@@ -28,11 +28,15 @@ import tempfile
 import threading
 from pathlib import Path
 
+import nbformat
+from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from . import spec
-from .extract import SubmissionError
+from .extract import SubmissionError, parse_json
 from .gradebook import cell_score
+from .readfile import Unreadable, read_bytes
+from .scoring import zeros
 
 # The stock list (nbgrader/converters/autograde.py) with Execute replaced by ours.
 AUTOGRADE_PREPROCESSORS = [
@@ -47,8 +51,10 @@ AUTOGRADE_PREPROCESSORS = [
 
 
 def configure(c) -> None:
-    """Point nbgrader's autograde at this grader (call it from nbgrader_config.py)."""
+    """Point nbgrader's autograde at this grader (call it from nbgrader_config.py), and let it read every
+    notebook it can: an unreadable one scores 0 with its reason instead of failing the whole submission."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
+    c.Autograde.exporter_class = "autograder.nbgrader_plugin.TolerantNotebookExporter"
 
 
 _GRADER = None
@@ -161,6 +167,50 @@ def annotate(nb: dict, parts: dict, notes: list[str]) -> dict:
     return nb
 
 
+UNREADABLE_KEY = "autograder_unreadable"  # notebook metadata: why the submitted file could not be read
+
+
+class TolerantNotebookExporter(NotebookExporter):
+    """nbgrader's exporter, reading the submitted file as grade does (readfile.py: no FIFO or device is
+    opened, a BOM is accepted). A file that is no notebook does not fail the student's whole submission
+    (stock nbgrader then grades none of the notebooks after it): in its place goes the released notebook,
+    marked with the reason, whose graded cells then score 0 with that reason in the feedback."""
+
+    def from_filename(self, filename, resources=None, **kw):
+        resources = resources if resources is not None else {}
+        path = Path(filename)
+        try:
+            data = read_bytes(path)
+            parse_json(data, path.name)  # (JSON nested too deeply is refused here, with its sentence)
+            nb = nbformat.reads(data.decode("utf-8-sig"), as_version=4)
+        except (Unreadable, ValueError) as exc:
+            nb = self.placeholder(resources, str(exc))
+        except Exception as exc:  # noqa: BLE001 - nbformat's reader refuses in many ways; each is a reason
+            nb = self.placeholder(resources, f"{path.name} is not a notebook nbformat can read "
+                                             f"({type(exc).__name__}: {str(exc)[:80]})")
+        meta = resources.setdefault("metadata", {}) or {}
+        resources["metadata"] = meta
+        meta.update(name=path.stem, path=str(path.parent))
+        return self.from_notebook_node(nb, resources, **kw)
+
+    def placeholder(self, resources: dict, reason: str):
+        """The released notebook (stubs, never solutions), marked unreadable; an empty one without a release."""
+        info = resources.get("nbgrader") or {}
+        coursedir = getattr(self.parent, "coursedir", None)
+        nb = None
+        if coursedir is not None and info.get("assignment") and info.get("notebook"):
+            release = Path(coursedir.format_path(coursedir.release_directory, ".", info["assignment"]))
+            try:
+                nb = nbformat.reads(read_bytes(release / f"{info['notebook']}.ipynb").decode("utf-8-sig"),
+                                    as_version=4)
+            except Exception:  # noqa: BLE001 - no usable release: an empty notebook carries the reason
+                nb = None
+        nb = nb or nbformat.v4.new_notebook()
+        nb.metadata[UNREADABLE_KEY] = reason
+        self.log.warning("autograder: %s; its graded cells score 0", reason)
+        return nb
+
+
 class AutograderPreprocessor(NbGraderPreprocessor):
     """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute."""
 
@@ -169,10 +219,14 @@ class AutograderPreprocessor(NbGraderPreprocessor):
         name = info.get("notebook") or (resources.get("metadata") or {}).get("name") or "notebook"
         # nbgrader names the assignment it autogrades; a course may call it otherwise: then the notebook's name decides
         assignment = spec.assignment_of_notebook(name, info.get("assignment"))
-        with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
-            path = Path(tmp) / f"{name}.ipynb"
-            path.write_text(json.dumps(nb), encoding="utf-8")
-            parts, notes = grade_notebook_file(path, assignment=assignment)
+        reason = nb.metadata.pop(UNREADABLE_KEY, None)
+        if reason and assignment:
+            parts, notes = {p.id: p for p in zeros(assignment.parts_of(name), reason)}, []
+        else:
+            with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
+                path = Path(tmp) / f"{name}.ipynb"
+                path.write_text(json.dumps(nb), encoding="utf-8")
+                parts, notes = grade_notebook_file(path, assignment=assignment)
         self.log.info("autograder: %s scored %s", name,
                       ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")
         annotate(nb, parts, notes)

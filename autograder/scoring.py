@@ -58,5 +58,10 @@ def score_part(part: Part, records: list[CheckRecord], session, seconds: float) 
 def unreadable(extracted, parts) -> list[PartResult]:
     """Every part scores 0 with the reason, when no file of the submission could be read."""
     reason = "; ".join(s.error for s in extracted.sources if s.error) or "no code found"
+    return zeros(parts, reason)
+
+
+def zeros(parts, reason: str) -> list[PartResult]:
+    """Each part 0 points, with the reason as its one failed check and its note."""
     return [PartResult(p.id, p.points, (CheckResult("your submission can be read", False, 0.0, p.points, reason),),
                        (reason,)) for p in parts]

@@ -145,7 +145,8 @@ def nbgrader(course: Path, *args: str, check: bool = True, timeout: float = 600)
 
 
 def course_config(course: Path, plugin: bool = True) -> str:
-    """nbgrader_config.py of a course directory: the repository's settings, this course's gradebook."""
+    """nbgrader_config.py of a course directory: the repository's settings; nothing that names `course`
+    itself (the course is where nbgrader runs, the gradebook its gradebook.db), so it can be copied."""
     lines = [f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"]
     repo_cfg = REPO / "nbgrader_config.py"
     if repo_cfg.exists():
@@ -156,10 +157,10 @@ def course_config(course: Path, plugin: bool = True) -> str:
         lines.append(text)
     else:
         lines.append("c = get_config()\nc.CourseDirectory.course_id = 'self_attention_course'\n")
-    lines.append(f"c.CourseDirectory.root = {str(course)!r}")
+    # No root and no db_url: nbgrader takes the directory it runs in, and its gradebook.db there, so a
+    # copy of the course grades into its own gradebook (an absolute path here would be the original's).
     lines.append("c.CourseDirectory.source_directory = 'source'")
     lines.append("c.CourseDirectory.release_directory = 'release'")
-    lines.append(f"c.CourseDirectory.db_url = 'sqlite:///{course / 'gradebook.db'}'")
     if plugin:
         lines.append("from autograder.nbgrader_plugin import configure\nconfigure(c)")
     return "\n".join(lines) + "\n"
