@@ -22,7 +22,7 @@ from autograder.cli import one_line
 from autograder.extract import SubmissionError, extract
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from malformed_corpus import CORPUS, REPO, SOLVED, notebook, write_nb  # noqa: E402
+from malformed_corpus import CORPUS, REPO, SOLVED, notebook, write_nb
 
 TIMEOUT = 120
 
