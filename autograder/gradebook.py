@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import time
 import warnings
@@ -89,9 +90,15 @@ def opened(location: Location):
     url = location.db_url
     if url.startswith(SQLITE) and "?" not in url:
         url += "?timeout=1"
-    with warnings.catch_warnings(), Gradebook(url, location.course_id) as gb:
-        warnings.filterwarnings("ignore", message=".*not in session.*")
-        yield gb
+    # nbgrader logs a traceback for each failed write before it raises; `retrying` says it in one line
+    quiet, level = logging.getLogger("tornado.application"), logging.getLogger("tornado.application").level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(), Gradebook(url, location.course_id) as gb:
+            warnings.filterwarnings("ignore", message=".*not in session.*")
+            yield gb
+    finally:
+        quiet.setLevel(level)
 
 
 # ----------------------------------------------------------------------------- when the gradebook cannot be written
@@ -113,16 +120,31 @@ FULL = ("database or disk is full", "disk i/o error", "no space left")
 FULL_SQLSTATES = {"53100"}  # PostgreSQL: disk full
 
 
+def _chain(exc: BaseException):
+    """exc and the exceptions it was raised from (nbgrader wraps SQLAlchemy's, which wraps the driver's)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__ or getattr(exc, "orig", None)
+
+
 def _kind(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).lower()
-    state = getattr(getattr(exc, "orig", None), "sqlstate", None)
-    if isinstance(exc, OSError):
-        return "full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "other"
-    if state in FULL_SQLSTATES or any(m in text for m in FULL):
-        return "full"
-    if state in BUSY_SQLSTATES or any(m in text for m in BUSY):
-        return "busy"
-    return "other"
+    """"busy", "full", "database" (another failure of the gradebook) or "" (not the gradebook's)."""
+    kinds = set()
+    for e in _chain(exc):
+        text, state = str(e).lower(), getattr(e, "sqlstate", None)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "full"
+        if state in FULL_SQLSTATES or any(m in text for m in FULL):
+            return "full"
+        if state in BUSY_SQLSTATES or any(m in text for m in BUSY):
+            kinds.add("busy")
+        module = type(e).__module__.split(".")[0]
+        if module in ("sqlalchemy", "sqlite3", "psycopg", "psycopg2") or isinstance(e, OSError) or (
+                module == "nbgrader" and type(e).__name__ == "InvalidEntry"):
+            kinds.add("database")
+    return "busy" if "busy" in kinds else "database" if "database" in kinds else ""
 
 
 def holders(location: Location) -> list[str]:
@@ -138,7 +160,7 @@ def holders(location: Location) -> list[str]:
         with contextlib.suppress(OSError):
             if any(os.readlink(f"/proc/{pid}/fd/{fd}") in names for fd in os.listdir(f"/proc/{pid}/fd")):
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                    cmd = " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())  # one line
                 found.append(f"pid {pid} ({cmd[:80]})")
     return found
 
@@ -147,21 +169,21 @@ def retrying(location: Location, action, wait: float, check=None):
     """action(), retried with back-off while another writer holds the gradebook, for up to `wait` seconds
     (calling `check()` before each pause: it may raise to stop the run). Raises GradebookBusy, DiskFull
     or GradebookError with one line; nothing of a failed try stays written (each write is one transaction)."""
-    from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415 - imported by nbgrader already when this runs
-
     deadline, delay = time.monotonic() + wait, 0.1
     while True:
         try:
             return action()
-        except (SQLAlchemyError, OSError) as exc:
+        except Exception as exc:
             kind = _kind(exc)
+            if not kind:
+                raise  # not the gradebook's failure: a bug, shown as one
             if kind == "busy" and time.monotonic() + delay < deadline:
                 if check:
                     check()
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            first = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+            first = (str(list(_chain(exc))[-1]).strip().splitlines() or [type(exc).__name__])[0][:200]
             if kind == "full":
                 raise DiskFull(f"the disk of the gradebook is full ({first}): free some space and run again") from None
             if kind == "busy":

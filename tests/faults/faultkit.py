@@ -1,0 +1,36 @@
+"""What the fault-injection suite's tests share: the class, and the gradebook as plain data.
+Not a test module; tests/faults/conftest.py and the tests import it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+STUDENTS = {"ada": "correct", "bob": "no_scale", "jo": "corrupt"}
+
+
+def dump(db_url: str) -> dict:
+    """Everything grading writes to a gradebook, as plain data: per student, the submission's timestamp
+    and each notebook's grades and comments (ids and creation times left out)."""
+    from nbgrader.api import Gradebook
+
+    out = {}
+    with Gradebook(db_url, "self_attention_course") as gb:
+        for student in gb.students:
+            for sub in student.submissions:
+                out[(student.id, sub.assignment.name)] = {
+                    "timestamp": str(sub.timestamp),
+                    "grades": sorted((nb.notebook.name, g.name, g.auto_score, g.manual_score, g.extra_credit,
+                                      g.needs_manual_grade) for nb in sub.notebooks for g in nb.grades),
+                    "comments": sorted((nb.notebook.name, c.name, c.auto_comment) for nb in sub.notebooks
+                                       for c in nb.comments)}
+    return out
+
+
+def sqlite_url(course: Path) -> str:
+    return f"sqlite:///{course / 'gradebook.db'}"
+
+
+def resume(course: Path, grader) -> list:
+    """Run grade-class again, as an instructor does after a fault (a warm grader, in this process)."""
+    from autograder.classgrade import grade_class
+
+    return grade_class(course, progress=False, grader=grader)
