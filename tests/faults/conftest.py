@@ -13,7 +13,7 @@ import pytest
 from examples.make_class import collect, make_course
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from faultkit import STUDENTS, dump, sqlite_url
+from faultkit import STUDENTS, MemoGrader, dump, sqlite_url
 
 
 @pytest.fixture(scope="session")
@@ -43,10 +43,16 @@ def copy_course(pristine, fault_root):
 
 
 @pytest.fixture(scope="session")
-def clean(copy_course, grader) -> dict:
+def memo(grader) -> MemoGrader:
+    """The session's warm grader, grading each distinct submission once (faultkit.MemoGrader)."""
+    return MemoGrader(grader)
+
+
+@pytest.fixture(scope="session")
+def clean(copy_course, memo) -> dict:
     """The gradebook after one clean, uninterrupted run."""
     from autograder.classgrade import grade_class
 
     course = copy_course("clean")
-    grade_class(course, progress=False, grader=grader)
+    grade_class(course, progress=False, grader=memo)
     return dump(sqlite_url(course))

@@ -29,6 +29,24 @@ def sqlite_url(course: Path) -> str:
     return f"sqlite:///{course / 'gradebook.db'}"
 
 
+class MemoGrader:
+    """A warm grader that grades each distinct submission once: the faults are in the gradebook, the
+    locks and the processes, not in the checks, and every copy of the class holds the same three
+    submissions. grade-class's code (the queue, the writes, the resumption) runs unchanged around it."""
+
+    def __init__(self, grader):
+        self.grader = grader
+        self.seen: dict = {}
+
+    def grade(self, path, **kwargs):
+        from autograder.resume import submission_hash
+
+        key = (Path(path).name, submission_hash(Path(path)), repr(sorted(kwargs.items(), key=str)))
+        if key not in self.seen:
+            self.seen[key] = self.grader.grade(path, **kwargs)
+        return self.seen[key]
+
+
 def resume(course: Path, grader) -> list:
     """Run grade-class again, as an instructor does after a fault (a warm grader, in this process)."""
     from autograder.classgrade import grade_class

@@ -161,8 +161,8 @@ def test_a_stop_keeps_what_was_graded_and_grades_no_more(runs):
 
 
 @pytest.mark.parametrize("name", GRADE_CLASS)
-def test_after_a_kill_a_rerun_writes_the_gradebook_of_a_clean_run(runs, name, clean, grader):
+def test_after_a_kill_a_rerun_writes_the_gradebook_of_a_clean_run(runs, name, clean, memo):
     run = runs[name]
-    outcomes = resume(run.course, grader)
+    outcomes = resume(run.course, memo)
     assert {o.student for o in outcomes} == set(STUDENTS)
     assert dump(sqlite_url(run.course)) == clean

@@ -77,7 +77,7 @@ def test_a_second_run_refuses_with_one_line_naming_the_first(copy_course):
     assert not (course / "autograder_reports" / ASSIGNMENT / ".state.json").exists()
 
 
-def test_a_second_run_told_to_wait_grades_once_the_first_is_done(copy_course, grader, clean):
+def test_a_second_run_told_to_wait_grades_once_the_first_is_done(copy_course, memo, clean):
     course = copy_course("lock-waited")
     code = f"""
         import time
@@ -90,30 +90,30 @@ def test_a_second_run_told_to_wait_grades_once_the_first_is_done(copy_course, gr
     """
     with holder(code):
         started = time.monotonic()
-        outcomes = grade_class(course, progress=False, grader=grader, lock_wait=60)
+        outcomes = grade_class(course, progress=False, grader=memo, lock_wait=60)
     assert time.monotonic() - started >= 0.5
     assert {o.status for o in outcomes} == {"graded"}
     assert dump(sqlite_url(course)) == clean
 
 
-def test_a_gradebook_held_too_long_stops_the_run_with_one_line_naming_the_holder(copy_course, grader, clean):
+def test_a_gradebook_held_too_long_stops_the_run_with_one_line_naming_the_holder(copy_course, memo, clean):
     course = copy_course("busy-stopped")
     before = dump(sqlite_url(course))
     with holder(sqlite_writer(course, 60)) as other:
         with pytest.raises(Stopped) as stopped:
-            grade_class(course, progress=False, grader=grader, gradebook_wait=1.0)
+            grade_class(course, progress=False, grader=memo, gradebook_wait=1.0)
     message = str(stopped.value)
     assert one_line(message) and "stayed locked" in message and f"pid {other.pid}" in message
     assert stopped.value.exit_code == 1
     assert dump(sqlite_url(course)) == before  # the first student's transaction was rolled back, whole
-    resume(course, grader)
+    resume(course, memo)
     assert dump(sqlite_url(course)) == clean
 
 
-def test_a_gradebook_held_for_a_while_is_waited_for(copy_course, grader, clean):
+def test_a_gradebook_held_for_a_while_is_waited_for(copy_course, memo, clean):
     course = copy_course("busy-waited")
     with holder(sqlite_writer(course, 2.0)):
-        outcomes = grade_class(course, progress=False, grader=grader, gradebook_wait=60)
+        outcomes = grade_class(course, progress=False, grader=memo, gradebook_wait=60)
     assert {o.status for o in outcomes} == {"graded"}
     assert dump(sqlite_url(course)) == clean
 
@@ -144,11 +144,11 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
-def test_a_full_disk_stops_with_one_line_and_a_consistent_gradebook(small_disk, copy_course, grader, clean):
+def test_a_full_disk_stops_with_one_line_and_a_consistent_gradebook(small_disk, copy_course, memo, clean):
     course = copy_course("course", where=small_disk)
     filler = fill(small_disk, 24 * 1024)
     with pytest.raises(Stopped) as stopped:
-        grade_class(course, progress=False, grader=grader)
+        grade_class(course, progress=False, grader=memo)
     assert one_line(str(stopped.value)) and "full" in str(stopped.value) and stopped.value.exit_code == 1
     db = sqlite3.connect(course / "gradebook.db")
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
@@ -160,5 +160,5 @@ def test_a_full_disk_stops_with_one_line_and_a_consistent_gradebook(small_disk, 
     assert all(now.get((s, ASSIGNMENT)) in (None, clean[(s, ASSIGNMENT)]) for s in STUDENTS)  # whole, or not at all
     assert not list((course / "autograder_reports").rglob("*.tmp"))
     filler.unlink()
-    resume(course, grader)
+    resume(course, memo)
     assert dump(sqlite_url(course)) == clean
