@@ -158,3 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # this machine, not the submission: e.g. the worker pool's Python cannot be started
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
