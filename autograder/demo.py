@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import gradebook, spec
-from .classgrade import grade_class, reports_dir
+from .classgrade import Stopped, grade_class, reports_dir
 from .report import summary_table
 from .results import CheckResult, GradeResult, PartResult
 
@@ -62,7 +62,11 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
             nbgrader(course, "generate_feedback", assignment.id, "--force", check=False)
             rows = _rows_from_gradebook(course, students, assignment)
         else:
-            outcomes = grade_class(course, assignment.id, workers=workers, force=True)
+            try:
+                outcomes = grade_class(course, assignment.id, workers=workers, force=True)
+            except Stopped as exc:  # Ctrl-C, a full disk: one line, as grade-class says it
+                print(f"demo: {exc}", file=sys.stderr)
+                return exc.exit_code
             rows = [o.result for o in outcomes if o.result is not None]
         console.print(summary_table(rows, title=f"example class, {assignment.id}"))
     console.rule("4. export")
