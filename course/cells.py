@@ -76,7 +76,8 @@ def graded(part_id: str, points: float) -> Cell:
         "schema_version": 3,
     }
     source = (
-        f"# Graded cell for part `{part_id}` ({points:g} points): the hidden autograder scores it.\n"
+        f"# Graded part `{part_id}`, {points:g} points: the hidden autograder scores it.\n"
+        "# nbgrader's Validate reruns the visible checks above here and names what fails.\n"
         f'graded_part("{part_id}")'
     )
     return Cell("code", source, role="graded", nbgrader=meta)

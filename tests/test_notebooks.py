@@ -202,8 +202,9 @@ def test_committed_solved_notebook_holds_executed_outputs_without_errors(name):
 # --------------------------------------------------------------------------- #
 
 
-@pytest.mark.parametrize("mode,expect_stderr", [(None, False), ("validate", False), ("autograde", True)])
-def test_graded_part_writes_stderr_only_under_stock_nbgrader_autograde(mode, expect_stderr):
+# (Under nbgrader's Validate the graded cell reruns the visible checks: tests/test_validate.py.)
+@pytest.mark.parametrize("mode,expect_stderr", [(None, False), ("autograde", True)])
+def test_graded_part_writes_stderr_under_stock_nbgrader_autograde_and_not_in_a_plain_run(mode, expect_stderr):
     env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
     if mode:
         env["NBGRADER_EXECUTION"] = mode

@@ -13,14 +13,17 @@ still a stub, the cell prints one line saying which, instead of stopping Run All
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import inspect
+import io
 import math
 import os
 import re
 import sys
 import sysconfig
+import textwrap
 import traceback
 import types
 
@@ -798,14 +801,78 @@ def check_chunked_attention(chunked_attention) -> None:
 # --------------------------------------------------------------------------- #
 
 
+# The check cells above each graded cell. nbgrader's Validate (NBGRADER_EXECUTION=validate) runs
+# them again from the graded cell, so that Validate fails where they fail (tests/test_validate.py
+# keeps this table equal to the notebooks' check cells).
+PART_CHECKS = {
+    "qkv_projection": ("check_make_projections(make_projections)", "check_project_qkv(project_qkv)"),
+    "scaled_scores": (
+        "check_scaled_scores(scaled_scores)", "check_attention_weights(attention_weights)", "check_attend(attend)",
+    ),
+    "masks": (
+        "check_padding_mask(padding_mask)", "check_apply_padding_mask(apply_padding_mask)",
+        "check_causal_mask(causal_mask)", "check_apply_causal_mask(apply_causal_mask)",
+    ),
+    "module": ("check_self_attention(SelfAttention)",),
+    "official_parity": ("check_to_official(to_official)", "check_parity_error(parity_error, SelfAttention)"),
+    "multihead": (
+        "check_split_heads(split_heads)", "check_merge_heads(merge_heads)", "check_multihead(MultiHeadSelfAttention)",
+    ),
+    "long_sequence": (
+        "check_attention_matrix_bytes(attention_matrix_bytes)", "check_sdpa_attention(sdpa_attention)",
+        "check_chunked_attention(chunked_attention)",
+    ),
+}
+
+
+def _rerun(call: str, namespace: dict) -> str | None:
+    """Run one check cell's `call` on the student's `namespace`: None when it prints its ✓ line, else why not."""
+    node = ast.parse(call, mode="eval").body
+    names = [arg.id for arg in node.args]
+    missing = [name for name in names if name not in namespace]
+    if missing:
+        return f"{missing[0]} is not defined: its cell raised an error (a SyntaxError?); fix it and run it again"
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            globals()[node.func.id](*(namespace[name] for name in names))
+    except AssertionError as exc:
+        return f"{names[0]}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the student's code raised: report it, do not crash Validate
+        return f"{names[0]}: {type(exc).__name__}: {exc}"
+    lines = [line for line in printed.getvalue().splitlines() if line.strip()]
+    if any(line.startswith("✓") for line in lines):
+        return None
+    return lines[-1] if lines else f"{names[0]}: the visible check did not pass"
+
+
+def _validate(part_id: str, namespace: dict) -> None:
+    """Under nbgrader's Validate: ✓ on stdout when the part's visible checks pass, else the reasons on stderr."""
+    problems = [why for why in (_rerun(call, namespace) for call in PART_CHECKS[part_id]) if why]
+    if not problems:
+        print(f"✓ {part_id}: the visible checks above pass (the hidden autograder runs many more)")
+        return
+    lines = [f"{part_id}: the visible checks above do not pass yet:"]
+    lines += [textwrap.fill(why, width=80, initial_indent="  - ", subsequent_indent="    ") for why in problems]
+    print("\n".join(lines), file=sys.stderr)
+
+
 def graded_part(part_id: str) -> None:
-    """What a graded cell does in a notebook: point to the hidden autograder."""
+    """What a graded cell does in a notebook: point to the hidden autograder.
+
+    Under nbgrader's Validate it reruns the part's visible checks instead, and writes what fails
+    to stderr, which Validate reports (nbgrader scores a cell with stderr 0).
+    """
+    mode = os.environ.get("NBGRADER_EXECUTION")
+    if mode == "validate":
+        _validate(part_id, sys._getframe(1).f_globals)
+        return
     print(
         f"Part `{part_id}` is scored by the course's hidden autograder, not by this cell.\n"
         "Self-learners: from the repository root run\n"
         "    .venv/bin/python -m autograder grade <this notebook>.ipynb"
     )
-    if os.environ.get("NBGRADER_EXECUTION") == "autograde":
+    if mode == "autograde":
         print(
             f"{part_id}: this course must be autograded with the course's own preprocessor "
             "(see the README); stock `nbgrader autograde` scores this cell 0.",

@@ -1,0 +1,166 @@
+"""nbgrader's Validate tells the truth: under Validate each graded cell reruns its part's visible
+checks and fails (stderr, which nbgrader scores 0), naming the part and what is wrong, on stubs,
+a failing visible check or a syntax error; it passes on correct code. Only visible checks run.
+
+The graded_part logic is tested in-process on the released stubs and the reference; one run of
+the real `nbgrader validate` command per case proves the wiring (four kernels, two at a time).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import course.visible_checks as vc
+import solutions.attention as reference
+from autograder.spec import NOTEBOOKS, PARTS
+from course.build import RELEASE_DIR, REPO
+from course.content import MODULES
+from examples.make_class import student_notebooks
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def test_part_checks_are_the_check_cells_above_each_graded_cell():
+    found = {}
+    for module in MODULES:
+        since_last_graded = []
+        for cell in module.cells():
+            if cell.role == "check":
+                since_last_graded.append(cell.source)
+            elif cell.role == "graded":
+                found[cell.nbgrader["grade_id"]] = tuple(since_last_graded)
+                since_last_graded = []
+    assert found == vc.PART_CHECKS
+    assert set(found) == {p.id for p in PARTS}
+
+
+def _setup_namespace() -> dict:
+    return {"math": math, "torch": torch, "nn": torch.nn, "F": torch.nn.functional, "graded_part": vc.graded_part}
+
+
+def _released_stubs() -> dict:
+    """A notebook's namespace after running the released solution cells: the stubs, as a student gets them."""
+    namespace = _setup_namespace()
+    for name in NOTEBOOKS:
+        for cell in nbformat.read(REPO / RELEASE_DIR / f"{name}.ipynb", as_version=4).cells:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+                exec(compile(cell.source, f"<{name}>", "exec"), namespace)
+    return namespace
+
+
+def _reference() -> dict:
+    return {**_setup_namespace(), **{n: getattr(reference, n) for p in PARTS for n in p.names}}
+
+
+def graded_cell(part_id: str, namespace: dict, monkeypatch, mode: str = "validate") -> tuple[str, str]:
+    """Run a graded cell's code in `namespace` (as the notebook's kernel does): (stdout, stderr)."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", mode)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        exec(f'graded_part("{part_id}")', namespace)
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("part_id", [p.id for p in PARTS])
+def test_validate_passes_each_part_of_the_reference_without_stderr(part_id, monkeypatch):
+    out, err = graded_cell(part_id, _reference(), monkeypatch)
+    assert err == ""
+    assert out.startswith(f"✓ {part_id}: the visible checks above pass")
+
+
+@pytest.mark.parametrize("part", PARTS, ids=[p.id for p in PARTS])
+def test_validate_fails_each_part_of_the_release_naming_every_unwritten_function(part, monkeypatch):
+    out, err = graded_cell(part.id, _released_stubs(), monkeypatch)
+    assert out == ""
+    assert err.startswith(f"{part.id}: the visible checks above do not pass yet")
+    assert "not implemented yet" in err
+    assert "Traceback" not in err
+
+
+def test_validate_names_the_bug_of_a_failing_visible_check(monkeypatch):
+    namespace = _reference()
+    namespace["scaled_scores"] = lambda Q, K: Q @ K.transpose(-2, -1)  # not divided by sqrt(d_k)
+    out, err = graded_cell("scaled_scores", namespace, monkeypatch)
+    assert "scaled_scores: scores are not scaled: divide the dot products by sqrt(d_k)" in err
+    assert "attention_weights" not in err and "attend:" not in err
+    assert graded_cell("qkv_projection", namespace, monkeypatch)[1] == ""
+
+
+def test_validate_says_a_function_whose_cell_failed_is_not_defined(monkeypatch):
+    namespace = _reference()
+    del namespace["causal_mask"]  # its cell had a syntax error, so the name was never defined
+    _, err = graded_cell("masks", namespace, monkeypatch)
+    assert "causal_mask is not defined" in err and "SyntaxError" in err
+
+
+def test_validate_reports_an_error_raised_by_student_code_in_one_line(monkeypatch):
+    namespace = _reference()
+    namespace["split_heads"] = lambda x, num_heads: x.view(-1, num_heads, 7)
+    _, err = graded_cell("multihead", namespace, monkeypatch)
+    assert "  - split_heads: " in err and "RuntimeError" in err and "Traceback" not in err
+
+
+def test_graded_cell_still_writes_stderr_under_stock_nbgrader_autograde_even_when_correct(monkeypatch):
+    out, err = graded_cell("masks", _reference(), monkeypatch, mode="autograde")
+    assert "hidden autograder" in out and "scores this cell 0" in err
+
+
+# --------------------------------------------------------------------------- #
+# The real command line
+# --------------------------------------------------------------------------- #
+
+CASES = {
+    # file name: (notebook, a student's version), the parts Validate must name, text it must show
+    "unfilled.ipynb": ("01_scores", None, ["qkv_projection", "scaled_scores"], "make_projections: not implemented yet"),
+    "no_scale.ipynb": ("01_scores", "no_scale", ["scaled_scores"], "divide the dot products by sqrt(d_k)"),
+    "syntax_error.ipynb": ("02_masks", "syntax_error", ["masks"], "causal_mask is not defined"),
+    "correct.ipynb": ("01_scores", "correct", [], "Success! Your notebook passes all the tests."),
+}
+
+
+@pytest.fixture(scope="module")
+def validated(private_tmp):
+    """Output of `nbgrader validate` (run from the repository root, as an instructor would) per case."""
+    course = private_tmp / "course"  # what examples/make_class.py reads: release/ and source/
+    course.mkdir()
+    (course / "release").symlink_to(REPO / "assignments")
+    (course / "source").symlink_to(REPO / "source")
+    work = private_tmp / "validate"
+    work.mkdir()
+    for support in ("visible_checks.py", "memory_meter.py"):
+        (work / support).write_bytes((REPO / RELEASE_DIR / support).read_bytes())
+    for file_name, (notebook, mistake, _, _) in CASES.items():
+        text = (REPO / RELEASE_DIR / f"{notebook}.ipynb").read_text() if mistake is None \
+            else student_notebooks(course, mistake)[notebook]
+        (work / file_name).write_text(text)
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("NBGRADER_EXECUTION", None)
+
+    def validate(file_name):
+        done = subprocess.run([str(VENV_BIN / "nbgrader"), "validate", str(work / file_name)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+        return done.stdout
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(CASES, pool.map(validate, CASES)))
+
+
+@pytest.mark.parametrize("file_name", CASES)
+def test_nbgrader_validate_command_fails_naming_the_parts_or_succeeds(validated, file_name):
+    _, _, parts, text = CASES[file_name]
+    out = validated[file_name]
+    assert text in out, out
+    failed = [p.id for p in PARTS if f'graded_part("{p.id}")' in out]
+    assert failed == parts, out
+    if parts:
+        assert f"VALIDATION FAILED ON {len(parts)} CELL(S)" in out, out
