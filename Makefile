@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # What `make demo` runs once the environment exists (one place to change it).
 DEMO = $(PY) -m autograder demo
 
-.PHONY: venv demo test lint lab release check
+.PHONY: venv demo test lint lab grade formgrader release check
 
 venv: $(STAMP)
 
@@ -29,9 +29,22 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# JupyterLab (with nbgrader's extensions, installed by requirements.txt) on the student release.
+# The student's working copy of the release (ignored by git; see course/lab.py).
+WORKSPACE = workspace/self_attention
+
+# JupyterLab for a student: copies the release into $(WORKSPACE) on first use (never overwriting
+# saved work) and opens it with the student's tools only. Extra options: make lab LAB_ARGS="--port 9000".
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=assignments/self_attention
+	$(PY) -m course.lab student --workspace $(WORKSPACE) $(LAB_ARGS)
+
+# The hidden autograder on the student's workspace (then compare with solutions/notebooks/).
+grade: $(STAMP)
+	@test -d $(WORKSPACE) || { echo "make grade: $(WORKSPACE) does not exist yet: run make lab first (it copies the release there)" >&2; exit 2; }
+	$(PY) -m autograder grade $(WORKSPACE)
+
+# JupyterLab for instructors at the course root, with nbgrader's formgrader and Create Assignment.
+formgrader: $(STAMP)
+	$(PY) -m course.lab instructor $(LAB_ARGS)
 
 # Regenerate source/, assignments/ and solutions/notebooks/ from course/ (commit the result).
 release: $(STAMP)

@@ -1,0 +1,99 @@
+"""The student's workspace and the two labs (course/lab.py), without starting a server
+(tests/browser/ drives the real one).
+
+Claims: the release is copied on first use and a file already in the workspace is never
+overwritten; the workspace is ignored by git; --allow-root only as root; the student's lab
+config switches off every nbgrader server and lab extension of the environment except Validate.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import course.lab as lab
+
+REPO = Path(__file__).resolve().parent.parent
+NBGRADER = Path(__import__("nbgrader").__file__).parent
+
+
+@pytest.fixture
+def release(tmp_path):
+    folder = tmp_path / "release"
+    folder.mkdir()
+    (folder / "01_scores.ipynb").write_text("released 01")
+    (folder / "02_masks.ipynb").write_text("released 02")
+    (folder / "visible_checks.py").write_text("released checks")
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / ".ipynb_checkpoints" / "01_scores-checkpoint.ipynb").write_text("old")
+    return folder
+
+
+def test_first_use_copies_every_release_file_but_checkpoints(release, tmp_path):
+    ws = lab.prepare_workspace(release, tmp_path / "ws" / "self_attention")
+    assert ws.copied == ("01_scores.ipynb", "02_masks.ipynb", "visible_checks.py") and ws.kept == ()
+    assert (ws.path / "02_masks.ipynb").read_text() == "released 02"
+    assert not (ws.path / ".ipynb_checkpoints").exists()
+
+
+def test_a_students_saved_work_is_never_overwritten_and_missing_files_come_back(release, tmp_path):
+    work = tmp_path / "ws"
+    lab.prepare_workspace(release, work)
+    (work / "01_scores.ipynb").write_text("my work")
+    (work / "02_masks.ipynb").unlink()
+    (work / "visible_checks.py").write_text("edited checks")
+    (release / "01_scores.ipynb").write_text("a new release")
+    ws = lab.prepare_workspace(release, work)
+    assert (work / "01_scores.ipynb").read_text() == "my work"
+    assert ws.copied == ("02_masks.ipynb",) and ws.kept == ("01_scores.ipynb", "visible_checks.py")
+    assert ws.differ == ("visible_checks.py",)  # notebooks differ as soon as one works in them: not reported
+    assert "visible_checks.py differs from the release" in lab.describe(ws)
+
+
+def test_a_file_in_place_of_the_workspace_is_refused_in_one_line(release, tmp_path):
+    (tmp_path / "ws").write_text("not a folder")
+    with pytest.raises(SystemExit, match="exists and is not a folder"):
+        lab.prepare_workspace(release, tmp_path / "ws")
+
+
+def test_the_workspace_is_ignored_by_git_and_is_the_makefiles():
+    done = subprocess.run(["git", "check-ignore", "-q", str(lab.WORKSPACE / "01_scores.ipynb")], cwd=REPO)
+    assert done.returncode == 0, "workspace/ must be ignored by git (.gitignore)"
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^WORKSPACE = (\S+)$", makefile, re.M).group(1) == str(lab.WORKSPACE.relative_to(REPO))
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+def test_allow_root_only_as_root(monkeypatch, uid):
+    monkeypatch.setattr(lab.os, "geteuid", lambda: uid)
+    argv, _ = lab.lab_command(lab.WORKSPACE, ["--no-browser"], student=True)
+    assert argv[:3] == [sys.executable, "-m", "jupyterlab"] and argv[-1] == "--no-browser"
+    assert ("--allow-root" in argv) == (uid == 0)
+
+
+def test_only_the_student_lab_reads_the_student_config(monkeypatch):
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/elsewhere")
+    _, student_env = lab.lab_command(lab.WORKSPACE, [], student=True)
+    _, instructor_env = lab.lab_command(lab.REPO, [], student=False)
+    assert student_env["JUPYTER_CONFIG_PATH"].split(":") == [str(lab.STUDENT_CONFIG), "/elsewhere"]
+    assert instructor_env["JUPYTER_CONFIG_PATH"] == "/elsewhere"
+
+
+def test_student_server_config_disables_every_nbgrader_server_extension_but_validate():
+    enabled = json.loads((Path(sys.prefix) / "etc/jupyter/jupyter_server_config.d/nbgrader.json").read_text())
+    ours = json.loads((lab.STUDENT_CONFIG / "jupyter_server_config.json").read_text())
+    switches = ours["ServerApp"]["jpserver_extensions"]
+    assert set(switches) == set(enabled["ServerApp"]["jpserver_extensions"])
+    assert {name for name, on in switches.items() if on} == {"nbgrader.server_extensions.validate_assignment"}
+
+
+def test_student_page_config_disables_every_nbgrader_lab_plugin_but_validate():
+    bundle = "".join(p.read_text() for p in (NBGRADER / "labextension" / "static").glob("*.js"))
+    plugins = set(re.findall(r'"(@jupyter/nbgrader:[a-z-]+)"', bundle))
+    disabled = json.loads((lab.STUDENT_CONFIG / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
+    assert "@jupyter/nbgrader:validate-assignment" in plugins
+    assert {name for name, off in disabled.items() if off} == plugins - {"@jupyter/nbgrader:validate-assignment"}
