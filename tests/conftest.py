@@ -23,3 +23,14 @@ def private_tmp():
     path = Path(tempfile.mkdtemp(prefix="autograder-test-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def repo_course(private_tmp):
+    """The repository laid out as examples/make_class.py reads a course: release/ and source/ (links)."""
+    repo = Path(__file__).resolve().parent.parent
+    course = private_tmp / "repo-course"
+    course.mkdir()
+    (course / "release").symlink_to(repo / "assignments")
+    (course / "source").symlink_to(repo / "source")
+    return course

@@ -129,19 +129,15 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def validated(private_tmp):
+def validated(private_tmp, repo_course):
     """Output of `nbgrader validate` (run from the repository root, as an instructor would) per case."""
-    course = private_tmp / "course"  # what examples/make_class.py reads: release/ and source/
-    course.mkdir()
-    (course / "release").symlink_to(REPO / "assignments")
-    (course / "source").symlink_to(REPO / "source")
     work = private_tmp / "validate"
     work.mkdir()
     for support in ("visible_checks.py", "memory_meter.py"):
         (work / support).write_bytes((REPO / RELEASE_DIR / support).read_bytes())
     for file_name, (notebook, mistake, _, _) in CASES.items():
         text = (REPO / RELEASE_DIR / f"{notebook}.ipynb").read_text() if mistake is None \
-            else student_notebooks(course, mistake)[notebook]
+            else student_notebooks(repo_course, mistake)[notebook]
         (work / file_name).write_text(text)
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
     env.pop("NBGRADER_EXECUTION", None)

@@ -1,0 +1,193 @@
+"""A student's day in JupyterLab, in a real browser (headless Chromium driven by selenium).
+
+`make lab`'s server on a fresh workspace; for each released notebook Run All, with the notes the
+check and graded cells print; a `scaled_scores` typed into the cell editor, right and wrong;
+nbgrader's Validate on an untouched and on a filled notebook; the plots of filled notebooks,
+saved as build/browser-test/01_scores-heatmap.png and build/browser-test/05_long_sequence-memory.png.
+One browser and one server for the module; each notebook on a fresh kernel (about 2 minutes).
+
+Run it alone: .venv/bin/python -m pytest -q tests/browser
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+from labpage import LabPage
+
+from autograder.spec import NOTEBOOKS
+from examples.make_class import student_notebooks
+
+REPO = Path(__file__).resolve().parents[2]
+RELEASE = REPO / "assignments" / "self_attention"
+
+# --------------------------------------------------------------------------- #
+# What the student sees (kept in one place: the teaching branch changes some of it)
+# --------------------------------------------------------------------------- #
+
+# Run All on an untouched notebook stops at a demo that calls an unwritten function (the source
+# that identifies that cell), or reaches the last cell (None). Issue 12 item 2 turns every entry to None.
+RUN_ALL_STOPS_AT = {
+    "01_scores": "# Your projections on a small batch",
+    "02_masks": None,
+    "03_module": "attn = SelfAttention(",
+    "04_multihead": None,
+    "05_long_sequence": "for S in (1024, 4096, 32768):",
+}
+CHECK_NOTE = "not implemented yet"  # every check cell of an untouched notebook
+GRADED_NOTE = "hidden autograder"  # every graded cell
+TYPED = {  # one line each: the editor's auto-indent cannot change them
+    "right": "def scaled_scores(Q, K): return Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-1])",
+    "no_sqrt": "def scaled_scores(Q, K): return Q @ K.transpose(-2, -1)",
+    "k_dot_t": "def scaled_scores(Q, K): return Q @ K.T / math.sqrt(K.shape[-1])",
+}
+TICK = "✓ scaled_scores:"
+NO_SQRT_MESSAGE = "scores are not scaled: divide the dot products by sqrt(d_k)"
+K_DOT_T_SHOWS = "RuntimeError"  # issue 12: a plain sentence about K.T instead of torch's raw error
+SHORT_FAILURES = False  # issue 12 item 5: a failing check shows no frames of visible_checks.py
+
+
+def notebook_cells(path: Path) -> list:
+    return nbformat.read(path, as_version=4).cells
+
+
+def index_of(cells: list, predicate) -> int:
+    return next(i for i, cell in enumerate(cells) if predicate(cell))
+
+
+def grade_id(cell) -> str:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+
+
+def release_digest() -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(RELEASE.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def repo_files():
+    """The tracked release before the module: the lab must never write there."""
+    return release_digest()
+
+
+@pytest.fixture(scope="module")
+def page(lab_server, driver, repo_files):
+    url, token, _, _ = lab_server
+    return LabPage(driver, url, token)
+
+
+@pytest.fixture(scope="module")
+def filled(lab_server, repo_course):
+    """Correct versions of notebooks, as a student who finished them: filled_<name>.ipynb in the workspace."""
+    workspace = lab_server[2]
+
+    def write(name: str) -> str:
+        path = workspace / f"filled_{name}.ipynb"
+        path.write_text(student_notebooks(repo_course, "correct")[name])
+        return path.name
+
+    return write
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_run_all_on_an_untouched_notebook_reaches_the_last_cell_with_every_note(page, lab_server, name):
+    cells = notebook_cells(RELEASE / f"{name}.ipynb")
+    page.open(f"{name}.ipynb", len(cells))
+    shown = page.run_all()
+    stop = RUN_ALL_STOPS_AT[name]
+    last = max(i for i, cell in enumerate(cells) if cell.cell_type == "code")
+    end = last if stop is None else index_of(cells, lambda c: c.cell_type == "code" and c.source.startswith(stop))
+    assert shown[end].executed, f"{name}: Run All did not reach cell {end} ({shown[end]})"
+    assert not any(view.executed for view in shown[end + 1 :]), f"{name}: ran past cell {end}"
+    if stop is not None:
+        assert "NotImplementedError" in shown[end].output, shown[end]
+    for i, (cell, view) in enumerate(zip(cells[:end], shown[:end])):
+        if cell.cell_type != "code":
+            continue
+        assert view.executed, f"{name}: cell {i} did not run: {view}"
+        assert not view.stderr, f"{name}: cell {i} shows an error or stderr: {view.output[:300]}"
+        if grade_id(cell).startswith("check_"):
+            assert CHECK_NOTE in view.output, f"{name}: check cell {i}: {view.output!r}"
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            assert GRADED_NOTE in view.output, f"{name}: graded cell {i}: {view.output!r}"
+
+
+def test_typing_scaled_scores_shows_the_tick_then_a_plain_message(page):
+    cells = notebook_cells(RELEASE / "01_scores.ipynb")
+    page.open("01_scores.ipynb", len(cells))
+    page.run_cell(1)  # the setup cell
+    solution = index_of(cells, lambda c: grade_id(c) == "solution_scaled_scores")
+    assert grade_id(cells[solution + 1]) == "check_scaled_scores"
+
+    page.type_into(solution, TYPED["right"])
+    check = page.run_cell_and_next(solution)[solution + 1]
+    assert check.output.strip().startswith(TICK) and not check.stderr, check
+
+    page.type_into(solution, TYPED["no_sqrt"])
+    check = page.run_cell_and_next(solution)[solution + 1]
+    assert NO_SQRT_MESSAGE in check.output, check
+    if SHORT_FAILURES:
+        assert "visible_checks.py" not in check.output, check
+
+    page.type_into(solution, TYPED["k_dot_t"])
+    check = page.run_cell_and_next(solution)[solution + 1]
+    assert K_DOT_T_SHOWS in check.output, check
+
+
+def test_validate_on_an_untouched_notebook_fails_naming_its_part_and_the_unwritten_functions(page):
+    page.open("02_masks.ipynb", len(notebook_cells(RELEASE / "02_masks.ipynb")))
+    kind, text = page.validate()
+    assert kind == "validation-failed", text
+    assert 'graded_part("masks")' in text and "padding_mask: not implemented yet" in text, text
+    assert "causal_mask: not implemented yet" in text, text
+
+
+def test_a_filled_notebook_runs_to_the_end_shows_its_heatmap_and_passes_validate(page, filled, artifacts):
+    path = filled("01_scores")
+    cells = notebook_cells(RELEASE / "01_scores.ipynb")
+    page.open(path, len(cells))
+    shown = page.run_all()
+    assert all(view.executed and not view.stderr for cell, view in zip(cells, shown) if cell.cell_type == "code"), shown
+    assert all(shown[i].output.strip().startswith("✓") for i, c in enumerate(cells) if grade_id(c).startswith("check_"))
+    heatmap = index_of(cells, lambda c: "ax.imshow(" in c.source)
+    page.screenshot_output(heatmap, artifacts / "01_scores-heatmap.png")
+    kind, text = page.validate()
+    assert kind == "validation-success" and "Success!" in text, text
+
+
+def test_the_memory_plot_of_a_filled_long_sequence_notebook(page, filled, artifacts):
+    path = filled("05_long_sequence")
+    cells = notebook_cells(RELEASE / "05_long_sequence.ipynb")
+    page.open(path, len(cells))
+    shown = page.run_all()
+    plot = index_of(cells, lambda c: "peak live memory" in c.source)
+    assert shown[plot].executed and not shown[plot].stderr, shown[plot]
+    assert "chunked (128)" in shown[plot].output and "nan" not in shown[plot].output, shown[plot]
+    page.screenshot_output(plot, artifacts / "05_long_sequence-memory.png")
+
+
+def test_the_lab_offers_validate_and_no_instructor_tools(page, driver):
+    page.open("04_multihead.ipynb", len(notebook_cells(RELEASE / "04_multihead.ipynb")))
+    menus = driver.execute_script("return [...document.querySelectorAll('.lm-MenuBar-item')].map(m => m.textContent.trim());")
+    assert "Run" in menus and "Nbgrader" not in menus, menus
+    body = driver.execute_script("return document.body.textContent;")
+    assert "Create Assignment" not in body and "Formgrader" not in body
+    assert driver.find_elements("css selector", ".jp-NotebookPanel:not(.lm-mod-hidden) .validate-button")
+
+
+def test_the_release_is_untouched_and_the_lab_log_has_no_nbgrader_warning(page, lab_server, repo_files):
+    _, _, workspace, log = lab_server
+    page.shut_down_kernels()
+    assert release_digest() == repo_files
+    assert (workspace / "02_masks.ipynb").exists()
+    text = log.read_text()
+    assert "validate_assignment | extension was successfully loaded" in text
+    complaints = [line for line in text.splitlines()
+                  if (re.match(r"\[(W|E|C) |\[\w+ \| (WARNING|ERROR|CRITICAL)\]", line) and "nbgrader" in line.lower())
+                  or "course directory root" in line or "Traceback" in line]
+    assert not complaints, complaints
+    tracked = subprocess.run(["git", "status", "--porcelain", "--", "assignments"], cwd=REPO, capture_output=True, text=True)
+    assert tracked.stdout == ""
