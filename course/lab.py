@@ -91,6 +91,8 @@ def lab_command(root: Path, extra: list[str], student: bool) -> tuple[list[str],
     if os.geteuid() == 0:
         argv.append("--allow-root")
     env = dict(os.environ)
+    # The environment's programs first: formgrader's gradebook runs `alembic` found on PATH.
+    env["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH")]))
     if student:
         # Ahead of the environment's own config (which enables all of nbgrader), behind the user's.
         env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(STUDENT_CONFIG), env.get("JUPYTER_CONFIG_PATH")]))

@@ -83,6 +83,13 @@ def test_only_the_student_lab_reads_the_student_config(monkeypatch):
     assert instructor_env["JUPYTER_CONFIG_PATH"] == "/elsewhere"
 
 
+def test_both_labs_find_the_environments_programs_first(monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin")
+    for student in (True, False):
+        _, env = lab.lab_command(lab.REPO, [], student=student)
+        assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)  # formgrader runs `alembic` from there
+
+
 def test_student_server_config_disables_every_nbgrader_server_extension_but_validate():
     enabled = json.loads((Path(sys.prefix) / "etc/jupyter/jupyter_server_config.d/nbgrader.json").read_text())
     ours = json.loads((lab.STUDENT_CONFIG / "jupyter_server_config.json").read_text())
