@@ -40,8 +40,10 @@ def ensure_tools() -> None:
     if missing:
         if os.geteuid() != 0:
             pytest.fail(f"the browser test needs Debian's {' and '.join(missing)}: sudo apt-get install -y {' '.join(missing)}")
-        _run_quietly(["apt-get", "update", "-qq"], "apt-get update")
-        _run_quietly(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], "installing " + " ".join(missing))
+        wait_for_lock = ["-o", "DPkg::Lock::Timeout=300"]  # another job may be installing at the same time
+        _run_quietly(["apt-get", "update", "-qq", *wait_for_lock], "apt-get update")
+        _run_quietly(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *wait_for_lock, *missing],
+                     "installing " + " ".join(missing))
     try:
         import selenium  # noqa: F401
     except ImportError:

@@ -112,7 +112,7 @@ class LabPage:
         self.wait_idle(timeout)
 
     def _click_menu(self, menu: str, command: str) -> None:
-        items = self.driver.find_elements(By.CSS_SELECTOR, "#jp-menu-panel .lm-MenuBar-item, .lm-MenuBar-item")
+        items = self.driver.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-item")
         next(i for i in items if i.text.strip() == menu).click()
         entry = self.wait_for(f"menu entry {command}", lambda: self.driver.find_elements(
             By.CSS_SELECTOR, f'.lm-Menu-item[data-command="{command}"]'), 30)
@@ -163,9 +163,8 @@ class LabPage:
 
     def validate(self, timeout: float = 300) -> tuple[str, str]:
         """Click nbgrader's Validate button: (the result's class, its text), after closing the dialog."""
-        button = self.driver.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .validate-button")
-        clickable = button.find_elements(By.CSS_SELECTOR, "jp-button, button") or [button]
-        clickable[0].click()
+        # nbgrader's toolbar button (a <jp-button class="validate-button">): it saves, then validates on the server.
+        self.driver.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .validate-button").click()
         message = self.wait_for("the Validate dialog", lambda: self.driver.find_elements(
             By.CSS_SELECTOR, ".jp-Dialog #validation-message"), timeout)[0]
         kind = next((c for c in message.get_attribute("class").split() if c.startswith("validation-")), "")
