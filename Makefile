@@ -29,8 +29,8 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# The student's working copy of the release (ignored by git; see course/lab.py).
-WORKSPACE = workspace/self_attention
+# The student's working copy of the release, one folder per assignment (ignored by git; see course/lab.py).
+WORKSPACE = workspace
 
 # JupyterLab for a student: copies the release into $(WORKSPACE) on first use (never overwriting
 # saved work) and opens it with the student's tools only. Extra options: make lab LAB_ARGS="--port 9000".
@@ -39,8 +39,8 @@ lab: $(STAMP)
 
 # The hidden autograder on the student's workspace (then compare with solutions/notebooks/).
 grade: $(STAMP)
-	@test -d $(WORKSPACE) || { echo "make grade: $(WORKSPACE) does not exist yet: run make lab first (it copies the release there)" >&2; exit 2; }
-	$(PY) -m autograder grade $(WORKSPACE)
+	@test -d $(WORKSPACE)/self_attention || { echo "make grade: $(WORKSPACE)/self_attention does not exist yet: run make lab first (it copies the release there)" >&2; exit 2; }
+	$(PY) -m autograder grade $(WORKSPACE)/self_attention
 
 # JupyterLab for instructors at the course root, with nbgrader's formgrader and Create Assignment.
 formgrader: $(STAMP)

@@ -3,10 +3,10 @@
     python -m course.lab student [--workspace DIR] [JUPYTER LAB OPTIONS...]
     python -m course.lab instructor [JUPYTER LAB OPTIONS...]
 
-student: JupyterLab in a working copy of the release, workspace/self_attention/ (ignored by git).
-On every start each file of assignments/self_attention/ that the workspace lacks is copied
-there; a file already there is never overwritten, so saved work survives new releases and the
-tracked release never changes. The lab offers the student's tools only: nbgrader's Validate
+student: JupyterLab in a working copy of the release, workspace/ (ignored by git), one folder per
+assignment as in assignments/. On every start each file of assignments/ that the workspace lacks
+is copied there; a file already there is never overwritten, so saved work survives new releases
+and the tracked release never changes. The lab offers the student's tools only: nbgrader's Validate
 button, without the formgrader, Create Assignment, Assignment List and Course List (they need an
 instructor's course directory or an exchange); see course/student_lab_config/.
 
@@ -25,11 +25,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.spec import ASSIGNMENT
-
 REPO = Path(__file__).resolve().parent.parent
-RELEASE = REPO / "assignments" / ASSIGNMENT
-WORKSPACE = REPO / "workspace" / ASSIGNMENT
+RELEASE = REPO / "assignments"  # nbgrader's release directory: one folder per assignment
+WORKSPACE = REPO / "workspace"
 STUDENT_CONFIG = REPO / "course" / "student_lab_config"
 SKIPPED = {".ipynb_checkpoints", "__pycache__"}
 
@@ -76,12 +74,13 @@ def describe(ws: Workspace) -> str:
     """A few lines for the terminal: where the work is and what happened to it."""
     lines = [f"Your workspace: {ws.path}"]
     if ws.copied:
-        lines.append(f"  copied from the release: {', '.join(ws.copied)}")
+        folders = sorted({Path(name).parts[0] for name in ws.copied})
+        lines.append(f"  copied from the release: {len(ws.copied)} file(s) ({', '.join(folders)})")
     if ws.kept:
         lines.append(f"  kept as you left them: {len(ws.kept)} file(s) (never overwritten)")
     for name in ws.differ:
         lines.append(f"  note: {name} differs from the release's copy; to take the release's, delete yours and restart")
-    lines.append("Check yourself with `make grade` (the hidden autograder on this folder); solved notebooks: solutions/notebooks/")
+    lines.append("Check yourself with `make grade` (the hidden autograder on your work); solved notebooks: solutions/notebooks/")
     return "\n".join(lines)
 
 

@@ -23,35 +23,40 @@ NBGRADER = Path(__import__("nbgrader").__file__).parent
 
 @pytest.fixture
 def release(tmp_path):
+    """A release folder as nbgrader writes it: one folder per assignment."""
     folder = tmp_path / "release"
-    folder.mkdir()
-    (folder / "01_scores.ipynb").write_text("released 01")
-    (folder / "02_masks.ipynb").write_text("released 02")
-    (folder / "visible_checks.py").write_text("released checks")
-    (folder / ".ipynb_checkpoints").mkdir()
-    (folder / ".ipynb_checkpoints" / "01_scores-checkpoint.ipynb").write_text("old")
+    (folder / "alpha" / ".ipynb_checkpoints").mkdir(parents=True)
+    (folder / "beta").mkdir()
+    (folder / "alpha" / "01_scores.ipynb").write_text("released 01")
+    (folder / "alpha" / "02_masks.ipynb").write_text("released 02")
+    (folder / "alpha" / "visible_checks.py").write_text("released checks")
+    (folder / "alpha" / ".ipynb_checkpoints" / "01_scores-checkpoint.ipynb").write_text("old")
+    (folder / "beta" / "01_positions.ipynb").write_text("released beta")
     return folder
 
 
-def test_first_use_copies_every_release_file_but_checkpoints(release, tmp_path):
-    ws = lab.prepare_workspace(release, tmp_path / "ws" / "self_attention")
-    assert ws.copied == ("01_scores.ipynb", "02_masks.ipynb", "visible_checks.py") and ws.kept == ()
-    assert (ws.path / "02_masks.ipynb").read_text() == "released 02"
-    assert not (ws.path / ".ipynb_checkpoints").exists()
+def test_first_use_copies_every_release_file_of_every_assignment_but_checkpoints(release, tmp_path):
+    ws = lab.prepare_workspace(release, tmp_path / "ws")
+    assert ws.copied == ("alpha/01_scores.ipynb", "alpha/02_masks.ipynb", "alpha/visible_checks.py",
+                         "beta/01_positions.ipynb") and ws.kept == ()
+    assert (ws.path / "alpha" / "02_masks.ipynb").read_text() == "released 02"
+    assert not (ws.path / "alpha" / ".ipynb_checkpoints").exists()
+    assert "4 file(s) (alpha, beta)" in lab.describe(ws)
 
 
 def test_a_students_saved_work_is_never_overwritten_and_missing_files_come_back(release, tmp_path):
     work = tmp_path / "ws"
     lab.prepare_workspace(release, work)
-    (work / "01_scores.ipynb").write_text("my work")
-    (work / "02_masks.ipynb").unlink()
-    (work / "visible_checks.py").write_text("edited checks")
-    (release / "01_scores.ipynb").write_text("a new release")
+    (work / "alpha" / "01_scores.ipynb").write_text("my work")
+    (work / "alpha" / "02_masks.ipynb").unlink()
+    (work / "alpha" / "visible_checks.py").write_text("edited checks")
+    (release / "alpha" / "01_scores.ipynb").write_text("a new release")
     ws = lab.prepare_workspace(release, work)
-    assert (work / "01_scores.ipynb").read_text() == "my work"
-    assert ws.copied == ("02_masks.ipynb",) and ws.kept == ("01_scores.ipynb", "visible_checks.py")
-    assert ws.differ == ("visible_checks.py",)  # notebooks differ as soon as one works in them: not reported
-    assert "visible_checks.py differs from the release" in lab.describe(ws)
+    assert (work / "alpha" / "01_scores.ipynb").read_text() == "my work"
+    assert ws.copied == ("alpha/02_masks.ipynb",)
+    assert ws.kept == ("alpha/01_scores.ipynb", "alpha/visible_checks.py", "beta/01_positions.ipynb")
+    assert ws.differ == ("alpha/visible_checks.py",)  # notebooks differ as soon as one works in them: not reported
+    assert "alpha/visible_checks.py differs from the release" in lab.describe(ws)
 
 
 def test_a_file_in_place_of_the_workspace_is_refused_in_one_line(release, tmp_path):
@@ -61,7 +66,7 @@ def test_a_file_in_place_of_the_workspace_is_refused_in_one_line(release, tmp_pa
 
 
 def test_the_workspace_is_ignored_by_git_and_is_the_makefiles():
-    done = subprocess.run(["git", "check-ignore", "-q", str(lab.WORKSPACE / "01_scores.ipynb")], cwd=REPO)
+    done = subprocess.run(["git", "check-ignore", "-q", str(lab.WORKSPACE / "self_attention" / "01_scores.ipynb")], cwd=REPO)
     assert done.returncode == 0, "workspace/ must be ignored by git (.gitignore)"
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^WORKSPACE = (\S+)$", makefile, re.M).group(1) == str(lab.WORKSPACE.relative_to(REPO))

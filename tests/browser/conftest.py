@@ -93,7 +93,7 @@ def lab_server(private_tmp, artifacts):
         "MPLCONFIGDIR": os.environ.get("MPLCONFIGDIR", str(home / "matplotlib")),
     }
     env.pop("NBGRADER_EXECUTION", None)
-    workspace = private_tmp / "workspace" / "self_attention"
+    workspace = private_tmp / "workspace"
     token, port = secrets.token_hex(16), _free_port()
     log = artifacts / "jupyterlab.log"
     argv = [sys.executable, "-m", "course.lab", "student", "--workspace", str(workspace),

@@ -23,7 +23,8 @@ from autograder.spec import NOTEBOOKS
 from examples.make_class import student_notebooks
 
 REPO = Path(__file__).resolve().parents[2]
-RELEASE = REPO / "assignments" / "self_attention"
+ASSIGNMENT = "self_attention"
+RELEASE = REPO / "assignments" / ASSIGNMENT
 
 # --------------------------------------------------------------------------- #
 # What the student sees (kept in one place: the teaching branch changes some of it)
@@ -85,9 +86,9 @@ def filled(lab_server, repo_course):
     workspace = lab_server[2]
 
     def write(name: str) -> str:
-        path = workspace / f"filled_{name}.ipynb"
-        path.write_text(student_notebooks(repo_course, "correct")[name])
-        return path.name
+        path = f"{ASSIGNMENT}/filled_{name}.ipynb"
+        (workspace / path).write_text(student_notebooks(repo_course, "correct")[name])
+        return path
 
     return write
 
@@ -95,7 +96,7 @@ def filled(lab_server, repo_course):
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_run_all_on_an_untouched_notebook_reaches_the_last_cell_with_every_note(page, lab_server, name):
     cells = notebook_cells(RELEASE / f"{name}.ipynb")
-    page.open(f"{name}.ipynb", len(cells))
+    page.open(f"{ASSIGNMENT}/{name}.ipynb", len(cells))
     shown = page.run_all()
     stop = RUN_ALL_STOPS_AT[name]
     last = max(i for i, cell in enumerate(cells) if cell.cell_type == "code")
@@ -117,7 +118,7 @@ def test_run_all_on_an_untouched_notebook_reaches_the_last_cell_with_every_note(
 
 def test_typing_scaled_scores_shows_the_tick_then_a_plain_message(page):
     cells = notebook_cells(RELEASE / "01_scores.ipynb")
-    page.open("01_scores.ipynb", len(cells))
+    page.open(f"{ASSIGNMENT}/01_scores.ipynb", len(cells))
     page.run_cell(1)  # the setup cell
     solution = index_of(cells, lambda c: grade_id(c) == "solution_scaled_scores")
     assert grade_id(cells[solution + 1]) == "check_scaled_scores"
@@ -138,7 +139,7 @@ def test_typing_scaled_scores_shows_the_tick_then_a_plain_message(page):
 
 
 def test_validate_on_an_untouched_notebook_fails_naming_its_part_and_the_unwritten_functions(page):
-    page.open("02_masks.ipynb", len(notebook_cells(RELEASE / "02_masks.ipynb")))
+    page.open(f"{ASSIGNMENT}/02_masks.ipynb", len(notebook_cells(RELEASE / "02_masks.ipynb")))
     kind, text = page.validate()
     assert kind == "validation-failed", text
     assert 'graded_part("masks")' in text and "padding_mask: not implemented yet" in text, text
@@ -170,7 +171,7 @@ def test_the_memory_plot_of_a_filled_long_sequence_notebook(page, filled, artifa
 
 
 def test_the_lab_offers_validate_and_no_instructor_tools(page, driver):
-    page.open("04_multihead.ipynb", len(notebook_cells(RELEASE / "04_multihead.ipynb")))
+    page.open(f"{ASSIGNMENT}/04_multihead.ipynb", len(notebook_cells(RELEASE / "04_multihead.ipynb")))
     menus = driver.execute_script("return [...document.querySelectorAll('.lm-MenuBar-item')].map(m => m.textContent.trim());")
     assert "Run" in menus and "Nbgrader" not in menus, menus
     body = driver.execute_script("return document.body.textContent;")
@@ -182,7 +183,7 @@ def test_the_release_is_untouched_and_the_lab_log_has_no_nbgrader_warning(page, 
     _, _, workspace, log = lab_server
     page.shut_down_kernels()
     assert release_digest() == repo_files
-    assert (workspace / "02_masks.ipynb").exists()
+    assert (workspace / ASSIGNMENT / "02_masks.ipynb").exists()
     text = log.read_text()
     assert "validate_assignment | extension was successfully loaded" in text
     complaints = [line for line in text.splitlines()
