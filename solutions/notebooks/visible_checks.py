@@ -838,7 +838,7 @@ def _rerun(call: str, namespace: dict) -> str | None:
             globals()[node.func.id](*(namespace[name] for name in names))
     except AssertionError as exc:
         return f"{names[0]}: {exc}"
-    except Exception as exc:  # noqa: BLE001 - the student's code raised: report it, do not crash Validate
+    except Exception as exc:  # the student's code raised: report it in one line, never crash Validate
         return f"{names[0]}: {type(exc).__name__}: {exc}"
     lines = [line for line in printed.getvalue().splitlines() if line.strip()]
     if any(line.startswith("✓") for line in lines):
