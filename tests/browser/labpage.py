@@ -39,6 +39,24 @@ return {
 };
 """
 
+# Whether the kernel of the notebook in view is idle with nothing queued: cheap enough to poll.
+_IDLE_JS = """
+const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+if (!panel) return false;
+const indicator = panel.querySelector('.jp-Notebook-ExecutionIndicator');
+const bar = document.querySelector('#jp-main-statusbar');
+const queued = [...panel.querySelectorAll('.jp-InputArea-prompt')].some(p => p.textContent.trim() === '[*]:');
+return !!indicator && indicator.getAttribute('data-status') === 'idle'
+  && !!bar && /\\|\\s*Idle/.test(bar.textContent) && !queued;
+"""
+
+# The prompt of every cell of the notebook in view ("[3]:", "[*]:", "[ ]:"; "" for markdown).
+_PROMPTS_JS = """
+const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+return panel ? [...panel.querySelectorAll('.jp-Notebook .jp-Cell')].map(
+  c => ((c.querySelector('.jp-InputArea-prompt') || {}).textContent || '').trim()) : [];
+"""
+
 
 @dataclass(frozen=True)
 class CellView:
@@ -86,29 +104,26 @@ class LabPage:
     def state(self) -> dict | None:
         return self.driver.execute_script(_STATE_JS)
 
+    def prompts(self) -> list[str]:
+        return self.driver.execute_script(_PROMPTS_JS)
+
     def cells(self) -> list[CellView]:
         state = self.state()
         return [CellView(**c) for c in (state or {}).get("cells", [])]
 
     def _idle_now(self) -> bool:
-        state = self.state()
-        return bool(
-            state
-            and state["toolbar"] == "idle"
-            and re.search(r"\|\s*Idle", state["statusbar"])  # "Python 3 (ipykernel) | Idle"
-            and not any(c["prompt"] == "[*]:" for c in state["cells"])
-        )
+        return bool(self.driver.execute_script(_IDLE_JS))  # "Python 3 (ipykernel) | Idle" in the status bar
 
     def wait_idle(self, timeout: float = 180) -> None:
         """The kernel is idle and nothing is queued, seen twice half a second apart (no blink between cells)."""
-        self.wait_for("kernel idle", lambda: self._idle_now() and (time.sleep(0.5) or self._idle_now()), timeout, poll=0.25)
+        self.wait_for("kernel idle", lambda: self._idle_now() and (time.sleep(0.5) or self._idle_now()), timeout)
 
     # ------------------------------------------------------------------ actions
     def open(self, path: str, cells: int, timeout: float = 180) -> None:
         """Open the notebook `path` alone, on a kernel of its own."""
         self.shut_down_kernels()
         self.driver.get(f"{self.base_url}/lab/tree/{path}?reset")
-        self.wait_for(f"{path}: {cells} cells shown", lambda: len(self.cells()) == cells, timeout)
+        self.wait_for(f"{path}: {cells} cells shown", lambda: len(self.prompts()) == cells, timeout)
         self.wait_idle(timeout)
 
     def _click_menu(self, menu: str, command: str) -> None:
@@ -123,10 +138,10 @@ class LabPage:
 
         Only on a notebook that shows no earlier run: a fresh kernel counts from 1 again, so the
         prompts of a saved run could not tell the new run's progress."""
-        earlier = [c.prompt for c in self.cells() if c.executed]
+        earlier = [p for p in self.prompts() if re.fullmatch(r"\[\d+\]:", p)]
         assert not earlier, f"Run All on a notebook that shows an earlier run ({earlier[:3]}...): open an unsaved copy"
         self._click_menu("Run", "runmenu:run-all")
-        self.wait_for("Run All started", lambda: any(c.executed or c.prompt == "[*]:" for c in self.cells()), 60)
+        self.wait_for("Run All started", lambda: any(p not in ("", "[ ]:") for p in self.prompts()), 60)
         self.wait_idle(timeout)
         return self.cells()
 
@@ -145,19 +160,19 @@ class LabPage:
 
     def run_cell(self, index: int, timeout: float = 120) -> list[CellView]:
         """Select cell `index` (a click on its prompt) and run it with Shift+Enter."""
-        before = self.cells()[index].prompt
+        before = self.prompts()[index]
         self.cell_node(index).find_element(By.CSS_SELECTOR, ".jp-InputPrompt").click()
         ActionChains(self.driver).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
-        self.wait_for(f"cell {index} ran", lambda: self.cells()[index].prompt not in (before, "[*]:"), timeout)
+        self.wait_for(f"cell {index} ran", lambda: self.prompts()[index] not in (before, "[*]:"), timeout)
         self.wait_idle(timeout)
         return self.cells()
 
     def run_cell_and_next(self, index: int, timeout: float = 120) -> list[CellView]:
         """Shift+Enter in cell `index` (its editor has the focus), then Shift+Enter on the cell below."""
-        before = self.cells()[index + 1].prompt
+        before = self.prompts()[index + 1]
         for _ in range(2):
             ActionChains(self.driver).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
-        self.wait_for("the cell below ran", lambda: self.cells()[index + 1].prompt not in (before, "[*]:"), timeout)
+        self.wait_for("the cell below ran", lambda: self.prompts()[index + 1] not in (before, "[*]:"), timeout)
         self.wait_idle(timeout)
         return self.cells()
 

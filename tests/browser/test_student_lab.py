@@ -1,10 +1,11 @@
 """A student's day in JupyterLab, in a real browser (headless Chromium driven by selenium).
 
 `make lab`'s server on a fresh workspace; for each released notebook Run All, with the notes the
-check and graded cells print; a `scaled_scores` typed into the cell editor, right and wrong;
-nbgrader's Validate on an untouched and on a filled notebook; the plots of filled notebooks,
-saved as build/browser-test/01_scores-heatmap.png and build/browser-test/05_long_sequence-memory.png.
-One browser and one server for the module; each notebook on a fresh kernel (about 2 minutes).
+check, demo and graded cells print; nbgrader's Validate on an untouched notebook, and on a finished
+one after a `scaled_scores` typed into the cell editor, wrong then right; the plots of finished
+notebooks, saved as build/browser-test/01_scores-heatmap.png and
+build/browser-test/05_long_sequence-memory.png. One browser and one server for the module; each
+notebook on a fresh kernel (about 2 minutes).
 
 Run it alone: .venv/bin/python -m pytest -q tests/browser
 """
@@ -105,44 +106,39 @@ def test_run_all_on_an_untouched_notebook_reaches_the_last_cell_with_every_note(
             assert DEMO_NOTE in view.output, f"{name}: demo cell {i}: {view.output!r}"
 
 
-def test_typing_scaled_scores_shows_the_tick_then_a_plain_message(page):
-    cells = notebook_cells(RELEASE / "01_scores.ipynb")
-    page.open(f"{ASSIGNMENT}/01_scores.ipynb", len(cells))
-    page.run_cell(1)  # the setup cell
-    solution = index_of(cells, lambda c: grade_id(c) == "solution_scaled_scores")
-    assert grade_id(cells[solution + 1]) == "check_scaled_scores"
-
-    page.type_into(solution, TYPED["right"])
-    check = page.run_cell_and_next(solution)[solution + 1]
-    assert check.output.strip().startswith(TICK) and not check.stderr, check
-
-    page.type_into(solution, TYPED["no_sqrt"])
-    check = page.run_cell_and_next(solution)[solution + 1]
-    assert NO_SQRT_MESSAGE in check.output and CHECKS_FILE not in check.output, check
-
-    page.type_into(solution, TYPED["k_dot_t"])
-    check = page.run_cell_and_next(solution)[solution + 1]
-    assert K_DOT_T_SHOWS in check.output and CHECKS_FILE not in check.output, check
-
-
-def test_validate_on_an_untouched_notebook_fails_naming_its_part_and_the_unwritten_functions(page):
+def test_the_lab_offers_validate_not_instructor_tools_and_validate_fails_on_an_untouched_notebook(page, driver):
     page.open(f"{ASSIGNMENT}/02_masks.ipynb", len(notebook_cells(RELEASE / "02_masks.ipynb")))
+    menus = driver.execute_script("return [...document.querySelectorAll('.lm-MenuBar-item')].map(m => m.textContent.trim());")
+    assert "Run" in menus and "Nbgrader" not in menus, menus
+    body = driver.execute_script("return document.body.textContent;")
+    assert "Create Assignment" not in body and "Formgrader" not in body and "Assignment List" not in body
     kind, text = page.validate()
     assert kind == "validation-failed", text
     assert 'graded_part("masks")' in text and "padding_mask: not implemented yet" in text, text
     assert "causal_mask: not implemented yet" in text, text
 
 
-def test_a_filled_notebook_runs_to_the_end_shows_its_heatmap_and_passes_validate(page, filled, artifacts):
-    path = filled("01_scores")
+def test_a_finished_notebook_runs_to_the_end_answers_typed_code_and_passes_validate(page, filled, artifacts):
     cells = notebook_cells(RELEASE / "01_scores.ipynb")
-    page.open(path, len(cells))
+    page.open(filled("01_scores"), len(cells))
     shown = page.run_all()
     assert all(view.executed and not view.stderr for cell, view in zip(cells, shown) if cell.cell_type == "code"), shown
     assert all(shown[i].output.strip().startswith("✓") for i, c in enumerate(cells) if grade_id(c).startswith("check_"))
-    heatmap = index_of(cells, lambda c: "ax.imshow(" in c.source)
-    page.screenshot_output(heatmap, artifacts / "01_scores-heatmap.png")
-    kind, text = page.validate()
+    page.screenshot_output(index_of(cells, lambda c: "ax.imshow(" in c.source), artifacts / "01_scores-heatmap.png")
+
+    solution = index_of(cells, lambda c: grade_id(c) == "solution_scaled_scores")
+    assert grade_id(cells[solution + 1]) == "check_scaled_scores"
+    page.type_into(solution, TYPED["no_sqrt"])
+    check = page.run_cell_and_next(solution)[solution + 1]
+    assert NO_SQRT_MESSAGE in check.output and CHECKS_FILE not in check.output, check
+    page.type_into(solution, TYPED["k_dot_t"])
+    check = page.run_cell_and_next(solution)[solution + 1]
+    assert K_DOT_T_SHOWS in check.output and CHECKS_FILE not in check.output, check
+    page.type_into(solution, TYPED["right"])
+    check = page.run_cell_and_next(solution)[solution + 1]
+    assert check.output.strip().startswith(TICK) and not check.stderr, check
+
+    kind, text = page.validate()  # saves the notebook, with the typed scaled_scores, and validates it
     assert kind == "validation-success" and "Success!" in text, text
 
 
@@ -155,15 +151,6 @@ def test_the_memory_plot_of_a_filled_long_sequence_notebook(page, filled, artifa
     assert shown[plot].executed and not shown[plot].stderr, shown[plot]
     assert "chunked (128)" in shown[plot].output and "nan" not in shown[plot].output, shown[plot]
     page.screenshot_output(plot, artifacts / "05_long_sequence-memory.png")
-
-
-def test_the_lab_offers_validate_and_no_instructor_tools(page, driver):
-    page.open(f"{ASSIGNMENT}/04_multihead.ipynb", len(notebook_cells(RELEASE / "04_multihead.ipynb")))
-    menus = driver.execute_script("return [...document.querySelectorAll('.lm-MenuBar-item')].map(m => m.textContent.trim());")
-    assert "Run" in menus and "Nbgrader" not in menus, menus
-    body = driver.execute_script("return document.body.textContent;")
-    assert "Create Assignment" not in body and "Formgrader" not in body
-    assert driver.find_elements("css selector", ".jp-NotebookPanel:not(.lm-mod-hidden) .validate-button")
 
 
 def test_the_release_is_untouched_and_the_lab_log_has_no_nbgrader_warning(page, lab_server, repo_files):
