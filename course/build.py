@@ -57,8 +57,10 @@ class Target:
 
 TARGETS = (
     Target(spec.ASSIGNMENT, content.MODULES, {"visible_checks.py": REPO / "course" / "visible_checks.py",
+                                              "graded_cells.py": REPO / "course" / "graded_cells.py",
                                               "memory_meter.py": REPO / "autograder" / "worker" / "meter.py"}),
-    Target("generation", generation.MODULES, {"visible_checks.py": REPO / "course" / "visible_checks_generation.py"},
+    Target("generation", generation.MODULES, {"visible_checks.py": REPO / "course" / "visible_checks_generation.py",
+                                              "graded_cells.py": REPO / "course" / "graded_cells.py"},
            Path("solutions") / "notebooks" / "generation"),
 )
 TARGET_BY_ID = {t.id: t for t in TARGETS}

@@ -8,6 +8,8 @@ The graded_part logic is tested in-process on the released stubs and the referen
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import io
 import math
 import os
@@ -20,19 +22,34 @@ import nbformat
 import pytest
 import torch
 
-import course.visible_checks as vc
-import solutions.attention as reference
-from autograder.spec import NOTEBOOKS, PARTS
-from course.build import RELEASE_DIR, REPO
-from course.content import MODULES
+from autograder.spec import ASSIGNMENTS
+from course.build import REPO, TARGETS
 from examples.make_class import student_notebooks
 
 VENV_BIN = Path(sys.executable).parent
+ALL_PARTS = [(a.id, p) for a in ASSIGNMENTS.values() for p in a.parts]
 
 
-def test_part_checks_are_the_check_cells_above_each_graded_cell():
+def released_checks(assignment: str):
+    """The assignment's visible_checks.py as released (it imports graded_cells.py from its folder)."""
+    folder = REPO / "assignments" / assignment
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(f"visible_checks_of_{assignment}", folder / "visible_checks.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+    return module
+
+
+CHECKS = {a: released_checks(a) for a in ASSIGNMENTS}
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=[t.id for t in TARGETS])
+def test_part_checks_are_the_check_cells_above_each_graded_cell(target):
     found = {}
-    for module in MODULES:
+    for module in target.modules:
         since_last_graded = []
         for cell in module.cells():
             if cell.role == "check":
@@ -40,26 +57,28 @@ def test_part_checks_are_the_check_cells_above_each_graded_cell():
             elif cell.role == "graded":
                 found[cell.nbgrader["grade_id"]] = tuple(since_last_graded)
                 since_last_graded = []
-    assert found == vc.PART_CHECKS
-    assert set(found) == {p.id for p in PARTS}
+    assert found == CHECKS[target.id].PART_CHECKS
+    assert set(found) == {p.id for p in ASSIGNMENTS[target.id].parts}
 
 
-def _setup_namespace() -> dict:
-    return {"math": math, "torch": torch, "nn": torch.nn, "F": torch.nn.functional, "graded_part": vc.graded_part}
+def _setup_namespace(assignment: str) -> dict:
+    return {"math": math, "torch": torch, "nn": torch.nn, "F": torch.nn.functional,
+            "graded_part": CHECKS[assignment].graded_part}
 
 
-def _released_stubs() -> dict:
+def _released_stubs(assignment: str) -> dict:
     """A notebook's namespace after running the released solution cells: the stubs, as a student gets them."""
-    namespace = _setup_namespace()
-    for name in NOTEBOOKS:
-        for cell in nbformat.read(REPO / RELEASE_DIR / f"{name}.ipynb", as_version=4).cells:
+    namespace = _setup_namespace(assignment)
+    for name in ASSIGNMENTS[assignment].notebooks:
+        for cell in nbformat.read(REPO / "assignments" / assignment / f"{name}.ipynb", as_version=4).cells:
             if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
                 exec(compile(cell.source, f"<{name}>", "exec"), namespace)
     return namespace
 
 
-def _reference() -> dict:
-    return {**_setup_namespace(), **{n: getattr(reference, n) for p in PARTS for n in p.names}}
+def _reference(assignment: str) -> dict:
+    solutions = importlib.import_module(ASSIGNMENTS[assignment].solutions)
+    return {**_setup_namespace(assignment), **{n: getattr(solutions, n) for n in ASSIGNMENTS[assignment].api_names}}
 
 
 def graded_cell(part_id: str, namespace: dict, monkeypatch, mode: str = "validate") -> tuple[str, str]:
@@ -71,16 +90,16 @@ def graded_cell(part_id: str, namespace: dict, monkeypatch, mode: str = "validat
     return out.getvalue(), err.getvalue()
 
 
-@pytest.mark.parametrize("part_id", [p.id for p in PARTS])
-def test_validate_passes_each_part_of_the_reference_without_stderr(part_id, monkeypatch):
-    out, err = graded_cell(part_id, _reference(), monkeypatch)
+@pytest.mark.parametrize("assignment,part", ALL_PARTS, ids=[p.id for _, p in ALL_PARTS])
+def test_validate_passes_each_part_of_the_reference_without_stderr(assignment, part, monkeypatch):
+    out, err = graded_cell(part.id, _reference(assignment), monkeypatch)
     assert err == ""
-    assert out.startswith(f"✓ {part_id}: the visible checks above pass")
+    assert out.startswith(f"✓ {part.id}: the visible checks above pass")
 
 
-@pytest.mark.parametrize("part", PARTS, ids=[p.id for p in PARTS])
-def test_validate_fails_each_part_of_the_release_naming_every_unwritten_function(part, monkeypatch):
-    out, err = graded_cell(part.id, _released_stubs(), monkeypatch)
+@pytest.mark.parametrize("assignment,part", ALL_PARTS, ids=[p.id for _, p in ALL_PARTS])
+def test_validate_fails_each_part_of_the_release_naming_every_unwritten_function(assignment, part, monkeypatch):
+    out, err = graded_cell(part.id, _released_stubs(assignment), monkeypatch)
     assert out == ""
     assert err.startswith(f"{part.id}: the visible checks above do not pass yet")
     assert "not implemented yet" in err
@@ -88,7 +107,7 @@ def test_validate_fails_each_part_of_the_release_naming_every_unwritten_function
 
 
 def test_validate_names_the_bug_of_a_failing_visible_check(monkeypatch):
-    namespace = _reference()
+    namespace = _reference("self_attention")
     namespace["scaled_scores"] = lambda Q, K: Q @ K.transpose(-2, -1)  # not divided by sqrt(d_k)
     out, err = graded_cell("scaled_scores", namespace, monkeypatch)
     assert "scaled_scores: scores are not scaled: divide the dot products by sqrt(d_k)" in err
@@ -97,21 +116,23 @@ def test_validate_names_the_bug_of_a_failing_visible_check(monkeypatch):
 
 
 def test_validate_says_a_function_whose_cell_failed_is_not_defined(monkeypatch):
-    namespace = _reference()
+    namespace = _reference("self_attention")
     del namespace["causal_mask"]  # its cell had a syntax error, so the name was never defined
     _, err = graded_cell("masks", namespace, monkeypatch)
     assert "causal_mask is not defined" in err and "SyntaxError" in err
 
 
 def test_validate_reports_an_error_raised_by_student_code_in_one_line(monkeypatch):
-    namespace = _reference()
+    namespace = _reference("self_attention")
     namespace["split_heads"] = lambda x, num_heads: x.view(-1, num_heads, 7)
     _, err = graded_cell("multihead", namespace, monkeypatch)
     assert "  - split_heads: " in err and "RuntimeError" in err and "Traceback" not in err
 
 
-def test_graded_cell_still_writes_stderr_under_stock_nbgrader_autograde_even_when_correct(monkeypatch):
-    out, err = graded_cell("masks", _reference(), monkeypatch, mode="autograde")
+@pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
+def test_graded_cell_still_writes_stderr_under_stock_nbgrader_autograde_even_when_correct(assignment, monkeypatch):
+    part = ASSIGNMENTS[assignment].parts[0]
+    out, err = graded_cell(part.id, _reference(assignment), monkeypatch, mode="autograde")
     assert "hidden autograder" in out and "scores this cell 0" in err
 
 
@@ -133,8 +154,8 @@ def validated(private_tmp, repo_course):
     """Output of `nbgrader validate` (run from the repository root, as an instructor would) per case."""
     work = private_tmp / "validate"
     work.mkdir()
-    for support in ("visible_checks.py", "memory_meter.py"):
-        (work / support).write_bytes((REPO / RELEASE_DIR / support).read_bytes())
+    for support in TARGETS[0].support:
+        (work / support).write_bytes((REPO / TARGETS[0].release / support).read_bytes())
     for file_name, (notebook, mistake, _, _) in CASES.items():
         (work / file_name).write_text(student_notebooks(repo_course, mistake)[notebook])
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
@@ -154,6 +175,6 @@ def test_nbgrader_validate_command_fails_naming_only_the_broken_part(validated, 
     _, _, parts, text = CASES[file_name]
     out = validated[file_name]
     assert text in out, out
-    failed = [p.id for p in PARTS if f'graded_part("{p.id}")' in out]
+    failed = [p.id for p in ASSIGNMENTS["self_attention"].parts if f'graded_part("{p.id}")' in out]
     assert failed == parts, out
     assert f"VALIDATION FAILED ON {len(parts)} CELL(S)" in out, out

@@ -16,12 +16,12 @@ import contextlib
 import functools
 import math
 import os
-import sys
 import sysconfig
 import traceback
 
 import torch
 import torch.nn as nn
+from graded_cells import graded_part_function  # next to this file in the assignment's folder
 
 __all__ = [
     "check_sinusoidal_positions", "check_apply_rope",
@@ -341,16 +341,19 @@ def check_cross_attention(CrossAttention) -> None:
 # --------------------------------------------------------------------------- #
 
 
-def graded_part(part_id: str) -> None:
-    """What a graded cell does in a notebook: point to the hidden autograder."""
-    print(
-        f"Part `{part_id}` is scored by the course's hidden autograder, not by this cell.\n"
-        "Self-learners: from the repository root run\n"
-        "    .venv/bin/python -m autograder grade <this notebook>.ipynb --assignment generation"
-    )
-    if os.environ.get("NBGRADER_EXECUTION") == "autograde":
-        print(
-            f"{part_id}: this course must be autograded with the course's own preprocessor "
-            "(see the README); stock `nbgrader autograde` scores this cell 0.",
-            file=sys.stderr,
-        )
+# The check cells above each graded cell, which nbgrader's Validate runs again (see graded_cells.py;
+# tests/test_validate.py keeps this table equal to the notebooks' check cells).
+PART_CHECKS = {
+    "positions": ("check_sinusoidal_positions(sinusoidal_positions)", "check_apply_rope(apply_rope)"),
+    "kv_cache": (
+        "check_decode_causal_mask(decode_causal_mask)", "check_kv_cache(KVCache)",
+        "check_cached_self_attention(CachedSelfAttention, KVCache)", "check_kv_cache_bytes(kv_cache_bytes)",
+        "check_repeat_kv(repeat_kv)",
+    ),
+    "cross_attention": ("check_cross_attention(CrossAttention)",),
+}
+
+
+graded_part = graded_part_function(
+    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade <this notebook>.ipynb --assignment generation"
+)

@@ -13,22 +13,19 @@ still a stub, the cell prints one line saying which, instead of stopping Run All
 """
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import inspect
-import io
 import math
 import os
 import re
-import sys
 import sysconfig
-import textwrap
 import traceback
 import types
 
 import torch
 import torch.nn as nn
+from graded_cells import graded_part_function  # next to this file in the assignment's folder
 
 __all__ = [
     "check_make_projections", "check_project_qkv",
@@ -801,9 +798,8 @@ def check_chunked_attention(chunked_attention) -> None:
 # --------------------------------------------------------------------------- #
 
 
-# The check cells above each graded cell. nbgrader's Validate (NBGRADER_EXECUTION=validate) runs
-# them again from the graded cell, so that Validate fails where they fail (tests/test_validate.py
-# keeps this table equal to the notebooks' check cells).
+# The check cells above each graded cell, which nbgrader's Validate runs again (see graded_cells.py;
+# tests/test_validate.py keeps this table equal to the notebooks' check cells).
 PART_CHECKS = {
     "qkv_projection": ("check_make_projections(make_projections)", "check_project_qkv(project_qkv)"),
     "scaled_scores": (
@@ -825,56 +821,4 @@ PART_CHECKS = {
 }
 
 
-def _rerun(call: str, namespace: dict) -> str | None:
-    """Run one check cell's `call` on the student's `namespace`: None when it prints its ✓ line, else why not."""
-    node = ast.parse(call, mode="eval").body
-    names = [arg.id for arg in node.args]
-    missing = [name for name in names if name not in namespace]
-    if missing:
-        return f"{missing[0]} is not defined: its cell raised an error (a SyntaxError?); fix it and run it again"
-    printed = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-            globals()[node.func.id](*(namespace[name] for name in names))
-    except AssertionError as exc:
-        return f"{names[0]}: {exc}"
-    except Exception as exc:  # the student's code raised: report it in one line, never crash Validate
-        return f"{names[0]}: {type(exc).__name__}: {exc}"
-    lines = [line for line in printed.getvalue().splitlines() if line.strip()]
-    if any(line.startswith("✓") for line in lines):
-        return None
-    return lines[-1] if lines else f"{names[0]}: the visible check did not pass"
-
-
-def _validate(part_id: str, namespace: dict) -> None:
-    """Under nbgrader's Validate: ✓ on stdout when the part's visible checks pass, else the reasons on stderr."""
-    problems = [why for why in (_rerun(call, namespace) for call in PART_CHECKS[part_id]) if why]
-    if not problems:
-        print(f"✓ {part_id}: the visible checks above pass (the hidden autograder runs many more)")
-        return
-    lines = [f"{part_id}: the visible checks above do not pass yet:"]
-    lines += [textwrap.fill(why, width=80, initial_indent="  - ", subsequent_indent="    ") for why in problems]
-    print("\n".join(lines), file=sys.stderr)
-
-
-def graded_part(part_id: str) -> None:
-    """What a graded cell does in a notebook: point to the hidden autograder.
-
-    Under nbgrader's Validate it reruns the part's visible checks instead, and writes what fails
-    to stderr, which Validate reports (nbgrader scores a cell with stderr 0).
-    """
-    mode = os.environ.get("NBGRADER_EXECUTION")
-    if mode == "validate":
-        _validate(part_id, sys._getframe(1).f_globals)
-        return
-    print(
-        f"Part `{part_id}` is scored by the course's hidden autograder, not by this cell.\n"
-        "Self-learners: from the repository root run\n"
-        "    .venv/bin/python -m autograder grade <this notebook>.ipynb"
-    )
-    if mode == "autograde":
-        print(
-            f"{part_id}: this course must be autograded with the course's own preprocessor "
-            "(see the README); stock `nbgrader autograde` scores this cell 0.",
-            file=sys.stderr,
-        )
+graded_part = graded_part_function(PART_CHECKS, globals(), ".venv/bin/python -m autograder grade <this notebook>.ipynb")

@@ -1,0 +1,82 @@
+"""What a graded cell does, in every assignment of the course (copied next to its notebooks).
+
+A graded cell holds no test: the hidden autograder scores the part. Its `graded_part("<part>")`
+
+* in a notebook, says so and how a self-learner grades the notebook;
+* under nbgrader's Validate (NBGRADER_EXECUTION=validate), runs the check cells above it again on
+  the student's definitions: a ✓ line when they all pass, else what fails, on stderr, which
+  Validate reports with the cell (and scores 0). Only visible checks run;
+* under stock `nbgrader autograde` (NBGRADER_EXECUTION=autograde), also writes to stderr, so that
+  nbgrader's Execute scores the cell 0, never full marks.
+
+An assignment's visible_checks.py makes its `graded_part` with `graded_part_function`, from its
+table of check cells per part (`PART_CHECKS`, kept equal to the notebooks by tests/test_validate.py).
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import os
+import sys
+import textwrap
+from collections.abc import Callable
+
+
+def rerun(call: str, checks: dict, namespace: dict) -> str | None:
+    """Run one check cell's `call` (e.g. "check_attend(attend)") on the student's `namespace`.
+
+    None when the check prints its ✓ line; else why not, in one line."""
+    node = ast.parse(call, mode="eval").body
+    names = [arg.id for arg in node.args]
+    missing = [name for name in names if name not in namespace]
+    if missing:
+        return f"{missing[0]} is not defined: its cell raised an error (a SyntaxError?); fix it and run it again"
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            checks[node.func.id](*(namespace[name] for name in names))
+    except AssertionError as exc:
+        return f"{names[0]}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the student's code raised: one line, never a crashed Validate
+        return f"{names[0]}: {type(exc).__name__}: {exc}"
+    lines = [line for line in printed.getvalue().splitlines() if line.strip()]
+    if any(line.startswith("✓") for line in lines):
+        return None
+    return lines[-1] if lines else f"{names[0]}: the visible check did not pass"
+
+
+def validate(part_id: str, calls: tuple[str, ...], checks: dict, namespace: dict) -> None:
+    """✓ on stdout when every call passes, else the part and each failure on stderr."""
+    problems = [why for why in (rerun(call, checks, namespace) for call in calls) if why]
+    if not problems:
+        print(f"✓ {part_id}: the visible checks above pass (the hidden autograder runs many more)")
+        return
+    lines = [f"{part_id}: the visible checks above do not pass yet:"]
+    lines += [textwrap.fill(why, width=80, initial_indent="  - ", subsequent_indent="    ") for why in problems]
+    print("\n".join(lines), file=sys.stderr)
+
+
+def graded_part_function(part_checks: dict[str, tuple[str, ...]], checks: dict, grade_command: str) -> Callable[[str], None]:
+    """The `graded_part` of an assignment: its check cells per part, the namespace of its check
+    functions, and the command that grades one notebook."""
+
+    def graded_part(part_id: str) -> None:
+        """What a graded cell does (see graded_cells.py): point to the hidden autograder, or under
+        nbgrader's Validate rerun the part's visible checks."""
+        mode = os.environ.get("NBGRADER_EXECUTION")
+        if mode == "validate":
+            validate(part_id, part_checks[part_id], checks, sys._getframe(1).f_globals)
+            return
+        print(
+            f"Part `{part_id}` is scored by the course's hidden autograder, not by this cell.\n"
+            f"Self-learners: from the repository root run\n    {grade_command}"
+        )
+        if mode == "autograde":
+            print(
+                f"{part_id}: this course must be autograded with the course's own preprocessor "
+                "(see the README); stock `nbgrader autograde` scores this cell 0.",
+                file=sys.stderr,
+            )
+
+    return graded_part
