@@ -37,10 +37,15 @@ WORKSPACE = workspace
 lab: $(STAMP)
 	$(PY) -m course.lab student --workspace $(WORKSPACE) $(LAB_ARGS)
 
-# The hidden autograder on the student's workspace (then compare with solutions/notebooks/).
+# The hidden autograder on each assignment's folder of the student's workspace (then compare with
+# solutions/notebooks/); the assignments are the release's folders.
 grade: $(STAMP)
-	@test -d $(WORKSPACE)/self_attention || { echo "make grade: $(WORKSPACE)/self_attention does not exist yet: run make lab first (it copies the release there)" >&2; exit 2; }
-	$(PY) -m autograder grade $(WORKSPACE)/self_attention
+	@test -d $(WORKSPACE) || { echo "make grade: $(WORKSPACE)/ does not exist yet: run make lab first (it copies the release there)" >&2; exit 2; }
+	@for name in $(notdir $(wildcard assignments/*)); do \
+	  if [ -d $(WORKSPACE)/$$name ]; then \
+	    echo "$(PY) -m autograder grade $(WORKSPACE)/$$name"; $(PY) -m autograder grade $(WORKSPACE)/$$name || exit $$?; \
+	  fi; \
+	done
 
 # JupyterLab for instructors at the course root, with nbgrader's formgrader and Create Assignment.
 formgrader: $(STAMP)
