@@ -145,6 +145,16 @@ class LabPage:
         self.wait_idle(timeout)
         return self.cells()
 
+    def run_through(self, index: int, timeout: float = 240) -> list[CellView]:
+        """Run > Run All Above Selected Cell, with the cell after `index` selected: cells 0..index."""
+        earlier = [p for p in self.prompts() if re.fullmatch(r"\[\d+\]:", p)]
+        assert not earlier, f"a notebook that shows an earlier run ({earlier[:3]}...): open an unsaved copy"
+        self.cell_node(index + 1).find_element(By.CSS_SELECTOR, ".jp-InputPrompt").click()
+        self._click_menu("Run", "notebook:run-all-above")
+        self.wait_for(f"cell {index} ran", lambda: re.fullmatch(r"\[\d+\]:", self.prompts()[index]), timeout)
+        self.wait_idle(timeout)
+        return self.cells()
+
     def cell_node(self, index: int):
         node = self.driver.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell")[index]
         self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", node)
