@@ -112,15 +112,15 @@ def test_run_all_on_an_untouched_notebook_reaches_the_last_cell_with_every_note(
 
 
 def test_the_lab_offers_validate_not_instructor_tools_and_validate_fails_on_an_untouched_notebook(page, driver):
-    page.open(f"{ASSIGNMENT}/02_masks.ipynb", len(notebook_cells(RELEASE / "02_masks.ipynb")))
+    page.open(f"{ASSIGNMENT}/03_module.ipynb", len(notebook_cells(RELEASE / "03_module.ipynb")))  # the quickest to run
     menus = driver.execute_script("return [...document.querySelectorAll('.lm-MenuBar-item')].map(m => m.textContent.trim());")
     assert "Run" in menus and "Nbgrader" not in menus, menus
     body = driver.execute_script("return document.body.textContent;")
     assert "Create Assignment" not in body and "Formgrader" not in body and "Assignment List" not in body
     kind, text = page.validate()
     assert kind == "validation-failed", text
-    assert 'graded_part("masks")' in text and "padding_mask: not implemented yet" in text, text
-    assert "causal_mask: not implemented yet" in text, text
+    assert 'graded_part("module")' in text and 'graded_part("official_parity")' in text, text
+    assert "SelfAttention: not implemented yet" in text and "to_official: not implemented yet" in text, text
 
 
 def test_a_finished_notebook_runs_to_the_end_answers_typed_code_and_passes_validate(page, filled, artifacts):
@@ -161,7 +161,7 @@ def test_the_release_is_untouched_and_the_lab_log_has_no_nbgrader_warning(page, 
     _, _, workspace, log = lab_server
     page.shut_down_kernels()
     assert release_digest() == repo_files
-    assert (workspace / ASSIGNMENT / "02_masks.ipynb").exists()
+    assert (workspace / ASSIGNMENT / "03_module.ipynb").exists()
     text = log.read_text()
     assert "validate_assignment | extension was successfully loaded" in text
     complaints = [line for line in text.splitlines()
