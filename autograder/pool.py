@@ -7,14 +7,11 @@ requests. Replies are plain data; everything else stays in the worker behind a h
 from __future__ import annotations
 
 import array
-import io
 import os
 import signal
 import socket
 import time
 from dataclasses import dataclass, field
-
-import torch
 
 from . import prestart
 from .extract import Source
@@ -42,12 +39,10 @@ class Zygote:
 
     def spawn(self, config: SandboxConfig, timeout: float = 120.0) -> "WorkerProcess":
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        buf = io.BytesIO()
-        torch.save({"kind": "spawn", "config": config.as_dict()}, buf)
-        data = buf.getvalue()
+        data = protocol.encode({"kind": "spawn", "config": config.as_dict()})
         self.control.settimeout(timeout)  # the first spawn waits for the zygote to import torch
         try:
-            self.control.sendmsg([protocol.HEADER.pack(len(data)) + data],
+            self.control.sendmsg([data],
                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
             reply = protocol.recv(self.control)
         except (OSError, EOFError) as exc:
@@ -60,12 +55,9 @@ class Zygote:
 
     def kill_tree(self, pid: int, timeout: float = 10.0) -> int:
         """Ask the zygote to SIGKILL a worker and every process it started (daemons included)."""
-        buf = io.BytesIO()
-        torch.save({"kind": "kill", "pid": pid}, buf)
-        data = buf.getvalue()
         try:
             self.control.settimeout(timeout)
-            self.control.sendall(protocol.HEADER.pack(len(data)) + data)
+            protocol.send(self.control, {"kind": "kill", "pid": pid})
             return int(protocol.recv(self.control).get("killed", 0))
         except (OSError, EOFError, protocol.ProtocolError):
             return 0

@@ -1,10 +1,11 @@
 """The wire codec: how values cross between the trusted grader and the sandboxed worker.
 
-protocol.py frames each message (a `torch.save` payload, read back with `weights_only=True`).
-Inside a message, a value that is not a number, a string, a bool, None, a list or a str-keyed
-dict travels as a dict with one marker key:
+protocol.py frames each message (JSON plus raw tensor buffers, read back without running
+anything). Inside a message, a value that is not a number, a string, a bool, None, a list or
+a str-keyed dict travels as a dict with one marker key:
 
     {"__tensor__": t, "device": ..., "requires_grad": ..., "cls": ...}  a dense CPU tensor
+    {"__tensor__": None, "layout": ...}                              a tensor that cannot travel
     {"__tuple__": [...]}                                             a tuple
     {"__dict__": [[key, value], ...]}                                a dict a student function returned
     {"__dtype__": "float32"}                                         a torch.dtype
@@ -22,6 +23,8 @@ import re
 from dataclasses import dataclass
 
 import torch
+
+from . import protocol
 
 TENSOR, TUPLE, DICT, DTYPE, HANDLE = "__tensor__", "__tuple__", "__dict__", "__dtype__", "__handle__"
 MAX_TENSOR_ELEMENTS = 64 * 2**20  # a returned tensor larger than this is refused (the worker says so first)
@@ -51,7 +54,7 @@ def encode(value):
     if isinstance(value, Handle):
         return {HANDLE: value.id}
     if isinstance(value, torch.Tensor):
-        return {TENSOR: value.detach().clone()}
+        return {TENSOR: value.detach()}  # (the frame copies its bytes)
     if isinstance(value, torch.dtype):
         return {DTYPE: str(value).removeprefix("torch.")}
     if isinstance(value, tuple):
@@ -65,6 +68,8 @@ def encode(value):
 
 def _decode_tensor(value: dict, device: str) -> torch.Tensor:
     t = value[TENSOR]
+    if t is None:
+        raise Refused(f"your code returned a {clean_text(value.get('layout'), 100)} tensor: return an ordinary dense tensor")
     if type(t) is not torch.Tensor:
         raise Refused("your code returned something that only looks like a tensor")
     if t.layout != torch.strided or t.is_quantized or t.device.type != "cpu":
@@ -163,8 +168,10 @@ class WorkerCodec:
             raise TypeError("the result is a tensor on the 'meta' device, which holds no values")
         if plain.numel() > MAX_TENSOR_ELEMENTS:
             raise TypeError(f"the result has {plain.numel():,} elements, far more than asked for")
+        if plain.layout != torch.strided or plain.is_quantized or str(plain.dtype).removeprefix("torch.") not in protocol.DTYPES:
+            return {TENSOR: None, "layout": str(plain.layout)}  # refused by the trusted side, with this name
         try:
-            copy = plain.to("cpu").clone().contiguous()
+            copy = plain.to("cpu").contiguous()  # (the frame copies its bytes)
         except RuntimeError as exc:
             raise TypeError(f"the result (on {plain.device}) could not be copied back: {exc}") from None
         return {TENSOR: copy, "device": str(value.device), "requires_grad": bool(value.requires_grad),

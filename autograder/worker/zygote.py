@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import array
 import ctypes
-import io
 import os
 import signal
 import socket
@@ -47,7 +46,7 @@ def _recv_with_fd(sock: socket.socket):
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
     (size,) = protocol.HEADER.unpack(header)
     body = protocol.recv_exact(sock, size)
-    return torch.load(io.BytesIO(body), weights_only=True), (fds[0] if fds else None)
+    return protocol.decode(body), (fds[0] if fds else None)
 
 
 PR_SET_CHILD_SUBREAPER = 36
