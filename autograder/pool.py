@@ -80,16 +80,28 @@ class WorkerProcess:
 
     def request(self, message: dict, timeout: float) -> dict:
         """Send one request and wait for its reply; the whole exchange must fit in `timeout` seconds."""
+        deadline = time.monotonic() + max(timeout, 0.05)
+        self.send(message, deadline)
+        return self.receive(deadline)
+
+    def send(self, message: dict, deadline: float) -> None:
+        """Send a request (a batch answers with one reply per step: read each with `receive`)."""
+        self._guarded(lambda: protocol.send(self.sock, message), deadline)
+
+    def receive(self, deadline: float) -> dict:
+        """The next reply, read by `deadline` (time.monotonic())."""
+        return self._guarded(lambda: protocol.recv(self.sock, deadline=deadline), deadline)
+
+    def _guarded(self, exchange, deadline: float):
         if not self.alive:
             raise WorkerGone("the worker is no longer running")
-        deadline = time.monotonic() + max(timeout, 0.05)
+        timeout = deadline - time.monotonic()
         self.sock.settimeout(max(timeout, 0.05))
         try:
-            protocol.send(self.sock, message)
-            return protocol.recv(self.sock, deadline=deadline)
+            return exchange()
         except socket.timeout:
             self.kill()
-            raise WorkerTimeout(f"no answer within {timeout:.1f} s") from None
+            raise WorkerTimeout(f"no answer within {max(timeout, 0.05):.1f} s") from None
         except protocol.ProtocolError:
             self.kill()
             raise

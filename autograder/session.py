@@ -151,34 +151,93 @@ class Session:
     def request(self, message: dict, what: str, watch_memory: bool = False) -> dict:
         """Send one request to the worker within the part's deadline. With `watch_memory`, this side
         samples the worker's resident memory while it runs (reply["resident_growth"])."""
+        part, worker = self._ready()
+        try:
+            with ResidentPeak(worker.pid) if watch_memory else contextlib.nullcontext() as watch:
+                reply = worker.request(message, part.deadline - time.monotonic())
+            if isinstance(reply, dict):
+                reply.pop("resident_growth", None)  # only the trusted side writes this figure
+                if watch is not None:
+                    reply["resident_growth"] = watch.growth
+        except (WorkerTimeout, WorkerGone, protocol.ProtocolError) as exc:
+            raise self._failure(exc, what) from None
+        return self._accept(reply, what)
+
+    def run_jobs(self, jobs: list[list[tuple[dict, str]]]) -> list[list]:
+        """Several checks' requests in one round trip. A job is the (message, what) steps that one
+        check would have sent one after another; the result of each job is the list of its steps'
+        replies, ending at its first failure (a CheckFailure, exactly as `request` raises it).
+
+        The worker answers each step as soon as it is done, so a step that hangs, crashes the
+        worker or breaks the connection costs what it costs one request: a timeout stops the part
+        (the jobs after it are not run), and after a crash the jobs after it are sent again to a
+        fresh worker, as the checks that follow would have been."""
+        done: list[list] = [[] for _ in jobs]
+        todo = [j for j, steps in enumerate(jobs) if steps]
+        while todo:
+            try:
+                part, worker = self._ready()
+                worker.send({"kind": "batch", "jobs": [[m for m, _ in jobs[j]] for j in todo]}, part.deadline)
+            except CheckFailure as exc:  # the part was stopped, or the code could not be loaded
+                for j in todo:
+                    done[j] = [exc]
+                return done
+            except (WorkerTimeout, WorkerGone, protocol.ProtocolError) as exc:
+                done[todo[0]] = [self._failure(exc, jobs[todo[0]][0][1])]
+                todo = todo[1:]
+                continue
+            todo = self._receive_jobs(worker, part, jobs, todo, done)
+        return done
+
+    def _receive_jobs(self, worker, part: PartState, jobs, todo: list[int], done: list[list]) -> list[int]:
+        """Read the replies of a sent batch; the jobs still to run (after a lost worker)."""
+        for position, j in enumerate(todo):
+            for _message, what in jobs[j]:
+                try:
+                    reply = worker.receive(part.deadline)
+                    if not isinstance(reply, dict):  # the stream cannot be trusted any more
+                        worker.kill()
+                        raise protocol.ProtocolError("the reply is not a message")
+                except (WorkerTimeout, WorkerGone, protocol.ProtocolError) as exc:
+                    done[j].append(self._failure(exc, what))
+                    return todo[position + 1:]
+                try:
+                    done[j].append(self._accept(reply, what))
+                except CheckFailure as exc:
+                    done[j].append(exc)
+                    break
+        return []
+
+    def _ready(self):
+        """(the current part, a live worker), or PartStopped when the part may send nothing more."""
         part = self.part
         if part is None:
             raise RuntimeError("a check ran outside a part")
         if part.stopped:
             raise PartStopped(part.stopped)
         worker = self._ensure_worker()
-        left = part.deadline - time.monotonic()
-        if left <= 0:
+        if part.deadline - time.monotonic() <= 0:
             part.stopped = f"not run: the {self.limits.part_seconds:.0f} s limit of this part was spent"
             raise PartStopped(part.stopped)
-        try:
-            with ResidentPeak(worker.pid) if watch_memory else contextlib.nullcontext() as watch:
-                reply = worker.request(message, left)
-            if not isinstance(reply, dict):
-                raise protocol.ProtocolError("the reply is not a message")
-            reply.pop("resident_growth", None)  # only the trusted side writes this figure
-            if watch is not None:
-                reply["resident_growth"] = watch.growth
-        except WorkerTimeout:
-            part.stopped = (f"{what} did not return within the part's {self.limits.part_seconds:.0f} s limit "
-                            "(an endless loop?); the rest of this part was not run")
-            raise PartStopped(part.stopped) from None
-        except WorkerGone:
-            raise CheckFailure(f"{what} ended the grading process (os._exit, a crash, or the "
-                               f"{self.limits.memory_bytes / 2**30:.0f} GiB memory limit)") from None
-        except protocol.ProtocolError as exc:
-            raise CheckFailure(f"{what} returned something the grader refuses, or wrote to the grader's "
-                               f"connection: {exc}") from None
+        return part, worker
+
+    def _failure(self, exc: Exception, what: str) -> CheckFailure:
+        """The check's failure when the worker timed out, died or broke the connection during `what`."""
+        if isinstance(exc, WorkerTimeout):
+            self.part.stopped = (f"{what} did not return within the part's {self.limits.part_seconds:.0f} s limit "
+                                 "(an endless loop?); the rest of this part was not run")
+            return PartStopped(self.part.stopped)
+        if isinstance(exc, WorkerGone):
+            return CheckFailure(f"{what} ended the grading process (os._exit, a crash, or the "
+                                f"{self.limits.memory_bytes / 2**30:.0f} GiB memory limit)")
+        return CheckFailure(f"{what} returned something the grader refuses, or wrote to the grader's "
+                            f"connection: {exc}")
+
+    def _accept(self, reply, what: str) -> dict:
+        """A reply's forbidden calls and output recorded for the part; the student's error raised."""
+        part = self.part
+        if not isinstance(reply, dict):
+            raise self._failure(protocol.ProtocolError("the reply is not a message"), what)
         forbidden = reply.get("forbidden")
         if forbidden and self.assignment.part(part.id).from_scratch and isinstance(forbidden, list):
             part.forbidden.update(wire.clean_text(f, 100) for f in forbidden)

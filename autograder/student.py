@@ -6,11 +6,18 @@ remotely: `student.new("SelfAttention", 16)` returns a `Remote` whose weights th
 and set and whose forward they call. Each method here is one kind of request to the worker;
 the session (session.py) delivers it within the part's deadline and turns every failure of
 the student's code into a `CheckFailure` written for the student.
+
+Round trips cost more than the small calls they carry: `call_each` and `run` send many calls,
+or many checks' steps, at once (batch.py), each failing alone as if sent by itself, and
+`once` lets the parametrized checks of a part share one such batch.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from . import batch
+from .batch import Call, Job, JobResult, Outcome
 from .failures import CheckFailure, MissingName, PartStopped
 from .worker import wire
 
@@ -44,6 +51,34 @@ class Student:
 
     def __init__(self, session):
         self.session = session
+        self._kept: dict[str, tuple[bool, object]] = {}
+
+    def once(self, key: str, compute: Callable[[], object]):
+        """compute() the first time, then what it returned (or the failure it raised) again: for the
+        checks of one part that share a batch. Kept for this submission only."""
+        if key not in self._kept:
+            try:
+                self._kept[key] = (True, compute())
+            except CheckFailure as exc:
+                self._kept[key] = (False, exc)
+        ok, value = self._kept[key]
+        if not ok:
+            raise value
+        return value
+
+    def job(self) -> Job:
+        """An empty job: queue one check's steps on it, then `run` it with others."""
+        return Job(self)
+
+    def run(self, jobs: Sequence[Job]) -> list[JobResult]:
+        """Every job in one round trip; each result as that job sent alone would give."""
+        return batch.run(self.session, jobs)
+
+    def call_each(self, calls: Sequence[Call]) -> list[Outcome]:
+        """Several calls in one round trip; each outcome as that call alone gives (`.value` raises)."""
+        jobs = [self.job() for _ in calls]
+        steps = [job.call(c.name, *c.args, **c.kwargs) for job, c in zip(jobs, calls)]
+        return [Outcome(result, step) for result, step in zip(self.run(jobs), steps)]
 
     def has(self, name: str) -> bool:
         return self.session.defines(name)
@@ -61,8 +96,7 @@ class Student:
     def call_watched(self, name: str, *args, **kwargs) -> tuple[object, frozenset[str]]:
         """(result, the forbidden calls seen while it ran: "F.scaled_dot_product_attention", ...)"""
         value, reply = self._call(name, args, kwargs)
-        used = reply.get("forbidden")
-        return value, frozenset(wire.clean_text(f, 100) for f in used) if isinstance(used, list) else frozenset()
+        return value, batch.forbidden_in(reply)
 
     def new(self, name: str, *args, seed: int | None = 0, **kwargs) -> Remote:
         handle = self._call(name, args, kwargs, seed=seed)[0]
@@ -87,14 +121,14 @@ class Student:
     def call_on_device(self, name: str, args, kwargs, device: str, rows) -> dict:
         """Run a student function on `device` (the GPU stage): the worker moves the CPU tensors there
         and replies with what is graded (runtime.Worker.handle_device_call), `rows` of the output among it."""
-        message = {"kind": "device_call", "ns": self._namespace(name, say_why=False), "target": name,
+        message = {"kind": "device_call", "ns": self.namespace_of(name, say_why=False), "target": name,
                    **_arguments(args, kwargs), "device": device, "rows": wire.encode(rows)}
         info = dict(self.session.request(message, name)["value"])
         if "rows" in info:
             info["rows"] = self.session.decode(info["rows"])
         return info
 
-    def _namespace(self, name: str, say_why: bool = True) -> str:
+    def namespace_of(self, name: str, say_why: bool = True) -> str:
         """The source that defines `name` for the current part. With `say_why`, a missing name after a
         failed load fails with the load's failure (the GPU stage reports the missing name instead)."""
         ns = self.session.namespace_for(name)
@@ -105,7 +139,7 @@ class Student:
         return ns
 
     def _call(self, name: str, args, kwargs, measure: bool = False, seed: int | None = None) -> tuple[object, dict]:
-        message = {"kind": "call", "ns": self._namespace(name), "target": name, **_arguments(args, kwargs),
+        message = {"kind": "call", "ns": self.namespace_of(name), "target": name, **_arguments(args, kwargs),
                    "measure": measure, "seed": seed}
         reply = self.session.request(message, name, watch_memory=measure)
         return self.session.decode(reply.get("value")), reply

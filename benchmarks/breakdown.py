@@ -4,13 +4,12 @@
 
 Grades SUBMISSION (default: the solved notebooks, solutions/notebooks/) with one warm
 `Grader` in this process, `--runs` times, and prints, per submission:
-  * the requests to the sandboxed worker, by kind, and the bytes framed each way;
-  * wall time split into buckets (starting the worker, loading the code, framing on the
-    trusted side, waiting for the worker, the checks' own arithmetic, pytest and the rest),
-    the median over the runs, with the CPU time of this process and of the worker;
+  * the round trips to the sandboxed worker (requests sent), by kind, with the steps a batch
+    carried, and the bytes framed each way: counts that do not depend on the machine's load;
+  * the CPU time of this (trusted) process and of the worker's process tree;
+  * wall time split into buckets (starting the worker and loading the code, waiting for
+    replies, framing requests, the checks' own work), the median over the runs;
   * with --cprofile N, the N functions with the most cumulative time in one more run.
-The buckets come from timers around the grader's own functions (so they do not depend on
-the machine's load the way wall time does; counts and bytes do not depend on it at all).
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder import check, pool, session  # noqa: E402
+from autograder import check, pool  # noqa: E402
 from autograder.grade import Grader  # noqa: E402
 from autograder.worker import protocol  # noqa: E402
 from autograder.worker.proctree import descendants  # noqa: E402
@@ -44,24 +43,12 @@ class Tally:
     def reset(self) -> None:
         self.kinds: collections.Counter = collections.Counter()
         self.seconds: collections.Counter = collections.Counter()
-        self.targets: collections.Counter = collections.Counter()
-        self.bytes_out = self.bytes_in = 0
+        self.steps = self.bytes_out = self.bytes_in = 0
         self.worker_cpu = 0.0
 
 
-def _timed(tally: Tally, bucket: str, fn):
-    def wrapper(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            tally.seconds[bucket] += time.perf_counter() - started
-
-    return wrapper
-
-
-def _cpu(pid: int) -> float:
-    """utime + stime of a live process, in seconds (0 once it is gone)."""
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process (0 once it is gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -69,10 +56,10 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _worker_cpu(pid: int) -> float:
+def tree_cpu(pid: int) -> float:
     """CPU seconds of a worker and every process below it (in a PID namespace, the worker proper is
     the child of the forked process)."""
-    return sum(_cpu(p) for p in descendants(pid))
+    return sum(cpu_seconds(p) for p in descendants(pid))
 
 
 @contextlib.contextmanager
@@ -84,81 +71,112 @@ def instrumented(tally: Tally):
         originals.append((owner, name, getattr(owner, name)))
         setattr(owner, name, new)
 
-    send, recv = protocol.send, protocol.recv
-    framing = getattr(protocol, "encode_frame", None)
+    def timed(bucket: str, fn):
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                tally.seconds[bucket] += time.perf_counter() - started
 
-    def counted_send(sock, obj):
+        return wrapper
+
+    send, receive, kill, encode = (pool.WorkerProcess.send, pool.WorkerProcess.receive, pool.WorkerProcess.kill,
+                                   protocol.encode)
+
+    def counted_send(self, message, deadline):
+        kind = message.get("kind")
+        tally.kinds[kind] += 1
+        tally.steps += sum(len(job) for job in message["jobs"]) if kind == "batch" else 1
+        return send(self, message, deadline)
+
+    def counted_encode(message):
         started = time.perf_counter()
-        result = send(sock, obj)
-        tally.seconds["frame out (trusted)"] += time.perf_counter() - started
-        return result
+        frame = encode(message)
+        tally.seconds["framing requests"] += time.perf_counter() - started
+        tally.bytes_out += len(frame)
+        return frame
 
-    def counted_recv(sock, *args, **kwargs):
-        return recv(sock, *args, **kwargs)
-
-    request = pool.WorkerProcess.request
-
-    trees: dict[int, list[int]] = {}
-
-    def tree_cpu(pid: int) -> float:
-        if pid not in trees:
-            trees[pid] = descendants(pid)
-        return sum(_cpu(p) for p in trees[pid])
-
-    def timed_request(self, message, timeout):
-        tally.kinds[message.get("kind")] += 1
-        before = tree_cpu(self.pid)
+    def counted_receive(self, deadline):
         started = time.perf_counter()
         try:
-            return request(self, message, timeout)
+            return receive(self, deadline)
         finally:
-            elapsed = time.perf_counter() - started
-            used = tree_cpu(self.pid) - before
-            kind = message.get("kind")
-            if kind != "load":
-                tally.seconds["round trips"] += elapsed
-                tally.seconds["worker cpu in requests"] += used
-            else:
-                tally.seconds["worker cpu start+load"] += tree_cpu(self.pid)
-            tally.targets[f"{kind} {message.get('target', '')}"] += used
-
-    kill = pool.WorkerProcess.kill
-
-    def counting_kill(self):
-        if self.alive:
-            tally.worker_cpu += _worker_cpu(self.pid)
-        return kill(self)
-
-    sendall = None
-    if framing is None:
-        import socket  # noqa: PLC0415
-
-        sendall = socket.socket.sendall
-
-        def counting_sendall(sock, data, *args):
-            tally.bytes_out += len(data)
-            return sendall(sock, data, *args)
-
-        patch(socket.socket, "sendall", counting_sendall)
-    recv_exact = protocol.recv_exact
+            tally.seconds["waiting for and reading replies"] += time.perf_counter() - started
 
     def counting_recv_exact(sock, n, *args, **kwargs):
         tally.bytes_in += n
         return recv_exact(sock, n, *args, **kwargs)
 
-    patch(protocol, "send", counted_send)
-    patch(protocol, "recv", counted_recv)
-    patch(protocol, "recv_exact", counting_recv_exact)
-    patch(pool.WorkerProcess, "request", timed_request)
+    def counting_kill(self):
+        if self.alive:
+            tally.worker_cpu += tree_cpu(self.pid)
+        return kill(self)
+
+    recv_exact = protocol.recv_exact
+    patch(pool.WorkerProcess, "send", counted_send)
+    patch(pool.WorkerProcess, "receive", counted_receive)
     patch(pool.WorkerProcess, "kill", counting_kill)
-    patch(pool, "start_worker", _timed(tally, "start worker + load code", pool.start_worker))
-    patch(session, "start_worker", _timed(tally, "start worker + load code", session.start_worker))
-    patch(check, "run_checks", _timed(tally, "run_checks", check.run_checks))
+    patch(protocol, "recv_exact", counting_recv_exact)
+    patch(protocol, "encode", counted_encode)
+    patch(pool, "start_worker", timed("starting a worker, loading the code", pool.start_worker))
+    from autograder import session  # noqa: PLC0415 - patched where it is looked up
+
+    patch(session, "start_worker", timed("starting a worker, loading the code", session.start_worker))
+    patch(check, "run_checks", timed("run_checks", check.run_checks))
     try:
         yield
     finally:
         for owner, name, value in reversed(originals):
             setattr(owner, name, value)
+
+
+def measure(submission: str, runs: int, cprofile: int) -> tuple[list[dict], object, pstats.Stats | None]:
+    tally, rows, stats = Tally(), [], None
+    with Grader() as grader, instrumented(tally):
+        grader.grade(submission)  # warm-up: the zygote imported torch, the checks are imported
+        for _ in range(runs):
+            tally.reset()
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            started = time.perf_counter()
+            result = grader.grade(submission)
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            rows.append({"wall": wall, "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+                         "worker_cpu": tally.worker_cpu, "kinds": dict(tally.kinds), "steps": tally.steps,
+                         "out": tally.bytes_out, "in": tally.bytes_in,
+                         **{f"t:{k}": v for k, v in tally.seconds.items()}})
+        if cprofile:
+            prof = cProfile.Profile()
+            prof.enable()
+            grader.grade(submission)
+            prof.disable()
+            stats = pstats.Stats(prof)
+    return rows, result, stats
+
+
+def report(rows: list[dict], result, submission: str) -> None:
+    med = {k: statistics.median(r.get(k, 0.0) for r in rows) for k in rows[0] if k != "kinds"}
+    kinds = rows[-1]["kinds"]
+    load = med.get("t:starting a worker, loading the code", 0.0)
+    waiting = med.get("t:waiting for and reading replies", 0.0)
+    framing = med.get("t:framing requests", 0.0)
+    checks = med.get("t:run_checks", 0.0)
+    print(f"submission: {submission}  score {result.score:g}/{result.max_score:g}  runs {len(rows)}  "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"round trips per submission: {sum(kinds.values())} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}),"
+          f" carrying {rows[-1]['steps']} requests")
+    print(f"bytes framed: {med['out'] / 1024:.0f} KiB to the worker, {med['in'] / 1024:.0f} KiB back")
+    print(f"CPU: this process {med['cpu'] * 1000:.0f} ms, the worker {med['worker_cpu'] * 1000:.0f} ms")
+    print(f"wall {med['wall'] * 1000:.0f} ms (median), of which:")
+    for label, seconds in (
+        ("starting a sandboxed worker and loading the code", load),
+        ("waiting for and reading the worker's replies", waiting),
+        ("framing the requests (this process)", framing),
+        ("the checks' own work: pytest, re-computations, scoring", checks - waiting - framing),
+        ("the rest: extracting the code, the static scan, closing the worker", med["wall"] - checks - load),
+    ):
+        print(f"  {seconds * 1000:7.0f} ms  {label}")
 
 
 def main(argv=None) -> int:
@@ -167,56 +185,10 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--cprofile", type=int, default=0, help="print the N top functions by cumulative time")
     args = ap.parse_args(argv)
-
-    tally = Tally()
-    rows = []
-    with Grader() as grader, instrumented(tally):
-        grader.grade(args.submission)  # warm-up: the zygote imported torch, the checks are imported
-        for _ in range(args.runs):
-            tally.reset()
-            cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-            started = time.perf_counter()
-            result = grader.grade(args.submission)
-            wall = time.perf_counter() - started
-            cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-            rows.append({"wall": wall, "cpu": cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime,
-                         "worker_cpu": tally.worker_cpu, "kinds": dict(tally.kinds), "out": tally.bytes_out,
-                         "in": tally.bytes_in, "targets": dict(tally.targets),
-                         **{f"t:{k}": v for k, v in tally.seconds.items()}})
-        if args.cprofile:
-            prof = cProfile.Profile()
-            prof.enable()
-            grader.grade(args.submission)
-            prof.disable()
-    med = {k: statistics.median(r.get(k, 0.0) for r in rows) for k in rows[0] if k not in ("kinds", "targets")}
-    kinds = rows[-1]["kinds"]
-    print(f"submission: {args.submission}  score {result.score:g}/{result.max_score:g}  runs {args.runs}  "
-          f"load average {os.getloadavg()[0]:.1f}")
-    print(f"requests per submission: {sum(kinds.values())}  ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})")
-    print(f"bytes framed: {med['out'] / 1024:.0f} KiB to the worker, {med['in'] / 1024:.0f} KiB back")
-    print(f"wall {med['wall'] * 1000:.0f} ms (median); CPU: this process {med['cpu'] * 1000:.0f} ms, "
-          f"worker {med['worker_cpu'] * 1000:.0f} ms (of which starting and loading "
-          f"{med.get('t:worker cpu start+load', 0) * 1000:.0f} ms)")
-    start = med.get("t:start worker + load code", 0.0)
-    trips = med.get("t:round trips", 0.0)
-    frame = med.get("t:frame out (trusted)", 0.0)
-    checks = med.get("t:run_checks", 0.0)
-    buckets = [
-        ("start a sandboxed worker and load the code", start),
-        ("round trips to the worker (framing both ways + the worker's work)", trips),
-        ("  of which: framing the requests on the trusted side", frame),
-        ("  of which: the worker's CPU (framing, student code, its encoding of the result)",
-         med.get("t:worker cpu in requests", 0.0)),
-        ("checks' arithmetic, pytest, scoring (run_checks minus round trips)", checks - trips),
-        ("the rest (extract, static scan, closing the worker)", med["wall"] - checks - start),
-    ]
-    for label, seconds in buckets:
-        print(f"  {seconds * 1000:7.0f} ms  {label}")
-    top = collections.Counter(rows[-1]["targets"]).most_common(6)
-    print("  the worker's CPU by request target (last run): "
-          + ", ".join(f"{name.strip()} {sec * 1000:.0f} ms" for name, sec in top))
-    if args.cprofile:
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(args.cprofile)
+    rows, result, stats = measure(args.submission, args.runs, args.cprofile)
+    report(rows, result, args.submission)
+    if stats is not None:
+        stats.sort_stats("cumulative").print_stats(args.cprofile)
     return 0
 
 

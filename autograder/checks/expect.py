@@ -11,7 +11,7 @@ import torch
 
 from autograder.failures import CheckFailure, StudentRaised
 
-__all__ = ["CheckFailure", "tensor", "shape", "finite", "close", "diagnose", "call", "fmt_shape", "same"]
+__all__ = ["CheckFailure", "tensor", "shape", "finite", "close", "diagnose", "call", "value", "fmt_shape", "same"]
 
 
 def fmt_shape(t) -> str:
@@ -84,8 +84,17 @@ def close(value, expected: torch.Tensor, what: str, hint: str = "", atol: float 
 
 def call(student, name: str, *args, hint: str = "", **kwargs):
     """student.call, with a hint added when the student's code raises (not for NotImplementedError)."""
+    return hinted(lambda: student.call(name, *args, **kwargs), hint)
+
+
+def value(outcome, hint: str = ""):
+    """A batched call's value (batch.Outcome), with the hint of `call` when the student's code raised."""
+    return hinted(lambda: outcome.value, hint)
+
+
+def hinted(get, hint: str):
     try:
-        return student.call(name, *args, **kwargs)
+        return get()
     except StudentRaised as exc:
         if hint and exc.kind != "NotImplementedError":
             raise CheckFailure(f"{exc}; {hint}") from None

@@ -153,9 +153,14 @@ class Worker:
             raise NameError(f"name {name!r} is not defined")
         return ns[name]
 
+    def object_of(self, req):
+        """The object a request is about: a handle's number, or {"__result__": i} in a batched job."""
+        ref = req["object"]
+        return self.objects[ref] if type(ref) is int else self.codec.decode(ref)
+
     def handle_call(self, req):
         if "object" in req:
-            target = self.objects[req["object"]]
+            target = self.object_of(req)
             if req["target"] != "__call__":
                 target = getattr(target, req["target"])
         elif req.get("builtin"):
@@ -172,13 +177,14 @@ class Worker:
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
         with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext():
             value = target(*args, **kwargs)
+        self.codec.results[-1] = value  # what later steps of a batched job may refer to
         result = {"value": self.codec.encode(value)}
         if req.get("measure"):
             result["peak_bytes"] = meter.peak_bytes
         return result
 
     def handle_describe(self, req):
-        obj = self.objects[req["object"]]
+        obj = self.object_of(req)
         info = {"type": type(obj).__name__, "is_module": isinstance(obj, nn.Module), "attrs": {}, "children": {}}
         for key, val in vars(obj).items():
             if not key.startswith("_") and type(val) in (int, float, bool, str, type(None)):
@@ -197,14 +203,14 @@ class Worker:
         return {"value": info}
 
     def handle_state(self, req):
-        obj = self.objects[req["object"]]
+        obj = self.object_of(req)
         if "load" in req:
             obj.load_state_dict(self.codec.decode(req["load"]), strict=req.get("strict", True))
             return {"value": None}
         return {"value": {k: self.codec.encode(v) for k, v in obj.state_dict().items()}}
 
     def handle_train(self, req):
-        self.objects[req["object"]].train(req["mode"])
+        self.object_of(req).train(req["mode"])
         return {"value": None}
 
     def handle_device_call(self, req):
@@ -278,36 +284,62 @@ class Worker:
         message = str(exc) if not isinstance(exc, SystemExit) else f"exit code {exc.code!r}"
         return {"type": type(exc).__name__, "message": message[:500], "where": where[:300]}
 
+    def answer(self, req) -> dict:
+        """One request's reply (never raises): its value or the error, with what it printed, the
+        forbidden calls it made and its duration."""
+        handlers = {"call": self.handle_call, "describe": self.handle_describe, "state": self.handle_state,
+                    "train": self.handle_train, "device_call": self.handle_device_call}
+        started = time.perf_counter()
+        self.watch.used.clear()
+        self.codec.results.append(None)
+        with self.capture() as out:
+            try:
+                if req.get("kind") == "load":
+                    reply = {"value": self.load(req["sources"])}
+                else:
+                    reply = handlers[req.get("kind")](req)
+                reply["ok"] = True
+            except BaseException as exc:  # noqa: BLE001 - everything the student raises is reported
+                reply = {"ok": False, "error": self.describe_error(exc)}
+        reply["stdout"] = out.getvalue()[:MAX_CAPTURED_OUTPUT]
+        reply["forbidden"] = sorted(self.watch.used)
+        reply["seconds"] = time.perf_counter() - started
+        return reply
+
+    def send(self, reply: dict) -> bool:
+        """Send a reply; one that cannot be encoded becomes an error reply. True if it went out as is."""
+        try:
+            protocol.send(self.sock, reply)
+            return True
+        except Exception as exc:  # noqa: BLE001 - an unencodable reply: say so instead of dying
+            protocol.send(self.sock, {"ok": False, "error": {"type": type(exc).__name__,
+                                                             "message": f"could not send the result back: {exc}"[:300],
+                                                             "where": ""}, "stdout": "", "forbidden": [], "seconds": 0.0})
+            return False
+
+    def run_batch(self, jobs) -> None:
+        """Several checks' requests in one round trip: each job's steps in order, one reply per step
+        as soon as it is done; a job stops at its first failing step, as the check would have.
+        A step names an earlier step's result of its job by {"__result__": index}."""
+        for steps in jobs:
+            self.codec.results = []
+            for step in steps:
+                reply = self.answer(step)
+                if not (self.send(reply) and reply["ok"]):
+                    break
+        self.codec.results = []
+
     def serve(self) -> None:
-        handlers = {"load": None, "call": self.handle_call, "describe": self.handle_describe,
-                    "state": self.handle_state, "train": self.handle_train,
-                    "device_call": self.handle_device_call}
         while True:
             try:
                 req = protocol.recv(self.sock)
             except EOFError:
                 return
             kind = req.get("kind")
-            started = time.perf_counter()
-            self.watch.used.clear()
-            with self.capture() as out:
-                try:
-                    if kind == "load":
-                        reply = {"value": self.load(req["sources"])}
-                    elif kind == "exit":
-                        return
-                    else:
-                        reply = handlers[kind](req)
-                    reply["ok"] = True
-                except BaseException as exc:  # noqa: BLE001 - everything the student raises is reported
-                    reply = {"ok": False, "error": self.describe_error(exc)}
-            reply["stdout"] = out.getvalue()[:MAX_CAPTURED_OUTPUT]
-            reply["forbidden"] = sorted(self.watch.used)
-            reply["seconds"] = time.perf_counter() - started
-            try:
-                protocol.send(self.sock, reply)
-            except Exception as exc:  # noqa: BLE001 - an unencodable reply: say so instead of dying
-                protocol.send(self.sock, {"ok": False, "error": {"type": type(exc).__name__,
-                                                                 "message": f"could not send the result back: {exc}"[:300],
-                                                                 "where": ""}, "stdout": "", "forbidden": [], "seconds": 0.0})
-
+            if kind == "exit":
+                return
+            if kind == "batch":
+                self.run_batch(req["jobs"])
+            else:
+                self.codec.results = []
+                self.send(self.answer(req))

@@ -10,6 +10,8 @@ a str-keyed dict travels as a dict with one marker key:
     {"__dict__": [[key, value], ...]}                                a dict a student function returned
     {"__dtype__": "float32"}                                         a torch.dtype
     {"__handle__": id, "type": name}                                 an object that stays in the worker
+    {"__result__": i}                 (requests only) what step i of the same batched job returned
+    {"__result__": [i, j]}            (requests only) item j of it
 
 The trusted side encodes arguments with `encode` and checks every reply value again with
 `decode_reply` (student code runs in the worker and can write anything to its socket); the
@@ -27,6 +29,7 @@ import torch
 from . import protocol
 
 TENSOR, TUPLE, DICT, DTYPE, HANDLE = "__tensor__", "__tuple__", "__dict__", "__dtype__", "__handle__"
+RESULT = "__result__"  # in a batched job's request: what an earlier step of the job returned
 MAX_TENSOR_ELEMENTS = 64 * 2**20  # a returned tensor larger than this is refused (the worker says so first)
 MAX_DEPTH = 32  # nesting of a returned value, checked by the trusted side
 MAX_WORKER_DEPTH = 20  # nesting the worker agrees to encode
@@ -135,6 +138,7 @@ class WorkerCodec:
 
     def __init__(self) -> None:
         self.objects: dict[int, object] = {}
+        self.results: list = []  # the current batched job's step results, for RESULT references
 
     def encode(self, value, depth: int = 0):
         if depth > MAX_WORKER_DEPTH:
@@ -183,6 +187,9 @@ class WorkerCodec:
         if isinstance(value, dict):
             if HANDLE in value:
                 return self.objects[value[HANDLE]]
+            if RESULT in value:
+                ref = value[RESULT]
+                return self.results[ref] if type(ref) is int else self.results[ref[0]][ref[1]]
             if TUPLE in value:
                 return tuple(self.decode(v) for v in value[TUPLE])
             if DTYPE in value:

@@ -6,40 +6,16 @@ import torch
 import torch.nn.functional as F
 
 import solutions as ref
+from autograder.batch import Call
 from autograder.checks import expect
+from autograder.checks.cases import Cases
 from autograder.checks.self_attention.common import attention, attention_mistakes, lengths_mask, randn
 from autograder.worker.meter import LiveMemoryMeter
 
 DTYPES = (torch.float32, torch.float16, torch.float64, torch.bfloat16)
 LB, LH, LS, LD = 2, 3, 7, 4  # S = 7: a chunk size of 3 does not divide it
 LONG_LENGTHS = (7, 4)
-
-
-@pytest.mark.points(2)
-def test_attention_matrix_bytes(student):
-    """attention_matrix_bytes(B, H, S, dtype) is B * H * S^2 * the element size of dtype"""
-    Bm, Hm, Sm = 2, 3, 7
-    got = student.call("attention_matrix_bytes", Bm, Hm, Sm)
-    if got != ref.attention_matrix_bytes(Bm, Hm, Sm):
-        elements = Bm * Hm * Sm * Sm
-        hint = (": that is the number of elements; multiply by the element size (4 bytes for float32)"
-                if got == elements else f": a [B, H, S, S] float32 matrix holds {elements} elements of 4 bytes each")
-        raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}) returned {got!r}{hint}")
-    for dtype in DTYPES:
-        want = ref.attention_matrix_bytes(Bm, Hm, Sm, dtype)
-        got = student.call("attention_matrix_bytes", Bm, Hm, Sm, dtype)
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if got != want:
-            size = torch.empty((), dtype=dtype).element_size()
-            if got == Bm * Hm * Sm * Sm * 4:
-                hint = f"you ignored the dtype: a {dtype} element takes {size} bytes (torch.empty((), dtype=dtype).element_size())"
-            elif got == Bm * Hm * Sm * Sm * size * 8:
-                hint = "that is bits, not bytes"
-            else:
-                hint = f"a {dtype} element takes {size} bytes"
-            raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}, {dtype}) returned {got!r}, expected "
-                                      f"{want}: {hint}")
+Bm, Hm, Sm = 2, 3, 7  # attention_matrix_bytes's arguments
 
 
 def qkv(gen, dtype=torch.float32):
@@ -54,6 +30,49 @@ def kwargs_for(case):
     use_mask, causal = CASES[case]
     mask = lengths_mask(LONG_LENGTHS, LS) if use_mask else None
     return mask, causal, ({"mask": mask} if use_mask else {}) | ({"causal": True} if causal else {})
+
+
+def _sdpa_call(g, case):
+    return Call("sdpa_attention", *qkv(g, torch.float64 if case == "causal" else torch.float32), **kwargs_for(case)[2])
+
+
+# Every call of this part but the measured one, in the order of the checks below: one round trip.
+CALLS = Cases("long_sequence", {
+    "bytes": lambda g: Call("attention_matrix_bytes", Bm, Hm, Sm),
+    **{f"bytes {dtype}": (lambda g, d=dtype: Call("attention_matrix_bytes", Bm, Hm, Sm, d)) for dtype in DTYPES},
+    **{f"sdpa {case}": (lambda g, c=case: _sdpa_call(g, c)) for case in CASES},
+    "sdpa watched": lambda g: Call("sdpa_attention", *qkv(g), mask=lengths_mask(LONG_LENGTHS, LS), causal=True),
+    **{f"chunked {case}": (lambda g, c=case: Call("chunked_attention", *qkv(g), chunk_size=3, **kwargs_for(c)[2]))
+       for case in CASES},
+    "chunked larger": lambda g: Call("chunked_attention", *qkv(g), chunk_size=16,
+                                     **kwargs_for("padding mask and causal")[2]),
+})
+
+
+@pytest.mark.points(2)
+def test_attention_matrix_bytes(student):
+    """attention_matrix_bytes(B, H, S, dtype) is B * H * S^2 * the element size of dtype"""
+    got = CALLS.get(student, "bytes")[1].value
+    if got != ref.attention_matrix_bytes(Bm, Hm, Sm):
+        elements = Bm * Hm * Sm * Sm
+        hint = (": that is the number of elements; multiply by the element size (4 bytes for float32)"
+                if got == elements else f": a [B, H, S, S] float32 matrix holds {elements} elements of 4 bytes each")
+        raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}) returned {got!r}{hint}")
+    for dtype in DTYPES:
+        want = ref.attention_matrix_bytes(Bm, Hm, Sm, dtype)
+        got = CALLS.get(student, f"bytes {dtype}")[1].value
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if got != want:
+            size = torch.empty((), dtype=dtype).element_size()
+            if got == Bm * Hm * Sm * Sm * 4:
+                hint = f"you ignored the dtype: a {dtype} element takes {size} bytes (torch.empty((), dtype=dtype).element_size())"
+            elif got == Bm * Hm * Sm * Sm * size * 8:
+                hint = "that is bits, not bytes"
+            else:
+                hint = f"a {dtype} element takes {size} bytes"
+            raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}, {dtype}) returned {got!r}, expected "
+                                      f"{want}: {hint}")
 
 
 def inverted_sdpa(q, k, v, mask, causal):
@@ -74,20 +93,20 @@ def sdpa_mistakes(q, k, v, mask, causal):
 
 @pytest.mark.points(0.75)
 @pytest.mark.parametrize("case", list(CASES))
-def test_sdpa_attention_matches_plain_attention(student, gen, case):
+def test_sdpa_attention_matches_plain_attention(student, case):
     """sdpa_attention(q, k, v, mask, causal) equals plain attention"""
-    mask, causal, kwargs = kwargs_for(case)
-    q, k, v = qkv(gen, torch.float64 if case == "causal" else torch.float32)
-    got = student.call("sdpa_attention", q, k, v, **kwargs)
+    mask, causal, _ = kwargs_for(case)
+    call, outcome = CALLS.get(student, f"sdpa {case}")
+    q, k, v = call.args
+    got = outcome.value
     expect.close(got, attention(q, k, v, mask, causal), f"sdpa_attention [{case}], lengths {list(LONG_LENGTHS)}",
                  mistakes=sdpa_mistakes(q, k, v, mask, causal))
 
 
 @pytest.mark.points(1)
-def test_sdpa_attention_uses_the_fused_kernel(student, gen):
+def test_sdpa_attention_uses_the_fused_kernel(student):
     """sdpa_attention calls F.scaled_dot_product_attention"""
-    q, k, v = qkv(gen)
-    _, used = student.call_watched("sdpa_attention", q, k, v, mask=lengths_mask(LONG_LENGTHS, LS), causal=True)
+    used = CALLS.get(student, "sdpa watched")[1].forbidden
     if "F.scaled_dot_product_attention" not in used:
         raise expect.CheckFailure("sdpa_attention did not call F.scaled_dot_product_attention: this exercise is "
                                   "about the fused kernel")
@@ -95,10 +114,11 @@ def test_sdpa_attention_uses_the_fused_kernel(student, gen):
 
 @pytest.mark.points(0.75)
 @pytest.mark.parametrize("case", list(CASES))
-def test_chunked_attention_matches_plain_attention(student, gen, case):
+def test_chunked_attention_matches_plain_attention(student, case):
     """chunked_attention(..., chunk_size=3) equals plain attention at S = 7 (the last chunk is shorter)"""
-    mask, causal, kwargs = kwargs_for(case)
-    q, k, v = qkv(gen)
+    mask, causal, _ = kwargs_for(case)
+    call, outcome = CALLS.get(student, f"chunked {case}")
+    q, k, v = call.args
     want = attention(q, k, v, mask, causal)
     mistakes = attention_mistakes(q, k, v, mask, causal)
     if causal:
@@ -114,18 +134,17 @@ def test_chunked_attention_matches_plain_attention(student, gen, case):
             return out
         mistakes = {"inside a chunk, query i is at position start + i: compare key positions with the chunk's "
                     "absolute query positions for the causal mask": restarted_causal} | mistakes
-    got = student.call("chunked_attention", q, k, v, chunk_size=3, **kwargs)
-    expect.close(got, want, f"chunked_attention [{case}], chunk_size=3, lengths {list(LONG_LENGTHS)}",
+    expect.close(outcome.value, want, f"chunked_attention [{case}], chunk_size=3, lengths {list(LONG_LENGTHS)}",
                  mistakes=mistakes)
 
 
 @pytest.mark.points(0.5)
-def test_chunked_attention_with_chunk_larger_than_sequence(student, gen):
+def test_chunked_attention_with_chunk_larger_than_sequence(student):
     """chunked_attention works when chunk_size is larger than S"""
-    mask, causal, kwargs = kwargs_for("padding mask and causal")
-    q, k, v = qkv(gen)
-    got = student.call("chunked_attention", q, k, v, chunk_size=16, **kwargs)
-    expect.close(got, attention(q, k, v, mask, causal), "chunked_attention with chunk_size=16 > S=7",
+    mask, causal, _ = kwargs_for("padding mask and causal")
+    call, outcome = CALLS.get(student, "chunked larger")
+    q, k, v = call.args
+    expect.close(outcome.value, attention(q, k, v, mask, causal), "chunked_attention with chunk_size=16 > S=7",
                  mistakes=attention_mistakes(q, k, v, mask, causal))
 
 

@@ -3,10 +3,22 @@ import pytest
 import torch
 
 import solutions as ref
+from autograder.batch import Call
 from autograder.checks import expect
+from autograder.checks.cases import Cases
 from autograder.checks.self_attention.common import B, H, LENGTHS, NEG_INF, S, lengths_mask, mask_scores, randn
 
 PAD_4D_HINT = "for [B, H, S_q, S_k] scores a [B, S] mask must become [B, 1, 1, S_k] (mask[:, None, None, :])"
+
+# Every call of this part, in the order of the checks below: one round trip for all of them.
+CALLS = Cases("masks", {
+    "padding_mask": lambda g: Call("padding_mask", torch.tensor([4, 1, 6]), 6),
+    "causal_mask": lambda g: Call("causal_mask", S),
+    "padding 3-D": lambda g: Call("apply_padding_mask", randn(g, B, S, S), lengths_mask()),
+    "padding 4-D": lambda g: Call("apply_padding_mask", randn(g, B, H, S, S), lengths_mask()),
+    "causal 3-D": lambda g: Call("apply_causal_mask", randn(g, B, S, S, dtype=torch.float64)),
+    "causal 4-D": lambda g: Call("apply_causal_mask", randn(g, B, H, S, S)),
+})
 
 
 def bool_result(value, expected, what: str, mistakes: dict):
@@ -24,7 +36,8 @@ def bool_result(value, expected, what: str, mistakes: dict):
 @pytest.mark.points(3)
 def test_padding_mask_marks_real_tokens(student):
     """padding_mask(lengths, seq_len) is True exactly where position < length"""
-    lengths, seq_len = torch.tensor([4, 1, 6]), 6
+    call, outcome = CALLS.get(student, "padding_mask")
+    lengths, seq_len = call.args
     want = ref.padding_mask(lengths, seq_len)
     positions = torch.arange(seq_len)[None, :]
     mistakes = {
@@ -33,8 +46,7 @@ def test_padding_mask_marks_real_tokens(student):
             positions <= lengths[:, None],
         "off by one: the first `length` positions are real tokens (position < length)": positions < lengths[:, None] - 1,
     }
-    bool_result(student.call("padding_mask", lengths, seq_len), want, f"padding_mask({lengths.tolist()}, {seq_len})",
-                mistakes)
+    bool_result(outcome.value, want, f"padding_mask({lengths.tolist()}, {seq_len})", mistakes)
 
 
 @pytest.mark.points(2)
@@ -49,7 +61,7 @@ def test_causal_mask_is_lower_triangle(student):
         "your mask is inverted: True means 'may attend' (the past and the present), False the future":
             torch.ones(S, S, dtype=torch.bool).triu(1),
     }
-    bool_result(student.call("causal_mask", S), want, f"causal_mask({S})", mistakes)
+    bool_result(CALLS.get(student, "causal_mask")[1].value, want, f"causal_mask({S})", mistakes)
 
 
 def padding_mistakes(scores, mask):
@@ -71,13 +83,13 @@ def check_neg_inf(got, want, what):
 
 
 @pytest.mark.points(3)
-def test_padding_mask_on_3d_scores(student, gen):
+def test_padding_mask_on_3d_scores(student):
     """apply_padding_mask puts -inf at padded keys of [B, S, S] scores and keeps the rest"""
-    scores, mask = randn(gen, B, S, S), lengths_mask()
+    call, outcome = CALLS.get(student, "padding 3-D")
+    scores, mask = call.args
     want = ref.apply_padding_mask(scores, mask)
     what = f"apply_padding_mask on [B, S, S] scores with lengths {list(LENGTHS)}"
-    got = expect.call(student, "apply_padding_mask", scores, mask,
-                      hint="a [B, S] mask needs mask[:, None, :] to line up with [B, S, S] scores")
+    got = expect.value(outcome, hint="a [B, S] mask needs mask[:, None, :] to line up with [B, S, S] scores")
     shapes = {(B, B, S, S): "the mask was broadcast against the batch axis twice: a [B, S] mask needs "
                             "mask[:, None, :] for [B, S, S] scores ([B, 1, 1, S] is for 4-D [B, H, S, S] scores)"}
     expect.shape(got, want.shape, what, hints=shapes)
@@ -86,12 +98,13 @@ def test_padding_mask_on_3d_scores(student, gen):
 
 
 @pytest.mark.points(3)
-def test_padding_mask_on_4d_scores(student, gen):
+def test_padding_mask_on_4d_scores(student):
     """apply_padding_mask works on per-head [B, H, S, S] scores"""
-    scores, mask = randn(gen, B, H, S, S), lengths_mask()
+    call, outcome = CALLS.get(student, "padding 4-D")
+    scores, mask = call.args
     want = ref.apply_padding_mask(scores, mask)
     what = f"apply_padding_mask on [B, H, S, S] scores with lengths {list(LENGTHS)}"
-    got = expect.call(student, "apply_padding_mask", scores, mask, hint=PAD_4D_HINT)
+    got = expect.value(outcome, hint=PAD_4D_HINT)
     expect.shape(got, want.shape, what, hints={tuple(got.shape) if isinstance(got, torch.Tensor) else (): PAD_4D_HINT})
     check_neg_inf(got, want, what)
     expect.close(got, want, what, mistakes=padding_mistakes(scores, mask))
@@ -111,12 +124,13 @@ def causal_mistakes(scores):
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dims", [3, 4], ids=["3-D", "4-D"])
-def test_causal_mask_hides_the_future(student, gen, dims):
+def test_causal_mask_hides_the_future(student, dims):
     """apply_causal_mask puts -inf wherever key j > query i, for [B, S, S] and [B, H, S, S] scores"""
-    scores = randn(gen, B, S, S, dtype=torch.float64) if dims == 3 else randn(gen, B, H, S, S)
+    call, outcome = CALLS.get(student, f"causal {dims}-D")
+    [scores] = call.args
     want = ref.apply_causal_mask(scores)
     what = f"apply_causal_mask on {dims}-D {'float64 ' if dims == 3 else ''}scores"
-    got = student.call("apply_causal_mask", scores)
+    got = outcome.value
     expect.shape(got, want.shape, what)
     check_neg_inf(got, want, what)
     expect.close(got, want, what, mistakes=causal_mistakes(scores))

@@ -8,6 +8,7 @@ import torch
 
 import solutions as ref
 from autograder.checks import expect
+from autograder.checks.cases import seeded
 from autograder.checks.self_attention.common import (B, D_K, D_MODEL, D_V, LENGTHS, S, lengths_mask, module_mistakes,
                                                      reference_module)
 from autograder.failures import StudentRaised
@@ -20,60 +21,92 @@ SEED_BROADCAST = ("a [B, S] mask needs mask[:, None, :] to line up with [B, S, S
                   "broadcasts them to [B, B, S, S]")
 
 
+CASES = {"no mask": (False, False), "padding mask": (True, False), "causal": (False, True),
+         "padding mask and causal": (True, True)}
+
+
+def _built(student) -> dict:
+    """SelfAttention built three ways in one round trip: described (with the check's settings, and with the
+    defaults), and the names of its weights (which of the reference weights fit it)."""
+    jobs = {}
+    for key, args, kwargs, read in (("settings", (D_MODEL, D_K, D_V), {"dropout": DROPOUT}, "describe"),
+                                    ("defaults", (D_MODEL,), {}, "describe"),
+                                    ("weights", (D_MODEL, D_K, D_V), {"dropout": DROPOUT}, "state_dict")):
+        job = student.job()
+        jobs[key] = (job, getattr(job, read)(job.new("SelfAttention", *args, **kwargs)))
+    results = student.run([job for job, _ in jobs.values()])
+    return {key: (result, step) for (key, (_, step)), result in zip(jobs.items(), results)}
+
+
+def built(student, key: str):
+    """What SelfAttention built as `key` gave ("settings", "defaults": its description; "weights": its weights)."""
+    result, step = student.once("SelfAttention built", lambda: _built(student))[key]
+    return result[step]
+
+
 @pytest.mark.points(4)
 def test_submodules(student):
     """SelfAttention has bias-free W_q, W_k, W_v, W_o of the right widths and an nn.Dropout"""
     call = f"SelfAttention({D_MODEL}, d_k={D_K}, d_v={D_V}, dropout={DROPOUT})"
-    info = student.new("SelfAttention", D_MODEL, D_K, D_V, dropout=DROPOUT).describe()
-    expect.submodules(info, LAYERS, DROPOUT, call, ROLE)
+    expect.submodules(built(student, "settings"), LAYERS, DROPOUT, call, ROLE)
 
 
 @pytest.mark.points(1)
 def test_defaults(student):
     """SelfAttention(d_model) uses d_k = d_v = d_model and dropout 0.1"""
-    info = student.new("SelfAttention", D_MODEL).describe()
     layers = {k: (D_MODEL, D_MODEL) for k in LAYERS}
-    expect.submodules(info, layers, 0.1, f"SelfAttention({D_MODEL})", ROLE)
+    expect.submodules(built(student, "defaults"), layers, 0.1, f"SelfAttention({D_MODEL})", ROLE)
 
 
 def loaded(student, dropout: float = DROPOUT):
-    """(student module with the reference weights, in eval mode; the reference module)."""
+    """(a job that builds the student's module with the reference weights, in eval mode; the module's step;
+    the loading step; the reference module)."""
     reference = reference_module(ref.SelfAttention, D_MODEL, D_K, D_V, dropout=dropout)
-    module = student.new("SelfAttention", D_MODEL, D_K, D_V, dropout=dropout)
     state = reference.state_dict()
-    theirs = module.state_dict()
+    theirs = built(student, "weights")
     # A missing layer or an extra bias costs the structure check; here the weights that do fit are
     # loaded (extra biases set to zero), so that the forward checks judge the forward alone.
     fitting = {k: v for k, v in state.items() if k in theirs}
     fitting.update({k: torch.zeros_like(v) for k, v in theirs.items()
                     if k not in state and k.endswith(".bias") and isinstance(v, torch.Tensor)})
-    try:
-        module.load_state_dict(fitting, strict=False)
-    except StudentRaised as exc:
-        raise expect.CheckFailure(f"the weights of a correct SelfAttention could not be loaded into yours ({exc}): "
-                                  "it needs exactly the bias-free layers W_q, W_k, W_v, W_o") from None
-    return module.eval(), reference
+    job = student.job()
+    module = job.new("SelfAttention", D_MODEL, D_K, D_V, dropout=dropout)
+    load = job.load_state_dict(module, fitting, strict=False)
+    job.eval(module)
+    return job, module, load, reference
 
 
-CASES = {"no mask": (False, False), "padding mask": (True, False), "causal": (False, True),
-         "padding mask and causal": (True, True)}
+def weights_loaded(result, load) -> None:
+    """The failure of loading the reference weights, in the student's terms."""
+    if result.failed(load) and isinstance(result.failure, StudentRaised):
+        raise expect.CheckFailure(f"the weights of a correct SelfAttention could not be loaded into yours "
+                                  f"({result.failure}): it needs exactly the bias-free layers W_q, W_k, W_v, W_o")
+
+
+def _forwards(student) -> dict:
+    """Each case's forward, in its own module (as each check built its own), in one round trip."""
+    cases, jobs = {}, []
+    for case, (use_mask, causal) in CASES.items():
+        job, module, load, reference = loaded(student)
+        x = torch.randn(B, S, D_MODEL, generator=seeded())
+        mask = lengths_mask() if use_mask else None
+        kwargs = ({"mask": mask} if use_mask else {}) | ({"causal": True} if causal else {})
+        cases[case] = (x, mask, load, job.forward(module, x, **kwargs), reference)
+        jobs.append(job)
+    return {case: (*cases[case], result) for case, result in zip(cases, student.run(jobs))}
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("case", list(CASES))
-def test_forward_matches_reference(student, gen, case):
+def test_forward_matches_reference(student, case):
     """in eval mode, forward(x, mask, causal) equals the reference attention"""
     use_mask, causal = CASES[case]
-    module, reference = loaded(student)
-    x = torch.randn(B, S, D_MODEL, generator=gen)
-    mask = lengths_mask() if use_mask else None
+    x, mask, load, out, reference, result = student.once("SelfAttention forward", lambda: _forwards(student))[case]
+    weights_loaded(result, load)
     with torch.no_grad():
         want = reference(x, mask, causal)
-    kwargs = {"mask": mask} if use_mask else {}
-    if causal:
-        kwargs["causal"] = True
     try:
-        got = module(x, **kwargs)
+        got = result[out]
     except StudentRaised as exc:
         if use_mask and exc.kind == "RuntimeError":
             raise expect.CheckFailure(f"{exc}; {SEED_BROADCAST}") from None
@@ -87,19 +120,22 @@ def test_forward_matches_reference(student, gen, case):
 
 
 @pytest.mark.points(3)
-def test_dropout_on_attention_weights(student, gen):
+def test_dropout_on_attention_weights(student):
     """in train mode, dropout acts on the attention weights (after the softmax), not on the values or the output"""
     p = 0.5
-    module, reference = loaded(student, dropout=p)
-    module.train()
+    job, module, load, reference = loaded(student, dropout=p)
+    job.train(module)
     # Every token is the same vector, so every value vector is the same v and every row of the
     # weights is uniform. Dropout on the weights rescales a row's sum: each output row is then a
     # multiple (kept / (S * (1 - p)), never exactly 1 for S = 5) of u = W_o v. Dropout anywhere
     # else either does nothing here or scales single features, which breaks the proportion.
-    x = torch.randn(1, 1, D_MODEL, generator=gen).expand(B, S, D_MODEL).contiguous()
+    x = torch.randn(1, 1, D_MODEL, generator=seeded()).expand(B, S, D_MODEL).contiguous()
+    out = job.forward(module, x)
+    [result] = student.run([job])
+    weights_loaded(result, load)
     with torch.no_grad():
         u = reference(x[:1, :1])[0, 0].double()  # [d_model]
-    got = expect.shape(module(x), (B, S, D_MODEL), "forward(x) in train mode").double()
+    got = expect.shape(result[out], (B, S, D_MODEL), "forward(x) in train mode").double()
     expect.finite(got, "forward(x) in train mode")
     rows = got.reshape(-1, D_MODEL)
     factors = rows @ u / (u @ u)  # [B * S]

@@ -11,6 +11,7 @@ import pytest
 
 import solutions as ref
 from autograder.checks import expect
+from autograder.checks.cases import seeded
 from autograder.checks.self_attention.common import B, D_MODEL, H, HEAD_DIM, LENGTHS, S, lengths_mask, mh_variant, randn
 from autograder.failures import StudentRaised
 
@@ -24,23 +25,57 @@ SPLIT_HINTS = {
 }
 
 
+CASES = {"no mask": (False, False), "padding mask": (True, False), "padding mask and causal": (True, True)}
+
+
+def _part(student) -> dict:
+    """Every check's requests of this part, in the order of the checks, in one round trip:
+    {check: (its inputs, its job's result, the step it reads)}."""
+    checks = {}
+    job = student.job()
+    x = randn(seeded(), B, S, D_MODEL)
+    checks["split"] = ((x,), job, job.call("split_heads", x, H))
+    job = student.job()
+    x = randn(seeded(), B, H, S, HEAD_DIM)
+    checks["merge"] = ((x,), job, job.call("merge_heads", x))
+    job = student.job()
+    checks["submodules"] = ((), job, job.describe(job.new("MultiHeadSelfAttention", D_MODEL, H)))
+    for case, (use_mask, causal) in CASES.items():
+        job, g = student.job(), seeded()
+        module = job.new("MultiHeadSelfAttention", D_MODEL, H)
+        w_qkv = randn(g, 3 * D_MODEL, D_MODEL) / math.sqrt(D_MODEL)
+        w_o = randn(g, D_MODEL, D_MODEL) / math.sqrt(D_MODEL)
+        load = job.load_state_dict(module, {"W_qkv.weight": w_qkv, "W_o.weight": w_o})
+        job.eval(module)
+        x = randn(g, B, S, D_MODEL)
+        mask = lengths_mask() if use_mask else None
+        kwargs = ({"mask": mask} if use_mask else {}) | ({"causal": True} if causal else {})
+        checks[case] = ((w_qkv, w_o, x, mask, causal, load), job, job.forward(module, x, **kwargs))
+    results = student.run([job for _, job, _ in checks.values()])
+    return {key: (inputs, result, step) for (key, (inputs, _, step)), result in zip(checks.items(), results)}
+
+
+def part(student, check: str):
+    return student.once("multihead", lambda: _part(student))[check]
+
+
 @pytest.mark.points(3)
-def test_split_heads(student, gen):
+def test_split_heads(student):
     """split_heads turns [B, S, d_model] into [B, H, S, head_dim], head h holding features h*head_dim..(h+1)*head_dim"""
-    x = randn(gen, B, S, D_MODEL)
-    got = student.call("split_heads", x, H)
+    (x,), result, step = part(student, "split")
+    got = result[step]
     expect.close(got, ref.split_heads(x, H), f"split_heads(x [{B}, {S}, {D_MODEL}], {H})",
                  mistakes={hint: fn(x) for hint, fn in SPLIT_HINTS.items()},
                  shapes={(B, S, H, HEAD_DIM): "move the head axis forward: transpose(1, 2) after the view"})
 
 
 @pytest.mark.points(3)
-def test_merge_heads(student, gen):
+def test_merge_heads(student):
     """merge_heads turns [B, H, S, head_dim] back into [B, S, H * head_dim] (the inverse of split_heads)"""
-    x = randn(gen, B, H, S, HEAD_DIM)
-    got = expect.call(student, "merge_heads", x,
-                      hint="after transpose(1, 2) the tensor is not contiguous: use .reshape(...) or "
-                           ".contiguous().view(...)")
+    (x,), result, step = part(student, "merge")
+    got = expect.hinted(lambda: result[step],
+                        hint="after transpose(1, 2) the tensor is not contiguous: use .reshape(...) or "
+                             ".contiguous().view(...)")
     expect.close(got, ref.merge_heads(x), f"merge_heads(x [{B}, {H}, {S}, {HEAD_DIM}])",
                  mistakes={"you did not transpose back: transpose(1, 2) to [B, S, H, head_dim] before reshaping to "
                            "[B, S, d_model]": x.reshape(B, S, D_MODEL)})
@@ -52,7 +87,8 @@ def test_submodules(student):
     call = f"MultiHeadSelfAttention({D_MODEL}, {H})"
     layers = {"W_qkv": (D_MODEL, 3 * D_MODEL), "W_o": (D_MODEL, D_MODEL)}
     roles = {"W_qkv": "d_model -> 3 * d_model, rows q, k, v", "W_o": "d_model -> d_model"}
-    expect.submodules(student.new("MultiHeadSelfAttention", D_MODEL, H).describe(), layers, 0.0, call, roles)
+    _, result, step = part(student, "submodules")
+    expect.submodules(result[step], layers, 0.0, call, roles)
 
 
 def mh_mistakes(w_qkv, w_o, x, mask, causal):
@@ -82,27 +118,17 @@ def mh_mistakes(w_qkv, w_o, x, mask, causal):
     return out
 
 
-CASES = {"no mask": (False, False), "padding mask": (True, False), "padding mask and causal": (True, True)}
-
-
 @pytest.mark.points(7 / 3)
 @pytest.mark.parametrize("case", list(CASES))
-def test_forward_matches_official_module(student, gen, case):
+def test_forward_matches_official_module(student, case):
     """in eval mode, forward(x, mask, causal) equals nn.MultiheadAttention with in_proj_weight = W_qkv.weight"""
     use_mask, causal = CASES[case]
-    module = student.new("MultiHeadSelfAttention", D_MODEL, H)
-    w_qkv, w_o = randn(gen, 3 * D_MODEL, D_MODEL) / math.sqrt(D_MODEL), randn(gen, D_MODEL, D_MODEL) / math.sqrt(D_MODEL)
+    (w_qkv, w_o, x, mask, causal, load), result, step = part(student, case)
+    if result.failed(load) and isinstance(result.failure, StudentRaised):
+        raise expect.CheckFailure(f"weights could not be loaded into your module ({result.failure}): it needs exactly "
+                                  "the bias-free layers W_qkv and W_o")
     try:
-        module.load_state_dict({"W_qkv.weight": w_qkv, "W_o.weight": w_o})
-    except StudentRaised as exc:
-        raise expect.CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
-                                  "bias-free layers W_qkv and W_o") from None
-    module.eval()
-    x = randn(gen, B, S, D_MODEL)
-    mask = lengths_mask() if use_mask else None
-    kwargs = ({"mask": mask} if use_mask else {}) | ({"causal": True} if causal else {})
-    try:
-        got = module(x, **kwargs)
+        got = result[step]
     except StudentRaised as exc:
         if use_mask and exc.kind == "RuntimeError":
             raise expect.CheckFailure(f"{exc}; per-head scores are [B, H, S, S]: the [B, S] padding mask must "

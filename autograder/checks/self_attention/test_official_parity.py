@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 from autograder.checks import expect
+from autograder.checks.cases import seeded
 from autograder.failures import StudentRaised
 from autograder.checks.self_attention.common import (B, D_MODEL, LENGTHS, S, attention, lengths_mask, linear,
                                                      module_forward, randn)
@@ -18,19 +19,81 @@ from autograder.checks.self_attention.common import (B, D_MODEL, LENGTHS, S, att
 QKV = ("W_q", "W_k", "W_v")
 
 
-def official(student):
-    """(the stand-in, its state, the student's to_official(stand-in) as a Remote)."""
-    custom = student.standin(D_MODEL, "correct")
-    state = custom.state_dict()
-    handle = student.call("to_official", custom)
-    return custom, state, student.wrap(handle, "to_official(custom)")
+BROKEN = {
+    "no_scale": "does not scale its scores",
+    "softmax_over_queries": "takes the softmax over the queries",
+    "ignores_mask": "ignores the padding mask",
+    "no_output_projection": "skips W_o",
+}
+
+
+def official(job):
+    """(the stand-in's state, the student's to_official(stand-in)), queued on `job`."""
+    custom = job.standin(D_MODEL, "correct")
+    state = job.state_dict(custom)
+    return state, job.wrap(job.call("to_official", custom), "to_official(custom)")
+
+
+def _first(student) -> dict:
+    """The requests of the checks up to the dropout check, in their order, in one round trip:
+    {check: (its job, its steps by name, its inputs)}."""
+    checks = {}
+    job = student.job()
+    _, module = official(job)
+    checks["settings"] = (job, {"info": job.describe(module)}, ())
+    job = student.job()
+    state, module = official(job)
+    checks["weights"] = (job, {"state": state, "got": job.state_dict(module)}, ())
+    job = student.job()
+    state, module = official(job)
+    x, mask = randn(seeded(), B, S, D_MODEL), lengths_mask()
+    reply = job.forward(module, x, x, x, key_padding_mask=~mask, need_weights=False)
+    checks["same"] = (job, {"state": state, "reply": reply}, (x, mask))
+    for with_mask in (False, True):
+        job = student.job()
+        custom = job.standin(D_MODEL, "correct")
+        x, mask = randn(seeded(), B, S, D_MODEL), lengths_mask() if with_mask else None
+        checks[f"small {with_mask}"] = (job, {"err": job.call("parity_error", custom, x, mask),
+                                              "state": job.state_dict(custom)}, (x, mask))
+    job = student.job()
+    custom = job.standin(D_MODEL, "correct", dropout=0.5)
+    job.train(custom)
+    x = randn(seeded(), B, S, D_MODEL)
+    checks["dropout"] = (job, {"custom": custom, "err": job.call("parity_error", custom, x, lengths_mask())}, (x,))
+    return checks
+
+
+def _broken(student) -> dict:
+    """The broken stand-ins' requests, in one round trip. Not with the others: the dropout check may
+    still call parity_error before them (and its nn.MultiheadAttention draws from the worker's
+    random numbers, which the stand-ins' weights come from)."""
+    checks = {}
+    for variant in BROKEN:
+        job = student.job()
+        custom = job.standin(D_MODEL, variant)
+        x, mask = randn(seeded(), B, S, D_MODEL), lengths_mask() if variant == "ignores_mask" else None
+        checks[variant] = (job, {"err": job.call("parity_error", custom, x, mask), "state": job.state_dict(custom)},
+                           (x, mask))
+    return checks
+
+
+def _sent(student, checks: dict) -> dict:
+    results = student.run([job for job, _, _ in checks.values()])
+    return {key: (result, steps, inputs) for (key, (_, steps, inputs)), result in zip(checks.items(), results)}
+
+
+def part(student, check: str):
+    """(its job's result, its steps by name, its inputs) of a check of this part."""
+    group = "broken" if check in BROKEN else "first"
+    build = _broken if check in BROKEN else _first
+    return student.once(f"official_parity {group}", lambda: _sent(student, build(student)))[check]
 
 
 @pytest.mark.points(2)
 def test_official_module_settings(student):
     """to_official returns an nn.MultiheadAttention with one head, batch_first=True and no dropout"""
-    _, _, module = official(student)
-    info = module.describe()
+    result, steps, _ = part(student, "settings")
+    info = result[steps["info"]]
     if info["type"] != "MultiheadAttention":
         raise expect.CheckFailure(f"to_official returned a {info['type']}, expected an nn.MultiheadAttention")
     attrs = info["attrs"]
@@ -50,8 +113,8 @@ def test_official_module_settings(student):
 @pytest.mark.points(3)
 def test_official_module_weights(student):
     """the official module carries W_q, W_k, W_v (in that order) in in_proj_weight, W_o in out_proj, biases zero"""
-    _, state, module = official(student)
-    got = module.state_dict()
+    result, steps, _ = part(student, "weights")
+    state, got = result[steps["state"]], result[steps["got"]]
     w = got.get("in_proj_weight")
     if not isinstance(w, torch.Tensor) or tuple(w.shape) != (3 * D_MODEL, D_MODEL):
         raise expect.CheckFailure("the official module has no in_proj_weight of shape [3 * d_model, d_model]")
@@ -93,12 +156,12 @@ def _official_reference(state, x, mask, batch_first=True, convention="converted"
 
 
 @pytest.mark.points(3)
-def test_official_module_computes_the_same_attention(student, gen):
+def test_official_module_computes_the_same_attention(student):
     """official(x, x, x, key_padding_mask=~mask) gives the custom module's output"""
-    _, state, module = official(student)
-    x, mask = randn(gen, B, S, D_MODEL), lengths_mask()
+    result, steps, (x, mask) = part(student, "same")
+    state = result[steps["state"]]
     try:
-        reply = module(x, x, x, key_padding_mask=~mask, need_weights=False)
+        reply = result[steps["reply"]]
     except StudentRaised as exc:
         raise expect.CheckFailure(f"{exc}; is the module built with batch_first=True? our tensors are "
                                   "[B, S, d_model]") from None
@@ -132,17 +195,15 @@ def _wrong_convention_error(state, x, mask):
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("with_mask", [False, True], ids=["no mask", "padding mask"])
-def test_parity_error_small_for_a_correct_module(student, gen, with_mask):
+def test_parity_error_small_for_a_correct_module(student, with_mask):
     """parity_error is below 1e-4 for a correct SelfAttention"""
-    custom = student.standin(D_MODEL, "correct")
-    x = randn(gen, B, S, D_MODEL)
-    mask = lengths_mask() if with_mask else None
+    result, steps, (x, mask) = part(student, f"small {with_mask}")
     what = f"parity_error(correct module, x{', mask' if with_mask else ''})"
-    err = _float(student.call("parity_error", custom, x, mask), what)
+    err = _float(result[steps["err"]], what)
     if not err < 1e-4:
         hint = ""
         if with_mask:
-            wrong = _wrong_convention_error(custom.state_dict(), x, mask)
+            wrong = _wrong_convention_error(result[steps["state"]], x, mask)
             if math.isnan(err) or (math.isnan(wrong) and math.isnan(err)) or abs(err - wrong) < 1e-4:
                 hint = (": the mask convention is likely wrong: key_padding_mask is True where a key must be IGNORED, "
                         "the opposite of our mask, so pass key_padding_mask=~mask")
@@ -151,27 +212,18 @@ def test_parity_error_small_for_a_correct_module(student, gen, with_mask):
 
 
 @pytest.mark.points(1)
-def test_parity_error_turns_dropout_off(student, gen):
+def test_parity_error_turns_dropout_off(student):
     """parity_error compares both modules without dropout, even when the custom module is in train mode"""
-    custom = student.standin(D_MODEL, "correct", dropout=0.5)
-    custom.train()
-    x = randn(gen, B, S, D_MODEL)
-    err = _float(student.call("parity_error", custom, x, lengths_mask()), "parity_error")
+    result, steps, (x,) = part(student, "dropout")
+    err = _float(result[steps["err"]], "parity_error")
     if not err < 1e-4:
+        custom = result.remote(steps["custom"])
         custom.eval()
         in_eval = _float(student.call("parity_error", custom, x, lengths_mask()), "parity_error")
         hint = ("switch both modules to eval() (and back afterwards) before comparing" if in_eval < 1e-4 else
                 f"it is not small in eval mode either ({in_eval:.3g}): see the checks above")
         raise expect.CheckFailure(f"parity_error returned {err:.3g} for a correct module with dropout=0.5 in train "
                                   f"mode: {hint}")
-
-
-BROKEN = {
-    "no_scale": "does not scale its scores",
-    "softmax_over_queries": "takes the softmax over the queries",
-    "ignores_mask": "ignores the padding mask",
-    "no_output_projection": "skips W_o",
-}
 
 
 def _true_discrepancy(state, x, mask, variant) -> float:
@@ -188,19 +240,17 @@ def _true_discrepancy(state, x, mask, variant) -> float:
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("variant", list(BROKEN))
-def test_parity_error_exposes_a_broken_module(student, gen, variant):
+def test_parity_error_exposes_a_broken_module(student, variant):
     """parity_error is large for a broken SelfAttention: exactly the largest difference of the two outputs"""
-    custom = student.standin(D_MODEL, variant)
-    x = randn(gen, B, S, D_MODEL)
-    mask = lengths_mask() if variant == "ignores_mask" else None
-    err = _float(student.call("parity_error", custom, x, mask), "parity_error")
+    result, steps, (x, mask) = part(student, variant)
+    err = _float(result[steps["err"]], "parity_error")
     if not (err > 1e-3 or math.isnan(err)):  # NaN: the outputs could not even be compared equal
         raise expect.CheckFailure(f"parity_error returned {err:.3g} for a SelfAttention that {BROKEN[variant]}: a "
                                   "parity check must run both modules on x and return the largest absolute "
                                   "difference of their outputs")
     # The value itself must be the measured difference: a parity_error that only guesses "large" (say, by
     # looking at the module's attributes) instead of comparing outputs does not pass.
-    true = _true_discrepancy(custom.state_dict(), x, mask, variant)
+    true = _true_discrepancy(result[steps["state"]], x, mask, variant)
     if math.isnan(err) or abs(err - true) > 1e-3 * max(1.0, true):
         raise expect.CheckFailure(f"parity_error returned {err:.4g} for a SelfAttention that {BROKEN[variant]}, but "
                                   f"the largest absolute difference of the two outputs is {true:.4g}: return "

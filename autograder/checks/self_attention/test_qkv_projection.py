@@ -3,14 +3,45 @@ import pytest
 import torch
 
 from autograder.checks import expect
+from autograder.checks.cases import seeded
 from autograder.checks.self_attention.common import B, D_K, D_MODEL, D_V, S, randn
 
 NAMES = ("W_q", "W_k", "W_v")
 WIDTHS = {"W_q": ("d_k", D_K), "W_k": ("d_k", D_K), "W_v": ("d_v", D_V)}
 
 
-def projections(student):
-    got = student.call("make_projections", D_MODEL, D_K, D_V)
+def _projections_job(student, read: str):
+    """make_projections, then `read` ("describe" or "state_dict") of each of the three layers."""
+    job = student.job()
+    made = job.call("make_projections", D_MODEL, D_K, D_V)
+    reads = {name: getattr(job, read)(made[i].named(f"make_projections(...) {name}")) for i, name in enumerate(NAMES)}
+    return job, made, reads
+
+
+def _layers_job(student):
+    """Three grader-built Linear layers with known weights, then project_qkv(x, W_q, W_k, W_v)."""
+    g = seeded()
+    weights = {"W_q": randn(g, D_K, D_MODEL), "W_k": randn(g, D_K, D_MODEL), "W_v": randn(g, D_V, D_MODEL)}
+    job = student.job()
+    layers = {}
+    for name, w in weights.items():
+        layers[name] = job.linear(D_MODEL, w.shape[0])
+        job.load_state_dict(layers[name], {"weight": w})
+    x = randn(g, B, S, D_MODEL)
+    return job, weights, x, job.call("project_qkv", x, layers["W_q"], layers["W_k"], layers["W_v"])
+
+
+def _part(student) -> dict:
+    """Every check's requests of this part, in one round trip."""
+    jobs = {"describe": _projections_job(student, "describe"), "state": _projections_job(student, "state_dict"),
+            "project": _layers_job(student)}
+    results = student.run([j[0] for j in jobs.values()])
+    return {key: (result, *job[1:]) for (key, job), result in zip(jobs.items(), results)}
+
+
+def projections(student, result, made):
+    """The three layers make_projections returned, checked as in the student's terms."""
+    got = result[made]
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         raise expect.CheckFailure(f"make_projections({D_MODEL}, {D_K}, {D_V}) should return three layers "
                                   f"(W_q, W_k, W_v), got {type(got).__name__}")
@@ -20,8 +51,9 @@ def projections(student):
 @pytest.mark.points(4)
 def test_three_bias_free_linear_layers(student):
     """make_projections returns three bias-free nn.Linear: W_q, W_k d_model -> d_k, W_v d_model -> d_v"""
-    for name, layer in projections(student).items():
-        info = layer.describe()
+    result, made, described = student.once("qkv_projection", lambda: _part(student))["describe"]
+    for name in projections(student, result, made):
+        info = result[described[name]]
         if info["type"] != "Linear":
             raise expect.CheckFailure(f"{name} is a {info['type']}, expected an nn.Linear")
         params = info.get("parameters", {})
@@ -38,7 +70,8 @@ def test_three_bias_free_linear_layers(student):
 @pytest.mark.points(2)
 def test_projections_are_independent(student):
     """W_q, W_k and W_v are three independent layers with their own weights"""
-    weights = {name: layer.state_dict().get("weight") for name, layer in projections(student).items()}
+    result, made, states = student.once("qkv_projection", lambda: _part(student))["state"]
+    weights = {name: result[states[name]].get("weight") for name in projections(student, result, made)}
     for a, b in (("W_q", "W_k"), ("W_q", "W_v"), ("W_k", "W_v")):
         wa, wb = weights[a], weights[b]
         if isinstance(wa, torch.Tensor) and isinstance(wb, torch.Tensor) and wa.shape == wb.shape \
@@ -47,23 +80,11 @@ def test_projections_are_independent(student):
                                       "nn.Linear for each of W_q, W_k and W_v")
 
 
-def _layers(student, gen):
-    """Three grader-built Linear layers with known weights, living in the worker."""
-    weights = {"W_q": randn(gen, D_K, D_MODEL), "W_k": randn(gen, D_K, D_MODEL), "W_v": randn(gen, D_V, D_MODEL)}
-    layers = {}
-    for name, w in weights.items():
-        layer = student.linear(D_MODEL, w.shape[0])
-        layer.load_state_dict({"weight": w})
-        layers[name] = layer
-    return weights, layers
-
-
 @pytest.mark.points(4)
-def test_project_qkv_applies_each_layer(student, gen):
+def test_project_qkv_applies_each_layer(student):
     """project_qkv(x, W_q, W_k, W_v) returns (W_q(x), W_k(x), W_v(x)) for x [B, S, d_model]"""
-    weights, layers = _layers(student, gen)
-    x = randn(gen, B, S, D_MODEL)
-    got = student.call("project_qkv", x, layers["W_q"], layers["W_k"], layers["W_v"])
+    result, weights, x, projected = student.once("qkv_projection", lambda: _part(student))["project"]
+    got = result[projected]
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         raise expect.CheckFailure(f"project_qkv should return three tensors (Q, K, V), got {type(got).__name__}")
     outputs = {n: x @ w.T for n, w in weights.items()}

@@ -5,11 +5,38 @@ import pytest
 import torch
 
 import solutions as ref
+from autograder.batch import Call
 from autograder.checks import expect
+from autograder.checks.cases import Cases
 from autograder.checks.self_attention.common import B, H, S, randn
 
 TRANSPOSE_HINT = ("transpose K with K.transpose(-2, -1) (or K.mT): K.transpose(1, 2) or K.permute(0, 2, 1) "
                   "only swap the right axes of a 3-D tensor")
+
+
+def _masked(scores):
+    scores[:, :, -2:] = float("-inf")
+    return scores
+
+
+def _weights_and_values(g, lead):
+    w = torch.softmax(randn(g, *lead, S, S + 1), -1)
+    return Call("attend", w, randn(g, *lead, S + 1, 6))
+
+
+# Every call of this part, in the order of the checks below: one round trip for all of them.
+CALLS = Cases("scaled_scores", {
+    "scores 3-D": lambda g: Call("scaled_scores", randn(g, B, S, 8), randn(g, B, S + 2, 8)),
+    "scores 4-D": lambda g: Call("scaled_scores", randn(g, B, H, S, 4), randn(g, B, H, S + 1, 4)),
+    "scores float64": lambda g: Call("scaled_scores", randn(g, B, S, 6, dtype=torch.float64),
+                                     randn(g, B, S, 6, dtype=torch.float64)),
+    "weights 3-D": lambda g: Call("attention_weights", randn(g, B, S, S + 2)),
+    "weights 4-D": lambda g: Call("attention_weights", randn(g, B, H, S, S + 2)),
+    "weights -inf": lambda g: Call("attention_weights", _masked(randn(g, B, S, S))),
+    "weights large": lambda g: Call("attention_weights", randn(g, B, S, S) * 30 + 100),
+    "attend 3-D": lambda g: _weights_and_values(g, (B,)),
+    "attend 4-D": lambda g: _weights_and_values(g, (B, H)),
+})
 
 
 def score_mistakes(Q, K):
@@ -25,28 +52,29 @@ def score_mistakes(Q, K):
 
 
 @pytest.mark.points(3)
-def test_scores_match_reference_for_3d_inputs(student, gen):
+def test_scores_match_reference_for_3d_inputs(student):
     """scaled_scores is Q K^T / sqrt(d_k) on [B, S, d_k] inputs"""
-    Q, K = randn(gen, B, S, 8), randn(gen, B, S + 2, 8)
-    got = student.call("scaled_scores", Q, K)
+    call, outcome = CALLS.get(student, "scores 3-D")
+    (Q, K), got = call.args, outcome.value
     expect.close(got, ref.scaled_scores(Q, K), "scaled_scores(Q, K)", mistakes=score_mistakes(Q, K),
                  shapes={(B, S + 2, S): "the result must be [B, S_q, S_k]: Q @ K^T, not K @ Q^T"})
 
 
 @pytest.mark.points(3)
-def test_scores_match_reference_for_4d_inputs(student, gen):
+def test_scores_match_reference_for_4d_inputs(student):
     """scaled_scores works on per-head [B, H, S, d_k] inputs"""
-    Q, K = randn(gen, B, H, S, 4), randn(gen, B, H, S + 1, 4)
-    got = expect.call(student, "scaled_scores", Q, K, hint=TRANSPOSE_HINT)
+    call, outcome = CALLS.get(student, "scores 4-D")
+    (Q, K), got = call.args, expect.value(outcome, hint=TRANSPOSE_HINT)
     expect.close(got, ref.scaled_scores(Q, K), "scaled_scores on 4-D inputs", hint=TRANSPOSE_HINT,
                  mistakes=score_mistakes(Q, K))
 
 
 @pytest.mark.points(1)
-def test_scores_keep_float64(student, gen):
+def test_scores_keep_float64(student):
     """scaled_scores keeps float64 inputs in float64"""
-    Q, K = randn(gen, B, S, 6, dtype=torch.float64), randn(gen, B, S, 6, dtype=torch.float64)
-    expect.close(student.call("scaled_scores", Q, K), ref.scaled_scores(Q, K), "scaled_scores on float64 inputs",
+    call, outcome = CALLS.get(student, "scores float64")
+    Q, K = call.args
+    expect.close(outcome.value, ref.scaled_scores(Q, K), "scaled_scores on float64 inputs",
                  mistakes=score_mistakes(Q, K), atol=1e-10, rtol=1e-8)
 
 
@@ -62,10 +90,11 @@ def softmax_mistakes(scores):
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dims", [3, 4], ids=["3-D", "4-D"])
-def test_weights_rows_sum_to_one(student, gen, dims):
+def test_weights_rows_sum_to_one(student, dims):
     """rows of the attention weights sum to 1 (softmax over the key dimension)"""
-    scores = randn(gen, B, S, S + 2) if dims == 3 else randn(gen, B, H, S, S + 2)
-    got = expect.shape(student.call("attention_weights", scores), scores.shape, "attention_weights")
+    call, outcome = CALLS.get(student, f"weights {dims}-D")
+    [scores] = call.args
+    got = expect.shape(outcome.value, scores.shape, "attention_weights")
     mistakes = softmax_mistakes(scores)
     sums = got.double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
@@ -76,11 +105,11 @@ def test_weights_rows_sum_to_one(student, gen, dims):
 
 
 @pytest.mark.points(1)
-def test_masked_scores_get_zero_weight(student, gen):
+def test_masked_scores_get_zero_weight(student):
     """a -inf score gets weight exactly 0, the others still sum to 1"""
-    scores = randn(gen, B, S, S)
-    scores[:, :, -2:] = float("-inf")
-    got = expect.shape(student.call("attention_weights", scores), scores.shape, "attention_weights")
+    call, outcome = CALLS.get(student, "weights -inf")
+    [scores] = call.args
+    got = expect.shape(outcome.value, scores.shape, "attention_weights")
     if torch.isnan(got).any():
         raise expect.CheckFailure("your weights contain NaN where some scores are -inf: exp(-inf) is 0, so use "
                                   "torch.softmax (or subtract each row's max before exp)")
@@ -90,10 +119,11 @@ def test_masked_scores_get_zero_weight(student, gen):
 
 
 @pytest.mark.points(1)
-def test_weights_stable_for_large_scores(student, gen):
+def test_weights_stable_for_large_scores(student):
     """the softmax stays finite for large scores (e.g. 100)"""
-    scores = randn(gen, B, S, S) * 30 + 100
-    got = expect.shape(student.call("attention_weights", scores), scores.shape, "attention_weights")
+    call, outcome = CALLS.get(student, "weights large")
+    [scores] = call.args
+    got = expect.shape(outcome.value, scores.shape, "attention_weights")
     if not torch.isfinite(got).all():
         raise expect.CheckFailure("your weights contain NaN or inf for scores around 100: exp overflows; use "
                                   "torch.softmax, or subtract each row's max before exp")
@@ -102,12 +132,11 @@ def test_weights_stable_for_large_scores(student, gen):
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dims", [3, 4], ids=["3-D", "4-D"])
-def test_attend_is_weighted_sum_of_values(student, gen, dims):
+def test_attend_is_weighted_sum_of_values(student, dims):
     """attend returns weights @ V: [..., S_q, S_k] x [..., S_k, d_v] -> [..., S_q, d_v]"""
-    lead = (B,) if dims == 3 else (B, H)
-    w = torch.softmax(randn(gen, *lead, S, S + 1), -1)
-    V = randn(gen, *lead, S + 1, 6)
-    got = expect.call(student, "attend", w, V, hint="the weights [..., S_q, S_k] multiply V [..., S_k, d_v]: weights @ V")
+    call, outcome = CALLS.get(student, f"attend {dims}-D")
+    w, V = call.args
+    got = expect.value(outcome, hint="the weights [..., S_q, S_k] multiply V [..., S_k, d_v]: weights @ V")
     expect.close(got, ref.attend(w, V), "attend(weights, V)",
                  mistakes={"you normalised over the wrong axis: the weights are already a softmax, just take weights @ V":
                            torch.softmax(w, -1) @ V})

@@ -1,0 +1,44 @@
+"""The calls of several checks, built from seeded inputs and sent to the worker in one round trip.
+
+    SCORES = Cases("scaled_scores", {
+        "3-D": lambda g: Call("scaled_scores", randn(g, B, S, 8), randn(g, B, S + 2, 8)),
+        "4-D": lambda g: Call("scaled_scores", randn(g, B, H, S, 4), randn(g, B, H, S + 1, 4)),
+    })
+
+    def test_scores_3d(student):
+        call, outcome = SCORES.get(student, "3-D")   # the first check to ask sends every call
+        Q, K = call.args
+        got = expect.value(outcome)                 # the result, or this call's own failure
+
+Each case's inputs come from its own generator seeded like the `gen` fixture, so a case sees
+the same tensors as a check that drew them from `gen`. The calls run in the order of the
+table, which is the order of the checks that read them: the student's code runs the same
+calls in the same order as when each check sent its own.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+
+from autograder.batch import Call, Outcome
+
+SEED = 1234  # the `gen` fixture's seed (conftest.py)
+
+
+def seeded(seed: int = SEED) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+class Cases:
+    """A table {case: build(generator) -> Call}; `get` gives a case's call and its outcome."""
+
+    def __init__(self, key: str, table: Mapping[str, Callable[[torch.Generator], Call]]):
+        self.key, self.table = key, dict(table)
+
+    def _send(self, student) -> dict[str, tuple[Call, Outcome]]:
+        calls = {case: build(seeded()) for case, build in self.table.items()}
+        return dict(zip(calls, zip(calls.values(), student.call_each(list(calls.values())))))
+
+    def get(self, student, case: str) -> tuple[Call, Outcome]:
+        return student.once(f"cases:{self.key}", lambda: self._send(student))[case]
