@@ -7,10 +7,17 @@ the weights sum to 1"), and a failure's message is the CheckFailure text written
 
 The checks get what they grade as fixtures from the runner: `student` (student.py) always,
 plus the `fixtures` and `params` a caller passes (the GPU stage passes its run and its cases).
+
+Collect once, run many: pytest collects the checks once per grading process (`Checks`:
+their order, parameters, markers and fixtures); each submission then runs them directly, in
+pytest's order, with the fixtures set up and torn down as pytest would (a function-scoped
+fixture per check, a wider one once per submission). Starting pytest, collecting and its
+per-test protocol cost more than a whole submission's checks once the round trips were batched.
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import os
 import sys
@@ -18,6 +25,7 @@ import time
 import types
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,7 +33,7 @@ import pytest
 from .results import PartResult
 from .scoring import CheckRecord, failure_message, score_part
 from .session import Session
-from .spec import CHECKS_ROOT, Part
+from .spec import CHECKS_ROOT, Assignment, Part
 from .student import Student
 
 REPO_ROOT = str(CHECKS_ROOT.parent.parent)
@@ -35,20 +43,16 @@ if REPO_ROOT not in sys.path:  # the checks import the reference solutions
 PYTEST_ARGS = (
     "-q", "-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:warnings",
     # no:unraisableexception: its gc.collect() at every pytest.main (pytest >= 8.4) costs ~0.1-0.8 s
-    # per call in a process holding torch; grading a class calls pytest.main once per notebook.
-    "-p", "no:unraisableexception",
-    # The checks log nothing and print nothing: per-test log and output capture is pure overhead.
-    "-p", "no:logging", "-s",
-    # A failure's message is the CheckFailure text; pytest's own long report (source, AST, argument
-    # reprs) is never shown and cost up to 0.4 s per failing submission. native is the cheapest style.
-    "--tb=native",
+    # per call in a process holding torch.
+    "-p", "no:unraisableexception", "-p", "no:logging", "-s",
     "--rootdir", str(CHECKS_ROOT), "-c", str(CHECKS_ROOT / "pytest.ini"), "--import-mode=importlib",
-    "-o", "console_output_style=classic",
+    "-o", "console_output_style=classic", "--collect-only",
 )
+RUNNER_FIXTURES = ("student",)  # what the runner itself gives every check
 
 
 def part_of(item) -> str:
-    return Path(str(item.fspath)).stem.removeprefix("test_")
+    return Path(item.path).stem.removeprefix("test_")
 
 
 def check_name(item) -> str:
@@ -74,41 +78,25 @@ def fixtures_plugin(values: Mapping[str, object]) -> types.ModuleType:
 
 
 class Collector:
-    """A pytest plugin that records each check's outcome for the part it belongs to, and
-    parametrizes the checks' `params` arguments (ids: each value's `id`, else its str())."""
+    """A pytest plugin that keeps the collected checks, records collection errors, and parametrizes the
+    checks' `params` arguments (ids: each value's `id`, else its str())."""
 
-    def __init__(self, session: Session, params: Mapping[str, Sequence] | None = None):
-        self.session = session
+    def __init__(self, params: Mapping[str, Sequence] | None = None):
         self.params = params or {}
-        self.records: dict[str, list[CheckRecord]] = defaultdict(list)
+        self.items: list = []
         self.collect_errors: list[str] = []
-        self.started: dict[str, float] = {}
-        self.seconds: dict[str, float] = defaultdict(float)
 
     def pytest_generate_tests(self, metafunc):
         for name, values in self.params.items():
             if name in metafunc.fixturenames:
                 metafunc.parametrize(name, list(values), ids=[str(getattr(v, "id", v)) for v in values])
 
-    def pytest_runtest_setup(self, item):
-        self.session.enter_part(part_of(item))
-        self.started[item.nodeid] = time.perf_counter()
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
-        outcome = yield
-        report = outcome.get_result()
-        if call.when == "call" or (call.when == "setup" and report.failed):
-            marker = item.get_closest_marker("points")
-            weight = float(marker.args[0]) if marker else 1.0
-            message = "" if report.passed else failure_message(call.excinfo.value) if call.excinfo else "failed"
-            self.records[part_of(item)].append(CheckRecord(check_name(item), weight, report.passed, message))
-        if call.when == "teardown":
-            self.seconds[part_of(item)] += time.perf_counter() - self.started.pop(item.nodeid, time.perf_counter())
-
     def pytest_collectreport(self, report):
         if report.failed:
             self.collect_errors.append(str(report.longrepr)[-2000:])
+
+    def pytest_collection_finish(self, session):
+        self.items = list(session.items)
 
 
 @contextlib.contextmanager
@@ -125,18 +113,131 @@ def _no_plugin_autoload():
             os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = autoload
 
 
+@dataclass(frozen=True)
+class Fixture:
+    """A fixture of the checks' conftest or files, as pytest resolved it for a check."""
+
+    name: str
+    func: object
+    argnames: tuple[str, ...]
+    per_check: bool  # function scope: set up for each check; else once per submission
+
+
+@dataclass(frozen=True)
+class Check:
+    """One collected check: its function, what it is called in reports, and what it needs."""
+
+    function: object
+    name: str
+    part: str
+    weight: float
+    argnames: tuple[str, ...]  # the function's own arguments
+    fixtures: tuple[str, ...]  # every fixture it needs (autouse ones included), in pytest's order
+    params: tuple[tuple[str, object], ...]
+
+
+def _collected(item, given: set[str]) -> tuple[Check, dict[str, Fixture]]:
+    info = item._fixtureinfo  # (pytest's record of the fixtures a test needs; stable since pytest 3)
+    params = dict(item.callspec.params) if hasattr(item, "callspec") else {}
+    found = {}
+    for name in info.names_closure:
+        if name in given or name in params:
+            continue
+        definition = info.name2fixturedefs[name][-1]
+        if "request" in definition.argnames or definition.params is not None:
+            raise RuntimeError(f"the hidden checks use fixture {name!r} with `request` or params, which the "
+                               "check runner does not support")
+        found[name] = Fixture(name, definition.func, tuple(definition.argnames), definition.scope == "function")
+    marker = item.get_closest_marker("points")
+    check = Check(item.obj, check_name(item), part_of(item), float(marker.args[0]) if marker else 1.0,
+                  tuple(info.argnames), tuple(info.names_closure), tuple(params.items()))
+    return check, found
+
+
+class Checks:
+    """The hidden checks of some parts of an assignment, collected once; `run` grades one session.
+
+    `fixtures` names what the caller will give each run besides `student`; `params` parametrizes the
+    checks that take an argument of that name (its values are fixed at collection)."""
+
+    def __init__(self, assignment: Assignment, parts: Sequence[Part], fixtures: Sequence[str] = (),
+                 params: Mapping[str, Sequence] | None = None):
+        self.parts = list(parts)
+        self.given = set(RUNNER_FIXTURES) | set(fixtures)
+        collector = Collector(params)
+        files = [str(assignment.check_file(p)) for p in self.parts]
+        sink = io.StringIO()
+        with _no_plugin_autoload(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            code = pytest.main([*files, *PYTEST_ARGS],
+                               plugins=[collector, fixtures_plugin(dict.fromkeys(self.given))])
+        if collector.collect_errors or code != 0:
+            raise RuntimeError(f"the hidden checks could not be collected (pytest exit {code}):\n"
+                               + ("\n".join(collector.collect_errors) or sink.getvalue()[-3000:]))
+        self.checks: list[Check] = []
+        self.fixtures: dict[str, Fixture] = {}
+        for item in collector.items:
+            check, found = _collected(item, self.given)
+            self.checks.append(check)
+            self.fixtures.update(found)
+
+    def run(self, session: Session, fixtures: Mapping[str, object] | None = None) -> list[PartResult]:
+        """Every check against `session`: one PartResult per part."""
+        given = {"student": Student(session), **(fixtures or {})}
+        records: dict[str, list[CheckRecord]] = defaultdict(list)
+        seconds: dict[str, float] = defaultdict(float)
+        with contextlib.ExitStack() as per_submission, contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            wide: dict[str, object] = {}
+            for check in self.checks:
+                session.enter_part(check.part)
+                started = time.perf_counter()
+                records[check.part].append(self._run_one(check, given, wide, per_submission))
+                seconds[check.part] += time.perf_counter() - started
+        return [score_part(p, records.get(p.id, []), session, seconds.get(p.id, 0.0)) for p in self.parts]
+
+    def _run_one(self, check: Check, given: dict, wide: dict, per_submission: contextlib.ExitStack) -> CheckRecord:
+        """Set up the check's fixtures, call it, tear its own fixtures down; a failure's message as pytest's
+        report of it (setup or call) would give it."""
+        values = {**given, **dict(check.params)}
+        with contextlib.ExitStack() as per_check:
+            try:
+                for name in check.fixtures:
+                    if name not in values:
+                        values[name] = self._set_up(name, values, wide, per_check, per_submission)
+                check.function(**{name: values[name] for name in check.argnames})
+            except Exception as exc:  # noqa: BLE001 - as pytest: any exception fails the check
+                return CheckRecord(check.name, check.weight, False, failure_message(exc))
+            finally:
+                with contextlib.suppress(Exception):  # (pytest reports a teardown error apart; the check stands)
+                    per_check.close()
+        return CheckRecord(check.name, check.weight, True, "")
+
+    def _set_up(self, name: str, values: dict, wide: dict, per_check: contextlib.ExitStack,
+                per_submission: contextlib.ExitStack):
+        fixture = self.fixtures[name]
+        if not fixture.per_check and name in wide:
+            return wide[name]
+        args = {arg: values[arg] if arg in values else self._set_up(arg, values, wide, per_check, per_submission)
+                for arg in fixture.argnames}
+        value = fixture.func(**args)
+        if inspect.isgenerator(value):
+            gen, value = value, next(value)
+            (per_check if fixture.per_check else per_submission).callback(_finish, gen)
+        if not fixture.per_check:
+            wide[name] = value
+        return value
+
+
+def _finish(gen) -> None:
+    """Run a yield fixture's teardown (the code after its yield)."""
+    with contextlib.suppress(StopIteration):
+        next(gen)
+
+
 def run_checks(session: Session, parts: Sequence[Part], fixtures: Mapping[str, object] | None = None,
-               params: Mapping[str, Sequence] | None = None) -> list[PartResult]:
+               params: Mapping[str, Sequence] | None = None, checks: Checks | None = None) -> list[PartResult]:
     """Run the hidden checks of `parts` (of the session's assignment) against the session; one PartResult
     per part. The checks get `student` and each of `fixtures` as fixtures; each of `params` parametrizes
-    the checks that take an argument of that name."""
-    collector = Collector(session, params)
-    files = [str(session.assignment.check_file(p)) for p in parts]
-    plugins = [collector, fixtures_plugin({"student": Student(session), **(fixtures or {})})]
-    sink = io.StringIO()
-    with _no_plugin_autoload(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        code = pytest.main([*files, *PYTEST_ARGS], plugins=plugins)
-    if collector.collect_errors or code not in (0, 1):
-        raise RuntimeError(f"the hidden checks could not run (pytest exit {code}):\n"
-                           + ("\n".join(collector.collect_errors) or sink.getvalue()[-3000:]))
-    return [score_part(p, collector.records.get(p.id, []), session, collector.seconds.get(p.id, 0.0)) for p in parts]
+    the checks that take an argument of that name. `checks`: the same checks, collected before."""
+    checks = checks or Checks(session.assignment, parts, tuple(fixtures or ()), params)
+    return checks.run(session, fixtures)

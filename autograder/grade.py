@@ -23,6 +23,14 @@ class Grader:
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
         self._zygote: Zygote | None = None
+        self._checks: dict[tuple[str, tuple[str, ...]], check.Checks] = {}
+
+    def checks(self, assignment: spec.Assignment, parts: list[spec.Part]) -> check.Checks:
+        """The hidden checks of these parts, collected the first time they are asked for."""
+        key = (assignment.id, tuple(p.id for p in parts))
+        if key not in self._checks:
+            self._checks[key] = check.Checks(assignment, parts)
+        return self._checks[key]
 
     @property
     def zygote(self) -> Zygote:
@@ -64,11 +72,12 @@ class Grader:
         if not readable:
             results = unreadable(extracted, parts)
         else:
+            checks = self.checks(assignment, parts)  # (the first time: while the worker pool imports torch)
             session = Session(self.zygote, extracted.sources, self.limits, assignment)
             try:
                 session.start()
                 notes.extend(session.load_notes())
-                results = check.run_checks(session, parts)
+                results = check.run_checks(session, parts, checks=checks)
                 protections_off = tuple(f"{k}: {v}" for k, v in sorted(session.protections.get("off", {}).items()))
             finally:
                 session.close()
