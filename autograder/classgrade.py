@@ -47,7 +47,10 @@ _GRADER = None  # this pool process's warm Grader, set by _init_worker
 def _init_worker(limits, parent: int) -> None:
     global _GRADER
     init_pool_process(parent)  # dies with grade-class; Ctrl-C is the parent's to handle
-    from .grade import Grader  # noqa: PLC0415 - imports torch, once per grading process, not in the parent
+    from . import prestart  # noqa: PLC0415
+
+    prestart.prefork()  # imports torch and forks this process's zygote, before the grader is imported
+    from .grade import Grader  # noqa: PLC0415 - once per grading process, not in the parent
 
     _GRADER = Grader(limits).warm()
 
