@@ -179,6 +179,23 @@ class Checks:
             check, found = _collected(item, self.given)
             self.checks.append(check)
             self.fixtures.update(found)
+        self.modules = list({id(item.module): item.module for item in collector.items}.values())
+
+    def prepare(self) -> None:
+        """Compute now what the checks compute once per process (each check file's `prepare()`, if it has
+        one: e.g. a reference figure), so that the first submission does not wait for it. The grader calls
+        it while the worker pool may still be importing torch."""
+        import torch  # noqa: PLC0415 - (imported by the checks already)
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as the checks run (conftest's one_thread): the same figures to the last bit
+        try:
+            for module in self.modules:
+                prepare = getattr(module, "prepare", None)
+                if callable(prepare):
+                    prepare()
+        finally:
+            torch.set_num_threads(threads)
 
     def run(self, session: Session, fixtures: Mapping[str, object] | None = None) -> list[PartResult]:
         """Every check against `session`: one PartResult per part."""

@@ -51,12 +51,14 @@ def cmd_grade(args) -> int:
     from .prestart import prestart  # noqa: PLC0415 - the commands' modules load only when they run
 
     prestart()  # the worker pool imports torch while this process does
-    from . import document, grade, report  # noqa: PLC0415
+    from . import document, grade  # noqa: PLC0415
 
     result = grade.grade(args.submission, gpu=args.gpu, limits=limits.from_args(args), assignment=assignment)
     if args.json:
         sys.stdout.write(document.dumps(result) + "\n")
     else:
+        from . import report  # noqa: PLC0415 - rich's tables, only for people
+
         report.render(result)
     return 0
 

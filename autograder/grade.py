@@ -30,6 +30,7 @@ class Grader:
         key = (assignment.id, tuple(p.id for p in parts))
         if key not in self._checks:
             self._checks[key] = check.Checks(assignment, parts)
+            self._checks[key].prepare()
         return self._checks[key]
 
     @property
@@ -72,7 +73,7 @@ class Grader:
         if not readable:
             results = unreadable(extracted, parts)
         else:
-            checks = self.checks(assignment, parts)  # (the first time: while the worker pool imports torch)
+            checks = self.checks(assignment, parts)  # (the first time: while the worker pool may import torch)
             session = Session(self.zygote, extracted.sources, self.limits, assignment)
             try:
                 session.start()
