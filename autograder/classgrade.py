@@ -155,6 +155,7 @@ def _grade_course(course, assignment, workers, force, limits, progress, console,
                   stopper, outcomes) -> None:
     the_assignment = spec.assignment(assignment)
     console = console or Console(stderr=True)
+    gradebook.load_nbgrader()
     root = course / "submitted"
     folders = {d.name: d / assignment for d in sorted(root.iterdir()) if (d / assignment).is_dir()}
     location = gradebook.locate(course)

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import logging
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -62,6 +63,20 @@ def cell_score(score: float, part_max: float, cell_points: float) -> float:
     """A part's score as the points of its nbgrader cell: scaled, rounded, clipped to [0, points]."""
     scaled = score * cell_points / part_max if part_max else 0.0
     return min(max(round(float(scaled), 4), 0.0), float(cell_points))
+
+
+def load_nbgrader() -> None:
+    """Import nbgrader's gradebook API now, without jsonschema's optional checker of the "iri" format:
+    its module (rfc3987_syntax) compiles a grammar at import, about 1.3 s of CPU, and neither nbformat
+    nor nbgrader ever checks that format. A process that writes a gradebook calls this first."""
+    if "jsonschema" in sys.modules:
+        return
+    sys.modules.setdefault("rfc3987_syntax", None)  # (an import of None fails: jsonschema skips that checker)
+    try:
+        import nbgrader.api  # noqa: F401, PLC0415 - the point of this function
+    finally:
+        if sys.modules.get("rfc3987_syntax", 0) is None:
+            del sys.modules["rfc3987_syntax"]
 
 
 @contextlib.contextmanager

@@ -45,21 +45,23 @@ class Tally:
         self.seconds: collections.Counter = collections.Counter()
         self.steps = self.bytes_out = self.bytes_in = 0
         self.worker_cpu = 0.0
+        self.worker_faults = 0
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a live process (0 once it is gone)."""
+def cpu_and_faults(pid: int) -> tuple[float, int]:
+    """(utime + stime, minor page faults) of a live process ((0, 0) once it is gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of a worker and every process below it (in a PID namespace, the worker proper is
-    the child of the forked process)."""
-    return sum(cpu_seconds(p) for p in descendants(pid))
+def tree_cpu(pid: int) -> tuple[float, int]:
+    """CPU seconds and page faults of a worker and every process below it (in a PID namespace, the
+    worker proper is the child of the forked process)."""
+    found = [cpu_and_faults(p) for p in descendants(pid)]
+    return sum(c for c, _ in found), sum(f for _, f in found)
 
 
 @contextlib.contextmanager
@@ -110,7 +112,9 @@ def instrumented(tally: Tally):
 
     def counting_kill(self):
         if self.alive:
-            tally.worker_cpu += tree_cpu(self.pid)
+            cpu, faults = tree_cpu(self.pid)
+            tally.worker_cpu += cpu
+            tally.worker_faults += faults
         return kill(self)
 
     recv_exact = protocol.recv_exact
@@ -143,7 +147,7 @@ def measure(submission: str, runs: int, cprofile: int) -> tuple[list[dict], obje
             wall = time.perf_counter() - started
             after = resource.getrusage(resource.RUSAGE_SELF)
             rows.append({"wall": wall, "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
-                         "worker_cpu": tally.worker_cpu, "kinds": dict(tally.kinds), "steps": tally.steps,
+                         "worker_cpu": tally.worker_cpu, "worker_faults": tally.worker_faults, "kinds": dict(tally.kinds), "steps": tally.steps,
                          "out": tally.bytes_out, "in": tally.bytes_in,
                          **{f"t:{k}": v for k, v in tally.seconds.items()}})
         if cprofile:
@@ -167,7 +171,8 @@ def report(rows: list[dict], result, submission: str) -> None:
     print(f"round trips per submission: {sum(kinds.values())} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}),"
           f" carrying {rows[-1]['steps']} requests")
     print(f"bytes framed: {med['out'] / 1024:.0f} KiB to the worker, {med['in'] / 1024:.0f} KiB back")
-    print(f"CPU: this process {med['cpu'] * 1000:.0f} ms, the worker {med['worker_cpu'] * 1000:.0f} ms")
+    print(f"CPU: this process {med['cpu'] * 1000:.0f} ms, the worker {med['worker_cpu'] * 1000:.0f} ms "
+          f"({med['worker_faults']:.0f} page faults)")
     print(f"wall {med['wall'] * 1000:.0f} ms (median), of which:")
     for label, seconds in (
         ("starting a sandboxed worker and loading the code", load),
