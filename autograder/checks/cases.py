@@ -10,6 +10,8 @@
         Q, K = call.args
         got = expect.value(outcome)                 # the result, or this call's own failure
 
+`send` does the same for checks that take several steps each (`Job`s): each check gets a `Ran`.
+
 Each case's inputs come from its own generator seeded like the `gen` fixture, so a case sees
 the same tensors as a check that drew them from `gen`. The calls run in the order of the
 table, which is the order of the checks that read them: the student's code runs the same
@@ -18,10 +20,11 @@ calls in the same order as when each check sent its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
 
-from autograder.batch import Call, Outcome
+from autograder.batch import Call, Job, JobResult, Outcome
 
 SEED = 1234  # the `gen` fixture's seed (conftest.py)
 
@@ -42,3 +45,22 @@ class Cases:
 
     def get(self, student, case: str) -> tuple[Call, Outcome]:
         return student.once(f"cases:{self.key}", lambda: self._send(student))[case]
+
+
+@dataclass
+class Ran:
+    """One check's job, sent with the others of its part: its result, its steps by name, its inputs."""
+
+    result: JobResult
+    steps: dict
+    inputs: object = None
+
+    def value(self, name="value"):
+        """What the step `name` returned; raises the job's failure if it failed there or before."""
+        return self.result[self.steps[name]]
+
+
+def send(student, checks: Mapping[str, tuple[Job, dict, object]]) -> dict[str, Ran]:
+    """Every check's (job, steps by name, inputs) in one round trip: {check: Ran}."""
+    results = student.run([job for job, _, _ in checks.values()])
+    return {key: Ran(result, steps, inputs) for (key, (_, steps, inputs)), result in zip(checks.items(), results)}

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from autograder.checks import expect
+from autograder.checks.cases import Ran, seeded, send
 from autograder.checks.generation.common import B, CONTEXT_LENGTHS, D_CONTEXT, D_MODEL, H, HEAD_DIM, S_K, S_Q, cross_variant, \
     lengths_mask
 from autograder.failures import StudentRaised
@@ -32,29 +33,37 @@ def layers(d_context):
 def test_submodules(student):
     """CrossAttention(d_model, H, d_context) has bias-free W_q (d_model -> d_model), W_k, W_v (d_context -> d_model), W_o"""
     call = f"CrossAttention({D_MODEL}, {H}, d_context={D_CONTEXT})"
-    info = student.new("CrossAttention", D_MODEL, H, D_CONTEXT).describe()
+    info = part(student)["submodules"].value()
     expect.submodules(info, layers(D_CONTEXT), None, call, ROLES)
 
 
 @pytest.mark.points(1)
 def test_context_width_defaults_to_d_model(student):
     """CrossAttention(d_model, H) takes a context as wide as d_model"""
-    info = student.new("CrossAttention", D_MODEL, H).describe()
+    info = part(student)["defaults"].value()
     expect.submodules(info, layers(D_MODEL), None, f"CrossAttention({D_MODEL}, {H})", ROLES)
 
 
-def loaded(student, gen, d_context):
-    state = {"W_q.weight": torch.randn(D_MODEL, D_MODEL, generator=gen) / math.sqrt(D_MODEL),
-             "W_k.weight": torch.randn(D_MODEL, d_context, generator=gen) / math.sqrt(d_context),
-             "W_v.weight": torch.randn(D_MODEL, d_context, generator=gen) / math.sqrt(d_context),
-             "W_o.weight": torch.randn(D_MODEL, D_MODEL, generator=gen) / math.sqrt(D_MODEL)}
-    module = student.new("CrossAttention", D_MODEL, H, d_context)
+def loaded(job, g, d_context) -> dict:
+    """CrossAttention built and given the checks' weights, in eval mode, queued on `job`: its steps (and the state)."""
+    state = {"W_q.weight": torch.randn(D_MODEL, D_MODEL, generator=g) / math.sqrt(D_MODEL),
+             "W_k.weight": torch.randn(D_MODEL, d_context, generator=g) / math.sqrt(d_context),
+             "W_v.weight": torch.randn(D_MODEL, d_context, generator=g) / math.sqrt(d_context),
+             "W_o.weight": torch.randn(D_MODEL, D_MODEL, generator=g) / math.sqrt(D_MODEL)}
+    module = job.new("CrossAttention", D_MODEL, H, d_context)
+    return {"module": module, "load": job.load_state_dict(module, state), "eval": job.eval(module), "state": state}
+
+
+def module_of(run: Ran) -> dict:
+    """The checks' weights, once the student's module was built and took them (or the failure, in its terms)."""
+    run.value("module")
     try:
-        module.load_state_dict(state)
+        run.value("load")
     except StudentRaised as exc:
         raise expect.CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
                                   "bias-free layers W_q, W_k, W_v, W_o") from None
-    return module.eval(), state
+    run.value("eval")
+    return run.steps["state"]
 
 
 def cross_mistakes(state, x, context, mask):
@@ -80,11 +89,11 @@ def cross_mistakes(state, x, context, mask):
     return out
 
 
-def forward(module, x, context, mask, what):
+def forward(run: Ran, what):
     try:
-        return module(x, context) if mask is None else module(x, context, mask)
+        return run.value("forward")
     except StudentRaised as exc:
-        if exc.kind != "RuntimeError":
+        if exc.kind != "RuntimeError" or not run.result.failed(run.steps["forward"]):
             raise
         raise expect.CheckFailure(f"{what}: {exc}; {FROM_CONTEXT}; a [B, S_k] context mask becomes "
                                   "context_mask[:, None, None, :] against [B, H, S_q, S_k] scores") from None
@@ -95,28 +104,57 @@ CASES = {"no mask": False, "context mask": True}
 
 @pytest.mark.points(3.5)
 @pytest.mark.parametrize("case", list(CASES))
-def test_forward_matches_official_module(student, gen, case):
+def test_forward_matches_official_module(student, case):
     """forward(x, context, context_mask) equals nn.MultiheadAttention(kdim=d_context, vdim=d_context) with the same weights"""
     use_mask = CASES[case]
-    module, state = loaded(student, gen, D_CONTEXT)
-    x = torch.randn(B, S_Q, D_MODEL, generator=gen)
-    context = torch.randn(B, S_K, D_CONTEXT, generator=gen)
-    mask = lengths_mask(CONTEXT_LENGTHS, S_K) if use_mask else None
+    run = part(student)[case]
+    state = module_of(run)
+    x, context, mask = run.inputs
     what = (f"forward(x [{B}, {S_Q}, {D_MODEL}], context [{B}, {S_K}, {D_CONTEXT}]"
             + (f", context_mask with lengths {list(CONTEXT_LENGTHS)})" if use_mask else ")"))
-    got = forward(module, x, context, mask, what)
+    got = forward(run, what)
     expect.close(got, cross_variant(state, x, context, mask), what,
                  mistakes=cross_mistakes(state, x, context, mask),
                  shapes={(B, S_K, D_MODEL): "the output has one row per query (S_q rows), not per context token"})
 
 
 @pytest.mark.points(4)
-def test_keys_and_values_come_from_the_context(student, gen):
+def test_keys_and_values_come_from_the_context(student):
     """with a context as long and as wide as x, keys and values still come from the context, not from x"""
-    module, state = loaded(student, gen, D_MODEL)
-    x = torch.randn(B, S_K, D_MODEL, generator=gen)
-    context = torch.randn(B, S_K, D_MODEL, generator=gen)
-    mask = lengths_mask(CONTEXT_LENGTHS, S_K)
+    run = part(student)["same widths"]
+    state = module_of(run)
+    x, context, mask = run.inputs
     what = f"forward(x [{B}, {S_K}, {D_MODEL}], context [{B}, {S_K}, {D_MODEL}], context_mask)"
-    got = forward(module, x, context, mask, what)
+    got = forward(run, what)
     expect.close(got, cross_variant(state, x, context, mask), what, mistakes=cross_mistakes(state, x, context, mask))
+
+
+# --------------------------------------------------------------------------- #
+# every request of this part, in the order of the checks above, in one round trip
+# --------------------------------------------------------------------------- #
+
+
+def _forward_job(student, d_context, S_x, use_mask):
+    job, g = student.job(), seeded()
+    steps = loaded(job, g, d_context)
+    x = torch.randn(B, S_x, D_MODEL, generator=g)
+    context = torch.randn(B, S_K, d_context, generator=g)
+    mask = lengths_mask(CONTEXT_LENGTHS, S_K) if use_mask else None
+    steps["forward"] = job.forward(steps["module"], x, context) if mask is None else \
+        job.forward(steps["module"], x, context, mask)
+    return job, steps, (x, context, mask)
+
+
+def _part(student) -> dict[str, Ran]:
+    checks = {}
+    for key, args in (("submodules", (D_MODEL, H, D_CONTEXT)), ("defaults", (D_MODEL, H))):
+        job = student.job()
+        checks[key] = (job, {"value": job.describe(job.new("CrossAttention", *args))}, None)
+    for case, use_mask in CASES.items():
+        checks[case] = _forward_job(student, D_CONTEXT, S_Q, use_mask)
+    checks["same widths"] = _forward_job(student, D_MODEL, S_K, True)
+    return send(student, checks)
+
+
+def part(student) -> dict[str, Ran]:
+    return student.once("generation cross_attention", lambda: _part(student))

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from autograder.checks import expect
+from autograder.checks.cases import Ran, seeded, send
 from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, S, decode_variant
 from autograder.failures import StudentRaised
 from solutions import generation as ref
@@ -49,7 +50,7 @@ def test_decode_causal_mask(student, S_q, S_k):
     """decode_causal_mask(S_q, S_k) is True where key j <= i + (S_k - S_q): bottom-right aligned"""
     want = ref.decode_causal_mask(S_q, S_k)
     what = f"decode_causal_mask({S_q}, {S_k})"
-    got = expect.shape(student.call("decode_causal_mask", S_q, S_k), want.shape, what,
+    got = expect.shape(part(student)[f"mask {S_q} {S_k}"].value(), want.shape, what,
                        hints={(S_k, S_q): "rows are the queries: [S_q, S_k]"})
     if got.dtype != torch.bool:
         raise expect.CheckFailure(f"{what} returned dtype {got.dtype}: return a torch.bool mask")
@@ -67,9 +68,10 @@ H_KV, N_REP = 3, 2  # six query heads share three key/value heads
 
 
 @pytest.mark.points(7)
-def test_repeat_kv_repeats_each_head_in_place(student, gen):
+def test_repeat_kv_repeats_each_head_in_place(student):
     """repeat_kv(x [B, H_kv, S, hd], n_rep) repeats each head n_rep times in place: head h serves query heads h*n_rep..(h+1)*n_rep-1"""
-    x = torch.randn(B, H_KV, 5, HEAD_DIM, generator=gen)
+    repeated = part(student)["repeat_kv"]
+    x = repeated.inputs
     want = ref.repeat_kv(x, N_REP)
     what = f"repeat_kv(x [{B}, {H_KV}, 5, {HEAD_DIM}], n_rep={N_REP})"
     mistakes = {
@@ -81,8 +83,8 @@ def test_repeat_kv_repeats_each_head_in_place(student, gen):
     shapes = {(B, H_KV, 5 * N_REP, HEAD_DIM): "you repeated along the sequence axis; repeat the heads (dim=1)",
               (B * N_REP, H_KV, 5, HEAD_DIM): "you repeated along the batch axis; repeat the heads (dim=1)",
               (B, H_KV, 5, HEAD_DIM * N_REP): "you repeated along the feature axis; repeat the heads (dim=1)"}
-    expect.close(student.call("repeat_kv", x, N_REP), want, what, mistakes=mistakes, shapes=shapes)
-    same = student.call("repeat_kv", x, 1)
+    expect.close(repeated.value("n_rep"), want, what, mistakes=mistakes, shapes=shapes)
+    same = repeated.value("once")
     expect.close(same, x, "repeat_kv(x, n_rep=1)", hint="with n_rep=1 every head is kept once: x itself")
 
 
@@ -108,17 +110,17 @@ def cache_shapes(S_old, S_new):
 
 
 @pytest.mark.points(6)
-def test_kv_cache_append_returns_everything_cached(student, gen):
+def test_kv_cache_append_returns_everything_cached(student):
     """KVCache.append(k, v) stores k, v [B, H, S_new, head_dim] after the cached positions and returns all keys and values"""
-    cache = student.new("KVCache")
+    appended = part(student)["append"]
+    appended.value("cache")
     ks, vs, S_old = [], [], 0
-    for step, S_new in enumerate(CACHE_STEPS, 1):
-        k, v = torch.randn(B, H, S_new, HEAD_DIM, generator=gen), torch.randn(B, H, S_new, HEAD_DIM, generator=gen)
+    for step, (S_new, (k, v)) in enumerate(zip(CACHE_STEPS, appended.inputs), 1):
         ks.append(k)
         vs.append(v)
         what = f"append number {step} (S_new={S_new}, {S_old} positions cached before)"
         try:
-            got = cache.method("append", k, v)
+            got = appended.value(step)
         except StudentRaised as exc:
             if exc.kind == "NotImplementedError":
                 raise
@@ -139,18 +141,18 @@ def test_kv_cache_append_returns_everything_cached(student, gen):
 
 
 @pytest.mark.points(2)
-def test_kv_cache_length_counts_positions(student, gen):
+def test_kv_cache_length_counts_positions(student):
     """len(KVCache()) is 0, then the number of cached positions"""
-    cache = student.new("KVCache")
-    first = cache.method("__len__")
+    counted = part(student)["len"]
+    counted.value("cache")
+    first = counted.value(0)
     if first != 0:
         raise expect.CheckFailure(f"len(KVCache()) is {first!r}: an empty cache holds 0 positions")
-    steps = (3, 1, 2)  # never as many positions as append calls
-    for count, S_new in enumerate(steps, 1):
-        cache.method("append", torch.randn(B, H, S_new, HEAD_DIM, generator=gen),
-                     torch.randn(B, H, S_new, HEAD_DIM, generator=gen))
+    steps = LEN_STEPS
+    for count in range(1, len(steps) + 1):
+        counted.value(f"append {count}")
         total = sum(steps[:count])
-        got = cache.method("__len__")
+        got = counted.value(count)
         if got != total:
             hint = (": that is the number of append calls; count positions, k.shape[-2] of the cached keys"
                     if got == count else ": count positions, the size of the sequence axis (dim=2) of the cached keys")
@@ -169,23 +171,13 @@ def test_cached_module_submodules(student):
     call = f"CachedSelfAttention({D_MODEL}, {H})"
     layers = {"W_qkv": (D_MODEL, 3 * D_MODEL), "W_o": (D_MODEL, D_MODEL)}
     roles = {"W_qkv": "d_model -> 3 * d_model, rows q, k, v", "W_o": "d_model -> d_model"}
-    expect.submodules(student.new("CachedSelfAttention", D_MODEL, H).describe(), layers, None, call, roles)
+    expect.submodules(part(student)["submodules"].value(), layers, None, call, roles)
 
 
 def weights(gen):
     w_qkv = torch.randn(3 * D_MODEL, D_MODEL, generator=gen) / math.sqrt(D_MODEL)
     w_o = torch.randn(D_MODEL, D_MODEL, generator=gen) / math.sqrt(D_MODEL)
     return w_qkv, w_o
-
-
-def loaded_module(student, w_qkv, w_o):
-    module = student.new("CachedSelfAttention", D_MODEL, H)
-    try:
-        module.load_state_dict({"W_qkv.weight": w_qkv, "W_o.weight": w_o})
-    except StudentRaised as exc:
-        raise expect.CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
-                                  "bias-free layers W_qkv and W_o") from None
-    return module.eval()
 
 
 def decode_mistakes(w_qkv, w_o, x, chunks):
@@ -211,68 +203,66 @@ def decode_mistakes(w_qkv, w_o, x, chunks):
     return out
 
 
-def run_chunks(student, module, x, chunks):
-    """The module's outputs for x fed in chunks through one KVCache (no cache for a single chunk), and the cache."""
-    if len(chunks) == 1:
-        return module(x), None
-    cache = student.new("KVCache")
+def compare_split(run: Ran, chunks, label):
+    """The outputs of x fed in `chunks` (steps of the check's job: run.steps[chunks]) equal the full causal pass."""
+    w_qkv, w_o, x = run.inputs
+    run.value("module")
+    try:
+        run.value("load")
+    except StudentRaised as exc:
+        raise expect.CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
+                                  "bias-free layers W_qkv and W_o") from None
+    run.value("eval")
+    cache, forwards, length = run.steps[chunks]
+    if cache is not None:
+        run.result[cache]
     outs, start = [], 0
-    for n in chunks:
+    for n, step in zip(chunks, forwards):
         what = f"forward(x[:, {start}:{start + n}], cache) with {start} cached position{'' if start == 1 else 's'}"
         try:
-            out = module(x[:, start : start + n], cache)
+            out = run.result[step]
         except StudentRaised as exc:
-            if exc.kind == "NotImplementedError":
+            if exc.kind == "NotImplementedError" or len(chunks) == 1:
                 raise
             raise expect.CheckFailure(f"{what}: {exc}; the new queries [B, H, S_new, head_dim] attend over all "
                                       "S_k cached keys: scores [B, H, S_new, S_k], mask decode_causal_mask(S_new, S_k)"
                                       ) from None
-        outs.append(expect.shape(out, (B, n, D_MODEL), what))
+        outs.append(out if len(chunks) == 1 else expect.shape(out, (B, n, D_MODEL), what))
         start += n
-    return torch.cat(outs, dim=1), cache
-
-
-def compare_split(student, module, w_qkv, w_o, x, chunks, label):
-    got, cache = run_chunks(student, module, x, chunks)
+    got = torch.cat(outs, dim=1) if len(chunks) > 1 else outs[0]
     want = decode_variant(w_qkv, w_o, x, chunks)
     expect.close(got, want, label, mistakes=decode_mistakes(w_qkv, w_o, x, chunks))
-    if cache is not None:
-        length = cache.method("__len__")
+    if length is not None:
+        length = run.result[length]  # (the cache's __len__)
         if length != sum(chunks):
             raise expect.CheckFailure(f"{label}: afterwards len(cache) is {length!r}, expected {sum(chunks)}: forward "
                                       "must append the new keys and values exactly once")
 
 
+SPLITS = tuple((p,) + (1,) * (S - p) for p in range(1, S))  # a prompt of p tokens, then one token at a time
+
+
 @pytest.mark.points(4)
-def test_cached_module_without_cache_is_causal_self_attention(student, gen):
+def test_cached_module_without_cache_is_causal_self_attention(student):
     """forward(x) without a cache is causal multi-head self-attention (nn.MultiheadAttention with a causal mask)"""
-    w_qkv, w_o = weights(gen)
-    module = loaded_module(student, w_qkv, w_o)
-    x = torch.randn(B, S, D_MODEL, generator=gen)
-    compare_split(student, module, w_qkv, w_o, x, (S,), f"forward(x [{B}, {S}, {D_MODEL}])")
+    compare_split(part(student)["no cache"], (S,), f"forward(x [{B}, {S}, {D_MODEL}])")
 
 
 @pytest.mark.points(6)
-def test_decoding_equals_the_full_pass_for_every_split(student, gen):
+def test_decoding_equals_the_full_pass_for_every_split(student):
     """a prompt of p tokens, then one token at a time through one KVCache, equals the full causal pass, for every p"""
-    w_qkv, w_o = weights(gen)
-    module = loaded_module(student, w_qkv, w_o)
-    x = torch.randn(B, S, D_MODEL, generator=gen)
-    for p in range(1, S):
-        chunks = (p,) + (1,) * (S - p)
-        compare_split(student, module, w_qkv, w_o, x, chunks,
+    run = part(student)["every split"]
+    for chunks in SPLITS:
+        p = chunks[0]
+        compare_split(run, chunks,
                       f"a prompt of {p} token{'s' if p > 1 else ''}, then {S - p} tokens one at a time (outputs joined, [{B}, {S}, "
                       f"{D_MODEL}])")
 
 
 @pytest.mark.points(5)
-def test_chunks_of_several_tokens_after_a_prompt(student, gen):
+def test_chunks_of_several_tokens_after_a_prompt(student):
     """several new tokens at once after a prompt (S_q < S_k, S_q > 1) equal the full causal pass"""
-    w_qkv, w_o = weights(gen)
-    module = loaded_module(student, w_qkv, w_o)
-    x = torch.randn(B, S, D_MODEL, generator=gen)
-    chunks = (2, 3, 1)
-    compare_split(student, module, w_qkv, w_o, x, chunks,
+    compare_split(part(student)["chunks"], (2, 3, 1),
                   f"a prompt of 2 tokens, then 3 tokens at once, then 1 (outputs joined, [{B}, {S}, {D_MODEL}])")
 
 
@@ -310,7 +300,7 @@ def test_kv_cache_bytes(student):
     for args, kwargs in BYTES_CASES:
         dtype = kwargs.get("dtype", torch.float16)
         want = ref.kv_cache_bytes(*args, **kwargs)
-        got = student.call("kv_cache_bytes", *args, **kwargs)
+        got = part(student)[f"bytes {args}"].value()
         shown = ", ".join(map(str, args)) + (f", dtype={dtype}" if kwargs else "")
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
@@ -322,3 +312,67 @@ def test_kv_cache_bytes(student):
         if not isinstance(got, int):
             raise expect.CheckFailure(f"kv_cache_bytes({shown}) returned the float {got!r}: return an int (a number "
                                       "of bytes; element_size() is an int)")
+
+
+# --------------------------------------------------------------------------- #
+# every request of this part, in the order of the checks above, in one round trip
+# --------------------------------------------------------------------------- #
+
+LEN_STEPS = (3, 1, 2)  # never as many positions as append calls
+
+
+def _module_job(student, splits):
+    """CachedSelfAttention with the checks' weights, then x fed in each of `splits` through a new KVCache."""
+    g = seeded()
+    w_qkv, w_o = weights(g)
+    job = student.job()
+    module = job.new("CachedSelfAttention", D_MODEL, H)
+    steps = {"module": module, "load": job.load_state_dict(module, {"W_qkv.weight": w_qkv, "W_o.weight": w_o}),
+             "eval": job.eval(module)}
+    x = torch.randn(B, S, D_MODEL, generator=g)
+    for chunks in splits:
+        cache = job.new("KVCache") if len(chunks) > 1 else None
+        forwards, start = [], 0
+        for n in chunks:
+            forwards.append(job.forward(module, x[:, start:start + n], cache) if cache is not None
+                            else job.forward(module, x))
+            start += n
+        steps[chunks] = (cache, forwards, job.method(cache, "__len__") if cache is not None else None)
+    return job, steps, (w_qkv, w_o, x)
+
+
+def _part(student) -> dict[str, Ran]:
+    checks = {}
+    for S_q, S_k in ((3, 7), (1, 6), (4, 4)):
+        job = student.job()
+        checks[f"mask {S_q} {S_k}"] = (job, {"value": job.call("decode_causal_mask", S_q, S_k)}, None)
+    job, x = student.job(), torch.randn(B, H_KV, 5, HEAD_DIM, generator=seeded())
+    checks["repeat_kv"] = (job, {"n_rep": job.call("repeat_kv", x, N_REP), "once": job.call("repeat_kv", x, 1)}, x)
+    job, g = student.job(), seeded()
+    steps, pairs = {"cache": job.new("KVCache")}, []
+    for step, S_new in enumerate(CACHE_STEPS, 1):
+        k, v = torch.randn(B, H, S_new, HEAD_DIM, generator=g), torch.randn(B, H, S_new, HEAD_DIM, generator=g)
+        pairs.append((k, v))
+        steps[step] = job.method(steps["cache"], "append", k, v)
+    checks["append"] = (job, steps, pairs)
+    job, g = student.job(), seeded()
+    steps = {"cache": job.new("KVCache")}
+    steps[0] = job.method(steps["cache"], "__len__")
+    for count, S_new in enumerate(LEN_STEPS, 1):
+        steps[f"append {count}"] = job.method(steps["cache"], "append", torch.randn(B, H, S_new, HEAD_DIM, generator=g),
+                                              torch.randn(B, H, S_new, HEAD_DIM, generator=g))
+        steps[count] = job.method(steps["cache"], "__len__")
+    checks["len"] = (job, steps, None)
+    job = student.job()
+    checks["submodules"] = (job, {"value": job.describe(job.new("CachedSelfAttention", D_MODEL, H))}, None)
+    checks["no cache"] = _module_job(student, ((S,),))
+    checks["every split"] = _module_job(student, SPLITS)
+    checks["chunks"] = _module_job(student, ((2, 3, 1),))
+    for args, kwargs in BYTES_CASES:
+        job = student.job()
+        checks[f"bytes {args}"] = (job, {"value": job.call("kv_cache_bytes", *args, **kwargs)}, None)
+    return send(student, checks)
+
+
+def part(student) -> dict[str, Ran]:
+    return student.once("generation kv_cache", lambda: _part(student))

@@ -7,11 +7,45 @@ property that defines it: a query's score against a key depends only on their of
 import pytest
 import torch
 
+from autograder.batch import Call
 from autograder.checks import expect
+from autograder.checks.cases import Cases
 from autograder.checks.generation.common import B, H, ROPE_DIM, rope_variant, sinusoidal_variant
 from solutions import generation as ref
 
 PE_LEN, PE_DIM = 50, 16  # long enough that a wrong frequency shows in every pair
+PAIRS = [(3, 1), (10, 8), (40, 38), (1, 3), (21, 23), (5, 5), (17, 17)]  # (m, n): query and key positions
+
+
+def _rope_x4(g):
+    return torch.randn(B, H, 5, ROPE_DIM, generator=g, dtype=torch.float64)
+
+
+def _rope_x3(g):
+    _rope_x4(g)  # (drawn after the 4-D input, from the same generator)
+    return torch.randn(B, 5, ROPE_DIM, generator=g)
+
+
+def _rotated(g, which: int):
+    """apply_rope of q (which=0) or k (which=1) [7, head_dim] at the positions m or n of PAIRS."""
+    q = torch.randn(1, ROPE_DIM, generator=g, dtype=torch.float64)
+    k = torch.randn(1, ROPE_DIM, generator=g, dtype=torch.float64)
+    t, positions = (q, [a for a, _ in PAIRS]) if which == 0 else (k, [b for _, b in PAIRS])
+    return Call("apply_rope", t.expand(len(PAIRS), ROPE_DIM).contiguous(), torch.tensor(positions))
+
+
+# Every call of this part, in the order of the checks below: one round trip for all of them.
+CALLS = Cases("generation positions", {
+    "pe shape": lambda g: Call("sinusoidal_positions", 7, 12),
+    "pe values": lambda g: Call("sinusoidal_positions", PE_LEN, PE_DIM),
+    "rope 4-D": lambda g: Call("apply_rope", _rope_x4(g), torch.arange(5)),
+    "rope 3-D": lambda g: Call("apply_rope", _rope_x3(g), torch.arange(5)),
+    "rope values": lambda g: Call("apply_rope", torch.randn(B, H, 6, ROPE_DIM, generator=g), torch.arange(6)),
+    "rope positions": lambda g: Call("apply_rope", torch.randn(B, 5, ROPE_DIM, generator=g),
+                                     torch.tensor([7, 3, 12, 0, 29])),
+    "rope q": lambda g: _rotated(g, 0),
+    "rope k": lambda g: _rotated(g, 1),
+})
 
 
 def sinusoidal_mistakes(seq_len, d_model):
@@ -33,7 +67,7 @@ def sinusoidal_mistakes(seq_len, d_model):
 @pytest.mark.points(3)
 def test_sinusoidal_shape_and_dtype(student):
     """sinusoidal_positions(S, d_model) is a float32 tensor [S, d_model]"""
-    got = expect.shape(student.call("sinusoidal_positions", 7, 12), (7, 12), "sinusoidal_positions(7, 12)",
+    got = expect.shape(CALLS.get(student, "pe shape")[1].value, (7, 12), "sinusoidal_positions(7, 12)",
                        hints={(12, 7): "the rows are positions: [seq_len, d_model]"})
     if got.dtype != torch.float32:
         raise expect.CheckFailure(f"sinusoidal_positions(7, 12) returned dtype {got.dtype}, expected torch.float32 "
@@ -43,7 +77,7 @@ def test_sinusoidal_shape_and_dtype(student):
 @pytest.mark.points(7)
 def test_sinusoidal_values(student):
     """PE[p, 2i] = sin(p / 10000^(2i / d_model)) and PE[p, 2i + 1] = cos of the same angle"""
-    got = student.call("sinusoidal_positions", PE_LEN, PE_DIM)
+    got = CALLS.get(student, "pe values")[1].value
     want = ref.sinusoidal_positions(PE_LEN, PE_DIM)
     expect.close(got, want, f"sinusoidal_positions({PE_LEN}, {PE_DIM})", atol=1e-4, rtol=1e-4,
                  mistakes=sinusoidal_mistakes(PE_LEN, PE_DIM))
@@ -66,53 +100,51 @@ def rope_mistakes(x, positions):
 
 
 @pytest.mark.points(4)
-def test_rope_shape_and_dtype(student, gen):
+def test_rope_shape_and_dtype(student):
     """apply_rope keeps the shape ([B, H, S, head_dim] or [B, S, head_dim]) and the dtype of x"""
-    x4 = torch.randn(B, H, 5, ROPE_DIM, generator=gen, dtype=torch.float64)
-    got = expect.shape(student.call("apply_rope", x4, torch.arange(5)), x4.shape,
+    call, outcome = CALLS.get(student, "rope 4-D")
+    x4 = call.args[0]
+    got = expect.shape(outcome.value, x4.shape,
                        f"apply_rope(x [{B}, {H}, 5, {ROPE_DIM}], positions [5])")
     if got.dtype != torch.float64:
         raise expect.CheckFailure(f"apply_rope on a float64 x returned {got.dtype}: return x's dtype (compute the "
                                   "angles in float32 or float64, then .to(x.dtype))")
-    x3 = torch.randn(B, 5, ROPE_DIM, generator=gen)
-    got3 = expect.shape(student.call("apply_rope", x3, torch.arange(5)), x3.shape,
+    call, outcome = CALLS.get(student, "rope 3-D")
+    x3 = call.args[0]
+    got3 = expect.shape(outcome.value, x3.shape,
                         f"apply_rope(x [{B}, 5, {ROPE_DIM}], positions [5]): x may have any leading axes")
     if got3.dtype != torch.float32:
         raise expect.CheckFailure(f"apply_rope on a float32 x returned {got3.dtype}: return x's dtype")
 
 
 @pytest.mark.points(5)
-def test_rope_values(student, gen):
+def test_rope_values(student):
     """apply_rope(x, 0..S-1) rotates each pair (x[2i], x[2i+1]) by position * 10000^(-2i / head_dim)"""
-    x = torch.randn(B, H, 6, ROPE_DIM, generator=gen)
-    positions = torch.arange(6)
-    got = student.call("apply_rope", x, positions)
+    call, outcome = CALLS.get(student, "rope values")
+    x, positions = call.args
+    got = outcome.value
     expect.close(got, ref.apply_rope(x, positions), f"apply_rope(x [{B}, {H}, 6, {ROPE_DIM}], positions 0..5)",
                  atol=1e-5, rtol=1e-4, mistakes=rope_mistakes(x, positions))
 
 
 @pytest.mark.points(5)
-def test_rope_uses_the_given_positions(student, gen):
+def test_rope_uses_the_given_positions(student):
     """apply_rope rotates each row by its own position, for positions that are not 0, 1, 2, ... (after a cache)"""
-    x = torch.randn(B, 5, ROPE_DIM, generator=gen)
-    positions = torch.tensor([7, 3, 12, 0, 29])
-    got = student.call("apply_rope", x, positions)
+    call, outcome = CALLS.get(student, "rope positions")
+    x, positions = call.args
+    got = outcome.value
     expect.close(got, ref.apply_rope(x, positions), f"apply_rope(x [{B}, 5, {ROPE_DIM}], positions "
                  f"{positions.tolist()})", atol=1e-5, rtol=1e-4, mistakes=rope_mistakes(x, positions))
 
 
 @pytest.mark.points(6)
-def test_rope_scores_depend_only_on_the_offset(student, gen):
+def test_rope_scores_depend_only_on_the_offset(student):
     """after apply_rope, the score of a query at position m and a key at position n depends only on m - n"""
-    q = torch.randn(1, ROPE_DIM, generator=gen, dtype=torch.float64)
-    k = torch.randn(1, ROPE_DIM, generator=gen, dtype=torch.float64)
-    pairs = [(3, 1), (10, 8), (40, 38), (1, 3), (21, 23), (5, 5), (17, 17)]
-    m = torch.tensor([a for a, _ in pairs])
-    n = torch.tensor([b for _, b in pairs])
-    rq = expect.shape(student.call("apply_rope", q.expand(len(pairs), ROPE_DIM).contiguous(), m),
-                      (len(pairs), ROPE_DIM), "apply_rope(q [7, 8], positions [7])")
-    rk = expect.shape(student.call("apply_rope", k.expand(len(pairs), ROPE_DIM).contiguous(), n),
-                      (len(pairs), ROPE_DIM), "apply_rope(k [7, 8], positions [7])")
+    pairs = PAIRS
+    (q_call, q_rotated), (k_call, k_rotated) = CALLS.get(student, "rope q"), CALLS.get(student, "rope k")
+    q, k = q_call.args[0][:1], k_call.args[0][:1]
+    rq = expect.shape(q_rotated.value, (len(pairs), ROPE_DIM), "apply_rope(q [7, 8], positions [7])")
+    rk = expect.shape(k_rotated.value, (len(pairs), ROPE_DIM), "apply_rope(k [7, 8], positions [7])")
     expect.finite(rq, "apply_rope")
     scores = (rq.double() * rk.double()).sum(-1)  # the score of q at m against k at n, for each pair
     if (scores - scores[0]).abs().max() <= 1e-9 * (1 + scores.abs().max()):
