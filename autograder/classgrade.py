@@ -24,16 +24,18 @@ import concurrent.futures as cf
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import courselock, document, gradebook, spec
-from .lifetime import Interrupted, Stopper, init_pool_process, kill_processes
+from .lifetime import STOP_SIGNALS, Interrupted, Stopper, init_pool_process, kill_processes
 from .limits import Limits
 from .report import summary_table
 from .resume import State, atomic_write, grader_fingerprint
@@ -47,6 +49,7 @@ _GRADER = None  # this pool process's warm Grader, set by _init_worker
 def _init_worker(limits, parent: int) -> None:
     global _GRADER
     init_pool_process(parent)  # dies with grade-class; Ctrl-C is the parent's to handle
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (blocked by _start_pool until now: ignored from here)
     from . import prestart  # noqa: PLC0415
 
     prestart.prefork()  # imports torch and forks this process's zygote, before the grader is imported
@@ -155,16 +158,33 @@ def _grade_course(course, assignment, workers, force, limits, progress, console,
                   stopper, outcomes) -> None:
     the_assignment = spec.assignment(assignment)
     console = console or Console(stderr=True)
-    gradebook.load_nbgrader()
     root = course / "submitted"
     folders = {d.name: d / assignment for d in sorted(root.iterdir()) if (d / assignment).is_dir()}
+    reports = reports_dir(course, assignment)
+    state = State(reports, grader_fingerprint(the_assignment))
+    keys = {student: state.key(folder) for student, folder in folders.items()}
+    changed = [s for s in folders if force or not state.unchanged(s, keys[s])]
+    # The grading processes start now, to import torch while this process reads the gradebook.
+    pool = _start_pool(workers, len(changed), limits) if grader is None and changed else None
+    try:
+        _grade_queue(pool, course, assignment, workers, force, limits, progress, console, grader, gradebook_wait,
+                    stopper, outcomes, folders, reports, state, keys)
+    except BaseException:
+        if pool is not None:
+            _kill_pool(pool)
+        raise
+
+
+def _grade_queue(pool, course, assignment, workers, force, limits, progress, console, grader, gradebook_wait,
+                 stopper, outcomes, folders, reports, state, keys) -> None:
+    """The gradebook read, the queue made (changed or never recorded), each submission graded and written."""
+    the_assignment = spec.assignment(assignment)
+    gradebook.load_nbgrader()
     location = gradebook.locate(course)
     if location.missing:
         raise FileNotFoundError(f"no gradebook at {location.db_url}: run `nbgrader generate_assignment {assignment}` "
                                 f"in {course} first")
-    reports = reports_dir(course, assignment)
     reports.mkdir(parents=True, exist_ok=True)
-    state = State(reports, grader_fingerprint(the_assignment))
     known = gradebook.retrying(location, lambda: gradebook.submitted(location, assignment), gradebook_wait,
                                stopper.check)
     if known is None:
@@ -172,8 +192,8 @@ def _grade_course(course, assignment, workers, force, limits, progress, console,
                                 f"`nbgrader generate_assignment {assignment}` in {course} first")
 
     todo: dict[str, str] = {}
-    for student, folder in folders.items():
-        key = state.key(folder)
+    for student in folders:
+        key = keys[student]
         if not force and state.unchanged(student, key) and student in known:
             outcomes[student] = Outcome(student, "skipped", _load_report(reports / f"{student}.json", student))
         else:
@@ -207,7 +227,9 @@ def _grade_course(course, assignment, workers, force, limits, progress, console,
         if grader is not None:
             _grade_here(todo, folders, assignment, grader, record, failed, done, stopper.check)
         else:
-            _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done, stopper.check)
+            _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done, stopper.check, pool)
+    if pool is not None and not todo:
+        _kill_pool(pool)  # (started for a queue that turned out empty)
 
 
 def _grade_here(todo, folders, assignment, grader, record, failed, done, check) -> None:
@@ -222,17 +244,31 @@ def _grade_here(todo, folders, assignment, grader, record, failed, done, check) 
         done(student)
 
 
-def _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done, check) -> None:
-    """Each submission in a pool of grading processes; a pool that breaks is replaced, and a
-    submission that broke it twice is reported as an error. Anything that stops the run (a
-    signal, the gradebook) kills the pool's processes at once: nothing goes on grading."""
+def _start_pool(workers: int | None, tasks: int, limits) -> cf.ProcessPoolExecutor:
+    """A pool of min(workers, tasks) grading processes, started now (each imports torch in its initializer)."""
+    workers = max(1, min(workers or os.cpu_count() or 1, tasks or 1))
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=_init_worker, initargs=(limits, os.getpid()))
+    # A stop signal waits while the processes start (each inherits the block and ignores the signal once it
+    # runs init_pool_process), so that none of them, half started, prints a traceback for a Ctrl-C.
+    resource_tracker.ensure_running()  # (its start unblocks SIGINT and SIGTERM: first, then the block)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        for _ in range(workers):
+            pool.submit(os.getpid)  # (a pool starts its processes as tasks arrive)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    return pool
+
+
+def _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done, check, pool=None) -> None:
+    """Each submission in a pool of grading processes (`pool`, if one was started already); a pool that
+    breaks is replaced, and a submission that broke it twice is reported as an error. Anything that
+    stops the run (a signal, the gradebook) kills the pool's processes at once: nothing goes on grading."""
     pending = dict(todo)
-    workers = max(1, min(workers or os.cpu_count() or 1, len(todo) or 1))
     attempts: dict[str, int] = {}
     while pending:
-        ctx = multiprocessing.get_context("spawn")
-        pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx,
-                                      initializer=_init_worker, initargs=(limits, os.getpid()))
+        pool = pool or _start_pool(workers, len(pending), limits)
         broken = False
         try:
             futures = {pool.submit(grade_folder, str(folders[s]), assignment): s for s in pending}
@@ -257,6 +293,7 @@ def _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, d
             raise
         if broken:
             _kill_pool(pool)
+            pool = None
         else:
             pool.shutdown(wait=True)
             break
