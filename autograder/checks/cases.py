@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from autograder.batch import Call, Job, JobResult, Outcome
+from autograder.failures import CheckFailure, StudentRaised
 
 SEED = 1234  # the `gen` fixture's seed (conftest.py)
 
@@ -64,3 +65,15 @@ def send(student, checks: Mapping[str, tuple[Job, dict, object]]) -> dict[str, R
     """Every check's (job, steps by name, inputs) in one round trip: {check: Ran}."""
     results = student.run([job for job, _, _ in checks.values()])
     return {key: Ran(result, steps, inputs) for (key, (_, steps, inputs)), result in zip(checks.items(), results)}
+
+
+def weights_taken(run: Ran, layers: str) -> None:
+    """The student's module was built, took the checks' weights and went to eval mode (the steps "module",
+    "load" and "eval" of `run`); weights it could not take are said in the student's terms."""
+    run.value("module")
+    try:
+        run.value("load")
+    except StudentRaised as exc:
+        raise CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
+                           f"bias-free layers {layers}") from None
+    run.value("eval")

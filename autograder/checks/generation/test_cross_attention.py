@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from autograder.checks import expect
-from autograder.checks.cases import Ran, seeded, send
+from autograder.checks.cases import Ran, seeded, send, weights_taken
 from autograder.checks.generation.common import B, CONTEXT_LENGTHS, D_CONTEXT, D_MODEL, H, HEAD_DIM, S_K, S_Q, cross_variant, \
     lengths_mask
 from autograder.failures import StudentRaised
@@ -56,13 +56,7 @@ def loaded(job, g, d_context) -> dict:
 
 def module_of(run: Ran) -> dict:
     """The checks' weights, once the student's module was built and took them (or the failure, in its terms)."""
-    run.value("module")
-    try:
-        run.value("load")
-    except StudentRaised as exc:
-        raise expect.CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
-                                  "bias-free layers W_q, W_k, W_v, W_o") from None
-    run.value("eval")
+    weights_taken(run, "W_q, W_k, W_v, W_o")
     return run.steps["state"]
 
 

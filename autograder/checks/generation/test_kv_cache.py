@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from autograder.checks import expect
-from autograder.checks.cases import Ran, seeded, send
+from autograder.checks.cases import Ran, seeded, send, weights_taken
 from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, S, decode_variant
 from autograder.failures import StudentRaised
 from solutions import generation as ref
@@ -206,13 +206,7 @@ def decode_mistakes(w_qkv, w_o, x, chunks):
 def compare_split(run: Ran, chunks, label):
     """The outputs of x fed in `chunks` (steps of the check's job: run.steps[chunks]) equal the full causal pass."""
     w_qkv, w_o, x = run.inputs
-    run.value("module")
-    try:
-        run.value("load")
-    except StudentRaised as exc:
-        raise expect.CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
-                                  "bias-free layers W_qkv and W_o") from None
-    run.value("eval")
+    weights_taken(run, "W_qkv and W_o")
     cache, forwards, length = run.steps[chunks]
     if cache is not None:
         run.result[cache]
