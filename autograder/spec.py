@@ -116,10 +116,30 @@ class UnknownAssignment(ValueError):
     """No assignment of that name; the message is one line that names the known ones."""
 
 
+# The languages of the course's editions. The English edition of an assignment has the assignment's
+# id; every other edition is its own nbgrader assignment, `<id>_<lang>` (self_attention_zh), with the
+# same notebooks, graded cell ids and points, graded by the same checks.
+DEFAULT_LANGUAGE = "en"
+LANGUAGES = (DEFAULT_LANGUAGE, "zh")
+
+
+def edition_id(assignment_id: str, lang: str) -> str:
+    """The nbgrader assignment id of an assignment's edition in `lang`."""
+    return assignment_id if lang == DEFAULT_LANGUAGE else f"{assignment_id}_{lang}"
+
+
+def split_edition(name: str) -> tuple[str, str]:
+    """(assignment id, language) of an nbgrader assignment id: self_attention_zh -> (self_attention, zh)."""
+    for lang in LANGUAGES[1:]:
+        if name.endswith(f"_{lang}") and name[: -len(lang) - 1] in ASSIGNMENTS:
+            return name[: -len(lang) - 1], lang
+    return name, DEFAULT_LANGUAGE
+
+
 def assignment(name: str) -> Assignment:
-    """The registered assignment called `name`."""
+    """The registered assignment called `name`, or whose edition is called `name`."""
     try:
-        return ASSIGNMENTS[name]
+        return ASSIGNMENTS[split_edition(name)[0]]
     except KeyError:
         raise UnknownAssignment(f"unknown assignment {name!r}: the known assignments are "
                                 f"{', '.join(ASSIGNMENTS)}") from None
@@ -128,8 +148,8 @@ def assignment(name: str) -> Assignment:
 def assignment_of_notebook(notebook: str, hint: str | None = None) -> Assignment | None:
     """The assignment a notebook belongs to: the one named `hint` (an nbgrader assignment id) when it
     is registered, else the first assignment with a notebook of that name."""
-    if hint in ASSIGNMENTS:
-        return ASSIGNMENTS[hint]
+    if hint is not None and split_edition(hint)[0] in ASSIGNMENTS:
+        return ASSIGNMENTS[split_edition(hint)[0]]
     return next((a for a in ASSIGNMENTS.values() if notebook in a.notebooks), None)
 
 

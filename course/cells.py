@@ -26,14 +26,29 @@ END = "### END SOLUTION"
 @dataclass
 class Cell:
     kind: str  # "markdown" | "code"
-    source: str
+    source: str  # the English edition's text (code cells: the code, shared by every edition)
     role: str = "demo"  # demo | setup | solution | check | graded | markdown
     nbgrader: dict | None = None
     tags: list[str] = field(default_factory=list)
+    zh: str | None = None  # the Chinese edition's text of a markdown cell or of a solution cell
 
 
-def md(text: str) -> Cell:
-    return Cell("markdown", textwrap.dedent(text).strip("\n"), role="markdown")
+# A hint in both languages: (English, Chinese). Content modules keep HINTS = {name: Hint}.
+Hint = tuple[str, str]
+
+
+def md(text: str, zh: str | None = None) -> Cell:
+    """A markdown cell: its English text, then its Chinese text (the same content, written for Chinese readers)."""
+    return Cell("markdown", textwrap.dedent(text).strip("\n"), role="markdown",
+                zh=None if zh is None else textwrap.dedent(zh).strip("\n"))
+
+
+def hint_text(hint: str | Hint | None, lang: str = "en") -> str | None:
+    """The text of a hint in `lang` ("en" or "zh"); a plain string is English only."""
+    if hint is None or isinstance(hint, str):
+        return hint if lang == "en" else None
+    english, chinese = hint
+    return english if lang == "en" else chinese
 
 
 def demo(code: str) -> Cell:
@@ -145,9 +160,9 @@ def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None) -> 
     return out
 
 
-def solution_source(name: str, hints: dict[str, str] | None = None) -> str:
-    """Source of a solution cell for the top-level function or class `name`."""
-    hints = hints or {}
+def solution_source(name: str, hints: dict[str, str | Hint] | None = None, lang: str = "en") -> str:
+    """Source of a solution cell for the top-level function or class `name` (its hints in `lang`)."""
+    hints = {key: hint_text(value, lang) for key, value in (hints or {}).items()}
     lines, node = _reference_node(name)
     if isinstance(node, ast.FunctionDef):
         return "\n".join(_function_lines(lines, node, hints.get(name)))
@@ -164,9 +179,12 @@ def solution_source(name: str, hints: dict[str, str] | None = None) -> str:
     return "\n".join(out)
 
 
-def solution(name: str, hints: dict[str, str] | None = None) -> Cell:
+def solution(name: str, hints: dict[str, str | Hint] | None = None) -> Cell:
+    """A solution cell; its Chinese version (`zh`) has the Chinese hints. Chinese docstrings are the
+    content module's DOCSTRINGS_ZH (see course/content/__init__.py), applied by the build."""
     meta = {"solution": True, "grade": False, "locked": False, "grade_id": f"solution_{name}", "schema_version": 3}
-    return Cell("code", solution_source(name, hints), role="solution", nbgrader=meta)
+    return Cell("code", solution_source(name, hints), role="solution", nbgrader=meta,
+                zh=solution_source(name, hints, lang="zh"))
 
 
 def reference_body_lines(name: str) -> list[str]:
