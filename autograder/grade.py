@@ -83,7 +83,7 @@ class Grader:
             finally:
                 session.close()
             static = forbidden_in_source(extracted, parts)
-            results = [apply_scan(p, static.get(p.id, set())) for p in results]
+            results = [apply_scan(p, static.get(p.id, set()), part.rule) for part, p in zip(parts, results)]
         # a part whose own notebook could not be read scores 0 with the reason (never another notebook's code)
         broken = {s.name: s.error for s in extracted.sources if s.error}
         results = [zeros([part], broken[part.notebook])[0] if part.notebook in broken else r

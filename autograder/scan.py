@@ -50,20 +50,20 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _forbidden_use(node: ast.AST, roots: set[str], imported: dict[str, str], defs) -> str | None:
+def _forbidden_use(node: ast.AST, roots: set[str], imported: dict[str, str], defs, patterns) -> str | None:
     """The forbidden torch name this node uses, if any: torch.X / F.X / torch.ops.aten.X, a name
     imported from torch (under any alias), or getattr(torch-thing, "X"). A name the student
     defined is their own."""
-    if isinstance(node, ast.Attribute) and is_forbidden_name(node.attr):
+    if isinstance(node, ast.Attribute) and is_forbidden_name(node.attr, patterns):
         root = _root_name(node.value)
         if root in roots or root in imported:
             return node.attr
     if isinstance(node, ast.Name) and node.id in imported and node.id not in defs \
-            and is_forbidden_name(imported[node.id]):
+            and is_forbidden_name(imported[node.id], patterns):
         return imported[node.id]
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
             and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-            and is_forbidden_name(node.args[1].value) and _root_name(node.args[0]) in roots | set(imported)):
+            and is_forbidden_name(node.args[1].value, patterns) and _root_name(node.args[0]) in roots | set(imported)):
         return node.args[1].value[:80]
     return None
 
@@ -91,7 +91,7 @@ def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.pa
                             defs[target.id] = node
         imported = {k: v for k, v in imported.items() if k not in defs}  # redefined by the student: their own
         for part in parts:
-            if not part.from_scratch:
+            if not part.forbidden:
                 continue
             seen, todo = set(), [n for n in part.names if n in defs]
             while todo:
@@ -100,7 +100,7 @@ def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.pa
                     continue
                 seen.add(name)
                 for node in ast.walk(defs[name]):
-                    use = _forbidden_use(node, roots, imported, defs)
+                    use = _forbidden_use(node, roots, imported, defs, part.forbidden)
                     if use:
                         found.setdefault(part.id, set()).add(use)
                     else:
@@ -111,14 +111,14 @@ def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.pa
     return found
 
 
-def apply_scan(part: PartResult, names: set[str]) -> PartResult:
-    """A from-scratch part whose code uses `names` (the fused kernel, ...): its checks earn nothing, with the reason."""
+def apply_scan(part: PartResult, names: set[str], rule: str = DEFAULT.parts[0].rule) -> PartResult:
+    """A part whose code uses `names` it may not (the fused kernel, ...): its checks earn nothing, with the
+    reason (`rule`: the part's spec.Part.rule)."""
     if not names or not part.checks:
         return part
-    note = (f"this part must compute attention from scratch, but your code uses {', '.join(sorted(names))}: "
-            "its checks earn nothing")
+    note = f"{rule}, but your code uses {', '.join(sorted(names))}: its checks earn nothing"
     checks = tuple(replace(c, passed=False, points=0.0,
                            message=c.message or f"correct result, but computed with {', '.join(sorted(names))}")
                    for c in part.checks)
-    notes = part.notes if any("from scratch" in n for n in part.notes) else part.notes + (note,)
+    notes = part.notes if any(n.startswith(rule) for n in part.notes) else part.notes + (note,)
     return replace(part, checks=checks, notes=notes)

@@ -43,9 +43,8 @@ def score_part(part: Part, records: list[CheckRecord], session, seconds: float) 
     missing = [n for n in part.names if not session.defines(n, part.id)]
     if missing:
         notes.append(f"missing from your submission: {', '.join(missing)}")
-    if forbidden and part.from_scratch:
-        notes.append(f"this part must compute attention from scratch, but your code called {', '.join(forbidden)}: "
-                     "its checks earn nothing")
+    if forbidden and part.forbidden:
+        notes.append(f"{part.rule}, but your code called {', '.join(forbidden)}: its checks earn nothing")
     checks = []
     for r in records:
         max_points = part.points * r.weight / total

@@ -18,6 +18,7 @@ from .failures import CheckFailure, PartStopped, student_error
 from .limits import Limits
 from .pool import SandboxFailed, WorkerGone, WorkerTimeout, Zygote, start_worker
 from .resident import ResidentPeak
+from .worker.names import is_forbidden_name
 from .worker import protocol, wire
 from .worker.sandbox import SandboxConfig, private_paths
 
@@ -239,8 +240,10 @@ class Session:
         if not isinstance(reply, dict):
             raise self._failure(protocol.ProtocolError("the reply is not a message"), what)
         forbidden = reply.get("forbidden")
-        if forbidden and self.assignment.part(part.id).from_scratch and isinstance(forbidden, list):
-            part.forbidden.update(wire.clean_text(f, 100) for f in forbidden)
+        patterns = self.assignment.part(part.id).forbidden
+        if forbidden and patterns and isinstance(forbidden, list):
+            part.forbidden.update(wire.clean_text(f, 100) for f in forbidden
+                                  if isinstance(f, str) and is_forbidden_name(f, patterns))
         if reply.get("stdout") and len(part.outputs) < 20:
             part.outputs.append(wire.clean_text(reply["stdout"]))
         if not reply.get("ok"):

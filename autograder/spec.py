@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .worker.names import FORBIDDEN_PATTERNS, OFFICIAL_MODULE
+
 CHECKS_ROOT = Path(__file__).resolve().parent / "checks"
 
 
@@ -23,6 +25,18 @@ class Part:
     from_scratch: bool = False  # calling torch's fused attention or official module here earns nothing
     gpu: bool = False  # a GPU-stage part: outside the assignment's score, graded only with --gpu
     credit_to: str | None = None  # a GPU part: the part whose gradebook cell holds its score as extra credit
+    forbids: tuple[str, ...] = ()  # a part that is not from scratch: the names (worker/names.py) it may not use
+
+    @property
+    def forbidden(self) -> tuple[str, ...]:
+        """The patterns of torch's names that earn this part nothing (worker/names.py): all for a from-scratch part."""
+        return FORBIDDEN_PATTERNS if self.from_scratch else self.forbids
+
+    @property
+    def rule(self) -> str:
+        """What a part with forbidden names asks, in the student's words (the start of the note that says so)."""
+        return ("this part must compute attention from scratch" if self.from_scratch else
+                "this part must compute its attention itself, not with torch's nn.MultiheadAttention")
 
 
 @dataclass(frozen=True)
@@ -96,13 +110,15 @@ SELF_ATTENTION = Assignment(
 
 # Attention at generation time. None of its parts is from scratch: the attention itself was the first
 # assignment's; here F.scaled_dot_product_attention is a fair tool (with causal_lower_right, a right answer).
+# cross_attention may not hand its whole work to nn.MultiheadAttention, which it is graded against.
 GENERATION = Assignment(
     id="generation",
     parts=(
         Part("positions", ("sinusoidal_positions", "apply_rope"), 30, "01_positions"),
         Part("kv_cache", ("decode_causal_mask", "repeat_kv", "KVCache", "CachedSelfAttention", "kv_cache_bytes"), 45,
              "02_kv_cache"),
-        Part("cross_attention", ("CrossAttention",), 25, "03_cross_attention"),
+        # wrapping nn.MultiheadAttention would skip the part's lesson (SDPA inside one's own module is fine)
+        Part("cross_attention", ("CrossAttention",), 25, "03_cross_attention", forbids=OFFICIAL_MODULE),
     ),
     checks="generation",
     solutions="solutions.generation",

@@ -74,3 +74,19 @@ def test_names_only_mentioned_outside_the_parts_definitions_do_not_count():
 ])
 def test_forbidden_names_are_torchs_not_the_course_api(name, forbidden):
     assert is_forbidden_name(name) is forbidden
+
+
+def cross_scan(line: str) -> set[str]:
+    from autograder import spec
+
+    code = f"class CrossAttention(nn.Module):\n    def forward(self, x, context, context_mask=None):\n        return {line}\n"
+    source = Source("submission", "submission.py", (code,))
+    parts = spec.assignment("generation").parts
+    return forbidden_in_source(Extracted("submission.py", (source,)), parts).get("cross_attention", set())
+
+
+def test_cross_attention_may_not_wrap_the_official_module_but_may_call_the_fused_kernel():
+    """per-part forbidden names: cross_attention forbids nn.MultiheadAttention, not F.scaled_dot_product_attention"""
+    assert cross_scan("nn.MultiheadAttention(8, 2)(x, context, context)[0]") == {"MultiheadAttention"}
+    assert cross_scan("F.multi_head_attention_forward(x, context, context)") == {"multi_head_attention_forward"}
+    assert cross_scan("F.scaled_dot_product_attention(x, context, context)") == set()

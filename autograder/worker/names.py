@@ -4,14 +4,17 @@ Shared by the trusted side's static scan (autograder/grade.py) and the worker's 
 (runtime.ForbiddenCallWatch), so that both look for the same things: F.scaled_dot_product_attention,
 torch._scaled_dot_product_attention_math, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
 nn.MultiheadAttention, torch._native_multi_head_attention, ... A name is forbidden when it holds
-one of these lower-case substrings.
+one of these lower-case substrings. A from-scratch part forbids them all; another part may forbid
+some of them (spec.Part.forbids: cross_attention forbids the official module, not the fused kernel).
 """
 from __future__ import annotations
 
-FORBIDDEN_PATTERNS = ("scaled_dot_product", "scaled_dot_attention", "flash_attention", "multi_head_attention",
-                      "multiheadattention")
+FUSED_KERNEL = ("scaled_dot_product", "scaled_dot_attention", "flash_attention")
+OFFICIAL_MODULE = ("multi_head_attention", "multiheadattention")
+FORBIDDEN_PATTERNS = FUSED_KERNEL + OFFICIAL_MODULE
 
 
-def is_forbidden_name(name: str) -> bool:
+def is_forbidden_name(name: str, patterns: tuple[str, ...] = FORBIDDEN_PATTERNS) -> bool:
+    """Does `name` hold one of `patterns` (default: all of them; a part may forbid fewer, spec.Part.forbidden)?"""
     low = name.lower()
-    return any(p in low for p in FORBIDDEN_PATTERNS)
+    return any(p in low for p in patterns)

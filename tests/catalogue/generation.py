@@ -135,6 +135,20 @@ CASES: tuple = (
     Case("cross_mask_on_queries", "the context mask hides query rows",
          (("CrossAttention", "~context_mask[:, None, None, :]", "~context_mask[:, None, :, None]"),),
          lose=("cross_attention",), says="context_mask[:, None, None, :]"),
+    Case("cross_wraps_official_module", "CrossAttention copies its weights into nn.MultiheadAttention and calls it "
+         "(correct numbers, but the part's work handed to the module it is graded against)",
+         (("CrossAttention", """        # 1. queries from x, keys and values from the context, split into heads""",
+           """        official = nn.MultiheadAttention(d_model, H, kdim=context.shape[-1], vdim=context.shape[-1],
+                                         bias=False, batch_first=True)
+        with torch.no_grad():
+            official.q_proj_weight.copy_(self.W_q.weight)
+            official.k_proj_weight.copy_(self.W_k.weight)
+            official.v_proj_weight.copy_(self.W_v.weight)
+            official.out_proj.weight.copy_(self.W_o.weight)
+        key_padding_mask = None if context_mask is None else ~context_mask
+        return official(x, context, context, key_padding_mask=key_padding_mask, need_weights=False)[0]
+        # 1. queries from x, keys and values from the context, split into heads"""),),
+         zero=("cross_attention",), says="nn.MultiheadAttention"),
     # ------------------------------------------------------------------ correct variants
     Case("ok_rope_complex", "RoPE as complex multiplication (Meta's LLaMA code); PE with exp/log in float32 "
          "(the Annotated Transformer)",
