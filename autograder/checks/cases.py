@@ -77,3 +77,16 @@ def weights_taken(run: Ran, layers: str) -> None:
         raise CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
                            f"bias-free layers {layers}") from None
     run.value("eval")
+
+
+def smallest_failure(cases, check: Callable[[object], None]) -> None:
+    """Run `check(case)` for each (label, case) of `cases`, ordered from the smallest case to the largest: the
+    first failure is raised with its case named ("fails for H=2, d_model=6 (head_dim 3): ..."), so that the
+    student reads the smallest input that shows the mistake. A part not implemented yet fails as it is."""
+    for label, case in cases:
+        try:
+            check(case)
+        except CheckFailure as exc:
+            if isinstance(exc, StudentRaised) and exc.kind == "NotImplementedError":
+                raise
+            raise CheckFailure("fails for {case}: {problem}".format(case=label, problem=exc)) from None

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from autograder.checks import expect
-from autograder.checks.cases import Ran, seeded, send, weights_taken
+from autograder.checks.cases import Ran, seeded, send, smallest_failure, weights_taken
 from autograder.checks.generation.common import B, CONTEXT_LENGTHS, D_CONTEXT, D_MODEL, H, HEAD_DIM, S_K, S_Q, cross_variant, \
     lengths_mask
 from autograder.failures import StudentRaised
@@ -123,6 +123,61 @@ def test_keys_and_values_come_from_the_context(student):
     expect.close(got, cross_variant(state, x, context, mask), what, mistakes=cross_mistakes(state, x, context, mask))
 
 
+# heads over widths, smallest first: (H, d_model, d_context); head_dim = d_model // H differs from H from the
+# second on, so that heads and their width swapped in one of q, k, v shows
+HEAD_SHAPES = ((1, 4, 3), (2, 6, 5), (3, 6, 4), (2, 8, 5), (4, 8, 6), (3, 12, 7), (2, 16, 9))
+HEADS_SQ, HEADS_SK, HEADS_LENGTHS = 2, 3, (3, 2)
+
+
+def heads_label(heads: int, d_model: int, d_context: int) -> str:
+    return ("H={H}, d_model={d} (head_dim {hd}), d_context={dc}, B={B}, S_q={sq}, S_k={sk}, context lengths {lengths}"
+            .format(H=heads, d=d_model, hd=d_model // heads, dc=d_context, B=B, sq=HEADS_SQ, sk=HEADS_SK,
+                    lengths=list(HEADS_LENGTHS)))
+
+
+@pytest.mark.points(3)
+def test_forward_for_every_number_of_heads(student):
+    """CrossAttention(d_model, H, d_context) is right for every number of heads and head width (the smallest failing case named)"""
+    runs = part(student)["heads"]
+
+    def check(shape):
+        heads, d_model, d_context = shape
+        run = runs[shape]
+        state = module_of(run)
+        x, context, mask = run.inputs
+        what = "forward(x [{B}, {sq}, {d}], context [{B}, {sk}, {dc}], context_mask) of CrossAttention({d}, {H}, {dc})" \
+            .format(B=B, sq=HEADS_SQ, sk=HEADS_SK, d=d_model, dc=d_context, H=heads)
+        try:
+            got = run.value("forward")
+        except StudentRaised as exc:
+            if exc.kind != "RuntimeError":
+                raise
+            raise expect.CheckFailure("{problem}; each of q, k, v is split as .view(B, S, H, head_dim).transpose(1, 2): "
+                                      "H heads of head_dim = d_model // H features".format(problem=exc)) from None
+        head_dim = d_model // heads
+        swapped = ("you made head_dim = {hd} heads of width H = {H}: split q, k and v as .view(B, S, H, head_dim)"
+                   ".transpose(1, 2), the head axis before the width".format(hd=head_dim, H=heads))
+        expect.close(got, cross_variant(state, x, context, mask, heads=heads), what,
+                     mistakes={swapped: lambda: cross_variant(state, x, context, mask, heads=head_dim)})
+
+    smallest_failure([(heads_label(*shape), shape) for shape in HEAD_SHAPES], check)
+
+
+def _heads_job(student, heads: int, d_model: int, d_context: int):
+    job, g = student.job(), seeded()
+    state = {"W_q.weight": torch.randn(d_model, d_model, generator=g) / math.sqrt(d_model),
+             "W_k.weight": torch.randn(d_model, d_context, generator=g) / math.sqrt(d_context),
+             "W_v.weight": torch.randn(d_model, d_context, generator=g) / math.sqrt(d_context),
+             "W_o.weight": torch.randn(d_model, d_model, generator=g) / math.sqrt(d_model)}
+    module = job.new("CrossAttention", d_model, heads, d_context)
+    steps = {"module": module, "load": job.load_state_dict(module, state), "eval": job.eval(module), "state": state}
+    x = torch.randn(B, HEADS_SQ, d_model, generator=g)
+    context = torch.randn(B, HEADS_SK, d_context, generator=g)
+    mask = lengths_mask(HEADS_LENGTHS, HEADS_SK)
+    steps["forward"] = job.forward(module, x, context, mask)
+    return job, steps, (x, context, mask)
+
+
 # --------------------------------------------------------------------------- #
 # every request of this part, in the order of the checks above, in one round trip
 # --------------------------------------------------------------------------- #
@@ -139,7 +194,7 @@ def _forward_job(student, d_context, S_x, use_mask):
     return job, steps, (x, context, mask)
 
 
-def _part(student) -> dict[str, Ran]:
+def _part(student) -> dict:
     checks = {}
     for key, args in (("submodules", (D_MODEL, H, D_CONTEXT)), ("defaults", (D_MODEL, H))):
         job = student.job()
@@ -147,8 +202,12 @@ def _part(student) -> dict[str, Ran]:
     for case, use_mask in CASES.items():
         checks[case] = _forward_job(student, D_CONTEXT, S_Q, use_mask)
     checks["same widths"] = _forward_job(student, D_MODEL, S_K, True)
-    return send(student, checks)
+    for shape in HEAD_SHAPES:
+        checks[("heads", shape)] = _heads_job(student, *shape)
+    ran = send(student, checks)
+    ran["heads"] = {shape: ran.pop(("heads", shape)) for shape in HEAD_SHAPES}
+    return ran
 
 
-def part(student) -> dict[str, Ran]:
+def part(student) -> dict:
     return student.once("generation cross_attention", lambda: _part(student))
