@@ -7,6 +7,8 @@ nn.MultiheadAttention is tested in tests/test_checks_helpers.py.
 """
 import math
 
+import torch
+
 import pytest
 
 import solutions as ref
@@ -51,6 +53,14 @@ def _part(student) -> dict:
         mask = lengths_mask() if use_mask else None
         kwargs = ({"mask": mask} if use_mask else {}) | ({"causal": True} if causal else {})
         checks[case] = ((w_qkv, w_o, x, mask, causal, load), job, job.forward(module, x, **kwargs))
+    job, g = student.job(), seeded()
+    module = job.new("MultiHeadSelfAttention", D_MODEL, H, dropout=DROPOUT)
+    w_qkv = randn(g, 3 * D_MODEL, D_MODEL) / math.sqrt(D_MODEL)
+    w_o = randn(g, D_MODEL, D_MODEL) / math.sqrt(D_MODEL)
+    load = job.load_state_dict(module, {"W_qkv.weight": w_qkv, "W_o.weight": w_o})
+    job.train(module)
+    x = randn(g, 1, 1, D_MODEL).expand(B, S, D_MODEL).contiguous()  # every token the same vector
+    checks["dropout"] = ((w_qkv, w_o, x, load), job, job.forward(module, x))
     results = student.run([job for _, job, _ in checks.values()])
     return {key: (inputs, result, step) for (key, (inputs, _, step)), result in zip(checks.items(), results)}
 
@@ -139,3 +149,36 @@ def test_forward_matches_official_module(student, case):
         what += f" with lengths {list(LENGTHS)}"
     expect.close(got, mh_variant(w_qkv, w_o, x, mask, causal), what,
                  mistakes=mh_mistakes(w_qkv, w_o, x, mask, causal))
+
+
+DROPOUT = 0.5
+
+
+@pytest.mark.points(2)
+def test_dropout_on_attention_weights(student):
+    """in train mode, MultiHeadSelfAttention(d_model, H, dropout) drops attention weights (after the softmax)"""
+    # Every token is the same vector, so in each head every value vector is the same v_h and every row of
+    # the weights is uniform. Dropout on the weights rescales each head's row sum by kept / (S * (1 - p)),
+    # never exactly 1 for S = 5, p = 0.5: each output row is then a mix sum_h f_h * u_h of the heads'
+    # contributions u_h = W_o[:, head h] v_h, and never the eval output sum_h u_h. Dropout on the values
+    # or the output scales single features, which leaves that span.
+    (w_qkv, w_o, x, load), result, step = part(student, "dropout")
+    if result.failed(load) and isinstance(result.failure, StudentRaised):
+        raise expect.CheckFailure("weights could not be loaded into your module ({problem}): it needs exactly the "
+                                  "bias-free layers W_qkv and W_o".format(problem=result.failure))
+    what = "forward(x) in train mode with dropout={p}".format(p=DROPOUT)
+    got = expect.shape(result[step], (B, S, D_MODEL), what).double()
+    expect.finite(got, what)
+    v = x[0, 0].double() @ w_qkv[2 * D_MODEL:].double().T  # [d_model]: the one value vector, all heads
+    heads = torch.stack([w_o.double()[:, h * HEAD_DIM:(h + 1) * HEAD_DIM] @ v[h * HEAD_DIM:(h + 1) * HEAD_DIM]
+                         for h in range(H)], dim=1)  # [d_model, H]: u_h
+    rows = got.reshape(-1, D_MODEL)
+    if torch.allclose(rows, heads.sum(dim=1).expand_as(rows), atol=1e-5, rtol=1e-4):
+        raise expect.CheckFailure("in train mode with dropout={p} your output is the same as in eval mode: apply "
+                                  "self.dropout to the attention weights, after the softmax".format(p=DROPOUT))
+    factors = torch.linalg.lstsq(heads, rows.T).solution  # [H, B * S]
+    residual = (heads @ factors - rows.T).abs().max().item()
+    if residual > 1e-4 * (1 + rows.abs().max().item()):
+        raise expect.CheckFailure("in train mode with dropout={p} your output is not what dropout on the attention "
+                                  "weights gives: dropout seems to act on the values or on the output; apply "
+                                  "self.dropout to the weights right after the softmax".format(p=DROPOUT))
