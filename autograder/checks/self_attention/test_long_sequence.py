@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import solutions as ref
 from autograder.batch import Call
 from autograder.checks import expect
-from autograder.checks.cases import Cases
+from autograder.checks.cases import Cases, seeded
 from autograder.checks.self_attention.common import attention, attention_mistakes, lengths_mask, randn
 from autograder.worker.meter import LiveMemoryMeter
 
@@ -146,6 +146,40 @@ def test_chunked_attention_with_chunk_larger_than_sequence(student):
     q, k, v = call.args
     expect.close(outcome.value, attention(q, k, v, mask, causal), "chunked_attention with chunk_size=16 > S=7",
                  mistakes=attention_mistakes(q, k, v, mask, causal))
+
+
+def chunked_into_input(x: torch.Tensor, chunk: int = 3) -> torch.Tensor:
+    """Causal chunked attention that writes each chunk's output into its input (out = q), q, k, v all x."""
+    t = x.clone()
+    for start in range(0, LS, chunk):
+        stop = min(start + chunk, LS)
+        scores = t[:, :, start:stop] @ t.transpose(-2, -1) / LD ** 0.5
+        hide = torch.arange(LS)[None, :] > torch.arange(start, stop)[:, None]
+        t[:, :, start:stop] = torch.softmax(scores.masked_fill(hide, float("-inf")), -1) @ t
+    return t
+
+
+@pytest.mark.points(0.5)
+def test_chunked_attention_with_one_tensor_as_q_k_and_v(student):
+    """chunked_attention(x, x, x) is right when q, k and v are one tensor (it writes into none of its inputs)"""
+    job, x, step = part_shared(student)
+    [result] = student.run([job])
+    into_input = ("your function writes its output into q (out = q): with q, k and v one tensor, as in "
+                  "self-attention, the later chunks read overwritten keys and values; write the output into a new "
+                  "tensor, torch.empty_like(q)")
+    expect.close(result[step], attention(x, x, x, None, True), "chunked_attention(x, x, x, causal=True, chunk_size=3) "
+                 "with q, k and v the same tensor", mistakes={into_input: lambda: chunked_into_input(x)})
+
+
+def part_shared(student):
+    """A job that makes one tensor x [B, H, S, d] in the worker (an identity layer's output) and passes it as q, k
+    and v: the worker's arguments are then one tensor, as in self-attention."""
+    x = randn(seeded(), LB, LH, LS, LD)
+    job = student.job()
+    layer = job.linear(LD, LD)
+    job.load_state_dict(layer, {"weight": torch.eye(LD)})
+    shared = job.forward(layer, x)
+    return job, x, job.call("chunked_attention", shared, shared, shared, causal=True, chunk_size=3)
 
 
 # The memory check's sizes: one full [B, H, S, S] float32 matrix is 16 MiB at these.
