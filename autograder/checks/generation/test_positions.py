@@ -45,6 +45,8 @@ CALLS = Cases("generation positions", {
                                      torch.tensor([7, 3, 12, 0, 29])),
     "rope q": lambda g: _rotated(g, 0),
     "rope k": lambda g: _rotated(g, 1),
+    "rope half": lambda g: Call("apply_rope", torch.randn(B, 5, ROPE_DIM, generator=g).half(),
+                                torch.tensor([7, 3, 12, 0, 29])),
 })
 
 
@@ -115,6 +117,12 @@ def test_rope_shape_and_dtype(student):
                         f"apply_rope(x [{B}, 5, {ROPE_DIM}], positions [5]): x may have any leading axes")
     if got3.dtype != torch.float32:
         raise expect.CheckFailure(f"apply_rope on a float32 x returned {got3.dtype}: return x's dtype")
+    call, outcome = CALLS.get(student, "rope half")
+    got_half = expect.shape(outcome.value, call.args[0].shape,
+                            "apply_rope(x [{B}, 5, {d}] float16, positions [5])".format(B=B, d=ROPE_DIM))
+    if got_half.dtype != torch.float16:
+        raise expect.CheckFailure("apply_rope on a float16 x returned {dtype}: return x's dtype (compute the angles "
+                                  "in float32, then .to(x.dtype))".format(dtype=got_half.dtype))
 
 
 @pytest.mark.points(5)
