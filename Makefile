@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # What `make demo` runs once the environment exists (one place to change it).
 DEMO = $(PY) -m autograder demo
 
-.PHONY: venv demo test lint lab grade formgrader release check
+.PHONY: venv demo test lint lab grade formgrader release check mutation
 
 venv: $(STAMP)
 
@@ -24,6 +24,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# Mutation testing of the hidden checks: every small edit of solutions/attention.py and solutions/generation.py
+# graded by warm graders; fails if a mutant not reviewed as equivalent keeps full marks (tests/mutation/).
+mutation: $(STAMP)
+	$(PY) -m tests.mutation --quiet
 
 # ruff, configured in pyproject.toml (.ci/run runs it before the tests).
 lint: $(STAMP)
