@@ -203,6 +203,9 @@ CASES: tuple[Case, ...] = (
          lose=("multihead",), says='ordered q, k, v'),
     Case("multihead_3d_mask", "a [B, 1, S] mask on [B, H, S, S] scores",
          (("MultiHeadSelfAttention", "~mask[:, None, None, :]", "~mask[:, None, :]"),), lose=("multihead",), says='mask[:, None, None, :]'),
+    Case("multihead_no_dropout", "MultiHeadSelfAttention never applies its dropout (found by mutation testing)",
+         (("MultiHeadSelfAttention", "out = self.dropout(torch.softmax(scores, dim=-1)) @ V",
+           "out = torch.softmax(scores, dim=-1) @ V"),), lose=("multihead",), says="same as in eval mode"),
     # ------------------------------------------------------------------ wrong: long_sequence
     Case("bytes_without_element_size", "attention_matrix_bytes counts elements",
          (("attention_matrix_bytes", " * element_size", ""),), lose=("long_sequence",), says='element size'),
@@ -215,6 +218,9 @@ CASES: tuple[Case, ...] = (
     Case("chunked_causal_restarts", "chunked_attention numbers each chunk's queries from 0",
          (("chunked_attention", "torch.arange(start, stop, device=q.device)", "torch.arange(stop - start, device=q.device)"),),
          lose=("long_sequence",), says='start + i'),
+    Case("chunked_output_into_q", "chunked_attention writes its output into q (found by mutation testing)",
+         (("chunked_attention", "out = torch.empty_like(q)  # [B, H, S, head_dim]", "out = q"),),
+         lose=("long_sequence",), says="out = q"),
     # ------------------------------------------------------------------ correct variants
     Case("ok_einsum", "einsum for the scores and the weighted sum",
          (_fn("scaled_scores", "def scaled_scores(Q, K):\n"

@@ -72,6 +72,9 @@ CASES: tuple = (
          (("apply_rope", "two_i = torch.arange(0, head_dim, 2, dtype=work, device=x.device)",
            "two_i = torch.arange(head_dim // 2, dtype=work, device=x.device)"),),
          lose=("positions",), says="10000^(-i / head_dim)"),
+    Case("rope_returns_float32", "apply_rope returns float32 for a float16 x (found by mutation testing)",
+         (("apply_rope", "return rotated.flatten(-2).to(x.dtype)", "return rotated.flatten(-2)"),),
+         lose=("positions",), says="float16"),
     # ------------------------------------------------------------------ wrong: kv_cache
     Case("decode_mask_top_left", "decode_causal_mask is tril() of [S_q, S_k]: top-left aligned",
          (("decode_causal_mask", ".tril(diagonal=offset)", ".tril()"),),
@@ -108,6 +111,14 @@ CASES: tuple = (
     Case("cached_scale_d_model", "CachedSelfAttention scales by sqrt(d_model)",
          (("CachedSelfAttention", "/ math.sqrt(q.shape[-1])", "/ math.sqrt(d_model)"),),
          lose=("kv_cache",), says="sqrt(d_model)"),
+    Case("cached_heads_and_width_swapped", "CachedSelfAttention splits heads as view(B, S, head_dim, H): head_dim heads "
+         "of width H, unseen when H == head_dim (found by mutation testing)",
+         (("CachedSelfAttention", "t.view(B, S_new, H, d_model // H)", "t.view(B, S_new, d_model // H, H)"),),
+         lose=("kv_cache",), says="fails for H=1, d_model=4"),
+    Case("cached_scale_by_heads", "CachedSelfAttention scales by sqrt(q.shape[1]), the number of heads (found by "
+         "mutation testing)",
+         (("CachedSelfAttention", "math.sqrt(q.shape[-1])", "math.sqrt(q.shape[1])"),),
+         lose=("kv_cache",), says="sqrt(H)"),
     Case("kv_bytes_without_values", "kv_cache_bytes counts the keys only",
          (("kv_cache_bytes", "return 2 * batch", "return batch"),), lose=("kv_cache",), says="factor 2"),
     Case("kv_bytes_always_fp16", "kv_cache_bytes takes 2 bytes per element whatever the dtype",
@@ -135,6 +146,10 @@ CASES: tuple = (
     Case("cross_mask_on_queries", "the context mask hides query rows",
          (("CrossAttention", "~context_mask[:, None, None, :]", "~context_mask[:, None, :, None]"),),
          lose=("cross_attention",), says="context_mask[:, None, None, :]"),
+    Case("cross_values_heads_and_width_swapped", "CrossAttention splits the values as view(B, S_k, head_dim, H) "
+         "(found by mutation testing)",
+         (("CrossAttention", "v = self.W_v(context).view(B, S_k, H, head_dim)", "v = self.W_v(context).view(B, S_k, head_dim, H)"),),
+         lose=("cross_attention",), says="fails for H=2, d_model=6"),
     Case("cross_wraps_official_module", "CrossAttention copies its weights into nn.MultiheadAttention and calls it "
          "(correct numbers, but the part's work handed to the module it is graded against)",
          (("CrossAttention", """        # 1. queries from x, keys and values from the context, split into heads""",
