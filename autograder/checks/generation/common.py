@@ -143,3 +143,32 @@ def cross_variant(w: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.T
     if causal:
         scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
     return merge(torch.softmax(scores, dim=dim) @ v) @ w["W_o.weight"].T
+
+
+# --------------------------------------------------------------------------- #
+# heads over widths (kv_cache's module)
+# --------------------------------------------------------------------------- #
+
+
+# CachedSelfAttention's heads over widths, smallest first: (H, d_model); head_dim = d_model // H differs from H from the second on,
+# so that heads and their width swapped, or a scale by the number of heads, shows
+HEAD_SHAPES = ((1, 4), (2, 6), (3, 6), (2, 8), (4, 8), (3, 12), (2, 16))
+HEADS_S = 3  # tokens per sequence in these cases (B sequences)
+
+
+def heads_label(heads: int, d_model: int) -> str:
+    return "H={H}, d_model={d} (head_dim {hd}), B={B}, S={S}".format(H=heads, d=d_model, hd=d_model // heads,
+                                                                      B=B, S=HEADS_S)
+
+
+def head_mistakes(w_qkv, w_o, x, heads: int) -> dict:
+    """The mistakes a check of CachedSelfAttention(d_model, heads) names: heads and their width swapped, a scale by H."""
+    head_dim = x.shape[-1] // heads
+    return {
+        "you made head_dim = {hd} heads of width H = {H}: split each of q, k, v as .view(B, S, H, head_dim)"
+        ".transpose(1, 2), the head axis before the width".format(hd=head_dim, H=heads):
+            lambda: decode_variant(w_qkv, w_o, x, (HEADS_S,), heads=head_dim),
+        "you scaled by sqrt(H) = sqrt({H}), the number of heads: scale by sqrt(head_dim) = sqrt({hd}), "
+        "the last axis of q".format(H=heads, hd=head_dim):
+            lambda: decode_variant(w_qkv, w_o, x, (HEADS_S,), heads=heads, scale=heads ** -0.5),
+    }

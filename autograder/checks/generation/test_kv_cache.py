@@ -15,7 +15,8 @@ import torch
 
 from autograder.checks import expect
 from autograder.checks.cases import Ran, seeded, send, smallest_failure, weights_taken
-from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, S, decode_variant
+from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, HEAD_SHAPES, HEADS_S, S, decode_variant, \
+    head_mistakes, heads_label
 from autograder.failures import StudentRaised
 from solutions import generation as ref
 
@@ -174,9 +175,9 @@ def test_cached_module_submodules(student):
     expect.submodules(part(student)["submodules"].value(), layers, None, call, roles)
 
 
-def weights(gen):
-    w_qkv = torch.randn(3 * D_MODEL, D_MODEL, generator=gen) / math.sqrt(D_MODEL)
-    w_o = torch.randn(D_MODEL, D_MODEL, generator=gen) / math.sqrt(D_MODEL)
+def weights(gen, d_model: int = D_MODEL):
+    w_qkv = torch.randn(3 * d_model, d_model, generator=gen) / math.sqrt(d_model)
+    w_o = torch.randn(d_model, d_model, generator=gen) / math.sqrt(d_model)
     return w_qkv, w_o
 
 
@@ -315,29 +316,6 @@ def test_kv_cache_bytes(student):
 LEN_STEPS = (3, 1, 2)  # never as many positions as append calls
 
 
-# heads over widths, smallest first: (H, d_model); head_dim = d_model // H differs from H from the second on,
-# so that heads and their width swapped, or a scale by the number of heads, shows
-HEAD_SHAPES = ((1, 4), (2, 6), (3, 6), (2, 8), (4, 8), (3, 12), (2, 16))
-HEADS_S = 3  # tokens per sequence in these cases (B sequences)
-
-
-def heads_label(heads: int, d_model: int) -> str:
-    return "H={H}, d_model={d} (head_dim {hd}), B={B}, S={S}".format(H=heads, d=d_model, hd=d_model // heads,
-                                                                      B=B, S=HEADS_S)
-
-
-def head_mistakes(w_qkv, w_o, x, heads: int) -> dict:
-    head_dim = x.shape[-1] // heads
-    return {
-        "you made head_dim = {hd} heads of width H = {H}: split each of q, k, v as .view(B, S, H, head_dim)"
-        ".transpose(1, 2), the head axis before the width".format(hd=head_dim, H=heads):
-            lambda: decode_variant(w_qkv, w_o, x, (HEADS_S,), heads=head_dim),
-        "you scaled by sqrt(H) = sqrt({H}), the number of heads: scale by sqrt(head_dim) = sqrt({hd}), "
-        "the last axis of q".format(H=heads, hd=head_dim):
-            lambda: decode_variant(w_qkv, w_o, x, (HEADS_S,), heads=heads, scale=heads ** -0.5),
-    }
-
-
 @pytest.mark.points(3)
 def test_cached_module_for_every_number_of_heads(student):
     """CachedSelfAttention(d_model, H) is right for every number of heads and head width (the smallest failing case named)"""
@@ -349,34 +327,22 @@ def test_cached_module_for_every_number_of_heads(student):
         weights_taken(run, "W_qkv and W_o")
         w_qkv, w_o, x = run.inputs
         what = "forward(x [{B}, {S}, {d}]) of CachedSelfAttention({d}, {H})".format(B=B, S=HEADS_S, d=d_model, H=heads)
-        expect.close(run.value("forward"), decode_variant(w_qkv, w_o, x, (HEADS_S,), heads=heads), what,
+        expect.close(run.result[run.steps[(HEADS_S,)][1][0]], decode_variant(w_qkv, w_o, x, (HEADS_S,), heads=heads), what,
                      mistakes=head_mistakes(w_qkv, w_o, x, heads))
 
     smallest_failure([(heads_label(*shape), shape) for shape in HEAD_SHAPES], check)
 
 
-def _heads_job(student, heads: int, d_model: int):
+def _module_job(student, splits, heads: int = H, d_model: int = D_MODEL):
+    """CachedSelfAttention(d_model, heads) with the checks' weights, then x [B, sum(splits[0]), d_model] fed in each
+    of `splits` through a new KVCache."""
     g = seeded()
-    w_qkv = torch.randn(3 * d_model, d_model, generator=g) / math.sqrt(d_model)
-    w_o = torch.randn(d_model, d_model, generator=g) / math.sqrt(d_model)
-    x = torch.randn(B, HEADS_S, d_model, generator=g)
+    w_qkv, w_o = weights(g, d_model)
     job = student.job()
     module = job.new("CachedSelfAttention", d_model, heads)
     steps = {"module": module, "load": job.load_state_dict(module, {"W_qkv.weight": w_qkv, "W_o.weight": w_o}),
              "eval": job.eval(module)}
-    steps["forward"] = job.forward(module, x)
-    return job, steps, (w_qkv, w_o, x)
-
-
-def _module_job(student, splits):
-    """CachedSelfAttention with the checks' weights, then x fed in each of `splits` through a new KVCache."""
-    g = seeded()
-    w_qkv, w_o = weights(g)
-    job = student.job()
-    module = job.new("CachedSelfAttention", D_MODEL, H)
-    steps = {"module": module, "load": job.load_state_dict(module, {"W_qkv.weight": w_qkv, "W_o.weight": w_o}),
-             "eval": job.eval(module)}
-    x = torch.randn(B, S, D_MODEL, generator=g)
+    x = torch.randn(B, sum(splits[0]), d_model, generator=g)
     for chunks in splits:
         cache = job.new("KVCache") if len(chunks) > 1 else None
         forwards, start = [], 0
@@ -419,7 +385,7 @@ def _part(student) -> dict:
         job = student.job()
         checks[f"bytes {args}"] = (job, {"value": job.call("kv_cache_bytes", *args, **kwargs)}, None)
     for shape in HEAD_SHAPES:
-        checks[("heads", shape)] = _heads_job(student, *shape)
+        checks[("heads", shape)] = _module_job(student, ((HEADS_S,),), *shape)
     ran = send(student, checks)
     ran["heads"] = {shape: ran.pop(("heads", shape)) for shape in HEAD_SHAPES}
     return ran
