@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import solutions as ref
 from autograder.batch import Call
 from autograder.checks import expect
-from autograder.checks.cases import Cases, seeded
+from autograder.checks.cases import Cases, seeded, smallest_failure
 from autograder.checks.self_attention.common import attention, attention_mistakes, lengths_mask, randn
 from autograder.worker.meter import LiveMemoryMeter
 
@@ -32,6 +32,21 @@ def kwargs_for(case):
     return mask, causal, ({"mask": mask} if use_mask else {}) | ({"causal": True} if causal else {})
 
 
+# chunk sizes over lengths, smallest first: (S, chunk_size), with a padded second sequence and the causal mask;
+# chunks that divide S and chunks that do not, one query per chunk, one chunk for all
+CHUNK_CASES = ((1, 1), (2, 1), (3, 2), (4, 4), (5, 2), (6, 4), (7, 3), (9, 4), (10, 16))
+
+
+def chunk_lengths(seq_len: int) -> list[int]:
+    return [seq_len, max(1, seq_len // 2)]
+
+
+def _sweep_call(g, seq_len: int, chunk: int):
+    q, k, v = (randn(g, 2, 2, seq_len, LD) for _ in range(3))
+    return Call("chunked_attention", q, k, v, mask=lengths_mask(chunk_lengths(seq_len), seq_len), causal=True,
+                chunk_size=chunk)
+
+
 def _sdpa_call(g, case):
     return Call("sdpa_attention", *qkv(g, torch.float64 if case == "causal" else torch.float32), **kwargs_for(case)[2])
 
@@ -46,6 +61,7 @@ CALLS = Cases("long_sequence", {
        for case in CASES},
     "chunked larger": lambda g: Call("chunked_attention", *qkv(g), chunk_size=16,
                                      **kwargs_for("padding mask and causal")[2]),
+    **{("sweep", case): (lambda g, c=case: _sweep_call(g, *c)) for case in CHUNK_CASES},
 })
 
 
@@ -180,6 +196,22 @@ def part_shared(student):
     job.load_state_dict(layer, {"weight": torch.eye(LD)})
     shared = job.forward(layer, x)
     return job, x, job.call("chunked_attention", shared, shared, shared, causal=True, chunk_size=3)
+
+
+@pytest.mark.points(0.5)
+def test_chunked_attention_for_every_chunk_size_and_length(student):
+    """chunked_attention is exact for chunk sizes that divide S and that do not, from S = 1 up (the smallest failing case named)"""
+    def check(case):
+        call, outcome = CALLS.get(student, ("sweep", case))
+        q, k, v = call.args
+        mask = call.kwargs["mask"]
+        what = "chunked_attention(q, k, v [2, 2, {S}, {d}], mask, causal=True, chunk_size={c})".format(
+            S=case[0], d=LD, c=case[1])
+        expect.close(expect.value(outcome), attention(q, k, v, mask, True), what,
+                     mistakes=attention_mistakes(q, k, v, mask, True))
+
+    smallest_failure([("S={S}, chunk_size={c}, lengths={lengths}".format(S=S, c=c, lengths=chunk_lengths(S)), (S, c))
+                      for S, c in CHUNK_CASES], check)
 
 
 # The memory check's sizes: one full [B, H, S, S] float32 matrix is 16 MiB at these.

@@ -5,8 +5,11 @@ import torch
 import solutions as ref
 from autograder.batch import Call
 from autograder.checks import expect
-from autograder.checks.cases import Cases
+from autograder.checks.cases import Cases, smallest_failure
 from autograder.checks.self_attention.common import B, H, LENGTHS, NEG_INF, S, lengths_mask, mask_scores, randn
+
+# padding_mask over batches of lengths, smallest first (a full, a padded and an empty sequence among them)
+LENGTH_CASES = (([1], 1), ([1], 2), ([2, 1], 2), ([0, 3], 3), ([4, 2, 1], 4), ([5, 0], 6), ([3, 7, 1, 5], 8))
 
 PAD_4D_HINT = "for [B, H, S_q, S_k] scores a [B, S] mask must become [B, 1, 1, S_k] (mask[:, None, None, :])"
 
@@ -18,6 +21,8 @@ CALLS = Cases("masks", {
     "padding 4-D": lambda g: Call("apply_padding_mask", randn(g, B, H, S, S), lengths_mask()),
     "causal 3-D": lambda g: Call("apply_causal_mask", randn(g, B, S, S, dtype=torch.float64)),
     "causal 4-D": lambda g: Call("apply_causal_mask", randn(g, B, H, S, S)),
+    **{("lengths", i): (lambda g, c=case: Call("padding_mask", torch.tensor(c[0]), c[1]))
+       for i, case in enumerate(LENGTH_CASES)},
 })
 
 
@@ -33,10 +38,7 @@ def bool_result(value, expected, what: str, mistakes: dict):
         raise expect.CheckFailure(f"{what} is wrong in {wrong} of {expected.numel()} places" + (f": {hint}" if hint else ""))
 
 
-@pytest.mark.points(3)
-def test_padding_mask_marks_real_tokens(student):
-    """padding_mask(lengths, seq_len) is True exactly where position < length"""
-    call, outcome = CALLS.get(student, "padding_mask")
+def check_padding_mask(call, outcome):
     lengths, seq_len = call.args
     want = ref.padding_mask(lengths, seq_len)
     positions = torch.arange(seq_len)[None, :]
@@ -47,6 +49,20 @@ def test_padding_mask_marks_real_tokens(student):
         "off by one: the first `length` positions are real tokens (position < length)": positions < lengths[:, None] - 1,
     }
     bool_result(outcome.value, want, f"padding_mask({lengths.tolist()}, {seq_len})", mistakes)
+
+
+@pytest.mark.points(3)
+def test_padding_mask_marks_real_tokens(student):
+    """padding_mask(lengths, seq_len) is True exactly where position < length"""
+    check_padding_mask(*CALLS.get(student, "padding_mask"))
+
+
+@pytest.mark.points(1)
+def test_padding_mask_for_every_batch_of_lengths(student):
+    """padding_mask is right for batches of 1 to 4 sequences, full, padded and empty (the smallest failing case named)"""
+    cases = [("B={B}, S={S}, lengths={lengths}".format(B=len(lengths), S=seq_len, lengths=lengths), i)
+             for i, (lengths, seq_len) in enumerate(LENGTH_CASES)]
+    smallest_failure(cases, lambda i: check_padding_mask(*CALLS.get(student, ("lengths", i))))
 
 
 @pytest.mark.points(2)
