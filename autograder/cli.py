@@ -54,7 +54,7 @@ def cmd_grade(args) -> int:
     from . import document, grade  # noqa: PLC0415
 
     result = grade.grade(args.submission, gpu=args.gpu, limits=limits.from_args(args), assignment=assignment,
-                         lang=args.lang)
+                         lang=args.lang or edition_language(args.assignment))
     if args.json:
         sys.stdout.write(document.dumps(result) + "\n")
     else:
@@ -62,6 +62,12 @@ def cmd_grade(args) -> int:
 
         report.render(result)
     return 0
+
+
+def edition_language(name: str | None) -> str | None:
+    """The language an edition's name says (--assignment self_attention_zh: zh); None for an English name."""
+    lang = spec.split_edition(name)[1] if name else spec.DEFAULT_LANGUAGE
+    return None if lang == spec.DEFAULT_LANGUAGE else lang
 
 
 def cmd_grade_class(args) -> int:
