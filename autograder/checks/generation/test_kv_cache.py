@@ -214,7 +214,7 @@ def compare_split(run: Ran, chunks, label):
         run.result[cache]
     outs, start = [], 0
     for n, step in zip(chunks, forwards):
-        what = _("forward(x[:, {start}:{start2}], cache) with {start} cached position{value}").format(start=start, start2=start + n, value='' if start == 1 else 's')
+        what = _("forward(x[:, {start}:{start2}], cache) with {start} cached position{plural}").format(start=start, start2=start + n, plural='' if start == 1 else 's')
         try:
             out = run.result[step]
         except StudentRaised as exc:
@@ -251,8 +251,8 @@ def test_decoding_equals_the_full_pass_for_every_split(student):
     for chunks in SPLITS:
         p = chunks[0]
         compare_split(run, chunks,
-                      _("a prompt of {p} token{value}, then {s} tokens one at a time (outputs joined, [{b}, {s2}, "
-                        "{d_model}])").format(p=p, value='s' if p > 1 else '', s=S - p, b=B, s2=S, d_model=D_MODEL))
+                      _("a prompt of {p} token{plural}, then {s} tokens one at a time (outputs joined, [{b}, {s2}, "
+                        "{d_model}])").format(p=p, plural='s' if p > 1 else '', s=S - p, b=B, s2=S, d_model=D_MODEL))
 
 
 @pytest.mark.points(5)

@@ -85,7 +85,7 @@ def test_scores_keep_float64(student):
 def softmax_mistakes(scores):
     out = {}
     for dim in range(scores.dim() - 1):
-        axis = "query" if dim == scores.dim() - 2 else "batch" if dim == 0 else "head"
+        axis = _("query") if dim == scores.dim() - 2 else _("batch") if dim == 0 else _("head")
         out[_("your softmax runs over dim={dim} (the {axis} axis): it must run over the key dimension, dim=-1").format(dim=dim, axis=axis)] = \
             torch.softmax(scores, dim=dim)
     out[_("you did not normalise: softmax is exp(s) / sum over keys of exp(s)")] = scores.exp()
