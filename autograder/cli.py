@@ -93,7 +93,7 @@ def cmd_gradescope_bundle(args) -> int:
     assignment = spec.assignment(args.assignment)
     from . import gradescope  # noqa: PLC0415
 
-    return gradescope.main(args.out, assignment)
+    return gradescope.main(args.out, assignment, spec.split_edition(args.assignment)[1])
 
 
 def cmd_demo(args) -> int:

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autograder import document, resume, scan, spec
+from autograder import document, i18n, resume, scan, spec
 from autograder.cli import one_line
 from autograder.extract import SubmissionError, extract
 
