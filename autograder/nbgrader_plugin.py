@@ -100,7 +100,7 @@ def part_report(part, lang: str = spec.DEFAULT_LANGUAGE) -> str:
                                                               max_score=_fmt(part.max_score)).render(lang)]
     for c in part.checks:
         mark = (_("PASS") if c.passed else _("FAIL")).render(lang)
-        line = f"  [{mark}] {c.name} ({_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))})"
+        line = f"  [{mark}] {i18n.check_title(c.name, lang)} ({_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))})"
         if c.message:
             line += f"\n         {c.message}"
         lines.append(line)

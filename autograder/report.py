@@ -27,7 +27,7 @@ def part_table(part: PartResult, lang: str = "en") -> Table:
     table.add_column(_("what is wrong").render(lang), ratio=3)
     for c in part.checks:
         mark = Text("✓", style="green") if c.passed else Text("✗", style="red")
-        table.add_row(mark, Text(c.name), f"{_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))}", Text(c.message))
+        table.add_row(mark, Text(i18n.check_title(c.name, lang)), f"{_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))}", Text(c.message))
     for note in part.notes:
         table.add_row(Text("!", style="yellow"), Text(note, style="yellow"), "", "")
     return table
