@@ -303,10 +303,11 @@ def test_kv_cache_bytes(student):
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, (int, float)):
-            raise expect.CheckFailure(f"kv_cache_bytes({shown}) returned {type(got).__name__}: return a Python int")
+            raise expect.CheckFailure(_("kv_cache_bytes({shown}) returned {kind}: return a Python int").format(
+                shown=shown, kind=type(got).__name__))
         if got != want:
-            raise expect.CheckFailure(f"kv_cache_bytes({shown}) returned {got!r}, expected {want}: "
-                                      f"{bytes_hint(got, args, dtype)}")
+            raise expect.CheckFailure(_("kv_cache_bytes({shown}) returned {got!r}, expected {want}: {hint}").format(
+                shown=shown, got=got, want=want, hint=bytes_hint(got, args, dtype)))
         if not isinstance(got, int):
             raise expect.CheckFailure(_("kv_cache_bytes({shown}) returned the float {got!r}: return an int (a number of bytes; "
                                         "element_size() is an int)").format(shown=shown, got=got))

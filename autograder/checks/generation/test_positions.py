@@ -117,7 +117,8 @@ def test_rope_shape_and_dtype(student):
     got3 = expect.shape(outcome.value, x3.shape,
                         _("apply_rope(x [{b}, 5, {rope_dim}], positions [5]): x may have any leading axes").format(b=B, rope_dim=ROPE_DIM))
     if got3.dtype != torch.float32:
-        raise expect.CheckFailure(f"apply_rope on a float32 x returned {got3.dtype}: return x's dtype")
+        raise expect.CheckFailure(_("apply_rope on a float32 x returned {dtype}: return x's dtype").format(
+            dtype=got3.dtype))
 
 
 @pytest.mark.points(5)

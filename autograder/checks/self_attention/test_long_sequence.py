@@ -60,7 +60,8 @@ def test_attention_matrix_bytes(student):
         elements = Bm * Hm * Sm * Sm
         hint = (_(": that is the number of elements; multiply by the element size (4 bytes for float32)")
                 if got == elements else _(": a [B, H, S, S] float32 matrix holds {elements} elements of 4 bytes each").format(elements=elements))
-        raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}) returned {got!r}{hint}")
+        raise expect.CheckFailure(_("attention_matrix_bytes({b}, {h}, {s}) returned {got!r}{hint}").format(
+            b=Bm, h=Hm, s=Sm, got=got, hint=hint))
     for dtype in DTYPES:
         want = ref.attention_matrix_bytes(Bm, Hm, Sm, dtype)
         got = CALLS.get(student, f"bytes {dtype}")[1].value
@@ -75,8 +76,9 @@ def test_attention_matrix_bytes(student):
                 hint = _("that is bits, not bytes")
             else:
                 hint = _("a {dtype} element takes {size} bytes").format(dtype=dtype, size=size)
-            raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}, {dtype}) returned {got!r}, expected "
-                                      f"{want}: {hint}")
+            raise expect.CheckFailure(_("attention_matrix_bytes({b}, {h}, {s}, {dtype}) returned {got!r}, expected "
+                                        "{want}: {hint}").format(b=Bm, h=Hm, s=Sm, dtype=dtype, got=got, want=want,
+                                                                 hint=hint))
 
 
 def inverted_sdpa(q, k, v, mask, causal):
@@ -103,7 +105,8 @@ def test_sdpa_attention_matches_plain_attention(student, case):
     call, outcome = CALLS.get(student, f"sdpa {case}")
     q, k, v = call.args
     got = outcome.value
-    expect.close(got, attention(q, k, v, mask, causal), f"sdpa_attention [{case}], lengths {list(LONG_LENGTHS)}",
+    expect.close(got, attention(q, k, v, mask, causal), _("sdpa_attention [{case}], lengths {lengths}").format(
+        case=case, lengths=list(LONG_LENGTHS)),
                  mistakes=sdpa_mistakes(q, k, v, mask, causal))
 
 
@@ -138,7 +141,8 @@ def test_chunked_attention_matches_plain_attention(student, case):
             return out
         mistakes = {_("inside a chunk, query i is at position start + i: compare key positions with the chunk's "
                       "absolute query positions for the causal mask"): restarted_causal} | mistakes
-    expect.close(outcome.value, want, f"chunked_attention [{case}], chunk_size=3, lengths {list(LONG_LENGTHS)}",
+    expect.close(outcome.value, want, _("chunked_attention [{case}], chunk_size=3, lengths {lengths}").format(
+        case=case, lengths=list(LONG_LENGTHS)),
                  mistakes=mistakes)
 
 
@@ -199,7 +203,7 @@ def test_chunked_attention_memory(student):
     full = ref.attention_matrix_bytes(MEM_B, MEM_H, MEM_S)  # the bound is below it: tests/test_checks_helpers.py
     sizes = (_("the bound is {mib} ({room} x a {chunk}-query-block implementation's {mib2}), and one full [B, "
                "H, S, S] float32 score matrix is {mib3}").format(mib=mib(bound), room=ROOM, chunk=CHUNK, mib2=mib(reference_peak()), mib3=mib(full)))
-    at = f"at B={MEM_B}, H={MEM_H}, S={MEM_S}, chunk_size={CHUNK}"
+    at = _("at B={b}, H={h}, S={s}, chunk_size={chunk}").format(b=MEM_B, h=MEM_H, s=MEM_S, chunk=CHUNK)
     if run.peak_bytes is None or run.peak_bytes > bound:
         raise expect.CheckFailure(
             _("{at} your chunked_attention held {mib} of tensors at once; {sizes}: compute the scores, the "

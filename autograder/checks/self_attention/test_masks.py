@@ -138,7 +138,8 @@ def test_causal_mask_hides_the_future(student, dims):
     call, outcome = CALLS.get(student, f"causal {dims}-D")
     [scores] = call.args
     want = ref.apply_causal_mask(scores)
-    what = f"apply_causal_mask on {dims}-D {'float64 ' if dims == 3 else ''}scores"
+    what = (_("apply_causal_mask on {dims}-D float64 scores") if dims == 3 else _("apply_causal_mask on {dims}-D scores")
+            ).format(dims=dims)
     got = outcome.value
     expect.shape(got, want.shape, what)
     check_neg_inf(got, want, what)

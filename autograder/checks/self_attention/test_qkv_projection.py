@@ -66,8 +66,9 @@ def test_three_bias_free_linear_layers(student):
         if params.get("weight") != [size, D_MODEL]:
             w = params.get("weight", [])
             got = f"{w[1]} -> {w[0]}" if len(w) == 2 else str(w)
-            raise expect.CheckFailure(f"make_projections({D_MODEL}, {D_K}, {D_V}): {name} maps {got} features, "
-                                      f"expected {D_MODEL} -> {size} (d_model -> {width})")
+            raise expect.CheckFailure(_("make_projections({d_model}, {d_k}, {d_v}): {name} maps {got} features, "
+                                        "expected {d_model} -> {size} (d_model -> {width})").format(
+                d_model=D_MODEL, d_k=D_K, d_v=D_V, name=name, got=got, size=size, width=width))
 
 
 @pytest.mark.points(2)
