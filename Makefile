@@ -65,7 +65,7 @@ check: $(STAMP)
 AUTOGRADER_POT = autograder/locale/autograder.pot
 PYBABEL_STABLE = --no-wrap --omit-header
 messages: $(STAMP)
-	PYTHONPATH=. $(VENV)/bin/pybabel extract -F babel-autograder.cfg -k _ --no-default-keywords --sort-output --no-location \
+	PYTHONPATH=. $(VENV)/bin/pybabel extract -F babel-autograder.cfg -k _ -k Refused --no-default-keywords --sort-output --no-location \
 	  $(PYBABEL_STABLE) -o $(AUTOGRADER_POT) autograder
 	$(VENV)/bin/pybabel update -i $(AUTOGRADER_POT) -d autograder/locale -D autograder -l zh_CN --ignore-obsolete \
 	  $(PYBABEL_STABLE)

@@ -265,4 +265,4 @@ class Session:
         try:
             return wire.decode_reply(value, self.device)
         except wire.Refused as exc:
-            raise CheckFailure(str(exc)) from None
+            raise CheckFailure(i18n.Message(exc.template, tuple(exc.params.items()))) from None

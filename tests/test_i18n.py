@@ -50,7 +50,7 @@ def extracted_from_sources() -> set[str]:
     assert "autograder.i18n:extract_messages" in cfg  # the method the template was made with
     return {message for _file, _line, message, _comments, _context in extract_from_dir(
         str(ROOT / "autograder"), method_map=[("**.py", "autograder.i18n:extract_messages")],
-        keywords={"_": None})}
+        keywords={"_": None, "Refused": None})}
 
 
 def test_the_template_and_the_catalogs_hold_exactly_the_messages_of_the_sources():
