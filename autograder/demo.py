@@ -15,6 +15,7 @@ then 4. export: `nbgrader export` writes grades.csv (every assignment and editio
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -37,7 +38,14 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
     """Release, collect, autograde and export the example class in `course`; print what happened."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from examples.make_class import MISTAKES_OF, collect, example_class, make_course, nbgrader  # noqa: PLC0415 - after sys.path
+    from examples.make_class import (  # noqa: PLC0415 - after sys.path
+        MISTAKES_OF,
+        collect,
+        example_class,
+        make_course,
+        nbgrader,
+        repo_source,
+    )
 
     assignments = tuple(spec.ASSIGNMENTS.values())
     editions = [(a, lang, spec.edition_id(a.id, lang)) for a in assignments for lang in spec.LANGUAGES]
@@ -47,7 +55,10 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
         shutil.rmtree(course)
     t0 = time.perf_counter()
     console.rule("1. release")
-    make_course(course, assignments=tuple(name for _a, _lang, name in editions))
+    make_course(course, assignments=tuple(a.id for a in assignments))
+    for assignment, lang, name in editions:
+        if lang != spec.DEFAULT_LANGUAGE:
+            make_course(course, edition_source(course, assignment, lang, repo_source), assignments=(name,))
     for _a, _lang, name in editions:
         console.print(f"nbgrader generate_assignment {name} -> {course / 'release' / name}")
     scored: dict[str, list[GradeResult]] = {}
@@ -97,6 +108,22 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
                           "(HTML feedback: run again with --nbgrader)")
     console.print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def edition_source(course: Path, assignment: spec.Assignment, lang: str, repo_source) -> Path | None:
+    """The instructor notebooks of an edition: the course build's (source/<id>_<lang>/), or until it has built
+    them, a stand-in: the English ones marked with the edition's language (metadata course.lang), in `course`."""
+    name = spec.edition_id(assignment.id, lang)
+    built, english = repo_source(assignment=name), repo_source(assignment=assignment.id)
+    if built is not None or english is None:
+        return built
+    dest = course / ".edition-sources" / name
+    dest.mkdir(parents=True, exist_ok=True)
+    for notebook in assignment.notebooks:
+        nb = json.loads((english / f"{notebook}.ipynb").read_text(encoding="utf-8"))
+        nb.setdefault("metadata", {})["course"] = {"lang": lang}
+        (dest / f"{notebook}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+    return dest
 
 
 def differences(english: list[GradeResult], edition: list[GradeResult]) -> list[str]:
