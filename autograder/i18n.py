@@ -88,6 +88,9 @@ def check_title(name: str, lang: str = DEFAULT_LANGUAGE) -> str:
     the reports people read; results and the JSON keep the English name, the same in every language."""
     if lang == DEFAULT_LANGUAGE:
         return name
+    whole = translations(lang).gettext(name)  # (a name may end in brackets of its own: "... x [B, S, d_model]")
+    if whole != name:
+        return whole
     match = CHECK_PARAMS.match(name)
     return translations(lang).gettext(match["title"]) + (match["params"] or "")
 

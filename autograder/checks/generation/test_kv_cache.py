@@ -208,7 +208,7 @@ def decode_mistakes(w_qkv, w_o, x, chunks):
 def compare_split(run: Ran, chunks, label):
     """The outputs of x fed in `chunks` (steps of the check's job: run.steps[chunks]) equal the full causal pass."""
     w_qkv, w_o, x = run.inputs
-    weights_taken(run, "W_qkv and W_o")
+    weights_taken(run, _("W_qkv and W_o"))
     cache, forwards, length = run.steps[chunks]
     if cache is not None:
         run.result[cache]

@@ -152,7 +152,7 @@ def test_chunked_attention_with_chunk_larger_than_sequence(student):
     mask, causal, __ = kwargs_for("padding mask and causal")
     call, outcome = CALLS.get(student, "chunked larger")
     q, k, v = call.args
-    expect.close(outcome.value, attention(q, k, v, mask, causal), "chunked_attention with chunk_size=16 > S=7",
+    expect.close(outcome.value, attention(q, k, v, mask, causal), _("chunked_attention with chunk_size=16 > S=7"),
                  mistakes=attention_mistakes(q, k, v, mask, causal))
 
 
@@ -197,7 +197,8 @@ def test_chunked_attention_memory(student):
     """chunked_attention never holds much more than chunk_size x S scores per head at once"""
     q, k, v, mask = memory_inputs()
     run = student.call_measured("chunked_attention", q, k, v, mask=mask, causal=True, chunk_size=CHUNK)
-    expect.close(run.value, expected_output(), f"chunked_attention at S={MEM_S}, chunk_size={CHUNK}",
+    expect.close(run.value, expected_output(), _("chunked_attention at S={s}, chunk_size={chunk}").format(
+        s=MEM_S, chunk=CHUNK),
                  atol=1e-4, rtol=1e-3)
     bound = ROOM * reference_peak()
     full = ref.attention_matrix_bytes(MEM_B, MEM_H, MEM_S)  # the bound is below it: tests/test_checks_helpers.py

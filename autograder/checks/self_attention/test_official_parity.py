@@ -26,7 +26,7 @@ BROKEN = {
     "no_scale": _("does not scale its scores"),
     "softmax_over_queries": _("takes the softmax over the queries"),
     "ignores_mask": _("ignores the padding mask"),
-    "no_output_projection": "skips W_o",
+    "no_output_projection": _("skips W_o"),
 }
 
 

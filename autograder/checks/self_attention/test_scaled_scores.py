@@ -69,7 +69,7 @@ def test_scores_match_reference_for_4d_inputs(student):
     """scaled_scores works on per-head [B, H, S, d_k] inputs"""
     call, outcome = CALLS.get(student, "scores 4-D")
     (Q, K), got = call.args, expect.value(outcome, hint=TRANSPOSE_HINT)
-    expect.close(got, ref.scaled_scores(Q, K), "scaled_scores on 4-D inputs", hint=TRANSPOSE_HINT,
+    expect.close(got, ref.scaled_scores(Q, K), _("scaled_scores on 4-D inputs"), hint=TRANSPOSE_HINT,
                  mistakes=score_mistakes(Q, K))
 
 
@@ -78,7 +78,7 @@ def test_scores_keep_float64(student):
     """scaled_scores keeps float64 inputs in float64"""
     call, outcome = CALLS.get(student, "scores float64")
     Q, K = call.args
-    expect.close(outcome.value, ref.scaled_scores(Q, K), "scaled_scores on float64 inputs",
+    expect.close(outcome.value, ref.scaled_scores(Q, K), _("scaled_scores on float64 inputs"),
                  mistakes=score_mistakes(Q, K), atol=1e-10, rtol=1e-8)
 
 
