@@ -185,3 +185,29 @@ def test_the_untouched_chinese_release_scores_zero_with_chinese_messages(grader,
     assert english.lang == "en" and document.to_json(english)["lang"] == "en"
     assert [c.name for c in english.parts[0].checks] == [c.name for c in part.checks]
     assert not any(CHINESE.search(c.message) for c in english.parts[0].checks)
+
+
+def test_nbgrader_feedback_speaks_the_editions_language():
+    from autograder.nbgrader_plugin import feedback_language, part_report
+    from autograder.results import CheckResult, PartResult
+
+    assert feedback_language({"metadata": {"course": {"lang": "zh"}}}, "self_attention") == "zh"
+    assert feedback_language({"metadata": {}}, spec.edition_id("generation", "zh")) == "zh"
+    assert feedback_language({"metadata": {}}, "self_attention") == "en"
+    name = "causal_mask(S) is True where key j <= query i, diagonal included"
+    part = PartResult("masks", 15, (CheckResult(name, False, 0.0, 2.0, "……"),), ("备注",))
+    english, chinese = part_report(part), part_report(part, "zh")
+    assert "[FAIL] " + name in english and "points" in english
+    assert "[未通过]" in chinese and "分" in chinese and name not in chinese and "备注：备注" in chinese
+
+
+def test_the_gradescope_bundle_of_a_chinese_edition_carries_the_catalog(private_tmp):
+    import zipfile
+
+    from autograder.gradescope import build_bundle
+
+    path = build_bundle(private_tmp / "zh-bundle.zip", spec.DEFAULT, "zh")
+    with zipfile.ZipFile(path) as z:
+        assert "autograder/locale/zh_CN/LC_MESSAGES/autograder.po" in z.namelist()
+        assert "Babel==" in z.read("requirements.txt").decode()
+        assert spec.edition_id(spec.DEFAULT.id, "zh") in z.read("run_autograder").decode()
