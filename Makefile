@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # What `make demo` runs once the environment exists (one place to change it).
 DEMO = $(PY) -m autograder demo
 
-.PHONY: venv demo test lint lab grade formgrader release check mutation
+.PHONY: venv demo test lint lab grade formgrader release check mutation messages
 
 venv: $(STAMP)
 
@@ -63,3 +63,14 @@ release: $(STAMP)
 # Fail if the committed notebooks drifted from course/.
 check: $(STAMP)
 	$(PY) -m course.build --check
+
+# The autograder's message catalog (autograder/i18n.py): extract every _("...") of autograder/ into the
+# template, then merge it into each language's .po (new or changed messages come in empty or fuzzy:
+# translate them; tests/test_i18n.py fails until every one is). The .po is compiled when the grader loads it.
+AUTOGRADER_POT = autograder/locale/autograder.pot
+PYBABEL_STABLE = --no-wrap --omit-header
+messages: $(STAMP)
+	PYTHONPATH=. $(VENV)/bin/pybabel extract -F babel-autograder.cfg -k _ -k Refused --no-default-keywords --sort-output --no-location \
+	  $(PYBABEL_STABLE) -o $(AUTOGRADER_POT) autograder
+	$(VENV)/bin/pybabel update -i $(AUTOGRADER_POT) -d autograder/locale -D autograder -l zh_CN --ignore-obsolete \
+	  $(PYBABEL_STABLE)

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import i18n
 from .failures import CheckFailure
 from .worker import wire
+
+_ = i18n.message
 
 
 @dataclass(frozen=True)
@@ -228,19 +231,20 @@ def value_of(session, reply: dict, step: Queued):
     value = reply.get("value")
     if step.kind == "describe":
         if not isinstance(value, dict):
-            raise CheckFailure(f"{step.what} could not be inspected")
+            raise CheckFailure(_("{label} could not be inspected").format(label=step.what))
         return wire.clean_data(value)
     if step.kind == "state":
         if not isinstance(value, dict):
-            raise CheckFailure(f"{step.what}() did not return a dict of tensors")
+            raise CheckFailure(_("{what}() did not return a dict of tensors").format(what=step.what))
         return {k: session.decode(v) for k, v in value.items()}
     if step.kind == "none":
         return None
     value = session.decode(value)
     if step.kind == "object" and not isinstance(value, wire.Handle):
-        raise CheckFailure(f"{step.what}(...) did not build an object")
+        raise CheckFailure(_("{name}(...) did not build an object").format(name=step.what))
     if step.wrapped is not None and not isinstance(value, wire.Handle):
-        raise CheckFailure(f"{step.wrapped} returned {type(value).__name__}, not an object such as a module")
+        raise CheckFailure(_("{label} returned {kind}, not an object such as a module").format(
+            label=step.wrapped, kind=type(value).__name__))
     return value
 
 

@@ -198,7 +198,7 @@ class Checks:
             torch.set_num_threads(threads)
 
     def run(self, session: Session, fixtures: Mapping[str, object] | None = None) -> list[PartResult]:
-        """Every check against `session`: one PartResult per part."""
+        """Every check against `session`: one PartResult per part, its messages in the session's language."""
         given = {"student": Student(session), **(fixtures or {})}
         records: dict[str, list[CheckRecord]] = defaultdict(list)
         seconds: dict[str, float] = defaultdict(float)
@@ -208,13 +208,15 @@ class Checks:
             for check in self.checks:
                 session.enter_part(check.part)
                 started = time.perf_counter()
-                records[check.part].append(self._run_one(check, given, wide, per_submission))
+                records[check.part].append(self._run_one(check, given, wide, per_submission, session.lang))
                 seconds[check.part] += time.perf_counter() - started
-        return [score_part(p, records.get(p.id, []), session, seconds.get(p.id, 0.0)) for p in self.parts]
+        return [score_part(p, records.get(p.id, []), session, seconds.get(p.id, 0.0), session.lang)
+                for p in self.parts]
 
-    def _run_one(self, check: Check, given: dict, wide: dict, per_submission: contextlib.ExitStack) -> CheckRecord:
+    def _run_one(self, check: Check, given: dict, wide: dict, per_submission: contextlib.ExitStack,
+                 lang: str) -> CheckRecord:
         """Set up the check's fixtures, call it, tear its own fixtures down; a failure's message as pytest's
-        report of it (setup or call) would give it."""
+        report of it (setup or call) would give it, in `lang`."""
         values = {**given, **dict(check.params)}
         with contextlib.ExitStack() as per_check:
             try:
@@ -223,7 +225,7 @@ class Checks:
                         values[name] = self._set_up(name, values, wide, per_check, per_submission)
                 check.function(**{name: values[name] for name in check.argnames})
             except Exception as exc:  # noqa: BLE001 - as pytest: any exception fails the check
-                return CheckRecord(check.name, check.weight, False, failure_message(exc))
+                return CheckRecord(check.name, check.weight, False, failure_message(exc, lang))
             finally:
                 with contextlib.suppress(Exception):  # (pytest reports a teardown error apart; the check stands)
                     per_check.close()

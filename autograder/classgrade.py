@@ -34,7 +34,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import courselock, document, gradebook, spec
+from . import courselock, document, gradebook, i18n, spec
 from .lifetime import STOP_SIGNALS, Interrupted, Stopper, init_pool_process, kill_processes
 from .limits import Limits
 from .report import summary_table
@@ -58,6 +58,10 @@ def _init_worker(limits, parent: int) -> None:
     _GRADER = Grader(limits).warm()
 
 
+_ = i18n.message
+NOT_SUBMITTED = _("{notebook} was not submitted")
+
+
 def missing_part(part: spec.Part, why: str) -> PartResult:
     return PartResult(part.id, part.points, (CheckResult("your notebook was graded", False, 0.0, part.points, why),),
                       (why,))
@@ -78,9 +82,9 @@ def grade_folder(folder: str, assignment_id: str, grader=None) -> dict:
     for nb in assignment.notebooks:  # (one that could not be read scored 0 with its reason in grade())
         if not os.path.lexists(Path(folder) / f"{nb}.ipynb"):
             for part in assignment.parts_of(nb):
-                parts[part.id] = missing_part(part, f"{nb}.ipynb was not submitted")
+                parts[part.id] = missing_part(part, NOT_SUBMITTED.format(notebook=f"{nb}.ipynb").render(result.lang))
     return {"parts": [parts[p.id] for p in assignment.parts], "notes": list(result.notes),
-            "seconds": round(time.perf_counter() - started, 3)}
+            "seconds": round(time.perf_counter() - started, 3), "lang": result.lang}
 
 
 # --------------------------------------------------------------------------- the class
@@ -200,7 +204,8 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
             todo[student] = key
 
     def record(student: str, data: dict) -> None:
-        result = GradeResult(student, tuple(data["parts"]), notes=tuple(data["notes"]), seconds=data["seconds"])
+        result = GradeResult(student, tuple(data["parts"]), notes=tuple(data["notes"]), seconds=data["seconds"],
+                             lang=data.get("lang", spec.DEFAULT_LANGUAGE))
 
         def write() -> None:  # one try: the rows in one transaction, then the report and the state
             with stopper.critical():  # a signal waits for the end: the three go together

@@ -1,7 +1,7 @@
 """The command line: `python -m autograder COMMAND ...`. Declares each command's arguments and calls
 the module that does its work; it decides nothing itself.
 
-    grade SUBMISSION [--assignment NAME] [--json] [--gpu]   (fixed by the course spec)   grade.py, report.py
+    grade SUBMISSION [--assignment NAME] [--json] [--gpu] [--lang en|zh]  (the course spec)   grade.py, report.py
     grade-class COURSE_DIR [--assignment NAME] ...                                        classgrade.py
     grade-gpu COURSE_DIR [--assignment NAME] ...                                          gpu/course.py
     gradescope-bundle OUT.zip [--assignment NAME]                                         gradescope.py
@@ -53,7 +53,8 @@ def cmd_grade(args) -> int:
     prestart()  # the worker pool imports torch while this process does
     from . import document, grade  # noqa: PLC0415
 
-    result = grade.grade(args.submission, gpu=args.gpu, limits=limits.from_args(args), assignment=assignment)
+    result = grade.grade(args.submission, gpu=args.gpu, limits=limits.from_args(args), assignment=assignment,
+                         lang=args.lang or edition_language(args.assignment))
     if args.json:
         sys.stdout.write(document.dumps(result) + "\n")
     else:
@@ -61,6 +62,12 @@ def cmd_grade(args) -> int:
 
         report.render(result)
     return 0
+
+
+def edition_language(name: str | None) -> str | None:
+    """The language an edition's name says (--assignment self_attention_zh: zh); None for an English name."""
+    lang = spec.split_edition(name)[1] if name else spec.DEFAULT_LANGUAGE
+    return None if lang == spec.DEFAULT_LANGUAGE else lang
 
 
 def cmd_grade_class(args) -> int:
@@ -86,7 +93,7 @@ def cmd_gradescope_bundle(args) -> int:
     assignment = spec.assignment(args.assignment)
     from . import gradescope  # noqa: PLC0415
 
-    return gradescope.main(args.out, assignment)
+    return gradescope.main(args.out, assignment, spec.split_edition(args.assignment)[1])
 
 
 def cmd_demo(args) -> int:
@@ -104,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     _assignment(p, recognised=True)
     p.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
     p.add_argument("--gpu", action="store_true", help="also run the GPU stage (long_sequence_gpu)")
+    p.add_argument("--lang", choices=spec.LANGUAGES, default=None,
+                   help="the language of the feedback (default: the one the notebooks' metadata names, else the "
+                        "edition in the folder's name, e.g. self_attention_zh, else en); the scores never depend on it")
     limits.add_flags(p)
     p.set_defaults(func=cmd_grade)
 

@@ -2,7 +2,8 @@
 
 `python -m autograder grade --json` prints it, grade-class saves one per student in
 COURSE/autograder_reports/<assignment>/<student>.json, and `from_json` reads those back.
-Extra keys are additions to the contract's form, never renames.
+Extra keys are additions to the contract's form, never renames: `lang` says the language of the
+messages ("en", "zh"); the keys, the check names and the scores are the same in every language.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def to_json(result: GradeResult) -> dict:
     parts = [part_to_json(p) for p in result.parts]
     if result.gpu is not None:
         parts.append(part_to_json(result.gpu))
-    doc = {"submission": result.submission, "score": result.score, "max_score": result.max_score, "parts": parts}
+    doc = {"submission": result.submission, "score": result.score, "max_score": result.max_score, "parts": parts,
+           "lang": result.lang}
     if result.notes:
         doc["notes"] = list(result.notes)
     if result.protections_off:
@@ -55,4 +57,5 @@ def part_from_json(doc: dict) -> PartResult:
 def from_json(doc: dict, submission: str | None = None) -> GradeResult:
     """A GradeResult from a document that `to_json` wrote without a GPU part (as grade-class saves them)."""
     return GradeResult(submission or doc["submission"], tuple(part_from_json(p) for p in doc["parts"]),
-                       notes=tuple(doc.get("notes", ())), protections_off=tuple(doc.get("protections_off", ())))
+                       notes=tuple(doc.get("notes", ())), protections_off=tuple(doc.get("protections_off", ())),
+                       lang=doc.get("lang", "en"))

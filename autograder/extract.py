@@ -14,8 +14,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import spec
+from . import i18n, spec
 from .readfile import Unreadable, entry_kind, list_folder, read_bytes
+
+
+_ = i18n.message
 
 
 class SubmissionError(Exception):
@@ -27,17 +30,23 @@ class Source:
     name: str  # the notebook's or file's stem, e.g. "02_masks"
     path: str
     cells: tuple[str, ...]
-    notes: tuple[str, ...] = ()
+    notes: tuple = ()  # i18n.Message or text
     assignment_cells: int = 0  # nbgrader solution cells found (0: a plain notebook or a .py file)
-    error: str | None = None  # why nothing could be read from this file (the parts then score 0)
+    error: i18n.Message | str | None = None  # why nothing could be read from this file (the parts then score 0)
     graded_ids: frozenset[str] = frozenset()  # the grade_ids of the notebook's nbgrader graded cells
+    lang: str | None = None  # the edition's language its metadata names (metadata.course.lang), if any
 
 
 @dataclass(frozen=True)
 class Extracted:
     path: str
     sources: tuple[Source, ...]
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple = field(default=())  # i18n.Message or text
+
+    @property
+    def lang(self) -> str | None:
+        """The language the notebooks' metadata names (the first that names one), else None."""
+        return next((s.lang for s in self.sources if s.lang), None)
 
 
 MAGIC = re.compile(r"^\s*(%|!)")
@@ -46,7 +55,7 @@ MAGIC = re.compile(r"^\s*(%|!)")
 def clean_cell(code: str) -> tuple[str, list[str]]:
     """Drop IPython magics (%, %%) and shell escapes (!); return the code and what was dropped."""
     if code.lstrip().startswith("%%"):
-        return "", [f"a cell magic ({code.strip().splitlines()[0][:40]}) was skipped"]
+        return "", [_("a cell magic ({magic}) was skipped").format(magic=code.strip().splitlines()[0][:40])]
     kept, dropped = [], []
     for line in code.splitlines():
         if MAGIC.match(line):
@@ -54,7 +63,7 @@ def clean_cell(code: str) -> tuple[str, list[str]]:
             kept.append("")  # keep line numbers stable for error messages
         else:
             kept.append(line)
-    notes = [f"skipped IPython line {d!r}" for d in dropped]
+    notes = [_("skipped IPython line {line}").format(line=repr(d)) for d in dropped]
     return "\n".join(kept), notes
 
 
@@ -82,16 +91,16 @@ def _split_python(code: str) -> list[str]:
 
 
 # What a student reads about a notebook that is not quite one (whole sentences, for translation).
-NOT_JSON = "{name} could not be read as a notebook ({error})"
-TOO_DEEP = "{name} could not be read as a notebook: its JSON is nested too deeply"
-NO_CELLS = "{name} is not a notebook: it has no list of cells"
-BAD_META = "{name}: the nbgrader metadata of cell {cells} is not a dictionary: read as a plain cell"
-BAD_SOURCE = "{name}: the source of cell {cells} is not text: that cell was skipped"
-BAD_GRADE_ID = "{name}: the grade_id of cell {cells} is not a string: ignored"
-OTHER_ASSIGNMENT = ("{name} looks like a notebook of another assignment: none of its graded cells ({ids}) is a part "
-                    "of this one")
-OWNED = "{name} is a notebook of assignment {owner} (its graded cells: {ids}): grade it with --assignment {owner}"
-MISSING_PATH = "{path}: no such file or folder"
+NOT_JSON = _("{name} could not be read as a notebook ({error})")
+TOO_DEEP = _("{name} could not be read as a notebook: its JSON is nested too deeply")
+NO_CELLS = _("{name} is not a notebook: it has no list of cells")
+BAD_META = _("{name}: the nbgrader metadata of cell {cells} is not a dictionary: read as a plain cell")
+BAD_SOURCE = _("{name}: the source of cell {cells} is not text: that cell was skipped")
+BAD_GRADE_ID = _("{name}: the grade_id of cell {cells} is not a string: ignored")
+OTHER_ASSIGNMENT = _("{name} looks like a notebook of another assignment: none of its graded cells ({ids}) is a part "
+                     "of this one")
+OWNED = _("{name} is a notebook of assignment {owner} (its graded cells: {ids}): grade it with --assignment {owner}")
+MISSING_PATH = _("{path}: no such file or folder")
 PY_NOT_UTF8 = "{path}: not a UTF-8 text file"
 PY_TOO_DEEP = "{path}: nested too deeply for Python to read (a line of thousands of brackets or signs?)"
 
@@ -124,7 +133,7 @@ def _text(source) -> str | None:
     return None
 
 
-def _cells_note(template: str, name: str, cells: list[int]) -> list[str]:
+def _cells_note(template: i18n.Message, name: str, cells: list[int]) -> list[i18n.Message]:
     return [template.format(name=name, cells=", ".join(map(str, cells[:10])) + (", ..." if len(cells) > 10 else ""))
             ] if cells else []
 
@@ -136,7 +145,7 @@ def read_notebook(path: Path, part_ids: frozenset[str] = frozenset()) -> Source:
     try:
         nb = parse_json(read_bytes(path), path.name)
     except (Unreadable, ValueError) as exc:
-        return Source(path.stem, str(path), (), error=str(exc))
+        return Source(path.stem, str(path), (), error=exc.args[0] if isinstance(exc, ValueError) else str(exc))
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         return Source(path.stem, str(path), (), error=NO_CELLS.format(name=path.name))
     bad_meta: list[int] = []
@@ -153,7 +162,7 @@ def read_notebook(path: Path, part_ids: frozenset[str] = frozenset()) -> Source:
         notes.extend(dropped)
         cells.append(code)
     if not solution and code_cells:
-        notes.append("no nbgrader solution cells: every code cell was taken")
+        notes.append(_("no nbgrader solution cells: every code cell was taken"))
     notes += _cells_note(BAD_META, path.name, bad_meta) + _cells_note(BAD_SOURCE, path.name, bad_source)
     graded = [(i, meta.get("grade_id")) for i, _, meta in code_cells if meta.get("grade")]
     notes += _cells_note(BAD_GRADE_ID, path.name, [i for i, gid in graded if not isinstance(gid, str)])
@@ -163,7 +172,17 @@ def read_notebook(path: Path, part_ids: frozenset[str] = frozenset()) -> Source:
         shown = ", ".join(sorted(grade_ids))[:80]
         notes.append(OWNED.format(name=path.name, owner=owner.id, ids=shown) if owner else
                      OTHER_ASSIGNMENT.format(name=path.name, ids=shown))
-    return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution), graded_ids=grade_ids)
+    return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution), graded_ids=grade_ids,
+                  lang=notebook_language(nb))
+
+
+def notebook_language(nb: dict) -> str | None:
+    """The language of the edition a notebook belongs to: its metadata's course.lang (the Chinese edition's
+    notebooks say "zh"); None when it names no known language (an English notebook names none)."""
+    meta = nb.get("metadata")
+    course = meta.get("course") if isinstance(meta, dict) else None
+    lang = course.get("lang") if isinstance(course, dict) else None
+    return lang if lang in spec.LANGUAGES else None
 
 
 def _owner(grade_ids: frozenset[str]) -> spec.Assignment | None:
@@ -221,12 +240,12 @@ def extract(path: str | Path, assignment: spec.Assignment | None = None,
         kind = entry_kind(child)
         if kind == "dir":
             if child.name not in ("__pycache__",):
-                notes.append(f"ignored folder {child.name}/")
+                notes.append(_("ignored folder {name}/").format(name=child.name))
         elif child.suffix == ".ipynb":
             sources.append(read_notebook(child, part_ids) if kind == "file"
                            else Source(child.stem, str(child), (), error=kind))
         elif child.suffix != ".py" or child.name not in ("visible_checks.py", "memory_meter.py"):
-            notes.append(f"ignored {child.name}: only notebooks are graded in a folder")
+            notes.append(_("ignored {name}: only notebooks are graded in a folder").format(name=child.name))
     if not sources:
         raise SubmissionError(f"{p}: no gradable notebook in this folder")
     return Extracted(str(p), tuple(sources), tuple(notes))

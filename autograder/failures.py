@@ -6,9 +6,18 @@ into the check's message.
 """
 from __future__ import annotations
 
+from . import i18n
+
+_ = i18n.message
+
 
 class CheckFailure(AssertionError):
-    """A check failed; str() is the message shown to the student."""
+    """A check failed; its one argument is the message shown to the student (an i18n.Message, or plain
+    text that needs no translation), str() its English text."""
+
+    @property
+    def message(self):
+        return self.args[0] if self.args else ""
 
 
 class MissingName(CheckFailure):
@@ -18,7 +27,7 @@ class MissingName(CheckFailure):
 class StudentRaised(CheckFailure):
     """The student's code raised; `kind` is the exception's type name (e.g. "NotImplementedError")."""
 
-    def __init__(self, message: str, kind: str):
+    def __init__(self, message, kind: str):
         super().__init__(message)
         self.kind = kind
 
@@ -31,8 +40,10 @@ def student_error(what: str, err: dict) -> StudentRaised:
     """The failure for an error that the worker reported from the student's code."""
     kind, message, where = err.get("type", "Error"), err.get("message", ""), err.get("where", "")
     if kind == "NotImplementedError":
-        return StudentRaised(f"{what} is not implemented yet (it raises NotImplementedError)", kind)
-    at = f" at {where}" if where else ""
+        return StudentRaised(_("{what} is not implemented yet (it raises NotImplementedError)").format(what=what), kind)
+    at = _(" at {where}").format(where=where) if where else ""
     if kind == "SystemExit":
-        return StudentRaised(f"{what} called exit() ({message}){at}; a function must return its result", kind)
-    return StudentRaised(f"{what} raised {kind}: {message}{at}", kind)
+        return StudentRaised(_("{what} called exit() ({message}){at}; a function must return its result").format(
+            what=what, message=message, at=at), kind)
+    return StudentRaised(_("{what} raised {kind}: {message}{at}").format(what=what, kind=kind, message=message, at=at),
+                         kind)

@@ -7,15 +7,16 @@ the assignment's business (spec.py); nothing here depends on one assignment.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from . import check, spec
+from . import check, i18n, spec
 from .extract import extract
 from .gpu import stage as gpu_stage
 from .limits import Limits
 from .pool import Zygote
 from .results import GradeResult
 from .scan import apply_scan, forbidden_in_source
-from .scoring import unreadable, zeros
+from .scoring import rule_of, unreadable, zeros
 from .session import Session
 
 
@@ -56,48 +57,60 @@ class Grader:
         self.close()
 
     def grade(self, path, gpu: bool = False, part_ids: list[str] | None = None,
-              assignment: spec.Assignment | None = None) -> GradeResult:
+              assignment: spec.Assignment | None = None, lang: str | None = None) -> GradeResult:
         """Grade one submission against `assignment` (default: spec.DEFAULT): its parts `part_ids`
-        (default: all its CPU parts), and with `gpu` its GPU stage too."""
+        (default: all its CPU parts), and with `gpu` its GPU stage too. Its messages in `lang`, by default
+        the language of the submission (submission_language); the scores never depend on it."""
         started = time.perf_counter()
         assignment = assignment or spec.DEFAULT
         extracted = extract(path, assignment)
+        lang = i18n.check_language(lang or submission_language(extracted))
         parts = [assignment.part(pid) for pid in part_ids] if part_ids else list(assignment.parts)
-        notes = list(extracted.notes)
+        notes = [i18n.render(n, lang) for n in extracted.notes]
         for source in extracted.sources:
-            notes.extend(f"{source.name}: {n}" for n in source.notes)
+            notes.extend(f"{source.name}: {i18n.render(n, lang)}" for n in source.notes)
             if source.error:
-                notes.append(source.error)
+                notes.append(i18n.render(source.error, lang))
         readable = [s for s in extracted.sources if s.error is None]
         protections_off: tuple[str, ...] = ()
         if not readable:
-            results = unreadable(extracted, parts)
+            results = unreadable(extracted, parts, lang)
         else:
             checks = self.checks(assignment, parts)  # (the first time: while the worker pool may import torch)
-            session = Session(self.zygote, extracted.sources, self.limits, assignment)
+            session = Session(self.zygote, extracted.sources, self.limits, assignment, lang=lang)
             try:
                 session.start()
-                notes.extend(session.load_notes())
+                notes.extend(i18n.render(n, lang) for n in session.load_notes())
                 results = check.run_checks(session, parts, checks=checks)
                 protections_off = tuple(f"{k}: {v}" for k, v in sorted(session.protections.get("off", {}).items()))
             finally:
                 session.close()
             static = forbidden_in_source(extracted, parts)
-            results = [apply_scan(p, static.get(p.id, set()), part.rule) for part, p in zip(parts, results)]
+            results = [apply_scan(p, static.get(p.id, set()), rule_of(part), lang)
+                       for part, p in zip(parts, results)]
         # a part whose own notebook could not be read scores 0 with the reason (never another notebook's code)
-        broken = {s.name: s.error for s in extracted.sources if s.error}
+        broken = {s.name: i18n.render(s.error, lang) for s in extracted.sources if s.error}
         results = [zeros([part], broken[part.notebook])[0] if part.notebook in broken else r
                    for part, r in zip(parts, results)]
         gpu_result = None
         if gpu and assignment.gpu_part is not None:
             gpu_result = gpu_stage.run(self.zygote, self.limits, extracted, assignment).part
         return GradeResult(str(path), tuple(results), gpu_result, tuple(dict.fromkeys(notes)), protections_off,
-                           round(time.perf_counter() - started, 3))
+                           round(time.perf_counter() - started, 3), lang)
+
+
+def submission_language(extracted) -> str:
+    """The language a submission is graded in: the one its notebooks' metadata names (course.lang), else
+    the edition its folder's name says (self_attention_zh: zh), else the default (English)."""
+    if extracted.lang:
+        return extracted.lang
+    return spec.split_edition(Path(extracted.path).resolve().name)[1]
 
 
 def grade(path, gpu: bool = False, limits: Limits | None = None,
-          assignment: spec.Assignment | None = None) -> GradeResult:
-    """Grade one submission (a notebook, a folder of notebooks or a .py file)."""
+          assignment: spec.Assignment | None = None, lang: str | None = None) -> GradeResult:
+    """Grade one submission (a notebook, a folder of notebooks or a .py file), its messages in `lang`
+    (default: the submission's own language)."""
     extract(path)  # a path that is no submission fails here, before the worker pool starts
     with Grader(limits) as grader:
-        return grader.grade(path, gpu=gpu, assignment=assignment)
+        return grader.grade(path, gpu=gpu, assignment=assignment, lang=lang)

@@ -318,8 +318,10 @@ def set_extra_credit(location: Location, assignment: str, notebook: str, cell: s
     return outcome
 
 
-def read_part_scores(location: Location, assignment: Assignment, students) -> dict[str, dict[str, float]]:
-    """{student: {part id: the auto_score of its cell}} (0 where there is none)."""
+def read_part_scores(location: Location, assignment: Assignment, students,
+                     name: str | None = None) -> dict[str, dict[str, float]]:
+    """{student: {part id: the auto_score of its cell}} (0 where there is none), of the nbgrader assignment
+    `name` (an edition of `assignment`, e.g. self_attention_zh; default: the assignment's own id)."""
     from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader is slow to import
 
     out: dict[str, dict[str, float]] = {}
@@ -328,7 +330,7 @@ def read_part_scores(location: Location, assignment: Assignment, students) -> di
             out[s] = {}
             for p in assignment.parts:
                 try:
-                    out[s][p.id] = gb.find_grade(p.id, p.notebook, assignment.id, s).auto_score or 0.0
+                    out[s][p.id] = gb.find_grade(p.id, p.notebook, name or assignment.id, s).auto_score or 0.0
                 except MissingEntry:
                     out[s][p.id] = 0.0
     return out

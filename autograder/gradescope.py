@@ -61,24 +61,26 @@ def _version(dist: str, default: str) -> str:
 def requirements() -> str:
     """What the grader imports besides torch (installed by setup.sh)."""
     return "".join(f"{d}=={_version(d, v)}\n" for d, v in (("pytest", "8.3.3"), ("rich", "13.9.4"),
-                                                             ("numpy", "2.1.3")))
+                                                             ("numpy", "2.1.3"), ("Babel", "2.19.0")))
 
 
 def _files():
     for base in ("autograder", "solutions"):
         for path in sorted((REPO / base).rglob("*")):
             rel = path.relative_to(REPO)
-            if (path.is_file() and "__pycache__" not in rel.parts and path.suffix in (".py", ".ini", ".md")
+            if (path.is_file() and "__pycache__" not in rel.parts and path.suffix in (".py", ".ini", ".md", ".po")
                     and "notebooks" not in rel.parts):
                 yield path, rel.as_posix()
 
 
-def build_bundle(out: str | Path, assignment: spec.Assignment = spec.DEFAULT) -> Path:
-    """Write the Gradescope autograder zip that grades `assignment`; returns its path."""
+def build_bundle(out: str | Path, assignment: spec.Assignment = spec.DEFAULT,
+                 lang: str = spec.DEFAULT_LANGUAGE) -> Path:
+    """Write the Gradescope autograder zip that grades `assignment` (its edition in `lang`: the same checks and
+    points, the feedback in that language); returns its path."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        run_autograder = RUN_AUTOGRADER.replace("ASSIGNMENT", assignment.id)
+        run_autograder = RUN_AUTOGRADER.replace("ASSIGNMENT", spec.edition_id(assignment.id, lang))
         for name, text in (("setup.sh", SETUP_SH), ("run_autograder", run_autograder)):
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o755 << 16
@@ -124,15 +126,17 @@ def results_json(result) -> dict:
     return out
 
 
-def run(root: str | Path, assignment: spec.Assignment = spec.DEFAULT) -> dict:
-    """Grade ROOT/submission against `assignment`; write ROOT/results/results.json (Gradescope's contract)."""
+def run(root: str | Path, assignment: spec.Assignment = spec.DEFAULT, lang: str | None = None) -> dict:
+    """Grade ROOT/submission against `assignment`; write ROOT/results/results.json (Gradescope's contract).
+    The feedback in `lang` (default: the submission's own language)."""
     from .grade import Grader  # noqa: PLC0415 - imports torch: not needed to build a bundle
 
     root = Path(root)
     (root / "results").mkdir(parents=True, exist_ok=True)
     try:
         with Grader() as grader:
-            doc = results_json(grader.grade(_submission_target(root / "submission"), assignment=assignment))
+            doc = results_json(grader.grade(_submission_target(root / "submission"), assignment=assignment,
+                                            lang=lang))
     except SubmissionError as exc:
         doc = {"score": 0.0, "output": f"your submission could not be graded: {exc}",
                "tests": [{"name": p.id, "score": 0.0, "max_score": p.points, "output": str(exc),
@@ -141,14 +145,16 @@ def run(root: str | Path, assignment: spec.Assignment = spec.DEFAULT) -> dict:
     return doc
 
 
-def main(out: str, assignment: spec.Assignment = spec.DEFAULT) -> int:
+def main(out: str, assignment: spec.Assignment = spec.DEFAULT, lang: str = spec.DEFAULT_LANGUAGE) -> int:
     """The command: write the bundle and say what to do with it."""
-    path = build_bundle(out, assignment)
+    path = build_bundle(out, assignment, lang)
     print(f"wrote {path} ({path.stat().st_size // 1024} KiB): upload it as the Gradescope autograder "
           f"(Ubuntu base image); setup.sh installs torch=={TORCH_VERSION} CPU")
     return 0
 
 
 if __name__ == "__main__":  # run_autograder: python -m autograder.gradescope ROOT [ASSIGNMENT]
+    edition = sys.argv[2] if len(sys.argv) > 2 else spec.DEFAULT.id
+    lang = spec.split_edition(edition)[1]
     run(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("AUTOGRADER_ROOT", "/autograder"),
-        spec.assignment(sys.argv[2]) if len(sys.argv) > 2 else spec.DEFAULT)
+        spec.assignment(edition), None if lang == spec.DEFAULT_LANGUAGE else lang)

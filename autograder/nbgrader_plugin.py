@@ -32,11 +32,13 @@ import nbformat
 from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from . import spec
+from . import i18n, spec
 from .extract import SubmissionError, parse_json
 from .gradebook import cell_score
 from .readfile import Unreadable, read_bytes
 from .scoring import zeros
+
+_ = i18n.message
 
 # The stock list (nbgrader/converters/autograde.py) with Execute replaced by ours.
 AUTOGRADE_PREPROCESSORS = [
@@ -89,19 +91,25 @@ def _fmt(x: float) -> str:
     return f"{x:g}" if x != int(x) else str(int(x))
 
 
-def part_report(part) -> str:
-    """The student's report of one part: one line per check, then the part's notes."""
+def part_report(part, lang: str = spec.DEFAULT_LANGUAGE) -> str:
+    """The student's report of one part, in `lang` (its messages were written in it): one line per check,
+    then the part's notes."""
     if part is None:
         return ""
-    lines = [f"{part.id}: {_fmt(round(part.score, 2))} / {_fmt(part.max_score)} points"]
+    lines = [_("{part}: {score} / {max_score} points").format(part=part.id, score=_fmt(round(part.score, 2)),
+                                                              max_score=_fmt(part.max_score)).render(lang)]
     for c in part.checks:
-        mark = "PASS" if c.passed else "FAIL"
-        line = f"  [{mark}] {c.name} ({_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))})"
+        mark = (_("PASS") if c.passed else _("FAIL")).render(lang)
+        line = f"  [{mark}] {i18n.check_title(c.name, lang)} ({_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))})"
         if c.message:
             line += f"\n         {c.message}"
         lines.append(line)
-    lines.extend(f"  note: {n}" for n in part.notes)
+    lines.extend(note_line(n, lang) for n in part.notes)
     return "\n".join(lines) + "\n"
+
+
+def note_line(note: str, lang: str) -> str:
+    return _("  note: {note}").format(note=note).render(lang)
 
 
 def score_text(score: float, points: float) -> str:
@@ -128,24 +136,38 @@ def grade_outputs(report: str, score: float | None, points: float, error: str | 
     return outputs
 
 
-def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignment | None = None):
+def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignment | None = None,
+                        lang: str | None = None):
     """Grade one notebook with only its own code and its own parts: ({part_id: PartResult}, notes).
-    Without `assignment`, the assignment that has a notebook of this name."""
+    Without `assignment`, the assignment that has a notebook of this name. Messages in `lang` (default:
+    the notebook's own language, from its metadata)."""
     path = Path(path)
     assignment = assignment or spec.assignment_of_notebook(path.stem)
     ids = parts_of(path.stem, assignment) if assignment else []
     if not ids:
-        return {}, [f"{path.name} is not a notebook of this course: nothing in it is graded"]
+        return {}, [_("{name} is not a notebook of this course: nothing in it is graded").format(
+            name=path.name).render(lang or spec.DEFAULT_LANGUAGE)]
     grader = grader or shared_grader()
     try:
-        result = grader.grade(path, part_ids=ids, assignment=assignment)
+        result = grader.grade(path, part_ids=ids, assignment=assignment, lang=lang)
     except SubmissionError as exc:
-        return {}, [str(exc)]
+        return {}, [i18n.render(exc.args[0] if exc.args else str(exc), lang or spec.DEFAULT_LANGUAGE)]
     return {p.id: p for p in result.parts}, list(result.notes)
 
 
-def annotate(nb: dict, parts: dict, notes: list[str]) -> dict:
-    """Give every graded cell of `nb` (a notebook as a dict) its report and score, in place."""
+def feedback_language(nb, assignment_id: str | None) -> str:
+    """The language of a notebook's feedback: its metadata's course.lang (the Chinese edition's notebooks say
+    zh), else the edition nbgrader's assignment id names (self_attention_zh), else English."""
+    course = (nb.get("metadata") or {}).get("course") if isinstance(nb, dict) else None
+    lang = course.get("lang") if isinstance(course, dict) else None
+    if lang in spec.LANGUAGES:
+        return lang
+    return spec.split_edition(assignment_id or "")[1]
+
+
+def annotate(nb: dict, parts: dict, notes: list[str], lang: str = spec.DEFAULT_LANGUAGE) -> dict:
+    """Give every graded cell of `nb` (a notebook as a dict) its report and score, in place (the report's
+    own words in `lang`)."""
     for cell in nb.get("cells", []):
         meta = (cell.get("metadata") or {}).get("nbgrader") or {}
         if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):
@@ -154,13 +176,14 @@ def annotate(nb: dict, parts: dict, notes: list[str]) -> dict:
         points = float(meta.get("points", 0) or 0)
         part = parts.get(grade_id)
         if part is None:
-            why = (f"part {grade_id!r} was not graded: "
-                   + ("; ".join(notes) if notes else "it is not a part of this notebook in the course"))
+            why = _("part {part} was not graded: {reason}").format(
+                part=repr(grade_id), reason="; ".join(notes) if notes else
+                _("it is not a part of this notebook in the course")).render(lang)
             cell["outputs"] = grade_outputs("", None, points, error=why)
         else:
-            report = part_report(part)
+            report = part_report(part, lang)
             if notes:
-                report += "".join(f"  note: {n}\n" for n in notes)
+                report += "".join(note_line(n, lang) + "\n" for n in notes)
             # A part whose cell carries other points than the course gives it is scaled.
             cell["outputs"] = grade_outputs(report, cell_score(part.score, part.max_score, points), points)
         cell["execution_count"] = 1
@@ -219,6 +242,7 @@ class AutograderPreprocessor(NbGraderPreprocessor):
         name = info.get("notebook") or (resources.get("metadata") or {}).get("name") or "notebook"
         # nbgrader names the assignment it autogrades; a course may call it otherwise: then the notebook's name decides
         assignment = spec.assignment_of_notebook(name, info.get("assignment"))
+        lang = feedback_language(nb, info.get("assignment"))  # the zh edition: the same checks, feedback in Chinese
         reason = nb.metadata.pop(UNREADABLE_KEY, None)
         if reason and assignment:
             parts, notes = {p.id: p for p in zeros(assignment.parts_of(name), reason)}, []
@@ -226,10 +250,10 @@ class AutograderPreprocessor(NbGraderPreprocessor):
             with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
                 path = Path(tmp) / f"{name}.ipynb"
                 path.write_text(json.dumps(nb), encoding="utf-8")
-                parts, notes = grade_notebook_file(path, assignment=assignment)
+                parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang)
         self.log.info("autograder: %s scored %s", name,
                       ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")
-        annotate(nb, parts, notes)
+        annotate(nb, parts, notes, lang)
         from nbformat import from_dict  # noqa: PLC0415 - nbgrader has imported nbformat already
 
         nb.cells = [from_dict(c) for c in nb.cells]

@@ -7,40 +7,47 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from . import i18n
 from .results import GradeResult, PartResult
+
+_ = i18n.message
 
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}" if x != int(x) else str(int(x))
 
 
-def part_table(part: PartResult) -> Table:
-    status = "not run" if not part.ran else f"{_fmt(part.score)} / {_fmt(part.max_score)}"
+def part_table(part: PartResult, lang: str = "en") -> Table:
+    status = _("not run").render(lang) if not part.ran else f"{_fmt(part.score)} / {_fmt(part.max_score)}"
     table = Table(title=f"{part.id}  [bold]{status}[/bold]", title_justify="left", box=box.SIMPLE_HEAD,
                   show_lines=False, expand=True)
     table.add_column("", width=2, no_wrap=True)
-    table.add_column("check", ratio=2)
-    table.add_column("points", justify="right", no_wrap=True)
-    table.add_column("what is wrong", ratio=3)
+    table.add_column(_("check").render(lang), ratio=2)
+    table.add_column(_("points").render(lang), justify="right", no_wrap=True)
+    table.add_column(_("what is wrong").render(lang), ratio=3)
     for c in part.checks:
         mark = Text("✓", style="green") if c.passed else Text("✗", style="red")
-        table.add_row(mark, Text(c.name), f"{_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))}", Text(c.message))
+        table.add_row(mark, Text(i18n.check_title(c.name, lang)), f"{_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))}", Text(c.message))
     for note in part.notes:
         table.add_row(Text("!", style="yellow"), Text(note, style="yellow"), "", "")
     return table
 
 
 def render(result: GradeResult, console: Console | None = None) -> None:
+    """The report in the result's language (its messages were written in it; the headings follow)."""
     console = console or Console()
-    console.print(Panel(Text(f"{result.submission}\nscore {_fmt(result.score)} / {_fmt(result.max_score)}",
-                             style="bold"), title="self-attention autograder", expand=False))
+    lang = result.lang
+    score = _("score {score} / {max_score}").format(score=_fmt(result.score), max_score=_fmt(result.max_score))
+    console.print(Panel(Text(f"{result.submission}\n{score.render(lang)}", style="bold"),
+                        title=_("self-attention autograder").render(lang), expand=False))
     if result.protections_off:
         console.print(Panel(Text("\n".join(result.protections_off)), title="SANDBOX PROTECTIONS OFF on this machine",
                             style="bold red", expand=False))
     for part in result.parts + ((result.gpu,) if result.gpu else ()):
-        console.print(part_table(part))
+        console.print(part_table(part, lang))
     if result.notes:
-        console.print(Panel(Group(*[Text(f"• {n}") for n in result.notes]), title="notes", expand=False))
+        console.print(Panel(Group(*[Text(f"• {n}") for n in result.notes]), title=_("notes").render(lang),
+                            expand=False))
 
 
 def summary_table(rows: list[GradeResult], title: str = "class") -> Table:

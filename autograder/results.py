@@ -42,6 +42,7 @@ class GradeResult:
     notes: tuple[str, ...] = ()
     protections_off: tuple[str, ...] = ()  # sandbox layers that could not be applied here
     seconds: float = 0.0
+    lang: str = "en"  # the language of its messages (spec.LANGUAGES); the scores never depend on it
 
     @property
     def score(self) -> float:

@@ -11,10 +11,14 @@ import ast
 from collections.abc import Iterable
 from dataclasses import replace
 
+from . import i18n
 from .extract import Extracted
 from .results import PartResult
-from .spec import DEFAULT, Part
+from .scoring import FROM_SCRATCH
+from .spec import DEFAULT, DEFAULT_LANGUAGE, Part
 from .worker.names import is_forbidden_name
+
+_ = i18n.message
 
 TORCH_ROOTS = frozenset({"torch", "nn", "F"})  # the worker's preamble binds these in every namespace
 
@@ -111,14 +115,17 @@ def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.pa
     return found
 
 
-def apply_scan(part: PartResult, names: set[str], rule: str = DEFAULT.parts[0].rule) -> PartResult:
+def apply_scan(part: PartResult, names: set[str], rule: i18n.Message = FROM_SCRATCH,
+               lang: str = DEFAULT_LANGUAGE) -> PartResult:
     """A part whose code uses `names` it may not (the fused kernel, ...): its checks earn nothing, with the
-    reason (`rule`: the part's spec.Part.rule)."""
+    reason (`rule`: scoring.rule_of(part), in `lang`)."""
     if not names or not part.checks:
         return part
-    note = f"{rule}, but your code uses {', '.join(sorted(names))}: its checks earn nothing"
-    checks = tuple(replace(c, passed=False, points=0.0,
-                           message=c.message or f"correct result, but computed with {', '.join(sorted(names))}")
-                   for c in part.checks)
-    notes = part.notes if any(n.startswith(rule) for n in part.notes) else part.notes + (note,)
+    calls = ", ".join(sorted(names))
+    note = _("{from_scratch}, but your code uses {calls}: its checks earn nothing").format(
+        from_scratch=rule, calls=calls).render(lang)
+    correct = _("correct result, but computed with {calls}").format(calls=calls).render(lang)
+    checks = tuple(replace(c, passed=False, points=0.0, message=c.message or correct) for c in part.checks)
+    said = rule.render(lang)
+    notes = part.notes if any(said in n for n in part.notes) else part.notes + (note,)
     return replace(part, checks=checks, notes=notes)

@@ -7,9 +7,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import i18n
 from .failures import CheckFailure
 from .results import CheckResult, PartResult
-from .spec import Part
+from .spec import DEFAULT_LANGUAGE, Part
+
+_ = i18n.message
+# What a part with forbidden names asks, in the student's words (the start of the note that says so).
+FROM_SCRATCH = _("this part must compute attention from scratch")  # (scan.py looks for it in the part's notes)
+NOT_THE_OFFICIAL_MODULE = _("this part must compute its attention itself, not with torch's nn.MultiheadAttention")
+
+
+def rule_of(part: Part) -> i18n.Message:
+    """The rule that a part's forbidden names break (spec.Part.forbidden)."""
+    return FROM_SCRATCH if part.from_scratch else NOT_THE_OFFICIAL_MODULE
 
 
 @dataclass(frozen=True)
@@ -22,45 +33,51 @@ class CheckRecord:
     message: str  # for the student; "" when it passed
 
 
-def failure_message(exc: BaseException) -> str:
-    """What a failed check tells the student."""
+def failure_message(exc: BaseException, lang: str = DEFAULT_LANGUAGE) -> str:
+    """What a failed check tells the student, in `lang`."""
     if isinstance(exc, CheckFailure):
-        return str(exc)
+        return i18n.render(exc.message, lang)
     if isinstance(exc, AssertionError):
         text = str(exc).split("\nassert ")[0].strip()
-        return text or "the check's condition was not met"
+        return text or i18n.render(_("the check's condition was not met"), lang)
     # a student's value broke the check's own code (e.g. a tuple where a tensor belongs)
-    return f"your result could not be checked ({type(exc).__name__}: {str(exc)[:200]})"
+    return _("your result could not be checked ({kind}: {error})").format(kind=type(exc).__name__,
+                                                                         error=str(exc)[:200]).render(lang)
 
 
-def score_part(part: Part, records: list[CheckRecord], session, seconds: float) -> PartResult:
+def score_part(part: Part, records: list[CheckRecord], session, seconds: float,
+               lang: str = DEFAULT_LANGUAGE) -> PartResult:
     """The part's points shared out by weight; nothing for a from-scratch part that called the fused
-    kernel or the official module (the session saw it); a note for each API name the submission lacks."""
+    kernel or the official module (the session saw it); a note for each API name the submission lacks
+    (in `lang`)."""
     total = sum(r.weight for r in records) or 1.0
     state = session.parts.get(part.id)
     forbidden = sorted(state.forbidden) if state else []
     notes = []
     missing = [n for n in part.names if not session.defines(n, part.id)]
     if missing:
-        notes.append(f"missing from your submission: {', '.join(missing)}")
+        notes.append(_("missing from your submission: {names}").format(names=", ".join(missing)).render(lang))
     if forbidden and part.forbidden:
-        notes.append(f"{part.rule}, but your code called {', '.join(forbidden)}: its checks earn nothing")
+        notes.append(_("{from_scratch}, but your code called {calls}: its checks earn nothing").format(
+            from_scratch=rule_of(part), calls=", ".join(forbidden)).render(lang))
     checks = []
     for r in records:
         max_points = part.points * r.weight / total
         ok = r.passed and not forbidden
-        message = f"correct result, but computed with {', '.join(forbidden)}" if r.passed and forbidden else r.message
+        message = (_("correct result, but computed with {calls}").format(calls=", ".join(forbidden)).render(lang)
+                   if r.passed and forbidden else r.message)
         checks.append(CheckResult(r.name, ok, max_points if ok else 0.0, max_points, message))
     return PartResult(part.id, part.points, tuple(checks), tuple(notes), seconds=round(seconds, 3))
 
 
-def unreadable(extracted, parts) -> list[PartResult]:
+def unreadable(extracted, parts, lang: str = DEFAULT_LANGUAGE) -> list[PartResult]:
     """Every part scores 0 with the reason, when no file of the submission could be read."""
-    reason = "; ".join(s.error for s in extracted.sources if s.error) or "no code found"
+    reason = i18n.join([s.error for s in extracted.sources if s.error], lang) or i18n.render(_("no code found"), lang)
     return zeros(parts, reason)
 
 
-def zeros(parts, reason: str) -> list[PartResult]:
-    """Each part 0 points, with the reason as its one failed check and its note."""
+def zeros(parts, reason) -> list[PartResult]:
+    """Each part 0 points, with the reason (already in the student's language) as its one failed check and its
+    note. The check's name stays English in every language, as every check's name does."""
     return [PartResult(p.id, p.points, (CheckResult("your submission can be read", False, 0.0, p.points, reason),),
                        (reason,)) for p in parts]

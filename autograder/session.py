@@ -12,7 +12,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from . import spec
+from . import i18n, spec
 from .extract import Source
 from .failures import CheckFailure, PartStopped, student_error
 from .limits import Limits
@@ -22,22 +22,26 @@ from .worker.names import is_forbidden_name
 from .worker import protocol, wire
 from .worker.sandbox import SandboxConfig, private_paths
 
+_ = i18n.message
+
 
 @dataclass
 class PartState:
     id: str
     deadline: float
-    stopped: str | None = None
+    stopped: i18n.Message | None = None
     forbidden: set = field(default_factory=set)
     outputs: list = field(default_factory=list)
 
 
 class Session:
-    """One submission's code, loaded in a sandboxed worker that is replaced after a crash or timeout."""
+    """One submission's code, loaded in a sandboxed worker that is replaced after a crash or timeout.
+    `lang`: the language of the submission's messages (the check runner renders them in it)."""
 
     def __init__(self, zygote: Zygote, sources: tuple[Source, ...], limits: Limits,
-                 assignment: spec.Assignment | None = None, device: str = "cpu"):
+                 assignment: spec.Assignment | None = None, device: str = "cpu", lang: str = spec.DEFAULT_LANGUAGE):
         self.zygote = zygote
+        self.lang = i18n.check_language(lang)
         self.sources = tuple(s for s in sources if s.error is None)
         self.limits = limits
         self.assignment = assignment or spec.DEFAULT
@@ -49,7 +53,7 @@ class Session:
         self.worker = None
         self.restarts = 0
         self.load_report: dict = {}
-        self.load_failure: str | None = None
+        self.load_failure: i18n.Message | None = None
         self.protections: dict = {}
         self.part: PartState | None = None
         self.parts: dict[str, PartState] = {}
@@ -61,31 +65,35 @@ class Session:
         if self.load_failure:
             raise PartStopped(self.load_failure)
         if self.restarts > self.limits.max_restarts:
-            raise PartStopped("not run: your code crashed or timed out too many times in earlier parts")
+            raise PartStopped(_("not run: your code crashed or timed out too many times in earlier parts"))
         first = self.worker is None
         self.restarts += 0 if first else 1
         try:
             self.worker, reply = start_worker(self.zygote, list(self.sources), self.config, self.limits.load_seconds)
         except WorkerTimeout:
-            self.load_failure = (f"your code did not finish loading within {self.limits.load_seconds:.0f} s: "
-                                 "is there a long computation or an endless loop at the top level of a cell?")
+            self.load_failure = _("your code did not finish loading within {seconds:.0f} s: is there a long "
+                                  "computation or an endless loop at the top level of a cell?").format(
+                seconds=self.limits.load_seconds)
             raise PartStopped(self.load_failure) from None
         except protocol.ProtocolError as exc:
-            self.load_failure = ("your code broke its connection to the grader while it was being loaded (did it "
-                                 f"write to a file descriptor it did not open?): {exc}")
+            self.load_failure = _("your code broke its connection to the grader while it was being loaded (did it "
+                                  "write to a file descriptor it did not open?): {error}").format(error=str(exc))
             raise PartStopped(self.load_failure) from None
         except SandboxFailed as exc:  # before any student code ran: say so, do not blame the student
-            self.load_failure = f"not graded: the grader could not start its sandbox on this machine ({exc})"
+            self.load_failure = _("not graded: the grader could not start its sandbox on this machine ({error})"
+                                  ).format(error=str(exc))
             raise PartStopped(self.load_failure) from None
         except WorkerGone as exc:
-            self.load_failure = ("your code ended the grading process while it was being loaded (os._exit, "
-                                 f"exit() at the top level, a crash, or the memory limit): {exc}")
+            self.load_failure = _("your code ended the grading process while it was being loaded (os._exit, "
+                                  "exit() at the top level, a crash, or the memory limit): {error}").format(
+                error=str(exc))
             raise PartStopped(self.load_failure) from None
         self.protections = self.worker.protections
         reply = wire.clean_data(reply) if isinstance(reply, dict) else {}
         if not reply.get("ok"):
             err = reply.get("error") or {}
-            self.load_failure = f"your code could not be loaded: {err.get('type')}: {err.get('message')}"
+            self.load_failure = _("your code could not be loaded: {kind}: {error}").format(
+                kind=err.get("type"), error=err.get("message"))
             raise PartStopped(self.load_failure)
         if first:
             value = reply.get("value")
@@ -103,20 +111,22 @@ class Session:
         if self.worker is not None:
             self.worker.kill()
 
-    def load_notes(self) -> list[str]:
+    def load_notes(self) -> list[i18n.Message]:
         """Why the code could not be loaded, and each cell that raised while it was."""
         notes = [self.load_failure] if self.load_failure else []
         for src, info in self.load_report.items():
             for err in info.get("errors", ()):
                 where = f" ({err['where']})" if err.get("where") else ""
-                notes.append(f"{src}: cell {err['cell'] + 1} raised {err['type']}: {err['message']}{where}")
+                notes.append(_("{source}: cell {cell} raised {kind}: {error}{where}").format(
+                    source=src, cell=err["cell"] + 1, kind=err["type"], error=err["message"], where=where))
         return notes
 
-    def load_hint(self) -> str:
+    def load_hint(self):
         """" (a cell failed to run: ...)" after a missing name, when a cell failed; else ""."""
-        errors = [f"{src}, cell {e['cell'] + 1}: {e['type']}: {e['message']}" for src, info in self.load_report.items()
-                  for e in info.get("errors", ())]
-        return f" (a cell failed to run: {errors[0]})" if errors else ""
+        errors = [_("{source}, cell {cell}: {kind}: {error}").format(source=src, cell=e["cell"] + 1, kind=e["type"],
+                                                                     error=e["message"])
+                  for src, info in self.load_report.items() for e in info.get("errors", ())]
+        return _(" (a cell failed to run: {error})").format(error=errors[0]) if errors else ""
 
     # ------------------------------------------------------------ parts
     def enter_part(self, part_id: str) -> PartState:
@@ -218,21 +228,23 @@ class Session:
             raise PartStopped(part.stopped)
         worker = self._ensure_worker()
         if part.deadline - time.monotonic() <= 0:
-            part.stopped = f"not run: the {self.limits.part_seconds:.0f} s limit of this part was spent"
+            part.stopped = _("not run: the {seconds:.0f} s limit of this part was spent").format(
+                seconds=self.limits.part_seconds)
             raise PartStopped(part.stopped)
         return part, worker
 
     def _failure(self, exc: Exception, what: str) -> CheckFailure:
         """The check's failure when the worker timed out, died or broke the connection during `what`."""
         if isinstance(exc, WorkerTimeout):
-            self.part.stopped = (f"{what} did not return within the part's {self.limits.part_seconds:.0f} s limit "
-                                 "(an endless loop?); the rest of this part was not run")
+            self.part.stopped = _("{what} did not return within the part's {seconds:.0f} s limit (an endless "
+                                  "loop?); the rest of this part was not run").format(
+                what=what, seconds=self.limits.part_seconds)
             return PartStopped(self.part.stopped)
         if isinstance(exc, WorkerGone):
-            return CheckFailure(f"{what} ended the grading process (os._exit, a crash, or the "
-                                f"{self.limits.memory_bytes / 2**30:.0f} GiB memory limit)")
-        return CheckFailure(f"{what} returned something the grader refuses, or wrote to the grader's "
-                            f"connection: {exc}")
+            return CheckFailure(_("{what} ended the grading process (os._exit, a crash, or the {gib:.0f} GiB memory "
+                                  "limit)").format(what=what, gib=self.limits.memory_bytes / 2**30))
+        return CheckFailure(_("{what} returned something the grader refuses, or wrote to the grader's connection: "
+                              "{error}").format(what=what, error=str(exc)))
 
     def _accept(self, reply, what: str) -> dict:
         """A reply's forbidden calls and output recorded for the part; the student's error raised."""
@@ -256,4 +268,4 @@ class Session:
         try:
             return wire.decode_reply(value, self.device)
         except wire.Refused as exc:
-            raise CheckFailure(str(exc)) from None
+            raise CheckFailure(i18n.Message(exc.template, tuple(exc.params.items()))) from None

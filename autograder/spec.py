@@ -32,12 +32,6 @@ class Part:
         """The patterns of torch's names that earn this part nothing (worker/names.py): all for a from-scratch part."""
         return FORBIDDEN_PATTERNS if self.from_scratch else self.forbids
 
-    @property
-    def rule(self) -> str:
-        """What a part with forbidden names asks, in the student's words (the start of the note that says so)."""
-        return ("this part must compute attention from scratch" if self.from_scratch else
-                "this part must compute its attention itself, not with torch's nn.MultiheadAttention")
-
 
 @dataclass(frozen=True)
 class Assignment:

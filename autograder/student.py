@@ -16,10 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import batch
+from . import batch, i18n
 from .batch import Call, Job, JobResult, Outcome
 from .failures import CheckFailure, MissingName, PartStopped
 from .worker import wire
+
+_ = i18n.message
 
 
 @dataclass(frozen=True)
@@ -101,13 +103,14 @@ class Student:
     def new(self, name: str, *args, seed: int | None = 0, **kwargs) -> Remote:
         handle = self._call(name, args, kwargs, seed=seed)[0]
         if not isinstance(handle, wire.Handle):
-            raise CheckFailure(f"{name}(...) did not build an object")
+            raise CheckFailure(_("{name}(...) did not build an object").format(name=name))
         return Remote(self.session, handle, name)
 
     def wrap(self, value, label: str) -> Remote:
         """A handle returned by a student function (e.g. the module from to_official)."""
         if not isinstance(value, wire.Handle):
-            raise CheckFailure(f"{label} returned {type(value).__name__}, not an object such as a module")
+            raise CheckFailure(_("{label} returned {kind}, not an object such as a module").format(
+                label=label, kind=type(value).__name__))
         return Remote(self.session, value, label)
 
     def linear(self, in_features: int, out_features: int) -> Remote:
@@ -135,7 +138,8 @@ class Student:
         if ns is None and say_why and self.session.load_failure:  # nothing could be loaded: say why
             raise PartStopped(self.session.load_failure)
         if ns is None:
-            raise MissingName(f"{name} is not defined in your submission{self.session.load_hint()}")
+            raise MissingName(_("{name} is not defined in your submission{hint}").format(
+                name=name, hint=self.session.load_hint()))
         return ns
 
     def _call(self, name: str, args, kwargs, measure: bool = False, seed: int | None = None) -> tuple[object, dict]:
@@ -168,13 +172,13 @@ class Remote:
     def describe(self) -> dict:
         info = self.session.request({"kind": "describe", "object": self.handle.id}, self.label).get("value")
         if not isinstance(info, dict):
-            raise CheckFailure(f"{self.label} could not be inspected")
+            raise CheckFailure(_("{label} could not be inspected").format(label=self.label))
         return wire.clean_data(info)
 
     def state_dict(self) -> dict:
         raw = self.session.request({"kind": "state", "object": self.handle.id}, f"{self.label}.state_dict").get("value")
         if not isinstance(raw, dict):
-            raise CheckFailure(f"{self.label}.state_dict() did not return a dict of tensors")
+            raise CheckFailure(_("{label}.state_dict() did not return a dict of tensors").format(label=self.label))
         return {k: self.session.decode(v) for k, v in raw.items()}
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:

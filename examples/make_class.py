@@ -208,7 +208,7 @@ def solved(course: Path, nb_name: str, assignment: str = ASSIGNMENT) -> dict:
 
 def student_notebooks(course: Path, mistake: str, assignment: str = ASSIGNMENT) -> dict[str, str | None]:
     """notebook name -> file text (None: not submitted) for a student of `assignment` making `mistake`."""
-    _, edits = MISTAKES_OF[assignment][mistake]
+    _, edits = MISTAKES_OF[spec.split_edition(assignment)[0]][mistake]  # (an edition: its assignment's mistakes)
     out: dict[str, str | None] = {}
     for nb_name in spec.assignment(assignment).notebooks:
         nb = solved(course, nb_name, assignment)
@@ -252,7 +252,7 @@ def collect(course: Path, students: dict[str, str], assignment: str = ASSIGNMENT
 
 # The bundled example class of an assignment (examples/class/students.json, generation.json): student id -> mistake.
 def example_class(assignment: str = ASSIGNMENT) -> dict[str, str]:
-    return json.loads((Path(__file__).resolve().parent / "class" / CLASS_FILES[assignment]).read_text())
+    return json.loads((Path(__file__).resolve().parent / "class" / CLASS_FILES[spec.split_edition(assignment)[0]]).read_text())
 
 
 def synthetic_class(n: int) -> dict[str, str]:

@@ -144,4 +144,4 @@ def test_grade_recognises_the_assignment_of_nbgrader_notebooks_by_their_graded_c
     assert recognise(REPO / "assignments" / "self_attention" / "03_module.ipynb") is spec.SELF_ATTENTION
     assert recognise(REPO / "solutions" / "generation.py") is None
     notes = extract(generation / "02_kv_cache.ipynb").sources[0].notes  # read as the default assignment's
-    assert any("notebook of assignment generation" in n and "--assignment generation" in n for n in notes), notes
+    assert any("notebook of assignment generation" in str(n) and "--assignment generation" in str(n) for n in notes), notes

@@ -39,7 +39,7 @@ def cli_grade(path, monkeypatch, capfd, part_ids=CHEAP) -> tuple[int, dict]:
     """The CLI's own code path, with the shared warm grader."""
     from autograder import cli, grade as grade_module
 
-    monkeypatch.setattr(grade_module, "grade", lambda p, gpu=False, limits=None, assignment=None: kit.grade(p, part_ids=part_ids)[0])
+    monkeypatch.setattr(grade_module, "grade", lambda p, gpu=False, limits=None, assignment=None, lang=None: kit.grade(p, part_ids=part_ids)[0])
     capfd.readouterr()
     status = cli.main(["grade", str(path), "--json"])
     out, _ = capfd.readouterr()

@@ -7,6 +7,7 @@ solutions/generation.py, one textual edit each. One Grader (the session's warm w
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -143,3 +144,35 @@ def test_untouched_release_scores_zero(grader, tmp_path, assignment):
         assert part.checks, f"{part.id} ran no check on the release"
         for check in part.checks:
             assert not check.passed and check.message, (part.id, check.name)
+
+
+@pytest.fixture(scope="module")
+def graded_zh(grader):
+    """Each case graded once more, its feedback in Chinese (lazily, shared by this module)."""
+    cache = {}
+
+    def get(key):
+        if key not in cache:
+            a, name = key
+            cache[key] = grader.grade(CATALOGUES[a][0].OUT / f"{name}.py", assignment=spec.assignment(a), lang="zh")
+        return cache[key]
+
+    return get
+
+
+CHINESE = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.mark.parametrize("key", list(CASES), ids=_ids(list(CASES)))
+def test_chinese_feedback_scores_alike_and_speaks_chinese(graded, graded_zh, key):
+    """in Chinese, every case scores exactly as in English, check by check and with the same check names; every
+    message renders (no format error) and every failed check's message and every note is in Chinese"""
+    english, chinese = graded(key), graded_zh(key)
+    assert (english.lang, chinese.lang) == ("en", "zh")
+    assert [(p.id, p.score, [(c.name, c.passed, c.points) for c in p.checks]) for p in chinese.parts] == \
+        [(p.id, p.score, [(c.name, c.passed, c.points) for c in p.checks]) for p in english.parts]
+    for part in chinese.parts:
+        for check in part.checks:
+            assert check.passed or CHINESE.search(check.message), (part.id, check.name, check.message)
+        for note in part.notes:
+            assert CHINESE.search(note), (part.id, note)

@@ -38,7 +38,7 @@ def test_diagnose_names_the_matching_mistake_only():
     mask = common.lengths_mask()
     mistakes = common.attention_mistakes(Q, K, V, mask, True)
     wrong = common.attention(Q, K, V, mask, True, on="queries")
-    assert "hides queries" in expect.diagnose(wrong, mistakes)
+    assert "hides queries" in str(expect.diagnose(wrong, mistakes))
     assert expect.diagnose(common.attention(Q, K, V, mask, True), mistakes) == ""
 
 

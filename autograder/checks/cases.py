@@ -24,8 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
+from autograder import i18n
 from autograder.batch import Call, Job, JobResult, Outcome
 from autograder.failures import CheckFailure, StudentRaised
+
+_ = i18n.message
 
 SEED = 1234  # the `gen` fixture's seed (conftest.py)
 
@@ -74,8 +77,8 @@ def weights_taken(run: Ran, layers: str) -> None:
     try:
         run.value("load")
     except StudentRaised as exc:
-        raise CheckFailure(f"weights could not be loaded into your module ({exc}): it needs exactly the "
-                           f"bias-free layers {layers}") from None
+        raise CheckFailure(_("weights could not be loaded into your module ({failure}): it needs exactly the "
+                             "bias-free layers {layers}").format(failure=exc.message, layers=layers)) from None
     run.value("eval")
 
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import torch
 
+from autograder import i18n
 from autograder.failures import CheckFailure, StudentRaised
 
-__all__ = ["CheckFailure", "tensor", "shape", "finite", "close", "diagnose", "call", "value", "fmt_shape", "same"]
+_ = i18n.message
+
+__all__ = ["CheckFailure", "tensor", "shape", "finite", "close", "diagnose", "call", "value", "fmt_shape", "same", "hinted_message"]
 
 
 def fmt_shape(t) -> str:
@@ -21,8 +24,10 @@ def fmt_shape(t) -> str:
 def tensor(value, what: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         kind = type(value).__name__
-        extra = " (return the tensor itself, not a tuple)" if isinstance(value, tuple) else ""
-        raise CheckFailure(f"{what} should return a torch.Tensor, got {kind}{extra}")
+        if isinstance(value, tuple):
+            raise CheckFailure(_("{what} should return a torch.Tensor, got {kind} (return the tensor itself, not a "
+                                 "tuple)").format(what=what, kind=kind))
+        raise CheckFailure(_("{what} should return a torch.Tensor, got {kind}").format(what=what, kind=kind))
     return value
 
 
@@ -53,15 +58,15 @@ def shape(value, expected, what: str, mistakes: dict | None = None, hints: dict 
     value = tensor(value, what)
     if tuple(value.shape) != tuple(expected):
         hint = (hints or {}).get(tuple(value.shape), "") or diagnose(value, mistakes)
-        raise CheckFailure(f"{what} returned shape {fmt_shape(value)}, expected {fmt_shape(expected)}"
-                           + (f": {hint}" if hint else ""))
+        raise CheckFailure(hinted_message(_("{what} returned shape {got}, expected {expected}").format(
+            what=what, got=fmt_shape(value), expected=fmt_shape(expected)), hint))
     return value
 
 
 def finite(value: torch.Tensor, what: str) -> torch.Tensor:
     if value.is_floating_point() and not torch.isfinite(value).all():
         bad = (~torch.isfinite(value)).sum().item()
-        raise CheckFailure(f"{what} returned {bad} NaN or inf values")
+        raise CheckFailure(_("{what} returned {bad} NaN or inf values").format(what=what, bad=bad))
     return value
 
 
@@ -70,15 +75,16 @@ def close(value, expected: torch.Tensor, what: str, hint: str = "", atol: float 
     """The student's tensor equals the reference (same shape, dtype and values), or a named failure."""
     value = shape(value, expected.shape, what, mistakes, shapes)
     if value.dtype != expected.dtype:
-        raise CheckFailure(f"{what} returned dtype {value.dtype}, expected {expected.dtype} (the inputs' dtype)")
+        raise CheckFailure(_("{what} returned dtype {got}, expected {expected} (the inputs' dtype)").format(
+            what=what, got=value.dtype, expected=expected.dtype))
     if not same(value, expected, atol, rtol):
         named = diagnose(value, mistakes) or hint
         if value.is_floating_point() and torch.isnan(value).any() and not torch.isnan(expected).any():
-            msg = f"{what} contains NaN ({int(torch.isnan(value).sum())} values)"
+            msg = _("{what} contains NaN ({count} values)").format(what=what, count=int(torch.isnan(value).sum()))
         else:
             diff = (value.double() - expected.double()).abs().nan_to_num(float("inf")).max().item()
-            msg = f"{what} is off by up to {diff:.3g}"
-        raise CheckFailure(msg + (f": {named}" if named else ""))
+            msg = _("{what} is off by up to {diff:.3g}").format(what=what, diff=diff)
+        raise CheckFailure(hinted_message(msg, named))
     return value
 
 
@@ -97,8 +103,13 @@ def hinted(get, hint: str):
         return get()
     except StudentRaised as exc:
         if hint and exc.kind != "NotImplementedError":
-            raise CheckFailure(f"{exc}; {hint}") from None
+            raise CheckFailure(_("{failure}; {hint}").format(failure=exc.message, hint=hint)) from None
         raise
+
+
+def hinted_message(message, hint):
+    """`message: hint`, or the message alone without a hint."""
+    return _("{message}: {hint}").format(message=message, hint=hint) if hint else message
 
 
 def submodules(info: dict, layers: dict, dropout: float | None, call: str, roles: dict | None = None) -> None:
@@ -106,23 +117,27 @@ def submodules(info: dict, layers: dict, dropout: float | None, call: str, roles
     asked for when dropout is None), read from Remote.describe(); each gap is named in the student's terms."""
     children = info.get("children", {})
     if not info.get("is_module"):
-        raise CheckFailure(f"{call} is not an nn.Module")
+        raise CheckFailure(_("{call} is not an nn.Module").format(call=call))
     for name, (d_in, d_out) in layers.items():
         child = children.get(name)
-        role = f" ({roles[name]})" if roles and name in roles else ""
+        role = _(" ({role})").format(role=roles[name]) if roles and name in roles else ""
         if child is None:
-            raise CheckFailure(f"{call} has no submodule {name}{role}: assign self.{name} = nn.Linear(...)")
+            raise CheckFailure(_("{call} has no submodule {name}{role}: assign self.{name} = nn.Linear(...)").format(
+                call=call, name=name, role=role))
         if child["type"] != "Linear":
-            raise CheckFailure(f"self.{name} is a {child['type']}, expected nn.Linear")
+            raise CheckFailure(_("self.{name} is a {type}, expected nn.Linear").format(name=name, type=child["type"]))
         if child.get("bias"):
-            raise CheckFailure(f"self.{name} has a bias: the projections are bias-free (bias=False)")
+            raise CheckFailure(_("self.{name} has a bias: the projections are bias-free (bias=False)").format(name=name))
         if (child["in_features"], child["out_features"]) != (d_in, d_out):
-            raise CheckFailure(f"{call}: self.{name} maps {child['in_features']} -> {child['out_features']} "
-                               f"features, expected {d_in} -> {d_out}{role}")
+            raise CheckFailure(_("{call}: self.{name} maps {d_in} -> {d_out} features, expected {want_in} -> "
+                                 "{want_out}{role}").format(call=call, name=name, d_in=child["in_features"],
+                                                            d_out=child["out_features"], want_in=d_in,
+                                                            want_out=d_out, role=role))
     if dropout is None:
         return
     drop = children.get("dropout")
     if drop is None or drop["type"] != "Dropout":
-        raise CheckFailure(f"{call} has no self.dropout = nn.Dropout(dropout)")
+        raise CheckFailure(_("{call} has no self.dropout = nn.Dropout(dropout)").format(call=call))
     if abs(drop["p"] - dropout) > 1e-9:
-        raise CheckFailure(f"{call}: self.dropout has p={drop['p']}, expected {dropout} (the dropout argument)")
+        raise CheckFailure(_("{call}: self.dropout has p={p}, expected {dropout} (the dropout argument)").format(
+            call=call, p=drop["p"], dropout=dropout))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .. import spec
+from .. import i18n, spec
 from ..extract import Extracted
 from ..failures import CheckFailure, StudentRaised
 from ..limits import Limits
@@ -215,7 +215,7 @@ def run(zygote: Zygote, limits: Limits, extracted: Extracted, assignment: spec.A
         result = _run_checks(session, part, stage)
         notes = result.notes + measurement_notes(stage.measurements.values())
         if session.load_failure:
-            notes = (session.load_failure,) + notes
+            notes = (i18n.render(session.load_failure, session.lang),) + notes
         stage.part = replace(result, notes=tuple(dict.fromkeys(notes)))
     finally:
         session.close()

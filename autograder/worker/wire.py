@@ -48,7 +48,13 @@ class Handle:
 
 
 class Refused(ValueError):
-    """The trusted side refuses a value the worker sent; str() is the message for the student."""
+    """The trusted side refuses a value the worker sent; str() is the message for the student. `template` (the
+    English text, a msgid of the grader's catalog: pybabel extracts `Refused("...")`) and `params` let the
+    trusted side say it in the student's language (autograder/i18n.py; the worker imports nothing of it)."""
+
+    def __init__(self, template: str, **params):
+        super().__init__(template.format(**params))
+        self.template, self.params = template, params
 
 
 # --------------------------------------------------------------------------- the trusted side
@@ -72,18 +78,19 @@ def encode(value):
 def _decode_tensor(value: dict, device: str) -> torch.Tensor:
     t = value[TENSOR]
     if t is None:
-        raise Refused(f"your code returned a {clean_text(value.get('layout'), 100)} tensor: return an ordinary dense tensor")
+        raise Refused("your code returned a {layout} tensor: return an ordinary dense tensor",
+                      layout=clean_text(value.get("layout"), 100))
     if type(t) is not torch.Tensor:
         raise Refused("your code returned something that only looks like a tensor")
     if t.layout != torch.strided or t.is_quantized or t.device.type != "cpu":
-        raise Refused(f"your code returned a {t.layout} tensor: return an ordinary dense tensor")
+        raise Refused("your code returned a {layout} tensor: return an ordinary dense tensor", layout=t.layout)
     if value.get("cls", "Tensor") not in ("Tensor", "Parameter"):
-        raise Refused(f"your code returned a {value['cls']} (a tensor subclass): return a plain torch.Tensor")
+        raise Refused("your code returned a {cls} (a tensor subclass): return a plain torch.Tensor", cls=value["cls"])
     if t.numel() > MAX_TENSOR_ELEMENTS:
-        raise Refused(f"your code returned a tensor of {t.numel():,} elements, far more than asked for")
+        raise Refused("your code returned a tensor of {count:,} elements, far more than asked for", count=t.numel())
     got = value.get("device", "cpu")
     if device == "cpu" and got != "cpu":
-        raise Refused(f"your code returned a tensor on {got}; keep results on the inputs' device (cpu)")
+        raise Refused("your code returned a tensor on {device}; keep results on the inputs' device (cpu)", device=got)
     return t
 
 
@@ -91,7 +98,7 @@ def decode_reply(value, device: str, depth: int = 0):
     """Validate and unwrap a value from the worker: only plain data gets through (types, nesting,
     tensor kind and size are all checked again here)."""
     if depth > MAX_DEPTH:
-        raise Refused(f"your code returned a value nested more than {MAX_DEPTH} levels deep")
+        raise Refused("your code returned a value nested more than {depth} levels deep", depth=MAX_DEPTH)
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) is list:
@@ -110,7 +117,7 @@ def decode_reply(value, device: str, depth: int = 0):
             return dtype
         if HANDLE in value:
             return Handle(int(value[HANDLE]), clean_text(value.get("type", "object"), 100))
-    raise Refused(f"your code returned a value of an unexpected kind ({type(value).__name__})")
+    raise Refused("your code returned a value of an unexpected kind ({kind})", kind=type(value).__name__)
 
 
 def clean_text(text, limit: int = MAX_TEXT) -> str:

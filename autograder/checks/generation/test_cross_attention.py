@@ -12,16 +12,19 @@ import math
 import pytest
 import torch
 
+from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import Ran, seeded, send, smallest_failure, weights_taken
 from autograder.checks.generation.common import B, CONTEXT_LENGTHS, D_CONTEXT, D_MODEL, H, HEAD_DIM, S_K, S_Q, cross_variant, \
     lengths_mask
 from autograder.failures import StudentRaised
 
-ROLES = {"W_q": "d_model -> d_model, for the queries", "W_k": "d_context -> d_model, for the keys",
-         "W_v": "d_context -> d_model, for the values", "W_o": "d_model -> d_model"}
-FROM_CONTEXT = ("queries come from x [B, S_q, d_model], keys and values from context [B, S_k, d_context]: "
-                "W_k(context), W_v(context)")
+_ = i18n.message
+
+ROLES = {"W_q": _("d_model -> d_model, for the queries"), "W_k": _("d_context -> d_model, for the keys"),
+         "W_v": _("d_context -> d_model, for the values"), "W_o": "d_model -> d_model"}
+FROM_CONTEXT = (_("queries come from x [B, S_q, d_model], keys and values from context [B, S_k, d_context]: "
+                  "W_k(context), W_v(context)"))
 
 
 def layers(d_context):
@@ -65,21 +68,22 @@ def cross_mistakes(state, x, context, mask):
         return lambda: cross_variant(state, x, context, mask, **kw)
 
     out = {
-        f"keys and values are projected from x, the queries' sequence: {FROM_CONTEXT}": v(kv_from="x"),
-        "cross-attention has no causal mask: every query may look at every (real) context token": v(causal=True),
-        "your keys and values are swapped: keys are W_k(context), values W_v(context)": v(swap_kv=True),
-        f"you scaled by sqrt(d_model) = sqrt({D_MODEL}); scale each head by sqrt(head_dim) = sqrt({HEAD_DIM})":
+        _("keys and values are projected from x, the queries' sequence: {from_context}").format(from_context=FROM_CONTEXT): v(kv_from="x"),
+        _("cross-attention has no causal mask: every query may look at every (real) context token"): v(causal=True),
+        _("your keys and values are swapped: keys are W_k(context), values W_v(context)"): v(swap_kv=True),
+        _("you scaled by sqrt(d_model) = sqrt({d_model}); scale each head by sqrt(head_dim) = "
+          "sqrt({head_dim})").format(d_model=D_MODEL, head_dim=HEAD_DIM):
             v(scale=D_MODEL ** -0.5),
-        "you did not scale the scores: divide by sqrt(head_dim)": v(scale=1.0),
-        "the softmax runs over the queries: it must run over the context tokens, dim=-1": v(dim=-2),
+        _("you did not scale the scores: divide by sqrt(head_dim)"): v(scale=1.0),
+        _("the softmax runs over the queries: it must run over the context tokens, dim=-1"): v(dim=-2),
     }
     if mask is not None:
-        out["your context mask is inverted: True marks a real context token, so fill -inf where it is False"] = \
+        out[_("your context mask is inverted: True marks a real context token, so fill -inf where it is False")] = \
             v(invert=True)
-        out["the context mask is ignored: padded context tokens must get -inf before the softmax "
-            "(context_mask[:, None, None, :] against [B, H, S_q, S_k] scores)"] = v(mask=None)
-        out["your context mask hides queries, not context tokens: it lines up with the last axis of the scores, "
-            "context_mask[:, None, None, :]"] = v(mask_on="queries")
+        out[_("the context mask is ignored: padded context tokens must get -inf before the softmax "
+              "(context_mask[:, None, None, :] against [B, H, S_q, S_k] scores)")] = v(mask=None)
+        out[_("your context mask hides queries, not context tokens: it lines up with the last axis of the "
+              "scores, context_mask[:, None, None, :]")] = v(mask_on="queries")
     return out
 
 
@@ -89,8 +93,8 @@ def forward(run: Ran, what):
     except StudentRaised as exc:
         if exc.kind != "RuntimeError" or not run.result.failed(run.steps["forward"]):
             raise
-        raise expect.CheckFailure(f"{what}: {exc}; {FROM_CONTEXT}; a [B, S_k] context mask becomes "
-                                  "context_mask[:, None, None, :] against [B, H, S_q, S_k] scores") from None
+        raise expect.CheckFailure(_("{what}: {exc}; {from_context}; a [B, S_k] context mask becomes context_mask[:, None, None, :] "
+                                    "against [B, H, S_q, S_k] scores").format(what=what, exc=exc.message, from_context=FROM_CONTEXT)) from None
 
 
 CASES = {"no mask": False, "context mask": True}
@@ -104,12 +108,14 @@ def test_forward_matches_official_module(student, case):
     run = part(student)[case]
     state = module_of(run)
     x, context, mask = run.inputs
-    what = (f"forward(x [{B}, {S_Q}, {D_MODEL}], context [{B}, {S_K}, {D_CONTEXT}]"
-            + (f", context_mask with lengths {list(CONTEXT_LENGTHS)})" if use_mask else ")"))
+    what = f"forward(x [{B}, {S_Q}, {D_MODEL}], context [{B}, {S_K}, {D_CONTEXT}])"
+    if use_mask:
+        what = _("{call}, context_mask with lengths {context_lengths})").format(
+            call=what[:-1], context_lengths=list(CONTEXT_LENGTHS))
     got = forward(run, what)
     expect.close(got, cross_variant(state, x, context, mask), what,
                  mistakes=cross_mistakes(state, x, context, mask),
-                 shapes={(B, S_K, D_MODEL): "the output has one row per query (S_q rows), not per context token"})
+                 shapes={(B, S_K, D_MODEL): _("the output has one row per query (S_q rows), not per context token")})
 
 
 @pytest.mark.points(4)

@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import Ran, seeded, send, smallest_failure, weights_taken
 from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, HEAD_SHAPES, HEADS_S, S, decode_variant, \
@@ -20,10 +21,12 @@ from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, HEAD_SH
 from autograder.failures import StudentRaised
 from solutions import generation as ref
 
-TOP_LEFT = ("your causal mask is top-left aligned (tril() of [S_q, S_k], or is_causal=True in "
-            "F.scaled_dot_product_attention): the S_q new queries are the LAST S_q of the S_k positions, so query i "
-            "may see keys j <= i + (S_k - S_q): decode_causal_mask(S_q, S_k), or "
-            "torch.nn.attention.bias.causal_lower_right")
+_ = i18n.message
+
+TOP_LEFT = (_("your causal mask is top-left aligned (tril() of [S_q, S_k], or is_causal=True in "
+              "F.scaled_dot_product_attention): the S_q new queries are the LAST S_q of the S_k positions, so "
+              "query i may see keys j <= i + (S_k - S_q): decode_causal_mask(S_q, S_k), or "
+              "torch.nn.attention.bias.causal_lower_right"))
 
 
 # --------------------------------------------------------------------------- #
@@ -36,12 +39,13 @@ def mask_mistakes(S_q, S_k):
     ones = torch.ones(S_q, S_k, dtype=torch.bool)
     return {
         TOP_LEFT: ones.tril(),
-        "your mask hides the diagonal: the query at position p may see the key at position p (j <= i + S_k - S_q)":
+        _("your mask hides the diagonal: the query at position p may see the key at position p (j <= i + "
+          "S_k - S_q)"):
             ones.tril(offset - 1),
-        "your mask is inverted: True marks the keys a query MAY attend to (the past and the present)":
+        _("your mask is inverted: True marks the keys a query MAY attend to (the past and the present)"):
             ~ones.tril(offset),
-        "your mask lets every query see every key: the queries are positions S_k - S_q ... S_k - 1, and each one must "
-        "not see the keys after it": ones,
+        _("your mask lets every query see every key: the queries are positions S_k - S_q ... S_k - 1, and "
+          "each one must not see the keys after it"): ones,
     }
 
 
@@ -52,13 +56,13 @@ def test_decode_causal_mask(student, S_q, S_k):
     want = ref.decode_causal_mask(S_q, S_k)
     what = f"decode_causal_mask({S_q}, {S_k})"
     got = expect.shape(part(student)[f"mask {S_q} {S_k}"].value(), want.shape, what,
-                       hints={(S_k, S_q): "rows are the queries: [S_q, S_k]"})
+                       hints={(S_k, S_q): _("rows are the queries: [S_q, S_k]")})
     if got.dtype != torch.bool:
-        raise expect.CheckFailure(f"{what} returned dtype {got.dtype}: return a torch.bool mask")
+        raise expect.CheckFailure(_("{what} returned dtype {dtype}: return a torch.bool mask").format(what=what, dtype=got.dtype))
     if not torch.equal(got, want):
         hint = expect.diagnose(got, mask_mistakes(S_q, S_k))
-        raise expect.CheckFailure(f"{what} is wrong in {int((got != want).sum())} of {want.numel()} places"
-                                  + (f": {hint}" if hint else ""))
+        raise expect.CheckFailure(expect.hinted_message(_("{what} is wrong in {wrong} of {numel} places").format(
+            what=what, wrong=int((got != want).sum()), numel=want.numel()), hint))
 
 
 # --------------------------------------------------------------------------- #
@@ -76,17 +80,18 @@ def test_repeat_kv_repeats_each_head_in_place(student):
     want = ref.repeat_kv(x, N_REP)
     what = f"repeat_kv(x [{B}, {H_KV}, 5, {HEAD_DIM}], n_rep={N_REP})"
     mistakes = {
-        "you tiled the heads (kv0, kv1, kv2, kv0, kv1, kv2, as x.repeat(1, n_rep, 1, 1) does): each key/value head "
-        "must be repeated in place, kv0, kv0, kv1, kv1, kv2, kv2 (repeat_interleave(n_rep, dim=1), or "
-        "x[:, :, None].expand(...) then reshape), so that query heads h*n_rep..(h+1)*n_rep-1 share kv head h":
+        _("you tiled the heads (kv0, kv1, kv2, kv0, kv1, kv2, as x.repeat(1, n_rep, 1, 1) does): each "
+          "key/value head must be repeated in place, kv0, kv0, kv1, kv1, kv2, kv2 "
+          "(repeat_interleave(n_rep, dim=1), or x[:, :, None].expand(...) then reshape), so that query "
+          "heads h*n_rep..(h+1)*n_rep-1 share kv head h"):
             x.repeat(1, N_REP, 1, 1),
     }
-    shapes = {(B, H_KV, 5 * N_REP, HEAD_DIM): "you repeated along the sequence axis; repeat the heads (dim=1)",
-              (B * N_REP, H_KV, 5, HEAD_DIM): "you repeated along the batch axis; repeat the heads (dim=1)",
-              (B, H_KV, 5, HEAD_DIM * N_REP): "you repeated along the feature axis; repeat the heads (dim=1)"}
+    shapes = {(B, H_KV, 5 * N_REP, HEAD_DIM): _("you repeated along the sequence axis; repeat the heads (dim=1)"),
+              (B * N_REP, H_KV, 5, HEAD_DIM): _("you repeated along the batch axis; repeat the heads (dim=1)"),
+              (B, H_KV, 5, HEAD_DIM * N_REP): _("you repeated along the feature axis; repeat the heads (dim=1)")}
     expect.close(repeated.value("n_rep"), want, what, mistakes=mistakes, shapes=shapes)
     same = repeated.value("once")
-    expect.close(same, x, "repeat_kv(x, n_rep=1)", hint="with n_rep=1 every head is kept once: x itself")
+    expect.close(same, x, "repeat_kv(x, n_rep=1)", hint=_("with n_rep=1 every head is kept once: x itself"))
 
 
 # --------------------------------------------------------------------------- #
@@ -99,14 +104,12 @@ CACHE_STEPS = (2, 2, 1)  # S_new of three appends: 2 positions, then 2 more, the
 def cache_shapes(S_old, S_new):
     S_all = S_old + S_new
     return {
-        (B, 2 * H, S_new, HEAD_DIM): "you appended on the head axis (dim=1): positions are the sequence axis, dim=2 "
-                                     "(or -2) of [B, H, S, head_dim]",
-        (2 * B, H, S_new, HEAD_DIM): "you appended on the batch axis (dim=0): positions are the sequence axis, "
-                                     "dim=2 (or -2)",
-        (B, H, S_new, 2 * HEAD_DIM): "you appended on the feature axis (dim=-1): positions are the sequence axis, "
-                                     "dim=2 (or -2)",
-        (B, H, S_new, HEAD_DIM): f"append returned only the new positions ({S_new}); it must return every cached "
-                                 f"key and value ({S_all} positions), the old ones first",
+        (B, 2 * H, S_new, HEAD_DIM): _("you appended on the head axis (dim=1): positions are the sequence axis, dim=2 (or -2) of [B, "
+                                       "H, S, head_dim]"),
+        (2 * B, H, S_new, HEAD_DIM): _("you appended on the batch axis (dim=0): positions are the sequence axis, dim=2 (or -2)"),
+        (B, H, S_new, 2 * HEAD_DIM): _("you appended on the feature axis (dim=-1): positions are the sequence axis, dim=2 (or -2)"),
+        (B, H, S_new, HEAD_DIM): _("append returned only the new positions ({S_new}); it must return every cached key and value "
+                                   "({S_all} positions), the old ones first").format(S_new=S_new, S_all=S_all),
     }
 
 
@@ -119,24 +122,23 @@ def test_kv_cache_append_returns_everything_cached(student):
     for step, (S_new, (k, v)) in enumerate(zip(CACHE_STEPS, appended.inputs), 1):
         ks.append(k)
         vs.append(v)
-        what = f"append number {step} (S_new={S_new}, {S_old} positions cached before)"
+        what = _("append number {step} (S_new={S_new}, {S_old} positions cached before)").format(step=step, S_new=S_new, S_old=S_old)
         try:
             got = appended.value(step)
         except StudentRaised as exc:
             if exc.kind == "NotImplementedError":
                 raise
-            raise expect.CheckFailure(f"{exc}; concatenate along the sequence axis (dim=2, or -2) of "
-                                      "[B, H, S, head_dim]") from None
+            raise expect.CheckFailure(_("{exc}; concatenate along the sequence axis (dim=2, or -2) of [B, H, S, head_dim]").format(exc=exc.message)) from None
         if not isinstance(got, tuple) or len(got) != 2:
-            raise expect.CheckFailure(f"{what} returned {type(got).__name__}: return the tuple (k_all, v_all)")
+            raise expect.CheckFailure(_("{what} returned {kind}: return the tuple (k_all, v_all)").format(what=what, kind=type(got).__name__))
         k_all, v_all = torch.cat(ks, dim=2), torch.cat(vs, dim=2)
         if (expect.same(got[0], v_all) and expect.same(got[1], k_all)) and not expect.same(k_all, v_all):
-            raise expect.CheckFailure(f"{what} returned (values, keys): return (k_all, v_all), keys first")
-        newest_first = {"the new positions must come after the cached ones: torch.cat([cached, new], dim=2)":
+            raise expect.CheckFailure(_("{what} returned (values, keys): return (k_all, v_all), keys first").format(what=what))
+        newest_first = {_("the new positions must come after the cached ones: torch.cat([cached, new], dim=2)"):
                         torch.cat(ks[::-1], dim=2)}
-        expect.close(got[0], k_all, f"the keys returned by {what}", mistakes=newest_first,
+        expect.close(got[0], k_all, _("the keys returned by {what}").format(what=what), mistakes=newest_first,
                      shapes=cache_shapes(S_old, S_new))
-        expect.close(got[1], v_all, f"the values returned by {what}", mistakes=newest_first,
+        expect.close(got[1], v_all, _("the values returned by {what}").format(what=what), mistakes=newest_first,
                      shapes=cache_shapes(S_old, S_new))
         S_old += S_new
 
@@ -148,17 +150,16 @@ def test_kv_cache_length_counts_positions(student):
     counted.value("cache")
     first = counted.value(0)
     if first != 0:
-        raise expect.CheckFailure(f"len(KVCache()) is {first!r}: an empty cache holds 0 positions")
+        raise expect.CheckFailure(_("len(KVCache()) is {first!r}: an empty cache holds 0 positions").format(first=first))
     steps = LEN_STEPS
     for count in range(1, len(steps) + 1):
         counted.value(f"append {count}")
         total = sum(steps[:count])
         got = counted.value(count)
         if got != total:
-            hint = (": that is the number of append calls; count positions, k.shape[-2] of the cached keys"
-                    if got == count else ": count positions, the size of the sequence axis (dim=2) of the cached keys")
-            raise expect.CheckFailure(f"after appending {' + '.join(map(str, steps[:count]))} positions, len(cache) is "
-                                      f"{got!r}, expected {total}{hint}")
+            hint = (_(": that is the number of append calls; count positions, k.shape[-2] of the cached keys")
+                    if got == count else _(": count positions, the size of the sequence axis (dim=2) of the cached keys"))
+            raise expect.CheckFailure(_("after appending {join} positions, len(cache) is {got!r}, expected {total}{hint}").format(join=' + '.join(map(str, steps[:count])), got=got, total=total, hint=hint))
 
 
 # --------------------------------------------------------------------------- #
@@ -189,38 +190,39 @@ def decode_mistakes(w_qkv, w_o, x, chunks):
     out = {}
     if cached:
         out[TOP_LEFT] = v(align="top_left")
-        out["the new tokens attend only to themselves: append their keys and values to the cache first and attend over "
-            "everything it returns"] = v(use_cache=False)
-        out["once the cache holds positions you drop the causal mask, but several new tokens must still not see each "
-            "other's future: mask with decode_causal_mask(S_new, S_k)"] = v(mask_cached=False)
-    out["the attention is not causal: a token must not see the tokens after it"] = v(align="none")
-    out["your causal mask hides the diagonal: a token may attend to itself"] = v(diagonal=False)
-    out[f"you scaled by sqrt(d_model) = sqrt({D_MODEL}); scale each head by sqrt(head_dim) = sqrt({HEAD_DIM})"] = \
+        out[_("the new tokens attend only to themselves: append their keys and values to the cache first and "
+              "attend over everything it returns")] = v(use_cache=False)
+        out[_("once the cache holds positions you drop the causal mask, but several new tokens must still not "
+              "see each other's future: mask with decode_causal_mask(S_new, S_k)")] = v(mask_cached=False)
+    out[_("the attention is not causal: a token must not see the tokens after it")] = v(align="none")
+    out[_("your causal mask hides the diagonal: a token may attend to itself")] = v(diagonal=False)
+    out[_("you scaled by sqrt(d_model) = sqrt({d_model}); scale each head by sqrt(head_dim) = "
+          "sqrt({head_dim})").format(d_model=D_MODEL, head_dim=HEAD_DIM)] = \
         v(scale=D_MODEL ** -0.5)
-    out["you did not scale the scores: divide by sqrt(head_dim)"] = v(scale=1.0)
+    out[_("you did not scale the scores: divide by sqrt(head_dim)")] = v(scale=1.0)
     for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0)):
-        out[f"the rows of W_qkv are ordered q, k, v (as in nn.MultiheadAttention.in_proj_weight); you read them as "
-            f"{', '.join('qkv'[i] for i in order)}"] = v(order=order)
+        out[_("the rows of W_qkv are ordered q, k, v (as in nn.MultiheadAttention.in_proj_weight); you read "
+              "them as {join}").format(join=', '.join('qkv'[i] for i in order))] = v(order=order)
     return out
 
 
 def compare_split(run: Ran, chunks, label):
     """The outputs of x fed in `chunks` (steps of the check's job: run.steps[chunks]) equal the full causal pass."""
     w_qkv, w_o, x = run.inputs
-    weights_taken(run, "W_qkv and W_o")
+    weights_taken(run, _("W_qkv and W_o"))
     cache, forwards, length = run.steps[chunks]
     if cache is not None:
         run.result[cache]
     outs, start = [], 0
     for n, step in zip(chunks, forwards):
-        what = f"forward(x[:, {start}:{start + n}], cache) with {start} cached position{'' if start == 1 else 's'}"
+        what = _("forward(x[:, {start}:{start2}], cache) with {start} cached position{plural}").format(start=start, start2=start + n, plural='' if start == 1 else 's')
         try:
             out = run.result[step]
         except StudentRaised as exc:
             if exc.kind == "NotImplementedError" or len(chunks) == 1:
                 raise
-            raise expect.CheckFailure(f"{what}: {exc}; the new queries [B, H, S_new, head_dim] attend over all "
-                                      "S_k cached keys: scores [B, H, S_new, S_k], mask decode_causal_mask(S_new, S_k)"
+            raise expect.CheckFailure(_("{what}: {exc}; the new queries [B, H, S_new, head_dim] attend over all S_k cached keys: scores "
+                                        "[B, H, S_new, S_k], mask decode_causal_mask(S_new, S_k)").format(what=what, exc=exc.message)
                                       ) from None
         outs.append(out if len(chunks) == 1 else expect.shape(out, (B, n, D_MODEL), what))
         start += n
@@ -230,8 +232,8 @@ def compare_split(run: Ran, chunks, label):
     if length is not None:
         length = run.result[length]  # (the cache's __len__)
         if length != sum(chunks):
-            raise expect.CheckFailure(f"{label}: afterwards len(cache) is {length!r}, expected {sum(chunks)}: forward "
-                                      "must append the new keys and values exactly once")
+            raise expect.CheckFailure(_("{label}: afterwards len(cache) is {length!r}, expected {sum}: forward must append the new keys "
+                                        "and values exactly once").format(label=label, length=length, sum=sum(chunks)))
 
 
 SPLITS = tuple((p,) + (1,) * (S - p) for p in range(1, S))  # a prompt of p tokens, then one token at a time
@@ -250,15 +252,15 @@ def test_decoding_equals_the_full_pass_for_every_split(student):
     for chunks in SPLITS:
         p = chunks[0]
         compare_split(run, chunks,
-                      f"a prompt of {p} token{'s' if p > 1 else ''}, then {S - p} tokens one at a time (outputs joined, [{B}, {S}, "
-                      f"{D_MODEL}])")
+                      _("a prompt of {p} token{plural}, then {s} tokens one at a time (outputs joined, [{b}, {s2}, "
+                        "{d_model}])").format(p=p, plural='s' if p > 1 else '', s=S - p, b=B, s2=S, d_model=D_MODEL))
 
 
 @pytest.mark.points(5)
 def test_chunks_of_several_tokens_after_a_prompt(student):
     """several new tokens at once after a prompt (S_q < S_k, S_q > 1) equal the full causal pass"""
     compare_split(part(student)["chunks"], (2, 3, 1),
-                  f"a prompt of 2 tokens, then 3 tokens at once, then 1 (outputs joined, [{B}, {S}, {D_MODEL}])")
+                  _("a prompt of 2 tokens, then 3 tokens at once, then 1 (outputs joined, [{b}, {s}, {d_model}])").format(b=B, s=S, d_model=D_MODEL))
 
 
 # --------------------------------------------------------------------------- #
@@ -277,16 +279,18 @@ def bytes_hint(got, args, dtype):
     size = torch.empty((), dtype=dtype).element_size()
     numbers = batch * layers * kv_heads * head_dim * seq_len  # of the keys alone
     known = (  # the first that matches (with 2-byte elements the first two coincide: both are said)
-        (2 * numbers, f"that is the number of elements; multiply by the element size ({size} bytes for {dtype})"
-                      + (", and count both the keys and the values (a factor 2)" if size == 2 else "")),
-        (numbers * size, "count both the keys and the values (a factor 2)"),
-        (numbers, "count both the keys and the values (a factor 2) and multiply by the element size"),
-        (2 * numbers * 2, f"you ignored dtype: a {dtype} element takes {size} bytes"),
-        (2 * numbers * size * 8, "that is bits, not bytes"),
-        (2 * batch * kv_heads * head_dim * seq_len * size, "that is one layer: multiply by the number of layers"),
+        (2 * numbers, _("that is the number of elements; multiply by the element size ({size} bytes for {dtype}), and "
+                        "count both the keys and the values (a factor 2)").format(size=size, dtype=dtype) if size == 2
+         else _("that is the number of elements; multiply by the element size ({size} bytes for {dtype})").format(
+             size=size, dtype=dtype)),
+        (numbers * size, _("count both the keys and the values (a factor 2)")),
+        (numbers, _("count both the keys and the values (a factor 2) and multiply by the element size")),
+        (2 * numbers * 2, _("you ignored dtype: a {dtype} element takes {size} bytes").format(dtype=dtype, size=size)),
+        (2 * numbers * size * 8, _("that is bits, not bytes")),
+        (2 * batch * kv_heads * head_dim * seq_len * size, _("that is one layer: multiply by the number of layers")),
     )
     return next((hint for value, hint in known if got == value),
-                f"it is 2 (keys and values) x batch x layers x kv_heads x head_dim x seq_len x {size} bytes")
+                _("it is 2 (keys and values) x batch x layers x kv_heads x head_dim x seq_len x {size} bytes").format(size=size))
 
 
 @pytest.mark.points(5)
@@ -300,13 +304,14 @@ def test_kv_cache_bytes(student):
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, (int, float)):
-            raise expect.CheckFailure(f"kv_cache_bytes({shown}) returned {type(got).__name__}: return a Python int")
+            raise expect.CheckFailure(_("kv_cache_bytes({shown}) returned {kind}: return a Python int").format(
+                shown=shown, kind=type(got).__name__))
         if got != want:
-            raise expect.CheckFailure(f"kv_cache_bytes({shown}) returned {got!r}, expected {want}: "
-                                      f"{bytes_hint(got, args, dtype)}")
+            raise expect.CheckFailure(_("kv_cache_bytes({shown}) returned {got!r}, expected {want}: {hint}").format(
+                shown=shown, got=got, want=want, hint=bytes_hint(got, args, dtype)))
         if not isinstance(got, int):
-            raise expect.CheckFailure(f"kv_cache_bytes({shown}) returned the float {got!r}: return an int (a number "
-                                      "of bytes; element_size() is an int)")
+            raise expect.CheckFailure(_("kv_cache_bytes({shown}) returned the float {got!r}: return an int (a number of bytes; "
+                                        "element_size() is an int)").format(shown=shown, got=got))
 
 
 # --------------------------------------------------------------------------- #

@@ -7,11 +7,14 @@ property that defines it: a query's score against a key depends only on their of
 import pytest
 import torch
 
+from autograder import i18n
 from autograder.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases
 from autograder.checks.generation.common import B, H, ROPE_DIM, rope_variant, sinusoidal_variant
 from solutions import generation as ref
+
+_ = i18n.message
 
 PE_LEN, PE_DIM = 50, 16  # long enough that a wrong frequency shows in every pair
 PAIRS = [(3, 1), (10, 8), (40, 38), (1, 3), (21, 23), (5, 5), (17, 17)]  # (m, n): query and key positions
@@ -55,14 +58,14 @@ def sinusoidal_mistakes(seq_len, d_model):
         return lambda: sinusoidal_variant(seq_len, d_model, **kw)
 
     return {
-        "sin and cos are swapped: PE[p, 2i] = sin(angle) on the even features, PE[p, 2i + 1] = cos(angle) on the odd "
-        "ones": v(swap=True),
-        "you put all the sines first and all the cosines after them: interleave them, sin on feature 2i and cos on "
-        "feature 2i + 1": v(layout="halves"),
-        "feature 2i + 1 must use the same angle as feature 2i (p / 10000^(2i / d_model)); you gave each feature j "
-        "its own exponent j / d_model": v(exponent="j"),
-        "the exponent is 2i / d_model, where i counts the pairs; you used i / d_model": v(exponent="i"),
-        "the base is 10000": v(base=1000.0),
+        _("sin and cos are swapped: PE[p, 2i] = sin(angle) on the even features, PE[p, 2i + 1] = "
+          "cos(angle) on the odd ones"): v(swap=True),
+        _("you put all the sines first and all the cosines after them: interleave them, sin on feature 2i "
+          "and cos on feature 2i + 1"): v(layout="halves"),
+        _("feature 2i + 1 must use the same angle as feature 2i (p / 10000^(2i / d_model)); you gave each "
+          "feature j its own exponent j / d_model"): v(exponent="j"),
+        _("the exponent is 2i / d_model, where i counts the pairs; you used i / d_model"): v(exponent="i"),
+        _("the base is 10000"): v(base=1000.0),
     }
 
 
@@ -70,10 +73,10 @@ def sinusoidal_mistakes(seq_len, d_model):
 def test_sinusoidal_shape_and_dtype(student):
     """sinusoidal_positions(S, d_model) is a float32 tensor [S, d_model]"""
     got = expect.shape(CALLS.get(student, "pe shape")[1].value, (7, 12), "sinusoidal_positions(7, 12)",
-                       hints={(12, 7): "the rows are positions: [seq_len, d_model]"})
+                       hints={(12, 7): _("the rows are positions: [seq_len, d_model]")})
     if got.dtype != torch.float32:
-        raise expect.CheckFailure(f"sinusoidal_positions(7, 12) returned dtype {got.dtype}, expected torch.float32 "
-                                  "(start from torch.arange(..., dtype=torch.float32) or convert with .float())")
+        raise expect.CheckFailure(_("sinusoidal_positions(7, 12) returned dtype {dtype}, expected torch.float32 (start from "
+                                    "torch.arange(..., dtype=torch.float32) or convert with .float())").format(dtype=got.dtype))
 
 
 @pytest.mark.points(7)
@@ -90,14 +93,14 @@ def rope_mistakes(x, positions):
         return lambda: rope_variant(x, positions, **kw)
 
     return {
-        "you rotated the pairs (x[i], x[i + head_dim/2]) (the half-split pairing of rotate_half code): the spec pairs "
-        "neighbours, (x[2i], x[2i + 1]) (x[..., 0::2] with x[..., 1::2])": v(pairs="halves"),
-        "you rotated the wrong way: (a, b) -> (a cos t - b sin t, a sin t + b cos t)": v(direction=-1),
-        "the angle of pair i is position * 10000^(-2i / head_dim); you used 10000^(-i / head_dim)": v(exponent="i"),
-        "the base of the angles is 10000": v(base=1000.0),
-        "you ignored `positions` and used 0, 1, 2, ...: rotate each row by the position you were given (after a "
-        "cache, the new tokens are at positions len(cache), len(cache) + 1, ...)": v(use_positions=False),
-        "the half-split pairing and the other rotation direction": v(pairs="halves", direction=-1),
+        _("you rotated the pairs (x[i], x[i + head_dim/2]) (the half-split pairing of rotate_half code): "
+          "the spec pairs neighbours, (x[2i], x[2i + 1]) (x[..., 0::2] with x[..., 1::2])"): v(pairs="halves"),
+        _("you rotated the wrong way: (a, b) -> (a cos t - b sin t, a sin t + b cos t)"): v(direction=-1),
+        _("the angle of pair i is position * 10000^(-2i / head_dim); you used 10000^(-i / head_dim)"): v(exponent="i"),
+        _("the base of the angles is 10000"): v(base=1000.0),
+        _("you ignored `positions` and used 0, 1, 2, ...: rotate each row by the position you were given "
+          "(after a cache, the new tokens are at positions len(cache), len(cache) + 1, ...)"): v(use_positions=False),
+        _("the half-split pairing and the other rotation direction"): v(pairs="halves", direction=-1),
     }
 
 
@@ -109,20 +112,21 @@ def test_rope_shape_and_dtype(student):
     got = expect.shape(outcome.value, x4.shape,
                        f"apply_rope(x [{B}, {H}, 5, {ROPE_DIM}], positions [5])")
     if got.dtype != torch.float64:
-        raise expect.CheckFailure(f"apply_rope on a float64 x returned {got.dtype}: return x's dtype (compute the "
-                                  "angles in float32 or float64, then .to(x.dtype))")
+        raise expect.CheckFailure(_("apply_rope on a float64 x returned {dtype}: return x's dtype (compute the angles in float32 or "
+                                    "float64, then .to(x.dtype))").format(dtype=got.dtype))
     call, outcome = CALLS.get(student, "rope 3-D")
     x3 = call.args[0]
     got3 = expect.shape(outcome.value, x3.shape,
-                        f"apply_rope(x [{B}, 5, {ROPE_DIM}], positions [5]): x may have any leading axes")
+                        _("apply_rope(x [{b}, 5, {rope_dim}], positions [5]): x may have any leading axes").format(b=B, rope_dim=ROPE_DIM))
     if got3.dtype != torch.float32:
-        raise expect.CheckFailure(f"apply_rope on a float32 x returned {got3.dtype}: return x's dtype")
+        raise expect.CheckFailure(_("apply_rope on a float32 x returned {dtype}: return x's dtype").format(
+            dtype=got3.dtype))
     call, outcome = CALLS.get(student, "rope half")
     got_half = expect.shape(outcome.value, call.args[0].shape,
                             "apply_rope(x [{B}, 5, {d}] float16, positions [5])".format(B=B, d=ROPE_DIM))
     if got_half.dtype != torch.float16:
-        raise expect.CheckFailure("apply_rope on a float16 x returned {dtype}: return x's dtype (compute the angles "
-                                  "in float32, then .to(x.dtype))".format(dtype=got_half.dtype))
+        raise expect.CheckFailure(_("apply_rope on a float16 x returned {dtype}: return x's dtype (compute the angles "
+                                    "in float32, then .to(x.dtype))").format(dtype=got_half.dtype))
 
 
 @pytest.mark.points(5)
@@ -156,15 +160,15 @@ def test_rope_scores_depend_only_on_the_offset(student):
     expect.finite(rq, "apply_rope")
     scores = (rq.double() * rk.double()).sum(-1)  # the score of q at m against k at n, for each pair
     if (scores - scores[0]).abs().max() <= 1e-9 * (1 + scores.abs().max()):
-        raise expect.CheckFailure("the scores do not change with the positions at all: apply_rope must rotate each pair "
-                                  "by an angle that grows with the position")
+        raise expect.CheckFailure(_("the scores do not change with the positions at all: apply_rope must rotate each pair by an "
+                                    "angle that grows with the position"))
     for group, offset in ((slice(0, 3), 2), (slice(3, 5), -2), (slice(5, 7), 0)):
         values = scores[group]
         if (values - values[0]).abs().max() > 1e-4 * (1 + values.abs().max()):  # float32 angles are fine
             shown = ", ".join(f"(m={a}, n={b}): {s:.4f}" for (a, b), s in zip(pairs[group], values.tolist()))
-            raise expect.CheckFailure(f"with m - n = {offset} the scores should all be equal, got {shown}: each pair "
-                                      "(x[2i], x[2i+1]) must be rotated by an angle proportional to its position, the "
-                                      "same rotation for queries and keys")
+            raise expect.CheckFailure(_("with m - n = {offset} the scores should all be equal, got {shown}: each pair (x[2i], x[2i+1]) "
+                                        "must be rotated by an angle proportional to its position, the same rotation for queries and "
+                                        "keys").format(offset=offset, shown=shown))
     if torch.allclose(scores[0], scores[3]) and not torch.allclose(q, k):
-        raise expect.CheckFailure("the score for m - n = 2 equals the one for m - n = -2: the rotation must depend on "
-                                  "the sign of the offset (rotate (a, b) to (a cos t - b sin t, a sin t + b cos t))")
+        raise expect.CheckFailure(_("the score for m - n = 2 equals the one for m - n = -2: the rotation must depend on the sign of "
+                                    "the offset (rotate (a, b) to (a cos t - b sin t, a sin t + b cos t))"))

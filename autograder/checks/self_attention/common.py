@@ -15,6 +15,10 @@ import math
 import torch
 import torch.nn as nn
 
+from autograder import i18n
+
+_ = i18n.message
+
 B, H, S, D_MODEL = 2, 3, 5, 12
 HEAD_DIM = D_MODEL // H  # 4
 D_K, D_V = 8, 6  # d_k != d_v != d_model, so a width mix-up changes a shape or a scale
@@ -71,25 +75,25 @@ def attention_mistakes(Q, K, V, mask=None, causal=False, d_model: int | None = N
         return lambda: attention(Q, K, V, m, c, **kw)
 
     out = {
-        f"you did not scale the {what}: divide by sqrt(d_k)": variant(scale=1.0),
-        f"you divided the {what} by d_k instead of sqrt(d_k)": variant(scale=1 / d),
-        "the softmax runs over the query dimension: it must run over the keys, dim=-1": variant(dim=-2),
+        _("you did not scale the {what}: divide by sqrt(d_k)").format(what=what): variant(scale=1.0),
+        _("you divided the {what} by d_k instead of sqrt(d_k)").format(what=what): variant(scale=1 / d),
+        _("the softmax runs over the query dimension: it must run over the keys, dim=-1"): variant(dim=-2),
     }
     if d_model is not None and d_model != d:
-        out[f"you scaled by sqrt({d_model}) (d_model); scale by sqrt of the width of Q and K "
-            f"({d}, the head_dim or d_k)"] = variant(scale=d_model ** -0.5)
+        out[_("you scaled by sqrt({d_model}) (d_model); scale by sqrt of the width of Q and K ({d}, the "
+              "head_dim or d_k)").format(d_model=d_model, d=d)] = variant(scale=d_model ** -0.5)
     if mask is not None:
-        out["your padding mask hides queries, not keys: padded positions must be masked along the last axis of "
-            "the scores (mask[:, None, :] for [B, S, S], mask[:, None, None, :] for [B, H, S, S])"] = variant(on="queries")
-        out["your padding mask is inverted: True marks a real token, so fill -inf where the mask is False "
-            "(masked_fill(~mask, ...))"] = variant(invert=True)
-        out["the padding mask is ignored"] = variant(m=None)
+        out[_("your padding mask hides queries, not keys: padded positions must be masked along the last axis "
+              "of the scores (mask[:, None, :] for [B, S, S], mask[:, None, None, :] for [B, H, S, S])")] = variant(on="queries")
+        out[_("your padding mask is inverted: True marks a real token, so fill -inf where the mask is False "
+              "(masked_fill(~mask, ...))")] = variant(invert=True)
+        out[_("the padding mask is ignored")] = variant(m=None)
     if causal:
-        out["your causal mask hides the diagonal: a token may attend to itself (key j <= query i)"] = \
+        out[_("your causal mask hides the diagonal: a token may attend to itself (key j <= query i)")] = \
             variant(causal_diagonal=0)
-        out["your causal mask is transposed: hide the keys after the query (the upper triangle, triu(1)), "
-            "not the ones before it"] = variant(causal_transposed=True)
-        out["the causal mask is ignored"] = variant(c=False)
+        out[_("your causal mask is transposed: hide the keys after the query (the upper triangle, triu(1)), "
+              "not the ones before it")] = variant(causal_transposed=True)
+        out[_("the causal mask is ignored")] = variant(c=False)
     return out
 
 
@@ -108,7 +112,7 @@ def module_mistakes(state: dict, x, mask=None, causal=False, d_model: int | None
     Q, K, V = (linear(x, state[f"W_{n}.weight"]) for n in "qkv")
     found = {hint: (lambda f=f: linear(f(), state["W_o.weight"]))
              for hint, f in attention_mistakes(Q, K, V, mask, causal, d_model).items()}
-    found["you left out the output projection W_o"] = lambda: attention(Q, K, V, mask, causal)
+    found[_("you left out the output projection W_o")] = lambda: attention(Q, K, V, mask, causal)
     return found
 
 

@@ -6,11 +6,14 @@ import torch
 import torch.nn.functional as F
 
 import solutions as ref
+from autograder import i18n
 from autograder.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, seeded, smallest_failure
 from autograder.checks.self_attention.common import attention, attention_mistakes, lengths_mask, randn
 from autograder.worker.meter import LiveMemoryMeter
+
+_ = i18n.message
 
 DTYPES = (torch.float32, torch.float16, torch.float64, torch.bfloat16)
 LB, LH, LS, LD = 2, 3, 7, 4  # S = 7: a chunk size of 3 does not divide it
@@ -71,9 +74,10 @@ def test_attention_matrix_bytes(student):
     got = CALLS.get(student, "bytes")[1].value
     if got != ref.attention_matrix_bytes(Bm, Hm, Sm):
         elements = Bm * Hm * Sm * Sm
-        hint = (": that is the number of elements; multiply by the element size (4 bytes for float32)"
-                if got == elements else f": a [B, H, S, S] float32 matrix holds {elements} elements of 4 bytes each")
-        raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}) returned {got!r}{hint}")
+        hint = (_(": that is the number of elements; multiply by the element size (4 bytes for float32)")
+                if got == elements else _(": a [B, H, S, S] float32 matrix holds {elements} elements of 4 bytes each").format(elements=elements))
+        raise expect.CheckFailure(_("attention_matrix_bytes({b}, {h}, {s}) returned {got!r}{hint}").format(
+            b=Bm, h=Hm, s=Sm, got=got, hint=hint))
     for dtype in DTYPES:
         want = ref.attention_matrix_bytes(Bm, Hm, Sm, dtype)
         got = CALLS.get(student, f"bytes {dtype}")[1].value
@@ -82,13 +86,15 @@ def test_attention_matrix_bytes(student):
         if got != want:
             size = torch.empty((), dtype=dtype).element_size()
             if got == Bm * Hm * Sm * Sm * 4:
-                hint = f"you ignored the dtype: a {dtype} element takes {size} bytes (torch.empty((), dtype=dtype).element_size())"
+                hint = _("you ignored the dtype: a {dtype} element takes {size} bytes (torch.empty((), "
+                         "dtype=dtype).element_size())").format(dtype=dtype, size=size)
             elif got == Bm * Hm * Sm * Sm * size * 8:
-                hint = "that is bits, not bytes"
+                hint = _("that is bits, not bytes")
             else:
-                hint = f"a {dtype} element takes {size} bytes"
-            raise expect.CheckFailure(f"attention_matrix_bytes({Bm}, {Hm}, {Sm}, {dtype}) returned {got!r}, expected "
-                                      f"{want}: {hint}")
+                hint = _("a {dtype} element takes {size} bytes").format(dtype=dtype, size=size)
+            raise expect.CheckFailure(_("attention_matrix_bytes({b}, {h}, {s}, {dtype}) returned {got!r}, expected "
+                                        "{want}: {hint}").format(b=Bm, h=Hm, s=Sm, dtype=dtype, got=got, want=want,
+                                                                 hint=hint))
 
 
 def inverted_sdpa(q, k, v, mask, causal):
@@ -101,8 +107,8 @@ def inverted_sdpa(q, k, v, mask, causal):
 def sdpa_mistakes(q, k, v, mask, causal):
     out = {}
     if mask is not None:
-        out["F.scaled_dot_product_attention's boolean attn_mask is True where attention is ALLOWED, the same sense as "
-            "our mask: pass mask[:, None, None, :], not its inverse"] = lambda: inverted_sdpa(q, k, v, mask, causal)
+        out[_("F.scaled_dot_product_attention's boolean attn_mask is True where attention is ALLOWED, the "
+              "same sense as our mask: pass mask[:, None, None, :], not its inverse")] = lambda: inverted_sdpa(q, k, v, mask, causal)
     out.update(attention_mistakes(q, k, v, mask, causal))
     return out
 
@@ -111,11 +117,12 @@ def sdpa_mistakes(q, k, v, mask, causal):
 @pytest.mark.parametrize("case", list(CASES))
 def test_sdpa_attention_matches_plain_attention(student, case):
     """sdpa_attention(q, k, v, mask, causal) equals plain attention"""
-    mask, causal, _ = kwargs_for(case)
+    mask, causal, __ = kwargs_for(case)
     call, outcome = CALLS.get(student, f"sdpa {case}")
     q, k, v = call.args
     got = outcome.value
-    expect.close(got, attention(q, k, v, mask, causal), f"sdpa_attention [{case}], lengths {list(LONG_LENGTHS)}",
+    expect.close(got, attention(q, k, v, mask, causal), _("sdpa_attention [{case}], lengths {lengths}").format(
+        case=case, lengths=list(LONG_LENGTHS)),
                  mistakes=sdpa_mistakes(q, k, v, mask, causal))
 
 
@@ -124,15 +131,15 @@ def test_sdpa_attention_uses_the_fused_kernel(student):
     """sdpa_attention calls F.scaled_dot_product_attention"""
     used = CALLS.get(student, "sdpa watched")[1].forbidden
     if "F.scaled_dot_product_attention" not in used:
-        raise expect.CheckFailure("sdpa_attention did not call F.scaled_dot_product_attention: this exercise is "
-                                  "about the fused kernel")
+        raise expect.CheckFailure(_("sdpa_attention did not call F.scaled_dot_product_attention: this exercise is about the fused "
+                                    "kernel"))
 
 
 @pytest.mark.points(0.75)
 @pytest.mark.parametrize("case", list(CASES))
 def test_chunked_attention_matches_plain_attention(student, case):
     """chunked_attention(..., chunk_size=3) equals plain attention at S = 7 (the last chunk is shorter)"""
-    mask, causal, _ = kwargs_for(case)
+    mask, causal, __ = kwargs_for(case)
     call, outcome = CALLS.get(student, f"chunked {case}")
     q, k, v = call.args
     want = attention(q, k, v, mask, causal)
@@ -148,19 +155,20 @@ def test_chunked_attention_matches_plain_attention(student, case):
                 hide = torch.arange(LS)[None, :] > torch.arange(stop - start)[:, None]
                 out[:, :, start:stop] = torch.softmax(scores.masked_fill(hide, float("-inf")), -1) @ v
             return out
-        mistakes = {"inside a chunk, query i is at position start + i: compare key positions with the chunk's "
-                    "absolute query positions for the causal mask": restarted_causal} | mistakes
-    expect.close(outcome.value, want, f"chunked_attention [{case}], chunk_size=3, lengths {list(LONG_LENGTHS)}",
+        mistakes = {_("inside a chunk, query i is at position start + i: compare key positions with the chunk's "
+                      "absolute query positions for the causal mask"): restarted_causal} | mistakes
+    expect.close(outcome.value, want, _("chunked_attention [{case}], chunk_size=3, lengths {lengths}").format(
+        case=case, lengths=list(LONG_LENGTHS)),
                  mistakes=mistakes)
 
 
 @pytest.mark.points(0.5)
 def test_chunked_attention_with_chunk_larger_than_sequence(student):
     """chunked_attention works when chunk_size is larger than S"""
-    mask, causal, _ = kwargs_for("padding mask and causal")
+    mask, causal, __ = kwargs_for("padding mask and causal")
     call, outcome = CALLS.get(student, "chunked larger")
     q, k, v = call.args
-    expect.close(outcome.value, attention(q, k, v, mask, causal), "chunked_attention with chunk_size=16 > S=7",
+    expect.close(outcome.value, attention(q, k, v, mask, causal), _("chunked_attention with chunk_size=16 > S=7"),
                  mistakes=attention_mistakes(q, k, v, mask, causal))
 
 
@@ -255,21 +263,21 @@ def test_chunked_attention_memory(student):
     """chunked_attention never holds much more than chunk_size x S scores per head at once"""
     q, k, v, mask = memory_inputs()
     run = student.call_measured("chunked_attention", q, k, v, mask=mask, causal=True, chunk_size=CHUNK)
-    expect.close(run.value, expected_output(), f"chunked_attention at S={MEM_S}, chunk_size={CHUNK}",
+    expect.close(run.value, expected_output(), _("chunked_attention at S={s}, chunk_size={chunk}").format(
+        s=MEM_S, chunk=CHUNK),
                  atol=1e-4, rtol=1e-3)
     bound = ROOM * reference_peak()
     full = ref.attention_matrix_bytes(MEM_B, MEM_H, MEM_S)  # the bound is below it: tests/test_checks_helpers.py
-    sizes = (f"the bound is {mib(bound)} ({ROOM} x a {CHUNK}-query-block implementation's {mib(reference_peak())}), "
-             f"and one full [B, H, S, S] float32 score matrix is {mib(full)}")
-    at = f"at B={MEM_B}, H={MEM_H}, S={MEM_S}, chunk_size={CHUNK}"
+    sizes = (_("the bound is {mib} ({room} x a {chunk}-query-block implementation's {mib2}), and one full [B, "
+               "H, S, S] float32 score matrix is {mib3}").format(mib=mib(bound), room=ROOM, chunk=CHUNK, mib2=mib(reference_peak()), mib3=mib(full)))
+    at = _("at B={b}, H={h}, S={s}, chunk_size={chunk}").format(b=MEM_B, h=MEM_H, s=MEM_S, chunk=CHUNK)
     if run.peak_bytes is None or run.peak_bytes > bound:
         raise expect.CheckFailure(
-            f"{at} your chunked_attention held {mib(run.peak_bytes or 0)} of tensors at once; {sizes}: compute the "
-            "scores, the masks and the softmax for one block of chunk_size queries at a time, and never build the "
-            "whole [B, H, S, S] matrix")
+            _("{at} your chunked_attention held {mib} of tensors at once; {sizes}: compute the scores, the "
+              "masks and the softmax for one block of chunk_size queries at a time, and never build the whole "
+              "[B, H, S, S] matrix").format(at=at, mib=mib(run.peak_bytes or 0), sizes=sizes))
     if run.resident_growth is not None and run.resident_growth > bound:
         raise expect.CheckFailure(
-            f"{at} the tensor meter saw only {mib(run.peak_bytes)}, but the memory your process (and any process it "
-            f"started) held grew by {mib(run.resident_growth)} while chunked_attention ran; {sizes}: the memory was "
-            "taken where the meter cannot see it (a switched-off dispatch mode, a child process, ...); the grader "
-            "counts it all")
+            _("{at} the tensor meter saw only {mib}, but the memory your process (and any process it started) "
+              "held grew by {mib2} while chunked_attention ran; {sizes}: the memory was taken where the meter "
+              "cannot see it (a switched-off dispatch mode, a child process, ...); the grader counts it all").format(at=at, mib=mib(run.peak_bytes), mib2=mib(run.resident_growth), sizes=sizes))

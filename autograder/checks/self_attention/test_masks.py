@@ -3,15 +3,18 @@ import pytest
 import torch
 
 import solutions as ref
+from autograder import i18n
 from autograder.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, smallest_failure
 from autograder.checks.self_attention.common import B, H, LENGTHS, NEG_INF, S, lengths_mask, mask_scores, randn
 
+_ = i18n.message
+
 # padding_mask over batches of lengths, smallest first (a full, a padded and an empty sequence among them)
 LENGTH_CASES = (([1], 1), ([1], 2), ([2, 1], 2), ([0, 3], 3), ([4, 2, 1], 4), ([5, 0], 6), ([3, 7, 1, 5], 8))
 
-PAD_4D_HINT = "for [B, H, S_q, S_k] scores a [B, S] mask must become [B, 1, 1, S_k] (mask[:, None, None, :])"
+PAD_4D_HINT = _("for [B, H, S_q, S_k] scores a [B, S] mask must become [B, 1, 1, S_k] (mask[:, None, None, :])")
 
 # Every call of this part, in the order of the checks below: one round trip for all of them.
 CALLS = Cases("masks", {
@@ -28,14 +31,15 @@ CALLS = Cases("masks", {
 
 def bool_result(value, expected, what: str, mistakes: dict):
     value = expect.shape(value, expected.shape, what, mistakes,
-                         hints={tuple(reversed(expected.shape)): "your mask is transposed"})
+                         hints={tuple(reversed(expected.shape)): _("your mask is transposed")})
     if value.dtype != torch.bool:
-        raise expect.CheckFailure(f"{what} returned dtype {value.dtype}: return a torch.bool mask (a comparison "
-                                  "such as positions < lengths gives one)")
+        raise expect.CheckFailure(_("{what} returned dtype {dtype}: return a torch.bool mask (a comparison such as positions < "
+                                    "lengths gives one)").format(what=what, dtype=value.dtype))
     if not torch.equal(value, expected):
         hint = expect.diagnose(value, mistakes)
         wrong = int((value != expected).sum())
-        raise expect.CheckFailure(f"{what} is wrong in {wrong} of {expected.numel()} places" + (f": {hint}" if hint else ""))
+        raise expect.CheckFailure(expect.hinted_message(_("{what} is wrong in {wrong} of {numel} places").format(
+            what=what, wrong=wrong, numel=expected.numel()), hint))
 
 
 def check_padding_mask(call, outcome):
@@ -43,10 +47,10 @@ def check_padding_mask(call, outcome):
     want = ref.padding_mask(lengths, seq_len)
     positions = torch.arange(seq_len)[None, :]
     mistakes = {
-        "your mask is inverted: True must mark the real tokens (position < length), False the padding": ~want,
-        "off by one: position < length is a real token, position == length is already padding":
+        _("your mask is inverted: True must mark the real tokens (position < length), False the padding"): ~want,
+        _("off by one: position < length is a real token, position == length is already padding"):
             positions <= lengths[:, None],
-        "off by one: the first `length` positions are real tokens (position < length)": positions < lengths[:, None] - 1,
+        _("off by one: the first `length` positions are real tokens (position < length)"): positions < lengths[:, None] - 1,
     }
     bool_result(outcome.value, want, f"padding_mask({lengths.tolist()}, {seq_len})", mistakes)
 
@@ -70,11 +74,13 @@ def test_causal_mask_is_lower_triangle(student):
     """causal_mask(S) is True where key j <= query i, diagonal included"""
     want = ref.causal_mask(S)
     mistakes = {
-        "your mask hides the diagonal: a token may attend to itself, key j <= query i (tril(), not tril(-1))":
+        _("your mask hides the diagonal: a token may attend to itself, key j <= query i (tril(), not "
+          "tril(-1))"):
             torch.ones(S, S, dtype=torch.bool).tril(-1),
-        "your mask is transposed: row i is query i, and it may see the keys j <= i (the lower triangle, tril)":
+        _("your mask is transposed: row i is query i, and it may see the keys j <= i (the lower triangle, "
+          "tril)"):
             torch.ones(S, S, dtype=torch.bool).triu(),
-        "your mask is inverted: True means 'may attend' (the past and the present), False the future":
+        _("your mask is inverted: True means 'may attend' (the past and the present), False the future"):
             torch.ones(S, S, dtype=torch.bool).triu(1),
     }
     bool_result(CALLS.get(student, "causal_mask")[1].value, want, f"causal_mask({S})", mistakes)
@@ -82,11 +88,13 @@ def test_causal_mask_is_lower_triangle(student):
 
 def padding_mistakes(scores, mask):
     return {
-        "your padding mask hides queries, not keys: padded positions must be masked along the last axis of the scores":
+        _("your padding mask hides queries, not keys: padded positions must be masked along the last axis "
+          "of the scores"):
             mask_scores(scores, mask, on="queries"),
-        "your mask is inverted: True marks a real token, so fill -inf where the mask is False (masked_fill(~mask, ...))":
+        _("your mask is inverted: True marks a real token, so fill -inf where the mask is False "
+          "(masked_fill(~mask, ...))"):
             mask_scores(scores, mask, invert=True),
-        "nothing was masked": scores,
+        _("nothing was masked"): scores,
     }
 
 
@@ -94,8 +102,8 @@ def check_neg_inf(got, want, what):
     hidden = torch.isinf(want)
     if got.shape == want.shape and hidden.any() and torch.isfinite(got[hidden]).all() \
             and (got[hidden] < -1e3).all() and torch.equal(got[~hidden], want[~hidden]):
-        raise expect.CheckFailure(f"{what} puts {got[hidden].max().item():.3g} at the masked places: the course's "
-                                  "convention is -inf (float('-inf')), which gives weight exactly 0 in any dtype")
+        raise expect.CheckFailure(_("{what} puts {item:.3g} at the masked places: the course's convention is -inf (float('-inf')), "
+                                    "which gives weight exactly 0 in any dtype").format(what=what, item=got[hidden].max().item()))
 
 
 @pytest.mark.points(3)
@@ -104,10 +112,10 @@ def test_padding_mask_on_3d_scores(student):
     call, outcome = CALLS.get(student, "padding 3-D")
     scores, mask = call.args
     want = ref.apply_padding_mask(scores, mask)
-    what = f"apply_padding_mask on [B, S, S] scores with lengths {list(LENGTHS)}"
-    got = expect.value(outcome, hint="a [B, S] mask needs mask[:, None, :] to line up with [B, S, S] scores")
-    shapes = {(B, B, S, S): "the mask was broadcast against the batch axis twice: a [B, S] mask needs "
-                            "mask[:, None, :] for [B, S, S] scores ([B, 1, 1, S] is for 4-D [B, H, S, S] scores)"}
+    what = _("apply_padding_mask on [B, S, S] scores with lengths {lengths}").format(lengths=list(LENGTHS))
+    got = expect.value(outcome, hint=_("a [B, S] mask needs mask[:, None, :] to line up with [B, S, S] scores"))
+    shapes = {(B, B, S, S): _("the mask was broadcast against the batch axis twice: a [B, S] mask needs mask[:, None, :] for "
+                              "[B, S, S] scores ([B, 1, 1, S] is for 4-D [B, H, S, S] scores)")}
     expect.shape(got, want.shape, what, hints=shapes)
     check_neg_inf(got, want, what)
     expect.close(got, want, what, mistakes=padding_mistakes(scores, mask))
@@ -119,7 +127,7 @@ def test_padding_mask_on_4d_scores(student):
     call, outcome = CALLS.get(student, "padding 4-D")
     scores, mask = call.args
     want = ref.apply_padding_mask(scores, mask)
-    what = f"apply_padding_mask on [B, H, S, S] scores with lengths {list(LENGTHS)}"
+    what = _("apply_padding_mask on [B, H, S, S] scores with lengths {lengths}").format(lengths=list(LENGTHS))
     got = expect.value(outcome, hint=PAD_4D_HINT)
     expect.shape(got, want.shape, what, hints={tuple(got.shape) if isinstance(got, torch.Tensor) else (): PAD_4D_HINT})
     check_neg_inf(got, want, what)
@@ -128,13 +136,14 @@ def test_padding_mask_on_4d_scores(student):
 
 def causal_mistakes(scores):
     return {
-        "your causal mask hides the diagonal: a token may attend to itself (hide key j > query i only)":
+        _("your causal mask hides the diagonal: a token may attend to itself (hide key j > query i only)"):
             mask_scores(scores, causal=True, causal_diagonal=0),
-        "your causal mask is transposed: hide the keys after the query (above the diagonal), not before it":
+        _("your causal mask is transposed: hide the keys after the query (above the diagonal), not before "
+          "it"):
             mask_scores(scores, causal=True, causal_transposed=True),
-        "your causal mask is inverted: -inf goes where key j > query i (the future), the rest is kept":
+        _("your causal mask is inverted: -inf goes where key j > query i (the future), the rest is kept"):
             scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).tril(), NEG_INF),
-        "nothing was masked": scores,
+        _("nothing was masked"): scores,
     }
 
 
@@ -145,7 +154,8 @@ def test_causal_mask_hides_the_future(student, dims):
     call, outcome = CALLS.get(student, f"causal {dims}-D")
     [scores] = call.args
     want = ref.apply_causal_mask(scores)
-    what = f"apply_causal_mask on {dims}-D {'float64 ' if dims == 3 else ''}scores"
+    what = (_("apply_causal_mask on {dims}-D float64 scores") if dims == 3 else _("apply_causal_mask on {dims}-D scores")
+            ).format(dims=dims)
     got = outcome.value
     expect.shape(got, want.shape, what)
     check_neg_inf(got, want, what)

@@ -7,18 +7,21 @@ import pytest
 import torch
 
 import solutions as ref
+from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded
 from autograder.checks.self_attention.common import (B, D_K, D_MODEL, D_V, LENGTHS, S, lengths_mask, module_mistakes,
                                                      reference_module)
 from autograder.failures import StudentRaised
 
+_ = i18n.message
+
 DROPOUT = 0.25
 LAYERS = {"W_q": (D_MODEL, D_K), "W_k": (D_MODEL, D_K), "W_v": (D_MODEL, D_V), "W_o": (D_V, D_MODEL)}
 ROLE = {"W_q": "d_model -> d_k", "W_k": "d_model -> d_k", "W_v": "d_model -> d_v",
-        "W_o": "the output projection, d_v -> d_model"}
-SEED_BROADCAST = ("a [B, S] mask needs mask[:, None, :] to line up with [B, S, S] scores; mask[:, None, None, :] "
-                  "broadcasts them to [B, B, S, S]")
+        "W_o": _("the output projection, d_v -> d_model")}
+SEED_BROADCAST = (_("a [B, S] mask needs mask[:, None, :] to line up with [B, S, S] scores; mask[:, None, None, :] "
+                    "broadcasts them to [B, B, S, S]"))
 
 
 CASES = {"no mask": (False, False), "padding mask": (True, False), "causal": (False, True),
@@ -79,8 +82,8 @@ def loaded(student, dropout: float = DROPOUT):
 def weights_loaded(result, load) -> None:
     """The failure of loading the reference weights, in the student's terms."""
     if result.failed(load) and isinstance(result.failure, StudentRaised):
-        raise expect.CheckFailure(f"the weights of a correct SelfAttention could not be loaded into yours "
-                                  f"({result.failure}): it needs exactly the bias-free layers W_q, W_k, W_v, W_o")
+        raise expect.CheckFailure(_("the weights of a correct SelfAttention could not be loaded into yours ({failure}): it needs "
+                                    "exactly the bias-free layers W_q, W_k, W_v, W_o").format(failure=result.failure))
 
 
 def _forwards(student) -> dict:
@@ -109,14 +112,14 @@ def test_forward_matches_reference(student, case):
         got = result[out]
     except StudentRaised as exc:
         if use_mask and exc.kind == "RuntimeError":
-            raise expect.CheckFailure(f"{exc}; {SEED_BROADCAST}") from None
+            raise expect.CheckFailure(_("{failure}; {hint}").format(failure=exc.message, hint=SEED_BROADCAST)) from None
         raise
     what = f"forward(x{', mask' if use_mask else ''}{', causal=True' if causal else ''})"
     if use_mask:
-        what += f" with lengths {list(LENGTHS)}"
+        what = _("{call} with lengths {lengths}").format(call=what, lengths=list(LENGTHS))
     state = reference.state_dict()
     expect.close(got, want, what, mistakes=module_mistakes(state, x, mask, causal, d_model=D_MODEL),
-                 shapes={(B, B, S, D_MODEL): f"your output has shape [{B}, {B}, {S}, {D_MODEL}]: {SEED_BROADCAST}"})
+                 shapes={(B, B, S, D_MODEL): _("your output has shape [{b}, {b}, {s}, {d_model}]: {seed_broadcast}").format(b=B, s=S, d_model=D_MODEL, seed_broadcast=SEED_BROADCAST)})
 
 
 @pytest.mark.points(3)
@@ -135,16 +138,16 @@ def test_dropout_on_attention_weights(student):
     weights_loaded(result, load)
     with torch.no_grad():
         u = reference(x[:1, :1])[0, 0].double()  # [d_model]
-    got = expect.shape(result[out], (B, S, D_MODEL), "forward(x) in train mode").double()
-    expect.finite(got, "forward(x) in train mode")
+    got = expect.shape(result[out], (B, S, D_MODEL), _("forward(x) in train mode")).double()
+    expect.finite(got, _("forward(x) in train mode"))
     rows = got.reshape(-1, D_MODEL)
     factors = rows @ u / (u @ u)  # [B * S]
     if torch.allclose(rows, u.expand_as(rows), atol=1e-5, rtol=1e-4):
-        raise expect.CheckFailure(f"in train mode with dropout={p} your output is the same as in eval mode: apply "
-                                  "self.dropout to the attention weights, after the softmax (dropout on the scores "
-                                  "before the softmax, or no dropout at all, does nothing here)")
+        raise expect.CheckFailure(_("in train mode with dropout={p} your output is the same as in eval mode: apply self.dropout to "
+                                    "the attention weights, after the softmax (dropout on the scores before the softmax, or no "
+                                    "dropout at all, does nothing here)").format(p=p))
     residual = (rows - factors[:, None] * u).abs().max().item()
     if residual > 1e-4 * (1 + u.abs().max().item()):
-        raise expect.CheckFailure(f"in train mode with dropout={p} your output is not what dropout on the attention "
-                                  "weights gives: dropout seems to act on the values, on weights @ V or on the "
-                                  "output; apply self.dropout to the weights right after the softmax")
+        raise expect.CheckFailure(_("in train mode with dropout={p} your output is not what dropout on the attention weights gives: "
+                                    "dropout seems to act on the values, on weights @ V or on the output; apply self.dropout to the "
+                                    "weights right after the softmax").format(p=p))

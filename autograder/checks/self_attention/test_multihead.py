@@ -12,17 +12,23 @@ import torch
 import pytest
 
 import solutions as ref
+from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded
 from autograder.checks.self_attention.common import B, D_MODEL, H, HEAD_DIM, LENGTHS, S, lengths_mask, mh_variant, randn
 from autograder.failures import StudentRaised
 
+_ = i18n.message
+TAKEN = (_("{names} from the first block"), _("{names} from the second block"), _("{names} from the third block"))
+
 SPLIT_HINTS = {
-    "you reshaped [B, S, d_model] straight to [B, H, S, head_dim]: view it as [B, S, H, head_dim] first, then "
-    "transpose(1, 2)": lambda x: x.reshape(B, H, S, HEAD_DIM),
-    "you moved the feature axis before splitting it: view as [B, S, H, head_dim] first, then transpose(1, 2)":
+    _("you reshaped [B, S, d_model] straight to [B, H, S, head_dim]: view it as [B, S, H, head_dim] "
+      "first, then transpose(1, 2)"): lambda x: x.reshape(B, H, S, HEAD_DIM),
+    _("you moved the feature axis before splitting it: view as [B, S, H, head_dim] first, then "
+      "transpose(1, 2)"):
         lambda x: x.transpose(1, 2).reshape(B, H, S, HEAD_DIM),
-    "each head takes a contiguous block of head_dim features: view(B, S, H, head_dim), not (B, S, head_dim, H)":
+    _("each head takes a contiguous block of head_dim features: view(B, S, H, head_dim), not (B, S, "
+      "head_dim, H)"):
         lambda x: x.reshape(B, S, HEAD_DIM, H).permute(0, 3, 1, 2),
 }
 
@@ -76,7 +82,7 @@ def test_split_heads(student):
     got = result[step]
     expect.close(got, ref.split_heads(x, H), f"split_heads(x [{B}, {S}, {D_MODEL}], {H})",
                  mistakes={hint: fn(x) for hint, fn in SPLIT_HINTS.items()},
-                 shapes={(B, S, H, HEAD_DIM): "move the head axis forward: transpose(1, 2) after the view"})
+                 shapes={(B, S, H, HEAD_DIM): _("move the head axis forward: transpose(1, 2) after the view")})
 
 
 @pytest.mark.points(3)
@@ -84,11 +90,11 @@ def test_merge_heads(student):
     """merge_heads turns [B, H, S, head_dim] back into [B, S, H * head_dim] (the inverse of split_heads)"""
     (x,), result, step = part(student, "merge")
     got = expect.hinted(lambda: result[step],
-                        hint="after transpose(1, 2) the tensor is not contiguous: use .reshape(...) or "
-                             ".contiguous().view(...)")
+                        hint=_("after transpose(1, 2) the tensor is not contiguous: use .reshape(...) or "
+                               ".contiguous().view(...)"))
     expect.close(got, ref.merge_heads(x), f"merge_heads(x [{B}, {H}, {S}, {HEAD_DIM}])",
-                 mistakes={"you did not transpose back: transpose(1, 2) to [B, S, H, head_dim] before reshaping to "
-                           "[B, S, d_model]": x.reshape(B, S, D_MODEL)})
+                 mistakes={_("you did not transpose back: transpose(1, 2) to [B, S, H, head_dim] before reshaping to [B, S, "
+                             "d_model]"): x.reshape(B, S, D_MODEL)})
 
 
 @pytest.mark.points(2)
@@ -97,34 +103,36 @@ def test_submodules(student):
     call = f"MultiHeadSelfAttention({D_MODEL}, {H})"
     layers = {"W_qkv": (D_MODEL, 3 * D_MODEL), "W_o": (D_MODEL, D_MODEL)}
     roles = {"W_qkv": "d_model -> 3 * d_model, rows q, k, v", "W_o": "d_model -> d_model"}
-    _, result, step = part(student, "submodules")
+    __, result, step = part(student, "submodules")
     expect.submodules(result[step], layers, 0.0, call, roles)
 
 
 def mh_mistakes(w_qkv, w_o, x, mask, causal):
     args = (w_qkv, w_o, x, mask, causal)
     out = {
-        f"you scaled by sqrt(d_model) = sqrt({D_MODEL}); each head's scores are scaled by sqrt(head_dim) = "
-        f"sqrt({HEAD_DIM})": lambda: mh_variant(*args, scale=D_MODEL ** -0.5),
-        "you did not scale the scores: divide by sqrt(head_dim)": lambda: mh_variant(*args, scale=1.0),
-        "the softmax runs over the queries: use dim=-1 (the keys)": lambda: mh_variant(*args, dim=-2),
-        "you split the heads without the transpose: view as [B, S, H, head_dim], then transpose(1, 2)":
+        _("you scaled by sqrt(d_model) = sqrt({d_model}); each head's scores are scaled by sqrt(head_dim) "
+          "= sqrt({head_dim})").format(d_model=D_MODEL, head_dim=HEAD_DIM): lambda: mh_variant(*args, scale=D_MODEL ** -0.5),
+        _("you did not scale the scores: divide by sqrt(head_dim)"): lambda: mh_variant(*args, scale=1.0),
+        _("the softmax runs over the queries: use dim=-1 (the keys)"): lambda: mh_variant(*args, dim=-2),
+        _("you split the heads without the transpose: view as [B, S, H, head_dim], then transpose(1, 2)"):
             lambda: mh_variant(*args, split="no_transpose"),
-        "you merged the heads without transposing back to [B, S, H, head_dim] first":
+        _("you merged the heads without transposing back to [B, S, H, head_dim] first"):
             lambda: mh_variant(*args, merge="no_transpose"),
     }
     names = "QKV"
     for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)):
-        taken = ", ".join(f"{names[i]} from the {'first second third'.split()[order[i]]} block" for i in range(3))
-        out[f"the rows of W_qkv must be ordered q, k, v as in nn.MultiheadAttention.in_proj_weight; you took {taken}"] = \
+        taken = _("{first}, {second}, {third}").format(**{place: TAKEN[order[i]].format(names=names[i])
+                                                          for i, place in enumerate(("first", "second", "third"))})
+        out[_("the rows of W_qkv must be ordered q, k, v as in nn.MultiheadAttention.in_proj_weight; you took "
+              "{taken}").format(taken=taken)] = \
             (lambda o=order: mh_variant(*args, order=o))
     if mask is not None:
-        out["your padding mask hides queries, not keys: use mask[:, None, None, :] for [B, H, S, S] scores"] = \
+        out[_("your padding mask hides queries, not keys: use mask[:, None, None, :] for [B, H, S, S] scores")] = \
             lambda: mh_variant(*args, on="queries")
-        out["your padding mask is inverted: True marks a real token"] = lambda: mh_variant(*args, invert=True)
+        out[_("your padding mask is inverted: True marks a real token")] = lambda: mh_variant(*args, invert=True)
     if causal:
-        out["your causal mask hides the diagonal"] = lambda: mh_variant(*args, causal_diagonal=0)
-        out["your causal mask is transposed: hide key j > query i"] = lambda: mh_variant(*args, causal_transposed=True)
+        out[_("your causal mask hides the diagonal")] = lambda: mh_variant(*args, causal_diagonal=0)
+        out[_("your causal mask is transposed: hide key j > query i")] = lambda: mh_variant(*args, causal_transposed=True)
     return out
 
 
@@ -135,18 +143,18 @@ def test_forward_matches_official_module(student, case):
     use_mask, causal = CASES[case]
     (w_qkv, w_o, x, mask, causal, load), result, step = part(student, case)
     if result.failed(load) and isinstance(result.failure, StudentRaised):
-        raise expect.CheckFailure(f"weights could not be loaded into your module ({result.failure}): it needs exactly "
-                                  "the bias-free layers W_qkv and W_o")
+        raise expect.CheckFailure(_("weights could not be loaded into your module ({failure}): it needs exactly the bias-free "
+                                    "layers W_qkv and W_o").format(failure=result.failure))
     try:
         got = result[step]
     except StudentRaised as exc:
         if use_mask and exc.kind == "RuntimeError":
-            raise expect.CheckFailure(f"{exc}; per-head scores are [B, H, S, S]: the [B, S] padding mask must "
-                                      "become mask[:, None, None, :]") from None
+            raise expect.CheckFailure(_("{exc}; per-head scores are [B, H, S, S]: the [B, S] padding mask must become mask[:, None, "
+                                        "None, :]").format(exc=exc.message)) from None
         raise
     what = f"forward(x{', mask' if use_mask else ''}{', causal=True' if causal else ''})"
     if use_mask:
-        what += f" with lengths {list(LENGTHS)}"
+        what = _("{call} with lengths {lengths}").format(call=what, lengths=list(LENGTHS))
     expect.close(got, mh_variant(w_qkv, w_o, x, mask, causal), what,
                  mistakes=mh_mistakes(w_qkv, w_o, x, mask, causal))
 

@@ -10,20 +10,23 @@ import pytest
 import torch
 import torch.nn as nn
 
+from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded
 from autograder.failures import StudentRaised
 from autograder.checks.self_attention.common import (B, D_MODEL, LENGTHS, S, attention, lengths_mask, linear,
                                                      module_forward, randn)
 
+_ = i18n.message
+
 QKV = ("W_q", "W_k", "W_v")
 
 
 BROKEN = {
-    "no_scale": "does not scale its scores",
-    "softmax_over_queries": "takes the softmax over the queries",
-    "ignores_mask": "ignores the padding mask",
-    "no_output_projection": "skips W_o",
+    "no_scale": _("does not scale its scores"),
+    "softmax_over_queries": _("takes the softmax over the queries"),
+    "ignores_mask": _("ignores the padding mask"),
+    "no_output_projection": _("skips W_o"),
 }
 
 
@@ -39,7 +42,7 @@ def _first(student) -> dict:
     {check: (its job, its steps by name, its inputs)}."""
     checks = {}
     job = student.job()
-    _, module = official(job)
+    __, module = official(job)
     checks["settings"] = (job, {"info": job.describe(module)}, ())
     job = student.job()
     state, module = official(job)
@@ -92,32 +95,30 @@ def part(student, check: str):
 @pytest.mark.points(2)
 def test_official_module_settings(student):
     """to_official returns an nn.MultiheadAttention with one head, batch_first=True and no dropout"""
-    result, steps, _ = part(student, "settings")
+    result, steps, __ = part(student, "settings")
     info = result[steps["info"]]
     if info["type"] != "MultiheadAttention":
-        raise expect.CheckFailure(f"to_official returned a {info['type']}, expected an nn.MultiheadAttention")
+        raise expect.CheckFailure(_("to_official returned a {info}, expected an nn.MultiheadAttention").format(info=info['type']))
     attrs = info["attrs"]
     if attrs.get("embed_dim") != D_MODEL:
-        raise expect.CheckFailure(f"the official module has embed_dim={attrs.get('embed_dim')}, expected {D_MODEL} "
-                                  "(the custom module's d_model)")
+        raise expect.CheckFailure(_("the official module has embed_dim={get}, expected {d_model} (the custom module's d_model)").format(get=attrs.get('embed_dim'), d_model=D_MODEL))
     if attrs.get("num_heads") != 1:
-        raise expect.CheckFailure(f"the official module has num_heads={attrs.get('num_heads')}: SelfAttention is "
-                                  "one head, use num_heads=1")
+        raise expect.CheckFailure(_("the official module has num_heads={get}: SelfAttention is one head, use num_heads=1").format(get=attrs.get('num_heads')))
     if attrs.get("batch_first") is not True:
-        raise expect.CheckFailure("the official module has batch_first=False: our tensors are [B, S, d_model], "
-                                  "so build it with batch_first=True")
+        raise expect.CheckFailure(_("the official module has batch_first=False: our tensors are [B, S, d_model], so build it with "
+                                    "batch_first=True"))
     if attrs.get("dropout", 0.0) != 0.0:
-        raise expect.CheckFailure(f"the official module has dropout={attrs.get('dropout')}: use dropout=0.0")
+        raise expect.CheckFailure(_("the official module has dropout={get}: use dropout=0.0").format(get=attrs.get('dropout')))
 
 
 @pytest.mark.points(3)
 def test_official_module_weights(student):
     """the official module carries W_q, W_k, W_v (in that order) in in_proj_weight, W_o in out_proj, biases zero"""
-    result, steps, _ = part(student, "weights")
+    result, steps, __ = part(student, "weights")
     state, got = result[steps["state"]], result[steps["got"]]
     w = got.get("in_proj_weight")
     if not isinstance(w, torch.Tensor) or tuple(w.shape) != (3 * D_MODEL, D_MODEL):
-        raise expect.CheckFailure("the official module has no in_proj_weight of shape [3 * d_model, d_model]")
+        raise expect.CheckFailure(_("the official module has no in_proj_weight of shape [3 * d_model, d_model]"))
     blocks = w.split(D_MODEL)
     found = []
     for block in blocks:
@@ -126,19 +127,20 @@ def test_official_module_weights(student):
         found.append(match[0] if match else "?")
     if found != list(QKV):
         if any(f.endswith("^T") for f in found):
-            hint = "copy the weights as they are (nn.Linear.weight is [out, in] like in_proj_weight), not transposed"
+            hint = _("copy the weights as they are (nn.Linear.weight is [out, in] like in_proj_weight), not "
+                     "transposed")
         elif "?" in found:
-            hint = "copy W_q.weight, W_k.weight, W_v.weight into in_proj_weight (e.g. torch.cat along dim 0)"
+            hint = _("copy W_q.weight, W_k.weight, W_v.weight into in_proj_weight (e.g. torch.cat along dim 0)")
         else:
-            hint = "the rows of in_proj_weight must be W_q, then W_k, then W_v"
-        raise expect.CheckFailure(f"the blocks of in_proj_weight are {', '.join(found)}, expected W_q, W_k, W_v: {hint}")
+            hint = _("the rows of in_proj_weight must be W_q, then W_k, then W_v")
+        raise expect.CheckFailure(_("the blocks of in_proj_weight are {join}, expected W_q, W_k, W_v: {hint}").format(join=', '.join(found), hint=hint))
     out_w = got.get("out_proj.weight")
     if not isinstance(out_w, torch.Tensor) or not torch.allclose(out_w, state["W_o.weight"]):
-        raise expect.CheckFailure("out_proj.weight is not W_o's weight: copy custom.W_o.weight into it")
+        raise expect.CheckFailure(_("out_proj.weight is not W_o's weight: copy custom.W_o.weight into it"))
     for key in ("in_proj_bias", "out_proj.bias"):
         bias = got.get(key)
         if isinstance(bias, torch.Tensor) and bias.abs().max() > 0:
-            raise expect.CheckFailure(f"{key} is not zero: our SelfAttention has no biases, so set them to zero")
+            raise expect.CheckFailure(_("{key} is not zero: our SelfAttention has no biases, so set them to zero").format(key=key))
 
 
 def _official_reference(state, x, mask, batch_first=True, convention="converted"):
@@ -163,26 +165,25 @@ def test_official_module_computes_the_same_attention(student):
     try:
         reply = result[steps["reply"]]
     except StudentRaised as exc:
-        raise expect.CheckFailure(f"{exc}; is the module built with batch_first=True? our tensors are "
-                                  "[B, S, d_model]") from None
+        raise expect.CheckFailure(_("{exc}; is the module built with batch_first=True? our tensors are [B, S, d_model]").format(exc=exc.message)) from None
     got = reply[0] if isinstance(reply, (tuple, list)) else reply
     want = module_forward(state, x, mask)
-    mistakes = {"the official module was built with batch_first=False; our tensors are [B, S, d_model]":
+    mistakes = {_("the official module was built with batch_first=False; our tensors are [B, S, d_model]"):
                 lambda: _official_reference(state, x, mask, batch_first=False)}
     for order in ("W_k W_q W_v", "W_q W_v W_k", "W_v W_k W_q"):
         swapped = dict(state)
         for name, src in zip(QKV, order.split()):
             swapped[f"{name}.weight"] = state[f"{src}.weight"]
-        mistakes[f"in_proj_weight holds {', '.join(order.split())}: its rows must be W_q, then W_k, then W_v"] = \
+        mistakes[_("in_proj_weight holds {join}: its rows must be W_q, then W_k, then W_v").format(join=', '.join(order.split()))] = \
             (lambda s=swapped: module_forward(s, x, mask))
-    expect.close(got, want, f"the official module's output (lengths {list(LENGTHS)})", mistakes=mistakes)
+    expect.close(got, want, _("the official module's output (lengths {lengths})").format(lengths=list(LENGTHS)), mistakes=mistakes)
 
 
 def _float(value, what):
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if not isinstance(value, (float, int)) or isinstance(value, bool):
-        raise expect.CheckFailure(f"{what} should return a float, got {type(value).__name__}")
+        raise expect.CheckFailure(_("{what} should return a float, got {kind}").format(what=what, kind=type(value).__name__))
     return float(value)
 
 
@@ -198,17 +199,17 @@ def _wrong_convention_error(state, x, mask):
 def test_parity_error_small_for_a_correct_module(student, with_mask):
     """parity_error is below 1e-4 for a correct SelfAttention"""
     result, steps, (x, mask) = part(student, f"small {with_mask}")
-    what = f"parity_error(correct module, x{', mask' if with_mask else ''})"
+    what = _("parity_error(correct module, x{value})").format(value=', mask' if with_mask else '')
     err = _float(result[steps["err"]], what)
     if not err < 1e-4:
         hint = ""
         if with_mask:
             wrong = _wrong_convention_error(result[steps["state"]], x, mask)
             if math.isnan(err) or (math.isnan(wrong) and math.isnan(err)) or abs(err - wrong) < 1e-4:
-                hint = (": the mask convention is likely wrong: key_padding_mask is True where a key must be IGNORED, "
-                        "the opposite of our mask, so pass key_padding_mask=~mask")
-        raise expect.CheckFailure(f"{what} returned {err:.3g} for the grader's correct SelfAttention (lengths "
-                                  f"{list(LENGTHS)}): it must be close to 0{hint}")
+                hint = (_(": the mask convention is likely wrong: key_padding_mask is True where a key must be IGNORED, "
+                          "the opposite of our mask, so pass key_padding_mask=~mask"))
+        raise expect.CheckFailure(_("{what} returned {err:.3g} for the grader's correct SelfAttention (lengths {lengths}): it must "
+                                    "be close to 0{hint}").format(what=what, err=err, lengths=list(LENGTHS), hint=hint))
 
 
 @pytest.mark.points(1)
@@ -220,10 +221,9 @@ def test_parity_error_turns_dropout_off(student):
         custom = result.remote(steps["custom"])
         custom.eval()
         in_eval = _float(student.call("parity_error", custom, x, lengths_mask()), "parity_error")
-        hint = ("switch both modules to eval() (and back afterwards) before comparing" if in_eval < 1e-4 else
-                f"it is not small in eval mode either ({in_eval:.3g}): see the checks above")
-        raise expect.CheckFailure(f"parity_error returned {err:.3g} for a correct module with dropout=0.5 in train "
-                                  f"mode: {hint}")
+        hint = (_("switch both modules to eval() (and back afterwards) before comparing") if in_eval < 1e-4 else
+                _("it is not small in eval mode either ({in_eval:.3g}): see the checks above").format(in_eval=in_eval))
+        raise expect.CheckFailure(_("parity_error returned {err:.3g} for a correct module with dropout=0.5 in train mode: {hint}").format(err=err, hint=hint))
 
 
 def _true_discrepancy(state, x, mask, variant) -> float:
@@ -245,13 +245,12 @@ def test_parity_error_exposes_a_broken_module(student, variant):
     result, steps, (x, mask) = part(student, variant)
     err = _float(result[steps["err"]], "parity_error")
     if not (err > 1e-3 or math.isnan(err)):  # NaN: the outputs could not even be compared equal
-        raise expect.CheckFailure(f"parity_error returned {err:.3g} for a SelfAttention that {BROKEN[variant]}: a "
-                                  "parity check must run both modules on x and return the largest absolute "
-                                  "difference of their outputs")
+        raise expect.CheckFailure(_("parity_error returned {err:.3g} for a SelfAttention that {broken}: a parity check must run "
+                                    "both modules on x and return the largest absolute difference of their outputs").format(err=err, broken=BROKEN[variant]))
     # The value itself must be the measured difference: a parity_error that only guesses "large" (say, by
     # looking at the module's attributes) instead of comparing outputs does not pass.
     true = _true_discrepancy(result[steps["state"]], x, mask, variant)
     if math.isnan(err) or abs(err - true) > 1e-3 * max(1.0, true):
-        raise expect.CheckFailure(f"parity_error returned {err:.4g} for a SelfAttention that {BROKEN[variant]}, but "
-                                  f"the largest absolute difference of the two outputs is {true:.4g}: return "
-                                  "(custom(x, mask) - official(x, x, x, ...)[0]).abs().max().item()")
+        raise expect.CheckFailure(_("parity_error returned {err:.4g} for a SelfAttention that {broken}, but the largest absolute "
+                                    "difference of the two outputs is {true:.4g}: return (custom(x, mask) - official(x, x, x, "
+                                    "...)[0]).abs().max().item()").format(err=err, broken=BROKEN[variant], true=true))

@@ -2,9 +2,12 @@
 import pytest
 import torch
 
+from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded
 from autograder.checks.self_attention.common import B, D_K, D_MODEL, D_V, S, randn
+
+_ = i18n.message
 
 NAMES = ("W_q", "W_k", "W_v")
 WIDTHS = {"W_q": ("d_k", D_K), "W_k": ("d_k", D_K), "W_v": ("d_v", D_V)}
@@ -43,8 +46,8 @@ def projections(student, result, made):
     """The three layers make_projections returned, checked as in the student's terms."""
     got = result[made]
     if not isinstance(got, (tuple, list)) or len(got) != 3:
-        raise expect.CheckFailure(f"make_projections({D_MODEL}, {D_K}, {D_V}) should return three layers "
-                                  f"(W_q, W_k, W_v), got {type(got).__name__}")
+        raise expect.CheckFailure(_("make_projections({d_model}, {d_k}, {d_v}) should return three layers (W_q, W_k, W_v), got "
+                                    "{kind}").format(d_model=D_MODEL, d_k=D_K, d_v=D_V, kind=type(got).__name__))
     return {name: student.wrap(h, f"make_projections(...) {name}") for name, h in zip(NAMES, got)}
 
 
@@ -55,16 +58,17 @@ def test_three_bias_free_linear_layers(student):
     for name in projections(student, result, made):
         info = result[described[name]]
         if info["type"] != "Linear":
-            raise expect.CheckFailure(f"{name} is a {info['type']}, expected an nn.Linear")
+            raise expect.CheckFailure(_("{name} is a {info}, expected an nn.Linear").format(name=name, info=info['type']))
         params = info.get("parameters", {})
         if "bias" in params:
-            raise expect.CheckFailure(f"{name} has a bias: the projections are bias-free, use nn.Linear(..., bias=False)")
+            raise expect.CheckFailure(_("{name} has a bias: the projections are bias-free, use nn.Linear(..., bias=False)").format(name=name))
         width, size = WIDTHS[name]
         if params.get("weight") != [size, D_MODEL]:
             w = params.get("weight", [])
             got = f"{w[1]} -> {w[0]}" if len(w) == 2 else str(w)
-            raise expect.CheckFailure(f"make_projections({D_MODEL}, {D_K}, {D_V}): {name} maps {got} features, "
-                                      f"expected {D_MODEL} -> {size} (d_model -> {width})")
+            raise expect.CheckFailure(_("make_projections({d_model}, {d_k}, {d_v}): {name} maps {got} features, "
+                                        "expected {d_model} -> {size} (d_model -> {width})").format(
+                d_model=D_MODEL, d_k=D_K, d_v=D_V, name=name, got=got, size=size, width=width))
 
 
 @pytest.mark.points(2)
@@ -76,8 +80,8 @@ def test_projections_are_independent(student):
         wa, wb = weights[a], weights[b]
         if isinstance(wa, torch.Tensor) and isinstance(wb, torch.Tensor) and wa.shape == wb.shape \
                 and torch.equal(wa, wb):
-            raise expect.CheckFailure(f"{a} and {b} have the same weights (the same layer?): create a separate "
-                                      "nn.Linear for each of W_q, W_k and W_v")
+            raise expect.CheckFailure(_("{a} and {b} have the same weights (the same layer?): create a separate nn.Linear for each of "
+                                        "W_q, W_k and W_v").format(a=a, b=b))
 
 
 @pytest.mark.points(4)
@@ -86,11 +90,11 @@ def test_project_qkv_applies_each_layer(student):
     result, weights, x, projected = student.once("qkv_projection", lambda: _part(student))["project"]
     got = result[projected]
     if not isinstance(got, (tuple, list)) or len(got) != 3:
-        raise expect.CheckFailure(f"project_qkv should return three tensors (Q, K, V), got {type(got).__name__}")
+        raise expect.CheckFailure(_("project_qkv should return three tensors (Q, K, V), got {kind}").format(kind=type(got).__name__))
     outputs = {n: x @ w.T for n, w in weights.items()}
     for (name, want), value in zip(outputs.items(), got):
         letter = name[-1].upper()
-        mistakes = {f"your {letter} is {other[-1].upper()}: return W_q(x), W_k(x), W_v(x) in that order":
+        mistakes = {_("your {letter} is {upper}: return W_q(x), W_k(x), W_v(x) in that order").format(letter=letter, upper=other[-1].upper()):
                     outputs[other] for other in NAMES if other != name}
         expect.close(value, want, f"project_qkv(...)[{NAMES.index(name)}] ({letter})",
                      mistakes=mistakes)

@@ -5,13 +5,16 @@ import pytest
 import torch
 
 import solutions as ref
+from autograder import i18n
 from autograder.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases
 from autograder.checks.self_attention.common import B, H, S, randn
 
-TRANSPOSE_HINT = ("transpose K with K.transpose(-2, -1) (or K.mT): K.transpose(1, 2) or K.permute(0, 2, 1) "
-                  "only swap the right axes of a 3-D tensor")
+_ = i18n.message
+
+TRANSPOSE_HINT = (_("transpose K with K.transpose(-2, -1) (or K.mT): K.transpose(1, 2) or K.permute(0, 2, 1) only "
+                    "swap the right axes of a 3-D tensor"))
 
 
 def _masked(scores):
@@ -43,10 +46,11 @@ def score_mistakes(Q, K):
     d_k = Q.shape[-1]
     raw = Q @ K.transpose(-2, -1)
     return {
-        "you forgot to divide by sqrt(d_k)": raw,
-        "you divided by d_k instead of sqrt(d_k)": raw / d_k,
-        "you multiplied by sqrt(d_k) instead of dividing": raw * math.sqrt(d_k),
-        "you scaled by sqrt(S), the sequence length; the scale is sqrt(d_k), the last dimension of Q and K":
+        _("you forgot to divide by sqrt(d_k)"): raw,
+        _("you divided by d_k instead of sqrt(d_k)"): raw / d_k,
+        _("you multiplied by sqrt(d_k) instead of dividing"): raw * math.sqrt(d_k),
+        _("you scaled by sqrt(S), the sequence length; the scale is sqrt(d_k), the last dimension of Q "
+          "and K"):
             raw / math.sqrt(K.shape[-2]),
     }
 
@@ -57,7 +61,7 @@ def test_scores_match_reference_for_3d_inputs(student):
     call, outcome = CALLS.get(student, "scores 3-D")
     (Q, K), got = call.args, outcome.value
     expect.close(got, ref.scaled_scores(Q, K), "scaled_scores(Q, K)", mistakes=score_mistakes(Q, K),
-                 shapes={(B, S + 2, S): "the result must be [B, S_q, S_k]: Q @ K^T, not K @ Q^T"})
+                 shapes={(B, S + 2, S): _("the result must be [B, S_q, S_k]: Q @ K^T, not K @ Q^T")})
 
 
 @pytest.mark.points(3)
@@ -65,7 +69,7 @@ def test_scores_match_reference_for_4d_inputs(student):
     """scaled_scores works on per-head [B, H, S, d_k] inputs"""
     call, outcome = CALLS.get(student, "scores 4-D")
     (Q, K), got = call.args, expect.value(outcome, hint=TRANSPOSE_HINT)
-    expect.close(got, ref.scaled_scores(Q, K), "scaled_scores on 4-D inputs", hint=TRANSPOSE_HINT,
+    expect.close(got, ref.scaled_scores(Q, K), _("scaled_scores on 4-D inputs"), hint=TRANSPOSE_HINT,
                  mistakes=score_mistakes(Q, K))
 
 
@@ -74,17 +78,17 @@ def test_scores_keep_float64(student):
     """scaled_scores keeps float64 inputs in float64"""
     call, outcome = CALLS.get(student, "scores float64")
     Q, K = call.args
-    expect.close(outcome.value, ref.scaled_scores(Q, K), "scaled_scores on float64 inputs",
+    expect.close(outcome.value, ref.scaled_scores(Q, K), _("scaled_scores on float64 inputs"),
                  mistakes=score_mistakes(Q, K), atol=1e-10, rtol=1e-8)
 
 
 def softmax_mistakes(scores):
     out = {}
     for dim in range(scores.dim() - 1):
-        axis = "query" if dim == scores.dim() - 2 else "batch" if dim == 0 else "head"
-        out[f"your softmax runs over dim={dim} (the {axis} axis): it must run over the key dimension, dim=-1"] = \
+        axis = _("query") if dim == scores.dim() - 2 else _("batch") if dim == 0 else _("head")
+        out[_("your softmax runs over dim={dim} (the {axis} axis): it must run over the key dimension, dim=-1").format(dim=dim, axis=axis)] = \
             torch.softmax(scores, dim=dim)
-    out["you did not normalise: softmax is exp(s) / sum over keys of exp(s)"] = scores.exp()
+    out[_("you did not normalise: softmax is exp(s) / sum over keys of exp(s)")] = scores.exp()
     return out
 
 
@@ -99,8 +103,8 @@ def test_weights_rows_sum_to_one(student, dims):
     sums = got.double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
         worst = sums.flatten()[(sums - 1).abs().flatten().nan_to_num(float("inf")).argmax()].item()
-        hint = expect.diagnose(got, mistakes) or "softmax must run over the key dimension, dim=-1"
-        raise expect.CheckFailure(f"rows of your weights sum to {worst:.3g}, not 1: {hint}")
+        hint = expect.diagnose(got, mistakes) or _("softmax must run over the key dimension, dim=-1")
+        raise expect.CheckFailure(_("rows of your weights sum to {worst:.3g}, not 1: {hint}").format(worst=worst, hint=hint))
     expect.close(got, ref.attention_weights(scores), "attention_weights", mistakes=mistakes)
 
 
@@ -111,11 +115,11 @@ def test_masked_scores_get_zero_weight(student):
     [scores] = call.args
     got = expect.shape(outcome.value, scores.shape, "attention_weights")
     if torch.isnan(got).any():
-        raise expect.CheckFailure("your weights contain NaN where some scores are -inf: exp(-inf) is 0, so use "
-                                  "torch.softmax (or subtract each row's max before exp)")
+        raise expect.CheckFailure(_("your weights contain NaN where some scores are -inf: exp(-inf) is 0, so use torch.softmax (or "
+                                    "subtract each row's max before exp)"))
     if (got[:, :, -2:] != 0).any():
-        raise expect.CheckFailure("keys whose score is -inf got a weight that is not exactly 0")
-    expect.close(got, ref.attention_weights(scores), "attention_weights with -inf scores")
+        raise expect.CheckFailure(_("keys whose score is -inf got a weight that is not exactly 0"))
+    expect.close(got, ref.attention_weights(scores), _("attention_weights with -inf scores"))
 
 
 @pytest.mark.points(1)
@@ -125,9 +129,9 @@ def test_weights_stable_for_large_scores(student):
     [scores] = call.args
     got = expect.shape(outcome.value, scores.shape, "attention_weights")
     if not torch.isfinite(got).all():
-        raise expect.CheckFailure("your weights contain NaN or inf for scores around 100: exp overflows; use "
-                                  "torch.softmax, or subtract each row's max before exp")
-    expect.close(got, ref.attention_weights(scores), "attention_weights on large scores")
+        raise expect.CheckFailure(_("your weights contain NaN or inf for scores around 100: exp overflows; use torch.softmax, or "
+                                    "subtract each row's max before exp"))
+    expect.close(got, ref.attention_weights(scores), _("attention_weights on large scores"))
 
 
 @pytest.mark.points(2)
@@ -136,7 +140,7 @@ def test_attend_is_weighted_sum_of_values(student, dims):
     """attend returns weights @ V: [..., S_q, S_k] x [..., S_k, d_v] -> [..., S_q, d_v]"""
     call, outcome = CALLS.get(student, f"attend {dims}-D")
     w, V = call.args
-    got = expect.value(outcome, hint="the weights [..., S_q, S_k] multiply V [..., S_k, d_v]: weights @ V")
+    got = expect.value(outcome, hint=_("the weights [..., S_q, S_k] multiply V [..., S_k, d_v]: weights @ V"))
     expect.close(got, ref.attend(w, V), "attend(weights, V)",
-                 mistakes={"you normalised over the wrong axis: the weights are already a softmax, just take weights @ V":
+                 mistakes={_("you normalised over the wrong axis: the weights are already a softmax, just take weights @ V"):
                            torch.softmax(w, -1) @ V})
