@@ -92,4 +92,4 @@ def smallest_failure(cases, check: Callable[[object], None]) -> None:
         except CheckFailure as exc:
             if isinstance(exc, StudentRaised) and exc.kind == "NotImplementedError":
                 raise
-            raise CheckFailure("fails for {case}: {problem}".format(case=label, problem=exc)) from None
+            raise CheckFailure(_("fails for {case}: {problem}").format(case=label, problem=exc.message)) from None

@@ -14,6 +14,10 @@ import math
 
 import torch
 
+from autograder import i18n
+
+_ = i18n.message
+
 B, H, S, D_MODEL = 2, 4, 6, 16
 HEAD_DIM = D_MODEL // H  # 4
 ROPE_DIM = 8  # four pairs, four different frequencies
@@ -165,10 +169,10 @@ def head_mistakes(w_qkv, w_o, x, heads: int) -> dict:
     """The mistakes a check of CachedSelfAttention(d_model, heads) names: heads and their width swapped, a scale by H."""
     head_dim = x.shape[-1] // heads
     return {
-        "you made head_dim = {hd} heads of width H = {H}: split each of q, k, v as .view(B, S, H, head_dim)"
-        ".transpose(1, 2), the head axis before the width".format(hd=head_dim, H=heads):
+        _("you made head_dim = {hd} heads of width H = {H}: split each of q, k, v as .view(B, S, H, head_dim)"
+          ".transpose(1, 2), the head axis before the width").format(hd=head_dim, H=heads):
             lambda: decode_variant(w_qkv, w_o, x, (HEADS_S,), heads=head_dim),
-        "you scaled by sqrt(H) = sqrt({H}), the number of heads: scale by sqrt(head_dim) = sqrt({hd}), "
-        "the last axis of q".format(H=heads, hd=head_dim):
+        _("you scaled by sqrt(H) = sqrt({H}), the number of heads: scale by sqrt(head_dim) = sqrt({hd}), "
+          "the last axis of q").format(H=heads, hd=head_dim):
             lambda: decode_variant(w_qkv, w_o, x, (HEADS_S,), heads=heads, scale=heads ** -0.5),
     }

@@ -158,11 +158,11 @@ def test_forward_for_every_number_of_heads(student):
         except StudentRaised as exc:
             if exc.kind != "RuntimeError":
                 raise
-            raise expect.CheckFailure("{problem}; each of q, k, v is split as .view(B, S, H, head_dim).transpose(1, 2): "
-                                      "H heads of head_dim = d_model // H features".format(problem=exc)) from None
+            raise expect.CheckFailure(_("{problem}; each of q, k, v is split as .view(B, S, H, head_dim).transpose(1, 2): "
+                                        "H heads of head_dim = d_model // H features").format(problem=exc.message)) from None
         head_dim = d_model // heads
-        swapped = ("you made head_dim = {hd} heads of width H = {H}: split q, k and v as .view(B, S, H, head_dim)"
-                   ".transpose(1, 2), the head axis before the width".format(hd=head_dim, H=heads))
+        swapped = _("you made head_dim = {hd} heads of width H = {H}: split q, k and v as .view(B, S, H, head_dim)"
+                     ".transpose(1, 2), the head axis before the width").format(hd=head_dim, H=heads)
         expect.close(got, cross_variant(state, x, context, mask, heads=heads), what,
                      mistakes={swapped: lambda: cross_variant(state, x, context, mask, heads=head_dim)})
 

@@ -188,9 +188,9 @@ def test_chunked_attention_with_one_tensor_as_q_k_and_v(student):
     """chunked_attention(x, x, x) is right when q, k and v are one tensor (it writes into none of its inputs)"""
     job, x, step = part_shared(student)
     [result] = student.run([job])
-    into_input = ("your function writes its output into q (out = q): with q, k and v one tensor, as in "
-                  "self-attention, the later chunks read overwritten keys and values; write the output into a new "
-                  "tensor, torch.empty_like(q)")
+    into_input = _("your function writes its output into q (out = q): with q, k and v one tensor, as in "
+                   "self-attention, the later chunks read overwritten keys and values; write the output into a new "
+                   "tensor, torch.empty_like(q)")
     expect.close(result[step], attention(x, x, x, None, True), "chunked_attention(x, x, x, causal=True, chunk_size=3) "
                  "with q, k and v the same tensor", mistakes={into_input: lambda: chunked_into_input(x)})
 

@@ -172,8 +172,8 @@ def test_dropout_on_attention_weights(student):
     # or the output scales single features, which leaves that span.
     (w_qkv, w_o, x, load), result, step = part(student, "dropout")
     if result.failed(load) and isinstance(result.failure, StudentRaised):
-        raise expect.CheckFailure("weights could not be loaded into your module ({problem}): it needs exactly the "
-                                  "bias-free layers W_qkv and W_o".format(problem=result.failure))
+        raise expect.CheckFailure(_("weights could not be loaded into your module ({failure}): it needs exactly the bias-free "
+                                    "layers W_qkv and W_o").format(failure=result.failure))
     what = "forward(x) in train mode with dropout={p}".format(p=DROPOUT)
     got = expect.shape(result[step], (B, S, D_MODEL), what).double()
     expect.finite(got, what)
@@ -182,11 +182,11 @@ def test_dropout_on_attention_weights(student):
                          for h in range(H)], dim=1)  # [d_model, H]: u_h
     rows = got.reshape(-1, D_MODEL)
     if torch.allclose(rows, heads.sum(dim=1).expand_as(rows), atol=1e-5, rtol=1e-4):
-        raise expect.CheckFailure("in train mode with dropout={p} your output is the same as in eval mode: apply "
-                                  "self.dropout to the attention weights, after the softmax".format(p=DROPOUT))
+        raise expect.CheckFailure(_("in train mode with dropout={p} your output is the same as in eval mode: apply "
+                                    "self.dropout to the attention weights, after the softmax").format(p=DROPOUT))
     factors = torch.linalg.lstsq(heads, rows.T).solution  # [H, B * S]
     residual = (heads @ factors - rows.T).abs().max().item()
     if residual > 1e-4 * (1 + rows.abs().max().item()):
-        raise expect.CheckFailure("in train mode with dropout={p} your output is not what dropout on the attention "
-                                  "weights gives: dropout seems to act on the values or on the output; apply "
-                                  "self.dropout to the weights right after the softmax".format(p=DROPOUT))
+        raise expect.CheckFailure(_("in train mode with dropout={p} your output is not what dropout on the attention "
+                                    "weights gives: dropout seems to act on the values or on the output; apply "
+                                    "self.dropout to the weights right after the softmax").format(p=DROPOUT))
