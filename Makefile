@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # What `make demo` runs once the environment exists (one place to change it).
 DEMO = $(PY) -m autograder demo
 
-.PHONY: venv demo test lint lab grade formgrader release check
+.PHONY: venv demo test lint lab grade formgrader release check messages-visible
 
 venv: $(STAMP)
 
@@ -58,3 +58,13 @@ release: $(STAMP)
 # Fail if the committed notebooks drifted from course/.
 check: $(STAMP)
 	$(PY) -m course.build --check
+
+# The visible checks' message catalog (gettext domain visible_checks, map course/babel.cfg): extract the
+# messages of course/visible_checks*.py and course/graded_cells.py into the template, then merge it into each
+# translation (course/locale/<locale>/LC_MESSAGES/visible_checks.po). Translate the new or fuzzy entries,
+# then `make release` compiles the .mo into the Chinese edition's folders; tests/test_visible_catalog.py checks it all.
+VISIBLE_POT = course/locale/visible_checks.pot
+messages-visible: $(STAMP)
+	$(VENV)/bin/pybabel extract -F course/babel.cfg --no-wrap --sort-by-file --project "self-attention course" \
+	  --copyright-holder "the course's authors" -o $(VISIBLE_POT) course
+	$(VENV)/bin/pybabel update -i $(VISIBLE_POT) -d course/locale -D visible_checks --no-wrap --ignore-obsolete
