@@ -79,7 +79,7 @@ def problems(catalog: Catalog) -> list[str]:
             found.append(f"fuzzy (review the translation, then remove the flag): {english!r}")
         found += [f"{english!r}: {error}" for error in message.check(catalog)]
     for english, text in message_pairs(catalog):
-        if text and placeholders(text) != placeholders(english):
+        if text.strip() and placeholders(text) != placeholders(english):
             found.append(f"placeholders differ from the English: {english!r} -> {text!r}")
     return found
 
