@@ -9,6 +9,11 @@ The build puts the compiled catalog into each folder of the edition in that lang
     write_release_catalogs(folder, "zh")   # folder/locale/zh_CN/LC_MESSAGES/visible_checks.mo
 
 where the released visible_checks.py finds it when the notebook calls `use_language("zh")`.
+
+A third language (say French, fr_FR): add it to LOCALES here and in both visible_checks files (and to
+autograder/spec.py's LANGUAGES), run `.venv/bin/pybabel init -i course/locale/visible_checks.pot
+-d course/locale -D visible_checks -l fr_FR`, translate the new .po, then `make release`;
+tests/test_visible_catalog.py holds every catalog to the same rules.
 """
 from __future__ import annotations
 

@@ -282,6 +282,15 @@ def test_a_corrupt_catalog_gives_one_line_and_english(tmp_path, capsys):
     assert said.count("\n") == 1 and "cannot be read" in said, said
 
 
+def test_the_checks_and_the_build_know_the_same_languages_and_catalog_locales(released):
+    from autograder import spec
+
+    for english, _ in released.values():
+        assert set(english.LOCALES) == set(spec.LANGUAGES)
+        assert {lang: locale for lang, locale in english.LOCALES.items() if locale} == catalogs.LOCALES
+        assert english.DOMAIN == catalogs.DOMAIN
+
+
 def test_use_language_refuses_a_language_the_checks_do_not_speak(released):
     with pytest.raises(ValueError, match="speak 'en' or 'zh'"):
         released["generation"][0].use_language("fr")
