@@ -282,7 +282,7 @@ def _friendly(label: str):
                     raise _check_broke(label, error) from None
                 print(_("{name}: not implemented yet (replace the `raise NotImplementedError` with your code)").format(name=label))
             except _NotReady as why:
-                print(f"{label}: {why}")
+                print(_("{name}: {reason}").format(name=label, reason=why))
             except AssertionError as failure:
                 if _student_frames(failure):  # an assert in the student's own code
                     raise _student_raised(label, failure) from None

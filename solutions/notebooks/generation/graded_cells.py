@@ -46,9 +46,9 @@ def rerun(call: str, checks: dict, namespace: dict, _: Callable[[str], str] = en
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
             checks[node.func.id](*(namespace[name] for name in names))
     except AssertionError as exc:
-        return f"{names[0]}: {exc}"
+        return _("{name}: {reason}").format(name=names[0], reason=exc)
     except Exception as exc:  # noqa: BLE001 - the student's code raised: one line, never a crashed Validate
-        return f"{names[0]}: {type(exc).__name__}: {exc}"
+        return _("{name}: {kind}: {reason}").format(name=names[0], kind=type(exc).__name__, reason=exc)
     lines = [line for line in printed.getvalue().splitlines() if line.strip()]
     if any(line.startswith("✓") for line in lines):
         return None

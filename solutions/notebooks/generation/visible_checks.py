@@ -127,7 +127,7 @@ def _friendly(label: str):
                     raise _plain(_("the check of `{name}` stopped: {text}.").format(name=label, text=_sentence(error))) from None
                 print(_("{name}: not implemented yet (replace the `raise NotImplementedError` with your code)").format(name=label))
             except _NotReady as why:
-                print(f"{label}: {why}")
+                print(_("{name}: {reason}").format(name=label, reason=why))
             except Exception as error:  # noqa: BLE001 - every failure becomes one sentence
                 frames = _your_frames(error)
                 if isinstance(error, AssertionError) and not frames:
