@@ -67,4 +67,4 @@ VISIBLE_POT = course/locale/visible_checks.pot
 messages-visible: $(STAMP)
 	$(VENV)/bin/pybabel extract -F course/babel.cfg --no-wrap --sort-by-file --project "self-attention course" \
 	  --copyright-holder "the course's authors" -o $(VISIBLE_POT) course
-	$(VENV)/bin/pybabel update -i $(VISIBLE_POT) -d course/locale -D visible_checks --no-wrap --ignore-obsolete
+	$(VENV)/bin/pybabel update -i $(VISIBLE_POT) -d course/locale -D visible_checks --no-wrap --ignore-obsolete --ignore-pot-creation-date
