@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # What `make demo` runs once the environment exists (one place to change it).
 DEMO = $(PY) -m autograder demo
 
-.PHONY: venv demo test lint lab grade formgrader release check mutation messages
+.PHONY: venv demo test lint lab grade formgrader release check mutation messages messages-visible
 
 venv: $(STAMP)
 
@@ -74,3 +74,13 @@ messages: $(STAMP)
 	  $(PYBABEL_STABLE) -o $(AUTOGRADER_POT) autograder
 	$(VENV)/bin/pybabel update -i $(AUTOGRADER_POT) -d autograder/locale -D autograder -l zh_CN --ignore-obsolete \
 	  $(PYBABEL_STABLE)
+
+# The visible checks' message catalog (gettext domain visible_checks, map course/babel.cfg): extract the
+# messages of course/visible_checks*.py and course/graded_cells.py into the template, then merge it into each
+# translation (course/locale/<locale>/LC_MESSAGES/visible_checks.po). Translate the new or fuzzy entries,
+# then `make release` compiles the .mo into the Chinese edition's folders; tests/test_visible_catalog.py checks it all.
+VISIBLE_POT = course/locale/visible_checks.pot
+messages-visible: $(STAMP)
+	$(VENV)/bin/pybabel extract -F course/babel.cfg --no-wrap --sort-by-file --project "self-attention course" \
+	  --copyright-holder "the course's authors" -o $(VISIBLE_POT) course
+	$(VENV)/bin/pybabel update -i $(VISIBLE_POT) -d course/locale -D visible_checks --no-wrap --ignore-obsolete --ignore-pot-creation-date

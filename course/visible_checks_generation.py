@@ -8,11 +8,16 @@ Passing these checks is necessary, not sufficient: the hidden autograder runs ma
 
 `with uses_your_code():` wraps a demo cell that calls your functions: while one of them is
 still a stub, the cell prints one line saying which, instead of stopping Run All.
+
+`use_language("zh")` prints every message in Simplified Chinese (the Chinese edition's first
+cell calls it); `use_language("en")` switches back. The translations are the gettext catalog
+locale/zh_CN/LC_MESSAGES/visible_checks.mo next to this file.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import gettext
 import math
 import os
 import sysconfig
@@ -27,7 +32,7 @@ __all__ = [
     "check_decode_causal_mask", "check_kv_cache", "check_cached_self_attention", "check_kv_cache_bytes",
     "check_repeat_kv",
     "check_cross_attention",
-    "graded_part", "uses_your_code",
+    "graded_part", "uses_your_code", "use_language",
 ]
 
 _HERE = os.path.abspath(__file__)
@@ -38,6 +43,37 @@ _LIBRARIES = tuple({os.path.join(os.path.abspath(sysconfig.get_paths()[key]), ""
 
 class _NotReady(Exception):
     """Something the check needs (another of your functions) is not written yet."""
+
+
+# The language of the messages (gettext; the catalog is course/locale/zh_CN/LC_MESSAGES/visible_checks.po,
+# shared with the first assignment's visible_checks.py)
+DOMAIN = "visible_checks"
+LOCALES = {"en": None, "zh": "zh_CN"}  # the course's languages and their catalog's locale (None: the msgids)
+_LOCALE_DIR = os.path.join(os.path.dirname(_HERE), "locale")
+_translation = gettext.NullTranslations()  # the language use_language chose (student side only)
+
+
+def _(message: str) -> str:
+    """`message` in the language chosen with use_language (English until then)."""
+    return _translation.gettext(message)
+
+
+def use_language(lang: str) -> None:
+    """Print the checks' messages in `lang`: "en" (the default) or "zh" (简体中文)."""
+    global _translation
+    if lang not in LOCALES:
+        raise ValueError(f"use_language({lang!r}): the visible checks speak {' or '.join(map(repr, LOCALES))}")
+    if LOCALES[lang] is None:
+        _translation = gettext.NullTranslations()
+        return
+    try:
+        _translation = gettext.translation(DOMAIN, localedir=_LOCALE_DIR, languages=[LOCALES[lang]], fallback=False)
+    except Exception as error:  # noqa: BLE001 - a missing or unreadable catalog: English, and one line that says why
+        _translation = gettext.NullTranslations()
+        catalog = os.path.join(_LOCALE_DIR, LOCALES[lang], "LC_MESSAGES", DOMAIN + ".mo")
+        why = "is missing" if isinstance(error, FileNotFoundError) else f"cannot be read ({type(error).__name__})"
+        print(f"use_language({lang!r}): the message catalog {catalog} {why}, so the visible checks speak English "
+              "(找不到中文消息目录，检查信息将以英文显示).")
 
 
 def _yours(filename: str) -> bool:
@@ -63,7 +99,7 @@ def _stub_name(error: NotImplementedError) -> str:
 
 def _sentence(error: BaseException) -> str:
     text = str(error).strip()
-    return text.splitlines()[0].rstrip(".") if text else "(no message)"
+    return text.splitlines()[0].rstrip(".") if text else _("(no message)")
 
 
 def _plain(message: str) -> AssertionError:
@@ -87,22 +123,27 @@ def _friendly(label: str):
                     check(*args, **kwargs)
             except NotImplementedError as error:
                 if not _your_frames(error):
-                    raise _plain(f"the check of `{label}` stopped: {_sentence(error)}.") from None
-                print(f"{label}: not implemented yet (replace the `raise NotImplementedError` with your code)")
+                    raise _plain(_("the check of `{name}` stopped: {text}.").format(name=label, text=_sentence(error))) from None
+                print(_("{name}: not implemented yet (replace the `raise NotImplementedError` with your code)").format(name=label))
             except _NotReady as why:
-                print(f"{label}: {why}")
+                print(_("{name}: {reason}").format(name=label, reason=why))
             except Exception as error:  # noqa: BLE001 - every failure becomes one sentence
                 frames = _your_frames(error)
                 if isinstance(error, AssertionError) and not frames:
                     raise _plain(str(error)) from None
+                kind, text = type(error).__name__, _sentence(error)
                 if frames:
                     line = (frames[-1].line or "").strip()
-                    where = f" in the line `{line}`" if line else ""
-                    advice = f" {error.check_advice}" if hasattr(error, "check_advice") else ""
-                    raise _plain(f"your `{label}` raised {type(error).__name__}{where}: {_sentence(error)}.{advice}"
-                                 ) from None
-                raise _plain(f"the check of `{label}` could not use what your code returned "
-                             f"({type(error).__name__}: {_sentence(error)}).") from None
+                    if line:
+                        sentence = _("your `{name}` raised {kind} in the line `{line}`: {text}.")
+                    else:
+                        sentence = _("your `{name}` raised {kind}: {text}.")
+                    sentence = sentence.format(name=label, kind=kind, line=line, text=text)
+                    if hasattr(error, "check_advice"):
+                        sentence = _("{sentence} {advice}").format(sentence=sentence, advice=error.check_advice)
+                    raise _plain(sentence) from None
+                raise _plain(_("the check of `{name}` could not use what your code returned ({kind}: {text}).").format(
+                    name=label, kind=kind, text=text)) from None
 
         return run
 
@@ -130,8 +171,8 @@ def uses_your_code():
         name = _stub_name(error)
         if not name:
             raise
-        print(f"This demo needs your `{name}`, which is not implemented yet: fill it in above, then run this cell "
-              "again.")
+        print(_("This demo needs your `{name}`, which is not implemented yet: fill it in above, then run this cell again.").format(
+            name=name))
 
 
 def _ok(message: str) -> None:
@@ -143,8 +184,10 @@ def _shape(t) -> str:
 
 
 def _tensor(value, shape, what: str) -> torch.Tensor:
-    assert isinstance(value, torch.Tensor), f"{what} should be a torch.Tensor, got {type(value).__name__}"
-    assert list(value.shape) == list(shape), f"{what} has shape {_shape(value)}, expected {list(shape)}"
+    assert isinstance(value, torch.Tensor), _("{what} should be a torch.Tensor, got {type}").format(
+        what=what, type=type(value).__name__)
+    assert list(value.shape) == list(shape), _("{what} has shape {shape}, expected {expected}").format(
+        what=what, shape=_shape(value), expected=list(shape))
     return value
 
 
@@ -154,10 +197,11 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> bool:
 
 def _linear(module, name: str, d_in: int, d_out: int, owner: str) -> None:
     layer = getattr(module, name, None)
-    assert isinstance(layer, nn.Linear), f"{owner} needs a submodule {name} (an nn.Linear)"
-    assert layer.bias is None, f"{owner}.{name} should have no bias (bias=False)"
-    assert (layer.in_features, layer.out_features) == (d_in, d_out), (
-        f"{owner}.{name} maps {layer.in_features} -> {layer.out_features} features, expected {d_in} -> {d_out}")
+    assert isinstance(layer, nn.Linear), _("{owner} needs a submodule {name} (an nn.Linear)").format(owner=owner, name=name)
+    assert layer.bias is None, _("{owner}.{name} should have no bias (bias=False)").format(owner=owner, name=name)
+    assert (layer.in_features, layer.out_features) == (d_in, d_out), _(
+        "{owner}.{name} maps {fan_in} -> {fan_out} features, expected {want_in} -> {want_out}").format(
+        owner=owner, name=name, fan_in=layer.in_features, fan_out=layer.out_features, want_in=d_in, want_out=d_out)
 
 
 # --------------------------------------------------------------------------- #
@@ -168,45 +212,45 @@ def _linear(module, name: str, d_in: int, d_out: int, owner: str) -> None:
 @_friendly("sinusoidal_positions")
 def check_sinusoidal_positions(sinusoidal_positions) -> None:
     pe = _tensor(sinusoidal_positions(6, 8), [6, 8], "sinusoidal_positions(6, 8)")
-    assert pe.dtype == torch.float32, f"sinusoidal_positions should return float32, got {pe.dtype}"
+    assert pe.dtype == torch.float32, _("sinusoidal_positions should return float32, got {dtype}").format(dtype=pe.dtype)
     start = torch.tensor([0.0, 1.0] * 4)
-    assert _close(pe[0], start), (
-        f"PE[0] is {[round(v, 3) for v in pe[0].tolist()]}: at position 0 every angle is 0, so the even features "
-        "(sin) are 0 and the odd ones (cos) are 1")
-    assert _close(pe[:, 0], torch.sin(torch.arange(6.0))), (
+    assert _close(pe[0], start), _(
+        "PE[0] is {row}: at position 0 every angle is 0, so the even features "
+        "(sin) are 0 and the odd ones (cos) are 1").format(row=[round(v, 3) for v in pe[0].tolist()])
+    assert _close(pe[:, 0], torch.sin(torch.arange(6.0))), _(
         "feature 0 should be sin(p): pair i = 0 has the angle p / 10000^0 = p")
-    assert _close(pe[:, 1], torch.cos(torch.arange(6.0))), "feature 1 should be cos(p), the same angle as feature 0"
+    assert _close(pe[:, 1], torch.cos(torch.arange(6.0))), _("feature 1 should be cos(p), the same angle as feature 0")
     slowest = 5 / 10000 ** (6 / 8)
-    assert math.isclose(pe[5, 6].item(), math.sin(slowest), abs_tol=1e-5), (
+    assert math.isclose(pe[5, 6].item(), math.sin(slowest), abs_tol=1e-5), _(
         "PE[5, 6] should be sin(5 / 10000^(6 / 8)): pair i = 3 turns 10000^(6/8) = 1000 times slower than pair 0")
-    _ok("sinusoidal_positions: [6, 8] float32, sin on even and cos on odd features, slower pairs to the right")
+    _ok(_("sinusoidal_positions: [6, 8] float32, sin on even and cos on odd features, slower pairs to the right"))
 
 
 @_friendly("apply_rope")
 def check_apply_rope(apply_rope) -> None:
     x = torch.randn(2, 3, 5, 8)
-    out = _tensor(apply_rope(x, torch.arange(5)), x.shape, "apply_rope(x [2, 3, 5, 8], positions 0..4)")
-    assert out.dtype == x.dtype, f"apply_rope should keep x's dtype {x.dtype}, got {out.dtype}"
-    assert _close(out[:, :, 0], x[:, :, 0]), "position 0 is a rotation by angle 0: row 0 of x must come out unchanged"
+    out = _tensor(apply_rope(x, torch.arange(5)), x.shape, _("apply_rope(x [2, 3, 5, 8], positions 0..4)"))
+    assert out.dtype == x.dtype, _("apply_rope should keep x's dtype {dtype}, got {got}").format(dtype=x.dtype, got=out.dtype)
+    assert _close(out[:, :, 0], x[:, :, 0]), _("position 0 is a rotation by angle 0: row 0 of x must come out unchanged")
     pair_norms = (x[..., 0::2] ** 2 + x[..., 1::2] ** 2).sqrt()
     out_norms = (out[..., 0::2] ** 2 + out[..., 1::2] ** 2).sqrt()
-    assert _close(pair_norms, out_norms, 1e-4), (
+    assert _close(pair_norms, out_norms, 1e-4), _(
         "the length of each pair (x[2i], x[2i+1]) changed: rotate neighbouring features together "
         "(x[..., 0::2] with x[..., 1::2]), by the angle position * 10000^(-2i / head_dim)")
     row = torch.randn(1, 8)
     alone = apply_rope(row, torch.tensor([4]))
     among = apply_rope(row.expand(5, 8).contiguous(), torch.arange(5))[4:5]
-    assert _close(alone, among), "apply_rope(row, positions=[4]) should rotate the row by position 4: use `positions`"
+    assert _close(alone, among), _("apply_rope(row, positions=[4]) should rotate the row by position 4: use `positions`")
     q, k = torch.randn(1, 8), torch.randn(1, 8)
 
     def score(m, n):
         return (apply_rope(q, torch.tensor([m])) * apply_rope(k, torch.tensor([n]))).sum().item()
 
     near, far = score(3, 1), score(23, 21)
-    assert math.isclose(near, far, rel_tol=1e-4, abs_tol=1e-4), (
-        f"the score of (query at 3, key at 1) is {near:.4f} but of (query at 23, key at 21) is {far:.4f}: with RoPE "
-        "it may depend only on the offset m - n")
-    _ok(f"apply_rope: shape and dtype kept, pair lengths kept, score(3, 1) = score(23, 21) = {near:.4f}")
+    assert math.isclose(near, far, rel_tol=1e-4, abs_tol=1e-4), _(
+        "the score of (query at 3, key at 1) is {near:.4f} but of (query at 23, key at 21) is {far:.4f}: with RoPE "
+        "it may depend only on the offset m - n").format(near=near, far=far)
+    _ok(_("apply_rope: shape and dtype kept, pair lengths kept, score(3, 1) = score(23, 21) = {score:.4f}").format(score=near))
 
 
 # --------------------------------------------------------------------------- #
@@ -217,35 +261,35 @@ def check_apply_rope(apply_rope) -> None:
 @_friendly("decode_causal_mask")
 def check_decode_causal_mask(decode_causal_mask) -> None:
     mask = _tensor(decode_causal_mask(2, 5), [2, 5], "decode_causal_mask(2, 5)")
-    assert mask.dtype == torch.bool, f"the mask should be torch.bool, got {mask.dtype}"
+    assert mask.dtype == torch.bool, _("the mask should be torch.bool, got {dtype}").format(dtype=mask.dtype)
     if mask.tolist() == torch.ones(2, 5, dtype=torch.bool).tril().tolist():
-        raise AssertionError("query 0 sees only key 0 and query 1 keys 0 and 1: that is top-left alignment; the 2 "
-                             "queries are the last positions (3 and 4 of 5), so query 0 sees keys 0..3")
-    assert mask[-1].all(), "the last query is the newest position: it may see every key, so its row is all True"
-    assert mask[0].tolist() == [True, True, True, True, False], (
-        f"row 0 is {mask[0].int().tolist()}: query 0 is position 3 of 5, it sees keys 0..3 and not key 4")
+        raise AssertionError(_("query 0 sees only key 0 and query 1 keys 0 and 1: that is top-left alignment; the 2 "
+                               "queries are the last positions (3 and 4 of 5), so query 0 sees keys 0..3"))
+    assert mask[-1].all(), _("the last query is the newest position: it may see every key, so its row is all True")
+    assert mask[0].tolist() == [True, True, True, True, False], _(
+        "row 0 is {row}: query 0 is position 3 of 5, it sees keys 0..3 and not key 4").format(row=mask[0].int().tolist())
     square = _tensor(decode_causal_mask(4, 4), [4, 4], "decode_causal_mask(4, 4)")
-    assert torch.equal(square, torch.ones(4, 4, dtype=torch.bool).tril()), (
+    assert torch.equal(square, torch.ones(4, 4, dtype=torch.bool).tril()), _(
         "with S_q == S_k the mask should be the usual causal mask (lower triangle, diagonal included)")
-    _ok("decode_causal_mask: [S_q, S_k] bool, bottom-right aligned: the last query sees every key")
+    _ok(_("decode_causal_mask: [S_q, S_k] bool, bottom-right aligned: the last query sees every key"))
 
 
 @_friendly("KVCache")
 def check_kv_cache(KVCache) -> None:
     cache = KVCache()
-    assert len(cache) == 0, f"a new KVCache should hold 0 positions, len() gave {len(cache)}"
+    assert len(cache) == 0, _("a new KVCache should hold 0 positions, len() gave {length}").format(length=len(cache))
     k1, v1 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)  # [B, H, S_new, head_dim]
     got = cache.append(k1, v1)
-    assert isinstance(got, tuple) and len(got) == 2, "append should return the tuple (k_all, v_all)"
-    assert _close(got[0], k1) and _close(got[1], v1), "the first append should return exactly the k and v it got"
+    assert isinstance(got, tuple) and len(got) == 2, _("append should return the tuple (k_all, v_all)")
+    assert _close(got[0], k1) and _close(got[1], v1), _("the first append should return exactly the k and v it got")
     k2, v2 = torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5)
-    with _advice("The cache grows along the positions: append along dim=2 of [B, H, S, head_dim]."):
+    with _advice(_("The cache grows along the positions: append along dim=2 of [B, H, S, head_dim].")):
         k_all, v_all = cache.append(k2, v2)
-    _tensor(k_all, [2, 3, 5, 5], "the keys after appending 4 positions, then 1 (append along dim=2, the positions)")
-    assert _close(k_all, torch.cat([k1, k2], 2)) and _close(v_all, torch.cat([v1, v2], 2)), (
+    _tensor(k_all, [2, 3, 5, 5], _("the keys after appending 4 positions, then 1 (append along dim=2, the positions)"))
+    assert _close(k_all, torch.cat([k1, k2], 2)) and _close(v_all, torch.cat([v1, v2], 2)), _(
         "append should return the cached keys/values followed by the new ones (old first)")
-    assert len(cache) == 5, f"after 4 + 1 positions len(cache) should be 5, got {len(cache)}"
-    _ok("KVCache: append concatenates along the positions and returns everything; len() counts positions")
+    assert len(cache) == 5, _("after 4 + 1 positions len(cache) should be 5, got {length}").format(length=len(cache))
+    _ok(_("KVCache: append concatenates along the positions and returns everything; len() counts positions"))
 
 
 @_friendly("CachedSelfAttention")
@@ -259,35 +303,40 @@ def check_cached_self_attention(CachedSelfAttention, KVCache) -> None:
         full = _tensor(module(x), [2, 5, 16], "CachedSelfAttention(16, 4)(x [2, 5, 16])")
         changed = x.clone()
         changed[:, 3:] = 7.0
-        assert _close(module(changed)[:, :3], full[:, :3], 1e-5), (
+        assert _close(module(changed)[:, :3], full[:, :3], 1e-5), _(
             "without a cache, forward must be causal: outputs 0..2 changed when only tokens 3 and 4 did")
         try:
             cache = KVCache()
             len(cache)
         except NotImplementedError:
-            raise _NotReady("write KVCache first: this check decodes through a cache") from None
+            raise _NotReady(_("write KVCache first: this check decodes through a cache")) from None
         steps = [module(x[:, :3], cache), module(x[:, 3:4], cache), module(x[:, 4:5], cache)]
-    decoded = torch.cat([_tensor(s, [2, n, 16], f"the output for {n} new token{'s' if n > 1 else ''}")
+    decoded = torch.cat([_tensor(s, [2, n, 16], _translation.ngettext(
+                            "the output for {count} new token", "the output for {count} new tokens", n).format(count=n))
                          for s, n in zip(steps, (3, 1, 1))], dim=1)
     gap = (decoded - full).abs().max().item()
-    assert gap < 1e-5, (
-        f"a prompt of 3 tokens, then 2 tokens one at a time, differs from the full pass by up to {gap:.3g}: append "
-        "the new keys and values first, then let the new queries (the last positions) attend over everything cached")
-    assert len(cache) == 5, f"after 3 + 1 + 1 tokens the cache should hold 5 positions, it holds {len(cache)}"
-    _ok(f"CachedSelfAttention: causal, and a prompt of 3 then 2 tokens one at a time equals the full pass "
-        f"(largest difference {gap:.1e})")
+    assert gap < 1e-5, _(
+        "a prompt of 3 tokens, then 2 tokens one at a time, differs from the full pass by up to {gap:.3g}: append "
+        "the new keys and values first, then let the new queries (the last positions) attend over everything cached"
+    ).format(gap=gap)
+    assert len(cache) == 5, _("after 3 + 1 + 1 tokens the cache should hold 5 positions, it holds {length}").format(
+        length=len(cache))
+    _ok(_("CachedSelfAttention: causal, and a prompt of 3 then 2 tokens one at a time equals the full pass "
+          "(largest difference {gap:.1e})").format(gap=gap))
 
 
 @_friendly("kv_cache_bytes")
 def check_kv_cache_bytes(kv_cache_bytes) -> None:
     got = kv_cache_bytes(1, 1, 1, 1, 1)
-    assert got == 4, (f"one key and one value of one float16 number take 2 x 2 = 4 bytes, got {got!r}"
-                      + (": count the values too" if got == 2 else ""))
+    assert got == 4, (_("one key and one value of one float16 number take 2 x 2 = 4 bytes, got {got!r}: count the values too")
+                      if got == 2 else _("one key and one value of one float16 number take 2 x 2 = 4 bytes, got {got!r}")
+                      ).format(got=got)
     got = kv_cache_bytes(2, 3, 4, 8, 10, torch.float32)
-    assert got == 2 * 2 * 3 * 4 * 8 * 10 * 4, (
-        f"kv_cache_bytes(2, 3, 4, 8, 10, torch.float32) should be 2 x 2 x 3 x 4 x 8 x 10 x 4 bytes = 15360, got {got!r}")
-    assert isinstance(got, int), f"return a Python int (a number of bytes), got {type(got).__name__}"
-    _ok("kv_cache_bytes: 2 (keys and values) x batch x layers x kv_heads x head_dim x seq_len x bytes per element")
+    assert got == 2 * 2 * 3 * 4 * 8 * 10 * 4, _(
+        "kv_cache_bytes(2, 3, 4, 8, 10, torch.float32) should be 2 x 2 x 3 x 4 x 8 x 10 x 4 bytes = 15360, got {got!r}"
+    ).format(got=got)
+    assert isinstance(got, int), _("return a Python int (a number of bytes), got {type}").format(type=type(got).__name__)
+    _ok(_("kv_cache_bytes: 2 (keys and values) x batch x layers x kv_heads x head_dim x seq_len x bytes per element"))
 
 
 @_friendly("repeat_kv")
@@ -296,11 +345,11 @@ def check_repeat_kv(repeat_kv) -> None:
     out = _tensor(repeat_kv(x, 2), [1, 6, 2, 4], "repeat_kv(x [1, 3, 2, 4], n_rep=2)")
     heads = [int(out[0, h, 0, 0].item()) for h in range(6)]
     if heads == [0, 1, 2, 0, 1, 2]:
-        raise AssertionError("the heads come out as kv 0, 1, 2, 0, 1, 2 (tiled): repeat each head in place, "
-                             "0, 0, 1, 1, 2, 2, so that query heads 0 and 1 share kv head 0")
-    assert heads == [0, 0, 1, 1, 2, 2], f"query heads 0..5 got kv heads {heads}, expected [0, 0, 1, 1, 2, 2]"
-    assert torch.equal(repeat_kv(x, 1), x), "with n_rep=1 repeat_kv should return the heads unchanged"
-    _ok("repeat_kv: [1, 3, 2, 4] -> [1, 6, 2, 4], query heads 2h and 2h+1 share kv head h")
+        raise AssertionError(_("the heads come out as kv 0, 1, 2, 0, 1, 2 (tiled): repeat each head in place, "
+                               "0, 0, 1, 1, 2, 2, so that query heads 0 and 1 share kv head 0"))
+    assert heads == [0, 0, 1, 1, 2, 2], _("query heads 0..5 got kv heads {heads}, expected [0, 0, 1, 1, 2, 2]").format(heads=heads)
+    assert torch.equal(repeat_kv(x, 1), x), _("with n_rep=1 repeat_kv should return the heads unchanged")
+    _ok(_("repeat_kv: [1, 3, 2, 4] -> [1, 6, 2, 4], query heads 2h and 2h+1 share kv head h"))
 
 
 # --------------------------------------------------------------------------- #
@@ -314,25 +363,25 @@ def check_cross_attention(CrossAttention) -> None:
     for name, d_in in (("W_q", 16), ("W_k", 6), ("W_v", 6), ("W_o", 16)):
         _linear(module, name, d_in, 16, "CrossAttention(16, 4, d_context=6)")
     default = CrossAttention(16, 4)
-    _linear(default, "W_k", 16, 16, "CrossAttention(16, 4) (d_context defaults to d_model)")
+    _linear(default, "W_k", 16, 16, _("CrossAttention(16, 4) (d_context defaults to d_model)"))
     module.eval()
     x, context = torch.randn(2, 3, 16), torch.randn(2, 5, 6)
     keep = torch.tensor([[True] * 5, [True, True, False, False, False]])  # True = real context token
     with torch.no_grad():
         out = _tensor(module(x, context, keep), [2, 3, 16], "forward(x [2, 3, 16], context [2, 5, 6], context_mask)")
-        assert torch.isfinite(out).all(), "the output contains NaN or inf (is the context mask inverted?)"
+        assert torch.isfinite(out).all(), _("the output contains NaN or inf (is the context mask inverted?)")
         padded = context.clone()
         padded[1, 2:] = 50.0  # only the padding of sample 1 changes
-        assert _close(module(x, padded, keep), out), (
+        assert _close(module(x, padded, keep), out), _(
             "the output changed when only padded context tokens did: -inf where context_mask is False, "
             "as context_mask[:, None, None, :] against [B, H, S_q, S_k] scores")
         last = context.clone()
         last[0, 4] = 3.0  # the last real context token of sample 0
-        assert not _close(module(x, last, keep)[0, 0], out[0, 0]), (
+        assert not _close(module(x, last, keep)[0, 0], out[0, 0]), _(
             "query 0 did not react to the last context token: cross-attention has no causal mask, every query "
             "sees the whole context")
-    _ok("CrossAttention: W_q 16->16, W_k and W_v 6->16, W_o 16->16; [2, 3, 16] x context [2, 5, 6] -> [2, 3, 16]; "
-        "padding ignored")
+    _ok(_("CrossAttention: W_q 16->16, W_k and W_v 6->16, W_o 16->16; [2, 3, 16] x context [2, 5, 6] -> [2, 3, 16]; "
+          "padding ignored"))
 
 
 # --------------------------------------------------------------------------- #
@@ -354,5 +403,5 @@ PART_CHECKS = {
 
 
 graded_part = graded_part_function(
-    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade <this notebook>.ipynb --assignment generation"
+    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade <this notebook>.ipynb --assignment generation", _
 )
