@@ -4,9 +4,22 @@ from course.cells import check, demo, graded_cell, md, setup, solution
 NAME = "03_cross_attention"
 
 HINTS = {
-    "CrossAttention.__init__": "d_context defaults to d_model; W_k and W_v read d_context features, W_q and W_o d_model.",
-    "CrossAttention.forward": "queries from x, keys and values from the context, each split into heads; scores\n"
-    "[B, H, S_q, S_k]; the [B, S_k] context mask as [B, 1, 1, S_k]; no causal mask.",
+    "CrossAttention.__init__": (
+        "d_context defaults to d_model; W_k and W_v read d_context features, W_q and W_o d_model.",
+        "d_context 默认等于 d_model；W_k 和 W_v 读入 d_context 个特征，W_q 和 W_o 读入 d_model 个。",
+    ),
+    "CrossAttention.forward": (
+        "queries from x, keys and values from the context, each split into heads; scores\n"
+        "[B, H, S_q, S_k]; the [B, S_k] context mask as [B, 1, 1, S_k]; no causal mask.",
+        "查询来自 x，键和值来自上下文，各自拆分成多头；分数为\n"
+        "[B, H, S_q, S_k]；[B, S_k] 的上下文掩码变形为 [B, 1, 1, S_k]；不加因果掩码。",
+    ),
+}
+
+# The Chinese docstrings of the solution class and its methods (the build puts them in the Chinese edition's stubs).
+DOCSTRINGS_ZH = {
+    "CrossAttention": """从序列 x（查询）到另一个序列，即上下文（键和值）的多头注意力。""",
+    "CrossAttention.forward": """x [B, S_q, d_model]，context [B, S_k, d_context]，context_mask [B, S_k]（True = 真实 token）-> [B, S_q, d_model]。""",
 }
 
 
@@ -30,6 +43,20 @@ def cells():
         | part | what you write |
         |---|---|
         | `cross_attention` | `class CrossAttention(nn.Module)` |
+        """, r"""
+        # 03 · 交叉注意力：读取另一个序列
+
+        在自注意力里，查询、键和值都来自同一个序列。在**交叉注意力**里，查询来自正在构建的序列（`x`），键和值则来自另一个序列，即**上下文**（context）：
+
+        - 翻译模型的解码器在每一层都读取编码器的输出（源语言句子）：这就是最初 Transformer 中的第二个注意力模块；
+        - 图像生成模型的特征读取文本提示的嵌入；
+        - 语音识别模型的文本解码器读取音频编码器的输出。
+
+        上下文可以比 `x` 长，也可以比它短；由于它来自另一个网络，它的向量还可以有另一个宽度 `d_context`。
+
+        | 评分部分 | 你要写的内容 |
+        |---|---|
+        | `cross_attention` | `class CrossAttention(nn.Module)` |
         """),
         setup(),
         md(r"""
@@ -51,6 +78,22 @@ def cells():
         **No causal mask.** The context is complete before `x` reads it (the source sentence is known
         before the translation starts), so every query may look at every context token. A causal mask here
         would hide part of the source from the first words of the translation.
+        """, r"""
+        ## 1. 张量形状：一个长方形的分数矩阵
+
+        | 张量 | 形状 | 来源 |
+        |---|---|---|
+        | `x` | `[B, S_q, d_model]` | 提问的序列 |
+        | `context` | `[B, S_k, d_context]` | 被读取的序列 |
+        | `Q = W_q(x)` | `[B, S_q, d_model]` | `W_q: d_model -> d_model` |
+        | `K = W_k(context)`, `V = W_v(context)` | `[B, S_k, d_model]` | `W_k, W_v: d_context -> d_model` |
+        | 拆分成 `H` 个头 | `[B, H, S_q, head_dim]`, `[B, H, S_k, head_dim]` | `head_dim = d_model // H` |
+        | 分数 `Q K^T / sqrt(head_dim)` | `[B, H, S_q, S_k]` | 每个查询一行，每个上下文 token 一列 |
+        | 对上下文做 softmax，`@ V`，合并多头，`W_o` | `[B, S_q, d_model]` | 每个查询一个输出 |
+
+        `W_k` 和 `W_v` 把上下文变换到模型的宽度，这样键和查询才处在同一个空间里。输出每个*查询*一行：无论上下文有多长，`x` 的长度都保持不变。
+
+        **没有因果掩码。** 在 `x` 读取上下文之前，上下文就已经是完整的了（翻译开始之前，源语言句子就已知），所以每个查询都可以看所有上下文 token。在这里加因果掩码，会让译文的前几个词看不到源句的一部分。
         """),
         demo("""
         torch.manual_seed(0)
@@ -77,6 +120,12 @@ def cells():
 
         The three boolean conventions you meet, side by side (this course's, `nn.MultiheadAttention`'s
         `key_padding_mask`, SDPA's `attn_mask`):
+        """, r"""
+        ## 2. 上下文的填充掩码，三种约定
+
+        一个批次里的上下文会在右侧填充到同一长度，所以用一个 `[B, S_k]` 的掩码标出真实的上下文 token；填充的 token 必须从每个查询那里得到权重 0，因此它们在分数的每一行中都要变成 `-inf`：掩码对齐的是**最后一个**维度，即用 `[B, 1, 1, S_k]` 对上 `[B, H, S_q, S_k]`。它从不作用于查询（`x` 可以有自己的填充，但填充位置上查询的输出之后会被直接忽略）。
+
+        你会遇到的三种布尔约定，并排列出（本课程的、`nn.MultiheadAttention` 的 `key_padding_mask`、SDPA 的 `attn_mask`）：
         """),
         demo("""
         lengths = torch.tensor([5, 2])  # two contexts of 5 and 2 real tokens, padded to S_k = 5
@@ -93,6 +142,10 @@ def cells():
         (`d_model -> d_model`), `W_k` and `W_v` (`d_context -> d_model`; `d_context` defaults to
         `d_model`) and `W_o` (`d_model -> d_model`). `forward(x, context, context_mask=None)` follows the
         table of section 1, with `-inf` at the padded context tokens.
+        """, r"""
+        ## 3. 模块
+
+        `CrossAttention(d_model, num_heads, d_context=None)` 有四个不带偏置的层：`W_q`（`d_model -> d_model`）、`W_k` 和 `W_v`（`d_context -> d_model`；`d_context` 默认等于 `d_model`），以及 `W_o`（`d_model -> d_model`）。`forward(x, context, context_mask=None)` 按第 1 节的表格计算，在填充的上下文 token 处填 `-inf`。
         """),
         solution("CrossAttention", HINTS),
         check("check_cross_attention(CrossAttention)", "check_cross_attention"),
@@ -104,6 +157,10 @@ def cells():
         PyTorch's cross-attention. When `kdim` and `vdim` equal `d_model` it packs the three input projections
         into one `in_proj_weight` (rows q, k, v, as in the first assignment); when they differ it cannot,
         and keeps three separate matrices. The cell lists its parameters in both cases.
+        """, r"""
+        ## 4. 与 `nn.MultiheadAttention(kdim=..., vdim=...)` 结果一致
+
+        `nn.MultiheadAttention(d_model, H, kdim=d_context, vdim=d_context, bias=False, batch_first=True)` 就是 PyTorch 的交叉注意力。当 `kdim` 和 `vdim` 等于 `d_model` 时，它把三个输入投影打包成一个 `in_proj_weight`（行依次是 q、k、v，和第一个作业一样）；两者不相等时就没法打包，只能保留三个独立的矩阵。这个单元格列出两种情况下它的参数。
         """),
         demo("""
         for kdim in (10, 16):
@@ -115,6 +172,8 @@ def cells():
         (and `W_o` into `out_proj.weight`) and passing `key_padding_mask = ~context_mask`. The cell compares
         your module with it on a padded batch and shows the official module's attention weights: every
         query of the second sample gives zero weight to its three padded context tokens.
+        """, r"""
+        所以要让结果一致，就要把 `W_q`、`W_k`、`W_v` 复制到 `q_proj_weight`、`k_proj_weight`、`v_proj_weight`（把 `W_o` 复制到 `out_proj.weight`），并传入 `key_padding_mask = ~context_mask`。这个单元格在一个带填充的批次上把你的模块与它做比较，并画出官方模块的注意力权重：第二个样本的每个查询，对它的三个填充上下文 token 的权重都是零。
         """),
         demo("""
         import matplotlib.pyplot as plt
@@ -153,6 +212,10 @@ def cells():
         per layer and keeps them, a second, fixed cache next to the growing self-attention cache of notebook
         02. And since no mask connects the queries, running the queries one at a time gives the same rows as
         running them together; the cell checks it with your module.
+        """, r"""
+        ## 5. 生成时的交叉注意力
+
+        解码器生成时，新 token 的查询在每一步读取的都是*同一个*上下文：上下文的键和值不会变，所以模型在每一层只计算一次 `W_k(context)` 和 `W_v(context)` 并保存下来，这是第二个、固定不变的缓存，与 notebook 02 中不断增长的自注意力缓存并存。而且因为查询之间没有掩码相连，把查询一个一个地算和一起算得到的行是一样的；这个单元格用你的模块验证这一点。
         """),
         demo("""
         torch.manual_seed(2)
@@ -176,5 +239,13 @@ def cells():
         - **No causal mask** in cross-attention.
         - **Parity**: with `kdim != d_model`, `nn.MultiheadAttention` has `q_proj_weight`, `k_proj_weight`,
           `v_proj_weight`, not `in_proj_weight`.
+        """, r"""
+        ## 6. 常见错误与调试方法
+
+        - **键来自错误的序列**：只要 `x` 和上下文碰巧长度、宽度都相同，把 `W_k(context)` 写成 `W_k(x)` 也能悄无声息地跑通。测试时要用 `S_q != S_k` 和 `d_context != d_model`。
+        - **宽度**：`W_k` 和 `W_v` 映射 `d_context -> d_model`；`W_q` 和 `W_o` 保持在 `d_model`。
+        - **掩码的维度和含义**：上下文掩码遮住的是列（最后一个维度）；这里 True = 真实 token，`key_padding_mask` 中 True = 忽略，SDPA 中 True = 可以关注。
+        - 交叉注意力里**没有因果掩码**。
+        - **一致性**：当 `kdim != d_model` 时，`nn.MultiheadAttention` 的参数是 `q_proj_weight`、`k_proj_weight`、`v_proj_weight`，而不是 `in_proj_weight`。
         """),
     ]

@@ -4,16 +4,56 @@ from course.cells import check, demo, graded_cell, md, setup, solution
 NAME = "02_kv_cache"
 
 HINTS = {
-    "decode_causal_mask": "the first query is position S_k - S_q; a lower triangle can be shifted with tril(diagonal=...).",
-    "repeat_kv": "put a new axis of size n_rep right after the head axis, expand it, then merge it with the heads.",
-    "KVCache.__init__": "nothing is cached yet: remember that (for instance with None).",
-    "KVCache.append": "the first call stores k and v; later calls concatenate along the sequence axis of\n"
-    "[B, H, S, head_dim].",
-    "KVCache.__len__": "the number of positions, not the number of calls.",
-    "CachedSelfAttention.__init__": "the same two layers as MultiHeadSelfAttention: W_qkv (rows q, k, v) and W_o.",
-    "CachedSelfAttention.forward": "project and split the new tokens; with a cache, append k and v first and use what\n"
-    "append returns; scores [B, H, S_new, S_k] masked with decode_causal_mask(S_new, S_k).",
-    "kv_cache_bytes": "keys and values; every layer; every kv head, position and feature; times the element size.",
+    "decode_causal_mask": (
+        "the first query is position S_k - S_q; a lower triangle can be shifted with tril(diagonal=...).",
+        "第一个查询位于位置 S_k - S_q；下三角可以用 tril(diagonal=...) 平移。",
+    ),
+    "repeat_kv": (
+        "put a new axis of size n_rep right after the head axis, expand it, then merge it with the heads.",
+        "在头的维度紧后面插入一个大小为 n_rep 的新维度，对它 expand，再把它和头的维度合并。",
+    ),
+    "KVCache.__init__": (
+        "nothing is cached yet: remember that (for instance with None).",
+        "此时还什么都没有缓存：把这一点记下来（比如用 None）。",
+    ),
+    "KVCache.append": (
+        "the first call stores k and v; later calls concatenate along the sequence axis of\n"
+        "[B, H, S, head_dim].",
+        "第一次调用直接存下 k 和 v；之后的调用沿\n"
+        "[B, H, S, head_dim] 的序列维度拼接。",
+    ),
+    "KVCache.__len__": (
+        "the number of positions, not the number of calls.",
+        "是位置数，不是调用次数。",
+    ),
+    "CachedSelfAttention.__init__": (
+        "the same two layers as MultiHeadSelfAttention: W_qkv (rows q, k, v) and W_o.",
+        "与 MultiHeadSelfAttention 相同的两层：W_qkv（行依次是 q、k、v）和 W_o。",
+    ),
+    "CachedSelfAttention.forward": (
+        "project and split the new tokens; with a cache, append k and v first and use what\n"
+        "append returns; scores [B, H, S_new, S_k] masked with decode_causal_mask(S_new, S_k).",
+        "对新 token 做投影并拆分多头；有缓存时，先追加 k 和 v，再使用\n"
+        "append 返回的结果；分数 [B, H, S_new, S_k] 用 decode_causal_mask(S_new, S_k) 加掩码。",
+    ),
+    "kv_cache_bytes": (
+        "keys and values; every layer; every kv head, position and feature; times the element size.",
+        "键和值；每一层；每个 kv 头、每个位置、每个特征；再乘以每个元素的字节数。",
+    ),
+}
+
+# The Chinese docstrings of the solution functions, classes and methods (the build puts them in the Chinese
+# edition's stubs).
+DOCSTRINGS_ZH = {
+    "decode_causal_mask": """BoolTensor [S_q, S_k]：查询是 S_k 个位置中的最后 S_q 个；键 j <= i + (S_k - S_q) 处为 True。""",
+    "repeat_kv": """[B, H_kv, S, head_dim] -> [B, H_kv * n_rep, S, head_dim]：kv 头 h 服务于查询头 h * n_rep ... (h + 1) * n_rep - 1。""",
+    "KVCache": """到目前为止见过的每个位置的键和值，各为 [B, H, S_cached, head_dim]。""",
+    "KVCache.__init__": """一个空缓存。""",
+    "KVCache.append": """把 k, v [B, H, S_new, head_dim] 加到已缓存的位置之后；返回全部位置的键和值。""",
+    "KVCache.__len__": """缓存的位置数（已缓存的键在序列维度上的长度）。""",
+    "CachedSelfAttention": """因果多头自注意力，可以借助 KVCache 一次生成一个 token。""",
+    "CachedSelfAttention.forward": """x [B, S_new, d_model]（新 token）-> [B, S_new, d_model]；键和值经由 `cache` 存取。""",
+    "kv_cache_bytes": """所有层缓存的键和值的字节数：2（K 和 V）* B * layers * H_kv * S * head_dim * 每个元素的字节数。""",
 }
 
 
@@ -33,6 +73,16 @@ def cells():
 
         Per-head tensors are `[B, H, S, head_dim]` as in the first assignment. `S_q` counts the queries of a
         call (the new tokens), `S_k` the keys they may look at (everything cached, new tokens included).
+        """, r"""
+        # 02 · 一次生成一个 token：KV 缓存
+
+        语言模型是一个 token 一个 token 地写出文本的：读入提示（prompt），预测下一个 token，把它接到后面，然后重复。本 notebook 用 **KV 缓存** 让这个循环变得便宜，把它的因果掩码写对（一个经典 bug 就藏在这里），测量缓存占用多少显存，再用 **分组查询注意力**（grouped-query attention）把它缩小。
+
+        | 评分部分 | 你要写的内容 |
+        |---|---|
+        | `kv_cache` | `decode_causal_mask`, `class KVCache`, `class CachedSelfAttention`, `kv_cache_bytes`, `repeat_kv` |
+
+        和第一个作业一样，每个头的张量形状是 `[B, H, S, head_dim]`。`S_q` 是一次调用中查询的个数（新 token），`S_k` 是它们可以看的键的个数（缓存里的全部位置，包括新 token）。
         """),
         setup(),
         md(r"""
@@ -50,6 +100,16 @@ def cells():
         The first cell checks the claim with PyTorch's own causal attention: the outputs of the first four
         tokens are the same whether two more tokens follow or not. The second counts how many token
         projections a whole generation needs, without and with a cache.
+        """, r"""
+        ## 1. 为什么有了缓存，生成时什么都不用重算
+
+        在解码器里，每个 token 只关注它自己和它之前的 token（因果注意力）。所以当第 $t + 1$ 个 token 到来时，token $0 \dots t$ 的一切都不会变：它们的键、值和输出都不变。每一步都把它们重算一遍纯属浪费。**KV 缓存** 保存到目前为止见过的每个位置的键和值；于是每一步：
+
+        1. 只把新 token 投影成 `q, k, v`；
+        2. 把新的 `k, v` 追加到缓存里；
+        3. 让新的查询对缓存中的全部内容做注意力。
+
+        第一个单元格用 PyTorch 自带的因果注意力验证这个说法：无论后面是否还跟着两个 token，前四个 token 的输出都一样。第二个单元格统计完整生成一次所需的 token 投影次数，对比不用缓存和使用缓存两种情况。
         """),
         demo("""
         torch.manual_seed(0)
@@ -96,6 +156,18 @@ def cells():
         cache of five, top-left alignment lets the newest token see only the first token of the prompt.
         The cell prints the mask `is_causal=True` behaves like, and shows that SDPA's output equals
         attention with that mask.
+        """, r"""
+        注意力本身的计算量仍然随长度增长（每个新查询都要读所有缓存的键），但投影，以及每一层对旧 token 的所有计算，都只做一次。
+
+        ## 2. 查询比键少时的因果掩码
+
+        生成时调用注意力，查询比键少。第一次调用（**预填充**，prefill）处理整个提示：`S_q = S_k`。之后的每次调用（**解码**）有 `S_q` 个新 token，常常只有一个，而 `S_k = ` 缓存的位置数 + 新位置数。查询是**最后** `S_q` 个位置，所以这次调用的第 $i$ 个查询位于绝对位置 $i + (S_k - S_q)$，可以看到满足下式的键
+
+        $$j \le i + (S_k - S_q).$$
+
+        画成矩阵的话，下三角在右下角结束：这个掩码是**右下对齐**的。以 `S_q = 2, S_k = 5` 为例，查询 0 位于位置 3，能看到键 0..3；查询 1 位于位置 4，五个键全都能看到。
+
+        **陷阱。** `F.scaled_dot_product_attention(q, k, v, is_causal=True)` 使用的是 `[S_q, S_k]` 矩阵中与 **左上**角对齐的下三角：查询 0 只能看到键 0。当 `S_q = S_k` 时两种对齐方式一致，所以这个 bug 一直藏到解码时才出现；在一个新 token、缓存里有五个位置的情况下，左上对齐会让最新的 token 只能看到提示的第一个 token。这个单元格打印 `is_causal=True` 实际相当于的掩码，并说明 SDPA 的输出与使用这个掩码的注意力相同。
         """),
         demo("""
         torch.manual_seed(1)
@@ -114,6 +186,8 @@ def cells():
         With `F.scaled_dot_product_attention` the fix is `attn_mask=torch.nn.attention.bias.causal_lower_right(S_q, S_k)`:
         an object that stands for the bottom-right mask without building it, so that the fused kernels
         stay available on a GPU. The cell compares it with your mask, on the mask and on SDPA's output.
+        """, r"""
+        用 `F.scaled_dot_product_attention` 时，正确的写法是 `attn_mask=torch.nn.attention.bias.causal_lower_right(S_q, S_k)`：这个对象代表右下对齐的掩码，但并不真的把它构造出来，因此在 GPU 上仍然可以用融合内核。这个单元格把它和你的掩码做比较，既比较掩码本身，也比较 SDPA 的输出。
         """),
         demo("""
         from torch.nn.attention.bias import causal_lower_right
@@ -147,6 +221,18 @@ def cells():
         `len(cache)` is the number of cached positions. (Concatenating copies the whole cache at every
         step; inference servers allocate `[B, H, S_max, head_dim]` once and write into it, or split the
         cache into pages. The simple version is enough here.)
+        """, r"""
+        ## 3. 缓存
+
+        `KVCache` 保存到目前为止见过的每个位置的键和值，各为 `[B, H, S_cached, head_dim]`。`append(k, v)` 接收新 token 的键和值 `[B, H, S_new, head_dim]`，沿序列维度把它们存到已缓存内容的**后面**，然后返回全部内容，键在前：
+
+        | 调用 | 存储的键 | 返回的 `k_all` |
+        |---|---|---|
+        | `KVCache()` | 什么都没有，`len(cache) == 0` | |
+        | 提示有 4 个 token 时 `append(k, v)` | `[B, H, 4, head_dim]` | `[B, H, 4, head_dim]` |
+        | 1 个新 token 时 `append(k, v)` | `[B, H, 5, head_dim]` | `[B, H, 5, head_dim]` |
+
+        `len(cache)` 是缓存的位置数。（拼接在每一步都会复制整个缓存；推理服务会一次性分配 `[B, H, S_max, head_dim]` 然后往里写，或者把缓存分成若干页。这里用简单版本就够了。）
         """),
         solution("KVCache", HINTS),
         check("check_kv_cache(KVCache)", "check_kv_cache"),
@@ -168,6 +254,20 @@ def cells():
         Without a cache it is ordinary causal self-attention (`S_k = S_new`). The promise: a prompt
         followed by one token at a time, through one cache, gives exactly the outputs of the whole
         sequence run at once.
+        """, r"""
+        ## 4. 带缓存的因果自注意力
+
+        `CachedSelfAttention(d_model, num_heads)` 的层与第一个作业的 `MultiHeadSelfAttention` 相同（`W_qkv`，行依次是 q、k、v，以及 `W_o`，两者都没有偏置），对新 token `x [B, S_new, d_model]` 做因果注意力：
+
+        | 步骤 | 形状（`B=2, S_new=1, d_model=16, H=4`，之前已缓存 5 个位置） |
+        |---|---|
+        | `W_qkv(x)`，切成 q、k、v，拆分成多头 | 三个 `[2, 4, 1, 4]` |
+        | 有缓存时：`k, v = cache.append(k, v)` | 各为 `[2, 4, 6, 4]`（`S_k = 6`） |
+        | 分数 `q k^T / sqrt(head_dim)` | `[2, 4, 1, 6]` |
+        | 在 `decode_causal_mask(S_new, S_k)` 为 False 处填 `-inf` | `[2, 4, 1, 6]` |
+        | 对键做 softmax，`@ v`，合并多头，`W_o` | `[2, 1, 16]` |
+
+        没有缓存时，它就是普通的因果自注意力（`S_k = S_new`）。它的承诺是：先输入提示，再一次一个 token，全程用同一个缓存，得到的输出与把整条序列一次性算出来的输出完全相同。
         """),
         solution("CachedSelfAttention", HINTS),
         check("check_cached_self_attention(CachedSelfAttention, KVCache)", "check_cached_self_attention"),
@@ -175,6 +275,8 @@ def cells():
         The first cell checks the promise for every split of an 8-token sequence into a prompt and tokens
         generated one by one. The second times a generation loop of a toy one-layer model, once
         re-running the whole prefix at every step and once with the cache.
+        """, r"""
+        第一个单元格验证这个承诺：把一条 8 个 token 的序列按所有可能的方式切成一段提示和逐个生成的 token。第二个单元格对一个单层玩具模型的生成循环计时，一次在每一步都把整个前缀重跑一遍，一次使用缓存。
         """),
         demo("""
         torch.manual_seed(2)
@@ -230,6 +332,14 @@ def cells():
 
         (2: keys and values; 2 bytes per element in float16 / bfloat16, 4 in float32). `kv_cache_bytes`
         computes it; `dtype` defaults to float16.
+        """, r"""
+        ## 5. 缓存的代价
+
+        缓存为每一层、每个 kv 头、每个位置各存一个键向量和一个值向量：
+
+        $$\text{bytes} = 2 \times B \times \text{layers} \times H_{kv} \times S \times \text{head\_dim} \times \text{element size}$$
+
+        （2：键和值；float16 / bfloat16 每个元素 2 字节，float32 为 4 字节。）`kv_cache_bytes` 计算这个值；`dtype` 默认为 float16。
         """),
         solution("kv_cache_bytes", HINTS),
         check("check_kv_cache_bytes(kv_cache_bytes)", "check_kv_cache_bytes"),
@@ -238,6 +348,8 @@ def cells():
         LLaMA-2-7B), float16. The cell computes the cache for one sequence of 4k and of 128k tokens, for a
         batch of 8 sequences of 4k, and, for comparison, the float16 weights of such a model, counted from
         its configuration.
+        """, r"""
+        现在换成真实模型的规模：32 层，32 个头，`head_dim = 128`（`d_model = 4096`；即 LLaMA-2-7B 的形状），float16。这个单元格计算一条 4k token 的序列和一条 128k token 的序列的缓存、一个由 8 条 4k 序列组成的批次的缓存，并作为对比，根据配置算出这样一个模型的 float16 权重大小。
         """),
         demo("""
         layers, heads, head_dim, d_model, d_ffn, vocab = 32, 32, 128, 4096, 11008, 32000
@@ -277,6 +389,22 @@ def cells():
 
         The order matters: a model trained with groups of consecutive heads gives wrong scores with the
         tiled order kv 0, 1, 2, 0, 1, 2 (what `x.repeat(1, n_rep, 1, 1)` produces), without any error.
+        """, r"""
+        在长上下文或大批次下，占满 GPU 显存的是缓存，而不是权重。
+
+        ## 6. 分组查询注意力：更少的键/值头
+
+        缓存随**键/值头**的个数 $H_{kv}$ 增长。分组查询注意力（GQA）保留 $H$ 个查询头，但只有 $H_{kv} < H$ 个键/值头；每个 kv 头服务于由 $n_\text{rep} = H / H_{kv}$ 个连续查询头组成的一*组*。$H_{kv} = 1$ 就是多查询注意力（MQA）；$H_{kv} = H$ 就是普通的多头注意力。例如 LLaMA-3-8B 有 32 个查询头和 8 个键/值头，缓存只有同一个模型用 32 个 kv 头时的 1/4。
+
+        缓存里存的是 $H_{kv}$ 个头。计算注意力时，最简单的写法是把每个 kv 头重复 $n_\text{rep}$ 次，这样就能用常规的 `[B, H, S, head_dim]` 注意力：`repeat_kv(x, n_rep)` 把 `[B, H_kv, S, head_dim]` 变成 `[B, H_kv * n_rep, S, head_dim]`，每个头**就地**重复：kv 头 $h$ 变成头 $h \cdot n_\text{rep} \dots (h + 1) \cdot n_\text{rep} - 1$。
+
+        | 输入的 kv 头 | 服务的查询头（`n_rep = 2`） |
+        |---|---|
+        | kv 0 | 0, 1 |
+        | kv 1 | 2, 3 |
+        | kv 2 | 4, 5 |
+
+        顺序很重要：一个按连续头分组训练的模型，如果用平铺顺序 kv 0, 1, 2, 0, 1, 2（`x.repeat(1, n_rep, 1, 1)` 的结果），得到的分数就是错的，而且不会有任何报错。
         """),
         solution("repeat_kv", HINTS),
         check("check_repeat_kv(repeat_kv)", "check_repeat_kv"),
@@ -284,6 +412,8 @@ def cells():
         PyTorch's SDPA does the grouping itself with `enable_gqa=True` (the key/value heads must divide the
         query heads); the first cell compares it with your `repeat_kv`. The second plots the cache of the
         32-layer model against the context length for $H_{kv} = H = 32$, $H/4 = 8$ and $1$.
+        """, r"""
+        PyTorch 的 SDPA 在 `enable_gqa=True` 时会自己完成分组（键/值头数必须能整除查询头数）；第一个单元格把它和你的 `repeat_kv` 做比较。第二个单元格画出那个 32 层模型的缓存随上下文长度的变化，分别取 $H_{kv} = H = 32$、$H/4 = 8$ 和 $1$。
         """),
         demo("""
         torch.manual_seed(4)
@@ -329,5 +459,15 @@ def cells():
         - **`repeat_kv` order**: each kv head repeated in place (`repeat_interleave`), not tiled (`repeat`).
         - **Memory**: 2 x layers x kv heads x head_dim x bytes per token; it is usually the cache, not the
           weights, that limits the batch size and the context length.
+        """, r"""
+        ## 7. 常见错误与调试方法
+
+        - **解码时用了左上对齐的因果掩码**：`is_causal=True` 或对 `[S_q, S_k]` 取 `tril()`；这样最新的 token 只能看到第一个 token。请用 `decode_causal_mask` / `causal_lower_right`。测试时既要用"提示加逐个 token"，*也要*用一次输入多个新 token 的情况。
+        - **提示之后不加掩码**：一个新 token 可以看到所有位置，但一次输入两个新 token 时，它们不能看到对方的未来。
+        - **维度错了**：缓存沿序列维度增长，即 `[B, H, S, head_dim]` 的 dim 2。
+        - **先做注意力再追加**：新 token 必须能看到自己；要先追加。
+        - **`len(cache)`**：是位置数，不是调用次数（它就是下一个 token 的位置，RoPE 要用）。
+        - **`repeat_kv` 的顺序**：每个 kv 头就地重复（`repeat_interleave`），而不是平铺（`repeat`）。
+        - **显存**：每个 token 占 2 x 层数 x kv 头数 x head_dim x 每元素字节数；限制批大小和上下文长度的，通常是缓存而不是权重。
         """),
     ]

@@ -4,10 +4,24 @@ from course.cells import check, demo, graded_cell, md, setup, solution
 NAME = "01_positions"
 
 HINTS = {
-    "sinusoidal_positions": "angles [S, d_model / 2] = positions [S, 1] times one frequency per pair [1, d_model / 2];\n"
-    "then fill the even features with sin and the odd ones with cos. Return float32.",
-    "apply_rope": "take the two members of every pair as two [..., S, head_dim / 2] tensors, rotate them with\n"
-    "cos/sin of angles [S, head_dim / 2] (they broadcast over the leading axes), then put each pair back in place.",
+    "sinusoidal_positions": (
+        "angles [S, d_model / 2] = positions [S, 1] times one frequency per pair [1, d_model / 2];\n"
+        "then fill the even features with sin and the odd ones with cos. Return float32.",
+        "角度 [S, d_model / 2] = 位置 [S, 1] 乘以每对一个的频率 [1, d_model / 2]；\n"
+        "然后偶数特征填 sin，奇数特征填 cos。返回 float32。",
+    ),
+    "apply_rope": (
+        "take the two members of every pair as two [..., S, head_dim / 2] tensors, rotate them with\n"
+        "cos/sin of angles [S, head_dim / 2] (they broadcast over the leading axes), then put each pair back in place.",
+        "把每一对的两个成员取成两个 [..., S, head_dim / 2] 张量，用角度 [S, head_dim / 2] 的 cos/sin\n"
+        "旋转它们（角度会在前面的维度上广播），再把每一对放回原位。",
+    ),
+}
+
+# The Chinese docstrings of the solution functions (the build puts them in the Chinese edition's stubs).
+DOCSTRINGS_ZH = {
+    "sinusoidal_positions": """[seq_len, d_model] float32：PE[p, 2i] = sin(p / 10000^(2i / d_model))，PE[p, 2i + 1] = cos(同一角度)。""",
+    "apply_rope": """x [..., S, head_dim]，positions [S] -> 形状和 dtype 都不变：第 (2i, 2i + 1) 对旋转 positions * 10000^(-2i / head_dim) 的角度。""",
 }
 
 
@@ -30,6 +44,16 @@ def cells():
         graded cells to the hidden autograder. Solution cells hold whole `def` / `class` definitions; the
         grader gives them `math`, `torch`, `nn` and `F` and nothing else. Demo cells that need a function
         you have not written yet say so in one line.
+        """, r"""
+        # 01 · 位置：正弦位置编码与旋转位置编码（RoPE）
+
+        这是第二个作业 **生成阶段的注意力** 的第一个 notebook。第一个作业实现了注意力本身；这个作业关心的是，一个真实的模型在注意力之外还需要什么：它怎样知道每个 token 位于*哪里*（本 notebook），怎样一次生成一个 token 而不必把所有东西重算一遍（`02_kv_cache`），以及怎样读取另一个序列（`03_cross_attention`）。
+
+        | 评分部分 | 函数 | 作用 |
+        |---|---|---|
+        | `positions` | `sinusoidal_positions`, `apply_rope` | 加到输入上的固定位置向量；对查询和键做旋转 |
+
+        和第一个作业一样：填写 *solution* 单元格（保留函数签名和 docstring，替换掉 `raise NotImplementedError()`），每写完一个就运行它后面那个锁定的检查单元格，评分单元格留给隐藏的自动评分器。solution 单元格里写的是完整的 `def` / `class` 定义；自动评分器只给它们提供 `math`、`torch`、`nn` 和 `F`，别的一概没有。演示单元格如果用到了你还没写的函数，会用一行话告诉你。
         """),
         setup(),
         md(r"""
@@ -44,6 +68,12 @@ def cells():
 
         The cell below shuffles six token vectors, runs PyTorch's own multi-head attention on both orders
         and compares.
+        """, r"""
+        ## 1. 注意力看不到顺序
+
+        注意力分数是一个查询和一个键的点积，而查询和键都只由该 token 自己的向量算出。`softmax(Q K^T / sqrt(d)) V` 里没有任何一项涉及 token 位于*哪里*。把 token 打乱，每个查询遇到的仍是同样的键、同样的分数，只是顺序变了：输出也按同样的方式被打乱。这个性质叫作**置换等变性**（permutation equivariance）。对语言模型来说这是灾难："the dog bit the man"（狗咬了人）和 "the man bit the dog"（人咬了狗）包含的 token 完全相同，只靠注意力的话，每个 token 在这两句话里得到的输出都一样。
+
+        下面的单元格把六个 token 向量打乱，用 PyTorch 自带的多头注意力分别处理原顺序和打乱后的顺序，再做比较。
         """),
         demo("""
         torch.manual_seed(0)
@@ -90,6 +120,22 @@ def cells():
         last pair very slowly, so the pairs together tell positions apart at every scale, like the hands
         of a clock that show seconds, minutes and hours. The cell below prints each pair's speed for
         $d_\text{model} = 8$.
+        """, r"""
+        不加掩码时，第一个差值在舍入误差范围内为零：一个 token 的输出取决于其他 token *是什么*，而与它们 *在哪里*无关。（因果掩码让一个 token 能数出自己看到了多少个 token，这是关于它位置的一个微弱信号；模型仍然会显式地加入位置信息。）
+
+        解决办法有两大类，本 notebook 都会讲到：
+
+        1. 给每个 token 的输入**加上**一个依赖于位置的向量（正弦位置编码，来自最初的 Transformer；可学习的位置嵌入，GPT-2）；
+        2. 按依赖于位置的角度**旋转**查询和键（RoPE，LLaMA、Mistral、Qwen 以及大多数近期的语言模型都在用）。
+
+        ## 2. 正弦位置编码
+
+        最初的 Transformer 给位置 $p$ 上 token 的嵌入加上一个固定向量 $PE_p$，宽度同样是 $d_\text{model}$。它的特征两两成对 $(2i, 2i+1)$，第 $i$ 对存放同一个角度的正弦和余弦：
+
+        $$PE[p, 2i] = \sin\!\left(\frac{p}{10000^{2i/d_\text{model}}}\right), \qquad
+          PE[p, 2i+1] = \cos\!\left(\frac{p}{10000^{2i/d_\text{model}}}\right)$$
+
+        可以把第 $i$ 对看成时钟的一根指针：$p$ 每增加一，指针就转过角度 $\omega_i = 10000^{-2i/d_\text{model}}$（弧度）。第 0 对转得快（每个位置转一弧度），最后一对转得很慢，所以这些对合在一起能在各个尺度上区分位置，就像时钟上分别显示秒、分、时的几根指针。下面的单元格打印 $d_\text{model} = 8$ 时每一对的转速。
         """),
         demo("""
         d_model = 8
@@ -113,6 +159,19 @@ def cells():
         | `PE`: sines in the even columns, cosines in the odd ones | `[S, d_model]`, float32 |
 
         The encoding is added to the token embeddings before the first layer: `x = embed(tokens) + PE[:S]`.
+        """, r"""
+        为什么既要正弦*又要*余弦？再往后移 $k$ 个位置，每根指针都多转 $k \omega_i$，而旋转是对 $(\sin, \cos)$ 这一对的线性映射。所以对每个 $p$，$PE_{p+k}$ 都是 $PE_p$ 的同一个固定线性函数，这让一层网络可以学会不论身处何处都"往回看三个 token"。
+
+        `seq_len = S` 时的张量形状：
+
+        | 张量 | 形状 |
+        |---|---|
+        | 位置 `p` | `[S, 1]` |
+        | 每对一个角速度 $\omega_i$ | `[1, d_model / 2]` |
+        | 角度 `p * omega`（广播） | `[S, d_model / 2]` |
+        | `PE`：偶数列放正弦，奇数列放余弦 | `[S, d_model]`，float32 |
+
+        位置编码在第一层之前加到 token 嵌入上：`x = embed(tokens) + PE[:S]`。
         """),
         solution("sinusoidal_positions", HINTS),
         check("check_sinusoidal_positions(sinusoidal_positions)", "check_sinusoidal_positions"),
@@ -123,6 +182,8 @@ def cells():
         $\sin a \sin b + \cos a \cos b = \cos(a - b)$, it is a sum of cosines of $(p - q)\,\omega_i$: it
         depends only on the offset $p - q$, and it is largest at $q = p$. The cell also prints two dot
         products with the same offset.
+        """, r"""
+        热力图展示了你的 `PE` 在 64 个位置、64 个特征上的取值：左边是快速变化的条纹（转得快的那些对），右边是缓慢的波。右侧的曲线是位置 $p = 20$ 与其他每个位置 $q$ 的点积 $PE_{p} \cdot PE_{q}$。由于 $\sin a \sin b + \cos a \cos b = \cos(a - b)$，它是若干个 $(p - q)\,\omega_i$ 的余弦之和：只取决于偏移 $p - q$，并在 $q = p$ 处最大。这个单元格还会打印两个偏移相同的点积。
         """),
         demo("""
         import matplotlib.pyplot as plt
@@ -157,6 +218,16 @@ def cells():
         *difference* of their angles: rotating $u$ by $\alpha$ and $v$ by $\beta$ gives the same dot product
         as leaving $u$ alone and rotating $v$ by $\beta - \alpha$. The next cell checks both facts with a
         single pair.
+        """, r"""
+        ## 3. 旋转位置编码（RoPE）
+
+        加性的位置编码把位置混进了 token 向量，投影 $W_q$、$W_k$ 又把它们进一步混在一起：最终一个分数里既有内容-内容项，也有内容-位置项和位置-位置项。RoPE（Su et al.，RoFormer，2021）把位置放到真正起作用的地方，也就是分数本身，并且让它成为*相对*位置。
+
+        **旋转一对特征。** 把二维向量 $(a, b)$ 旋转角度 $t$ 得到
+
+        $$(a, b) \;\longmapsto\; (a \cos t - b \sin t,\; a \sin t + b \cos t).$$
+
+        旋转不改变长度，而且两个旋转后的向量的点积只取决于它们角度之*差*：把 $u$ 转 $\alpha$、把 $v$ 转 $\beta$，得到的点积与 $u$ 不动、把 $v$ 转 $\beta - \alpha$ 相同。下一个单元格用一对特征验证这两个事实。
         """),
         demo("""
         def rotate_pair(vec, t):
@@ -199,6 +270,25 @@ def cells():
 
         Compute the angles in float32 (or float64 for float64 input) even when `x` is float16, and convert
         the result back to `x`'s dtype. float16 cannot hold large positions exactly:
+        """, r"""
+        前两个分数相等（偏移相同，$m - n = 2$），第三个不同（偏移为 $-2$）：分数既知道偏移，*也知道它的符号*，所以"往前两个 token"不等于"往后两个 token"。
+
+        **RoPE** 把这一点用到每个头上：把位置 $m$ 上 token 的查询（以及键）切成 `head_dim / 2` 对相邻特征 $(x_{2i}, x_{2i+1})$，第 $i$ 对旋转角度
+
+        $$t = m \cdot \theta_i, \qquad \theta_i = 10000^{-2i/\text{head\_dim}}$$
+
+        （转速与正弦位置编码相同）。位置 $m$ 的查询与位置 $n$ 的键之间的分数，是各对旋转后点积之和，因此它只通过 $m - n$ 依赖于位置。值*不*旋转：位置决定的是谁关注谁，而不是传递什么内容。
+
+        | 步骤 | 形状 |
+        |---|---|
+        | `x`（一个或多个头的查询或键） | `[..., S, head_dim]` |
+        | 每一对的两个成员 | 两个 `[..., S, head_dim / 2]` |
+        | 角度 `positions[:, None] * theta[None, :]` | `[S, head_dim / 2]`，在 `...` 上广播 |
+        | 旋转后的成员，放回原位 | `[..., S, head_dim]`，dtype 与 `x` 相同 |
+
+        `positions` 是一个 LongTensor `[S]`：对整条序列是 `0, 1, ..., S - 1`，而对正在生成的模型的新 token 则是 `len(cache), len(cache) + 1, ...`（notebook 02）。在模型里，RoPE 作用于查询和键，时机是在投影和拆分成多头*之后*、计算分数之前。
+
+        即使 `x` 是 float16，也要用 float32 计算角度（float64 输入则用 float64），最后再把结果转回 `x` 的 dtype。float16 无法精确表示较大的位置：
         """),
         demo("""
         for position in (1000, 2049, 4097, 40001):
@@ -212,6 +302,8 @@ def cells():
         The heatmap shows the score between one query vector placed at position $m$ and one key vector
         placed at position $n$, for all $m, n < 32$, with your `apply_rope`. Every diagonal ($m - n$
         constant) has a single colour: the score sees only the offset.
+        """, r"""
+        热力图展示了用你的 `apply_rope` 时，放在位置 $m$ 的一个查询向量与放在位置 $n$ 的一个键向量之间的分数，$m, n < 32$ 全部画出。每条对角线（$m - n$ 为常数）只有一种颜色：分数只看得到偏移。
         """),
         demo("""
         import matplotlib.pyplot as plt
@@ -254,6 +346,14 @@ def cells():
         The cell builds the half-split pairing from *your* `apply_rope` by reordering features (half-split
         pairs $(i, i + \text{head\_dim}/2)$ become neighbours after the permutation `perm`), then takes
         queries and keys "trained" for the half-split pairing and rotates them both ways.
+        """, r"""
+        ## 4. 同一个思路，两种配对：交错配对与前后半配对
+
+        RoPE 只要求把特征*以某种方式*分成对。论文和 Meta 最初的 LLaMA 代码把相邻特征配成一对，$(x_{2i}, x_{2i+1})$（也就是本课程的约定，常用复数来写）。GPT-NeoX 和 Hugging Face `transformers` 的代码则把前一半的每个特征与后一半中对应的特征配对，$(x_i, x_{i + \text{head\_dim}/2})$，用一个叫 `rotate_half` 的辅助函数来旋转。两种方式得到的分数都只取决于 $m - n$。
+
+        但一个训练好的模型，它的 $W_q$ 和 $W_k$ 是按*其中一种*配对训练出来的。用另一种配对去旋转它的查询和键，那些本不该一起转的特征就会被一起转：分数变了，模型的输出变成一堆乱码，却没有任何报错。所以把 checkpoint 从一套代码转换到另一套时，要对 $W_q$ 和 $W_k$ 的行做置换（Hugging Face 的 LLaMA 转换脚本正是这样做的）。
+
+        这个单元格通过重排特征，用*你的* `apply_rope` 构造出前后半配对（经过置换 `perm` 之后，前后半配对 $(i, i + \text{head\_dim}/2)$ 就成了相邻特征），然后取一组按前后半配对"训练"出来的查询和键，用两种方式分别旋转。
         """),
         demo("""
         torch.manual_seed(2)
@@ -296,5 +396,16 @@ def cells():
         - **dtype**: compute the angles in float32 or float64, return `x`'s dtype.
         - **Where**: queries and keys, after the projections and the split into heads; never the values.
         - **Sinusoidal encodings**: added once to the input, `[S, d_model]`, float32; sines on even features.
+        """, r"""
+        错误的配对本身仍然是一个完全合格的 RoPE，只不过不是这个模型学到的那一种；这就是为什么这个错误不会引发任何报错。
+
+        ## 5. 常见错误与调试方法
+
+        - **配对**：规范要求相邻特征配对，`x[..., 0::2]` 与 `x[..., 1::2]`；从 `rotate_half` 实现里抄来的代码配对的是前后两半。检查某一对在旋转前后的长度：旋转不改变长度。
+        - **频率**：$\theta_i = 10000^{-2i/\text{head\_dim}}$，用的是 `head_dim`（一个头的宽度）而不是 `d_model`，$i$ 数的是对。
+        - **有缓存时的位置**：生成模型的新 token 位于位置 `len(cache)`，而不是 0。
+        - **dtype**：角度用 float32 或 float64 计算，返回 `x` 的 dtype。
+        - **作用在哪里**：查询和键，在投影和拆分成多头之后；绝不作用于值。
+        - **正弦位置编码**：在输入处加一次，`[S, d_model]`，float32；正弦放在偶数特征上。
         """),
     ]
