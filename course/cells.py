@@ -30,7 +30,7 @@ class Cell:
     role: str = "demo"  # demo | setup | solution | check | graded | markdown
     nbgrader: dict | None = None
     tags: list[str] = field(default_factory=list)
-    zh: str | None = None  # the Chinese edition's text of a markdown cell or of a solution cell
+    zh: str | None = None  # the Chinese edition's text of a markdown, setup or solution cell
 
 
 # A hint in both languages: (English, Chinese). Content modules keep HINTS = {name: Hint}.
@@ -60,7 +60,8 @@ def _locked(grade_id: str) -> dict:
     return {"grade": False, "solution": False, "locked": True, "grade_id": grade_id, "schema_version": 3}
 
 
-def setup(extra: str = "") -> Cell:
+def setup_source(extra: str = "", lang: str = "en") -> str:
+    """The setup cell's code; an edition in another language than English tells the visible checks which."""
     checks = "from visible_checks import *  # quick self-checks (see visible_checks.py), graded_part and uses_your_code"
     code = (
         "# Setup (read-only). The autograder gives your code exactly these four imports.\n"
@@ -71,9 +72,17 @@ def setup(extra: str = "") -> Cell:
         "torch.manual_seed(0)\n"
         f"{checks}\n"
     )
+    if lang != "en":
+        code += f'use_language("{lang}")  # the visible checks speak the language of this edition\n'
     if extra:
         code += textwrap.dedent(extra).strip("\n") + "\n"
-    return Cell("code", code.rstrip("\n"), role="setup", nbgrader=_locked("setup"))
+    return code.rstrip("\n")
+
+
+def setup(extra: str = "", lang: str = "en") -> Cell:
+    """The locked setup cell in `lang`; its `zh` is the Chinese edition's (with `use_language("zh")`)."""
+    return Cell("code", setup_source(extra, lang), role="setup", nbgrader=_locked("setup"),
+                zh=setup_source(extra, "zh"))
 
 
 def check(call: str, grade_id: str) -> Cell:
