@@ -138,7 +138,11 @@ def _is_super_init(stmt: ast.stmt) -> bool:
     )
 
 
-def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None) -> list[str]:
+# The label of a hint comment, and the indent of its next lines (the label's width on screen).
+HINT_LABELS = {"en": ("Hint:", " " * 5), "zh": ("提示：", " " * 6)}
+
+
+def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None, lang: str = "en") -> list[str]:
     """The function with its body (after the docstring / super().__init__()) in a solution region."""
     start = (fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno) - 1
     body = list(fn.body)
@@ -161,8 +165,9 @@ def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None) -> 
     indent = " " * body[0].col_offset
     out = list(head)
     if hint:
+        label, indent_next = HINT_LABELS[lang]
         for number, hint_line in enumerate(hint.strip().splitlines()):
-            out.append(f"{indent}# {'Hint:' if number == 0 else '     '} {hint_line}".rstrip())
+            out.append(f"{indent}# {label if number == 0 else indent_next} {hint_line}".rstrip())
     out.append(indent + BEGIN)
     out.extend(region)
     out.append(indent + END)
@@ -174,7 +179,7 @@ def solution_source(name: str, hints: dict[str, str | Hint] | None = None, lang:
     hints = {key: hint_text(value, lang) for key, value in (hints or {}).items()}
     lines, node = _reference_node(name)
     if isinstance(node, ast.FunctionDef):
-        return "\n".join(_function_lines(lines, node, hints.get(name)))
+        return "\n".join(_function_lines(lines, node, hints.get(name), lang))
     # a class: keep everything outside the methods, hide each method body
     out: list[str] = []
     cursor = node.lineno - 1
@@ -182,7 +187,7 @@ def solution_source(name: str, hints: dict[str, str | Hint] | None = None, lang:
         if isinstance(item, ast.FunctionDef):
             start = (item.decorator_list[0].lineno if item.decorator_list else item.lineno) - 1
             out.extend(lines[cursor:start])
-            out.extend(_function_lines(lines, item, hints.get(f"{name}.{item.name}")))
+            out.extend(_function_lines(lines, item, hints.get(f"{name}.{item.name}"), lang))
             cursor = item.end_lineno
     out.extend(lines[cursor : node.end_lineno])
     return "\n".join(out)
