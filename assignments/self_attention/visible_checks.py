@@ -34,8 +34,18 @@ __all__ = [
     "check_self_attention", "check_to_official", "check_parity_error",
     "check_split_heads", "check_merge_heads", "check_multihead",
     "check_attention_matrix_bytes", "check_sdpa_attention", "check_chunked_attention",
-    "graded_part", "uses_your_code",
+    "graded_part", "uses_your_code", "use_language",
 ]
+
+
+_LANGUAGES = ("en", "zh")
+
+
+def use_language(lang: str) -> None:
+    """Choose the language of the checks' messages; the Chinese edition's setup cell calls use_language("zh").
+    (A placeholder that only validates the choice: the messages' catalogs come with the translated checks.)"""
+    if lang not in _LANGUAGES:
+        raise ValueError(f"use_language: unknown language {lang!r}; choose one of {', '.join(_LANGUAGES)}")
 
 
 class _NotReady(Exception):
