@@ -4,11 +4,17 @@
     python -m course.build --check    # rebuild into a temp dir and fail on any drift from the committed files
     python -m course.build --out DIR  # write everything under DIR instead of the repository
 
-Outputs, for each assignment (self_attention, generation):
-  source/<assignment>/*.ipynb        nbgrader instructor notebooks (+ visible_checks.py, memory_meter.py)
-  assignments/<assignment>/          the student release, made by the real `nbgrader generate_assignment`
-  solutions/notebooks/[generation/]  solved notebooks for self-learners, executed headless with nbclient
-                                     (the first assignment's directly in solutions/notebooks/)
+    python -m course.build --assignment self_attention_zh   # only these editions (repeat the option)
+
+Outputs, for each edition of each assignment (self_attention, generation; English, and Chinese as
+self_attention_zh, generation_zh):
+  source/<edition>/*.ipynb           nbgrader instructor notebooks (+ visible_checks.py, memory_meter.py)
+  assignments/<edition>/             the student release, made by the real `nbgrader generate_assignment`
+  solutions/notebooks/[generation/][zh/]  solved notebooks for self-learners, executed headless with nbclient
+                                     (the first assignment's English ones directly in solutions/notebooks/)
+The Chinese edition's notebooks carry the metadata {"course": {"lang": "zh"}}, its setup cells call
+use_language("zh"), and its folders hold the visible checks' compiled message catalog. A markdown
+cell, hint or docstring without its Chinese text stops the build with the list of what is missing.
 """
 from __future__ import annotations
 
@@ -28,8 +34,10 @@ import nbformat
 
 from autograder import spec
 from course import content
+from course.catalogs import compile_catalog
 from course.cells import BEGIN, END, Cell
 from course.content import generation
+from course.editions import LANG_METADATA_KEY, edition_cells, missing_texts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,6 +49,8 @@ class Target:
     modules: tuple
     support: dict = field(default_factory=dict)  # generated file name -> origin in the repository
     solved: Path = Path("solutions") / "notebooks"
+    lang: str = spec.DEFAULT_LANGUAGE
+    catalogs: dict = field(default_factory=dict)  # compiled .mo file name -> its .po source in the repository
 
     @property
     def source(self) -> Path:
@@ -55,13 +65,23 @@ class Target:
         return (self.source, self.release, self.solved)
 
 
+_SELF_ATTENTION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks.py",
+                           "graded_cells.py": REPO / "course" / "graded_cells.py",
+                           "memory_meter.py": REPO / "autograder" / "worker" / "meter.py"}
+_GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_generation.py",
+                       "graded_cells.py": REPO / "course" / "graded_cells.py"}
+# The visible checks' messages in Chinese (one catalog for both assignments' visible_checks.py).
+_ZH_CATALOGS = {"locale/zh_CN/LC_MESSAGES/visible_checks.mo":
+                REPO / "course" / "locale" / "zh_CN" / "LC_MESSAGES" / "visible_checks.po"}
+_SOLVED = Path("solutions") / "notebooks"
+
 TARGETS = (
-    Target(spec.ASSIGNMENT, content.MODULES, {"visible_checks.py": REPO / "course" / "visible_checks.py",
-                                              "graded_cells.py": REPO / "course" / "graded_cells.py",
-                                              "memory_meter.py": REPO / "autograder" / "worker" / "meter.py"}),
-    Target("generation", generation.MODULES, {"visible_checks.py": REPO / "course" / "visible_checks_generation.py",
-                                              "graded_cells.py": REPO / "course" / "graded_cells.py"},
-           Path("solutions") / "notebooks" / "generation"),
+    Target(spec.ASSIGNMENT, content.MODULES, _SELF_ATTENTION_SUPPORT),
+    Target("generation", generation.MODULES, _GENERATION_SUPPORT, _SOLVED / "generation"),
+    Target(spec.edition_id(spec.ASSIGNMENT, "zh"), content.MODULES, _SELF_ATTENTION_SUPPORT, _SOLVED / "zh",
+           "zh", _ZH_CATALOGS),
+    Target(spec.edition_id("generation", "zh"), generation.MODULES, _GENERATION_SUPPORT, _SOLVED / "generation" / "zh",
+           "zh", _ZH_CATALOGS),
 )
 TARGET_BY_ID = {t.id: t for t in TARGETS}
 # The first assignment's folders, under the names the tests and the demo use.
@@ -82,9 +102,11 @@ def _cell_id(index: int, cell: Cell) -> str:
     return f"{index:02d}-{cell.role}"
 
 
-def to_notebook(cells: list[Cell]) -> nbformat.NotebookNode:
+def to_notebook(cells: list[Cell], lang: str = spec.DEFAULT_LANGUAGE) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
+    if lang != spec.DEFAULT_LANGUAGE:
+        nb.metadata[LANG_METADATA_KEY] = {"lang": lang}
     nb.cells = [_node(i, c) for i, c in enumerate(cells)]
     nbformat.validate(nb)
     return nb
@@ -102,12 +124,16 @@ def _node(index: int, cell: Cell) -> nbformat.NotebookNode:
 
 
 def source_notebooks(target: Target = TARGETS[0]) -> dict[str, nbformat.NotebookNode]:
-    """name -> instructor notebook of one assignment, checked against autograder/spec.py."""
+    """name -> instructor notebook of one assignment's edition, checked against autograder/spec.py."""
+    untranslated = [line for module in target.modules for line in missing_texts(module, target.lang)]
+    if untranslated:
+        raise SystemExit(f"{target.id}: {len(untranslated)} text(s) have no {target.lang} version, so this edition "
+                         "cannot be built:\n  " + "\n  ".join(untranslated))
     notebooks = {}
     for module in target.modules:
-        cells = module.cells()
+        cells = edition_cells(module, target.lang)
         _check_against_spec(module.NAME, cells, spec.assignment(target.id).parts)
-        notebooks[module.NAME] = to_notebook(cells)
+        notebooks[module.NAME] = to_notebook(cells, target.lang)
     missing = set(spec.assignment(target.id).notebooks) - set(notebooks)
     if missing:
         raise SystemExit(f"spec.py names notebooks that the content does not define: {sorted(missing)}")
@@ -159,6 +185,12 @@ def write_support_files(folder: Path, target: Target = TARGETS[0]) -> None:
         rel = origin.relative_to(REPO).as_posix()
         header = f"# Generated by `python -m course.build` from {rel}; do not edit this copy.\n"
         (folder / name).write_text(header + origin.read_text(encoding="utf-8"), encoding="utf-8")
+    for name, po in target.catalogs.items():
+        if po.exists():  # the catalog's source comes with the translated visible checks
+            compile_catalog(po, folder / name)
+        else:
+            print(f"course build: note: {po.relative_to(REPO)} does not exist yet; {target.id} ships without "
+                  f"{name} (the visible checks then speak English)", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- #
@@ -253,13 +285,26 @@ def execute_notebooks(paths: list[Path], allow_errors: bool = False, timeout: in
 # --------------------------------------------------------------------------- #
 
 
-def build(root: Path, execute: bool = True) -> None:
-    notebooks = {t.id: source_notebooks(t) for t in TARGETS}
-    for sub in OUTPUT_DIRS:
-        if (root / sub).exists():
-            shutil.rmtree(root / sub)
+def clear_outputs(root: Path, target: Target) -> None:
+    """Remove what the build wrote for `target`, keeping the other editions' folders nested in its own."""
+    for sub in target.outputs:
+        folder = root / sub
+        if not folder.exists():
+            continue
+        nested = {other for other in OUTPUT_DIRS if sub in other.parents}
+        for entry in folder.iterdir():
+            rel = sub / entry.name
+            if rel in nested or any(rel in n.parents for n in nested):
+                continue
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+def build(root: Path, execute: bool = True, targets: tuple[Target, ...] = TARGETS) -> None:
+    notebooks = {t.id: source_notebooks(t) for t in targets}
+    for target in targets:
+        clear_outputs(root, target)
     solved_paths = []
-    for target in TARGETS:
+    for target in targets:
         for name, nb in notebooks[target.id].items():
             write_notebook(nb, root / target.source / f"{name}.ipynb")
         write_support_files(root / target.source, target)
@@ -302,10 +347,10 @@ def _normalise(nb: dict, structure_only: bool) -> dict:
     return nb
 
 
-def diff_trees(committed: Path, fresh: Path) -> list[str]:
+def diff_trees(committed: Path, fresh: Path, targets: tuple[Target, ...] = TARGETS) -> list[str]:
     """Differences between the committed build outputs (under `committed`) and a fresh build."""
     problems = []
-    for sub in OUTPUT_DIRS:
+    for sub in (d for t in targets for d in t.outputs):
         a_dir, b_dir = committed / sub, fresh / sub
         a_files = _generated_files(a_dir, sub)
         b_files = _generated_files(b_dir, sub)
@@ -335,10 +380,10 @@ def _generated_files(folder: Path, sub: Path) -> set[str]:
             and not any(n in p.relative_to(folder).parents for n in nested)}
 
 
-def check(committed: Path = REPO) -> list[str]:
+def check(committed: Path = REPO, targets: tuple[Target, ...] = TARGETS) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="course-build-") as tmp:
-        build(Path(tmp), execute=False)
-        return diff_trees(committed, Path(tmp))
+        build(Path(tmp), execute=False, targets=targets)
+        return diff_trees(committed, Path(tmp), targets)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,9 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if the committed outputs differ from a fresh build")
     parser.add_argument("--out", type=Path, default=REPO, help="where to write (default: the repository)")
     parser.add_argument("--no-execute", action="store_true", help="do not execute the solved notebooks")
+    parser.add_argument("--assignment", action="append", choices=list(TARGET_BY_ID), metavar="EDITION",
+                        help=f"build or check only this edition (repeatable; default: all of {', '.join(TARGET_BY_ID)})")
     args = parser.parse_args(argv)
+    targets = tuple(TARGET_BY_ID[i] for i in args.assignment) if args.assignment else TARGETS
     if args.check:
-        problems = check(args.out)
+        problems = check(args.out, targets)
         if problems:
             print("The generated notebooks drifted from course/ (run `make release`):", file=sys.stderr)
             for line in problems:
@@ -356,8 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print("course build: committed notebooks match course/")
         return 0
-    build(args.out.resolve(), execute=not args.no_execute)
-    print(f"course build: wrote {', '.join(str(d) for d in OUTPUT_DIRS)} under {args.out}")
+    build(args.out.resolve(), execute=not args.no_execute, targets=targets)
+    print(f"course build: wrote {', '.join(str(d) for t in targets for d in t.outputs)} under {args.out}")
     return 0
 
 

@@ -30,7 +30,7 @@ class Cell:
     role: str = "demo"  # demo | setup | solution | check | graded | markdown
     nbgrader: dict | None = None
     tags: list[str] = field(default_factory=list)
-    zh: str | None = None  # the Chinese edition's text of a markdown cell or of a solution cell
+    zh: str | None = None  # the Chinese edition's text of a markdown, setup or solution cell
 
 
 # A hint in both languages: (English, Chinese). Content modules keep HINTS = {name: Hint}.
@@ -60,7 +60,8 @@ def _locked(grade_id: str) -> dict:
     return {"grade": False, "solution": False, "locked": True, "grade_id": grade_id, "schema_version": 3}
 
 
-def setup(extra: str = "") -> Cell:
+def setup_source(extra: str = "", lang: str = "en") -> str:
+    """The setup cell's code; an edition in another language than English tells the visible checks which."""
     checks = "from visible_checks import *  # quick self-checks (see visible_checks.py), graded_part and uses_your_code"
     code = (
         "# Setup (read-only). The autograder gives your code exactly these four imports.\n"
@@ -71,9 +72,17 @@ def setup(extra: str = "") -> Cell:
         "torch.manual_seed(0)\n"
         f"{checks}\n"
     )
+    if lang != "en":
+        code += f'use_language("{lang}")  # the visible checks speak the language of this edition\n'
     if extra:
         code += textwrap.dedent(extra).strip("\n") + "\n"
-    return Cell("code", code.rstrip("\n"), role="setup", nbgrader=_locked("setup"))
+    return code.rstrip("\n")
+
+
+def setup(extra: str = "", lang: str = "en") -> Cell:
+    """The locked setup cell in `lang`; its `zh` is the Chinese edition's (with `use_language("zh")`)."""
+    return Cell("code", setup_source(extra, lang), role="setup", nbgrader=_locked("setup"),
+                zh=setup_source(extra, "zh"))
 
 
 def check(call: str, grade_id: str) -> Cell:
@@ -129,7 +138,11 @@ def _is_super_init(stmt: ast.stmt) -> bool:
     )
 
 
-def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None) -> list[str]:
+# The label of a hint comment, and the indent of its next lines (the label's width on screen).
+HINT_LABELS = {"en": ("Hint:", " " * 5), "zh": ("提示：", " " * 6)}
+
+
+def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None, lang: str = "en") -> list[str]:
     """The function with its body (after the docstring / super().__init__()) in a solution region."""
     start = (fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno) - 1
     body = list(fn.body)
@@ -152,8 +165,9 @@ def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None) -> 
     indent = " " * body[0].col_offset
     out = list(head)
     if hint:
+        label, indent_next = HINT_LABELS[lang]
         for number, hint_line in enumerate(hint.strip().splitlines()):
-            out.append(f"{indent}# {'Hint:' if number == 0 else '     '} {hint_line}".rstrip())
+            out.append(f"{indent}# {label if number == 0 else indent_next} {hint_line}".rstrip())
     out.append(indent + BEGIN)
     out.extend(region)
     out.append(indent + END)
@@ -165,7 +179,7 @@ def solution_source(name: str, hints: dict[str, str | Hint] | None = None, lang:
     hints = {key: hint_text(value, lang) for key, value in (hints or {}).items()}
     lines, node = _reference_node(name)
     if isinstance(node, ast.FunctionDef):
-        return "\n".join(_function_lines(lines, node, hints.get(name)))
+        return "\n".join(_function_lines(lines, node, hints.get(name), lang))
     # a class: keep everything outside the methods, hide each method body
     out: list[str] = []
     cursor = node.lineno - 1
@@ -173,7 +187,7 @@ def solution_source(name: str, hints: dict[str, str | Hint] | None = None, lang:
         if isinstance(item, ast.FunctionDef):
             start = (item.decorator_list[0].lineno if item.decorator_list else item.lineno) - 1
             out.extend(lines[cursor:start])
-            out.extend(_function_lines(lines, item, hints.get(f"{name}.{item.name}")))
+            out.extend(_function_lines(lines, item, hints.get(f"{name}.{item.name}"), lang))
             cursor = item.end_lineno
     out.extend(lines[cursor : node.end_lineno])
     return "\n".join(out)

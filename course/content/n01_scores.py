@@ -4,11 +4,16 @@ from course.cells import check, demo, graded_cell, md, setup, solution
 NAME = "01_scores"
 
 HINTS = {
-    "make_projections": "nn.Linear(in_features, out_features, bias=...) is one projection; you need three separate ones.",
-    "project_qkv": "each projection is a module: call it on x.",
-    "scaled_scores": "d_k is the size of the last axis of Q. Swap only the last two axes of K,\nso that 3-D and 4-D inputs both work.",
-    "attention_weights": "which axis of scores [..., S_q, S_k] indexes the keys?",
-    "attend": "one batched matrix product.",
+    "make_projections": ("nn.Linear(in_features, out_features, bias=...) is one projection; you need three separate ones.",
+                         "一个 nn.Linear(in_features, out_features, bias=...) 就是一个投影；你需要三个彼此独立的投影。"),
+    "project_qkv": ("each projection is a module: call it on x.",
+                    "每个投影都是一个模块：直接用它作用在 x 上。"),
+    "scaled_scores": ("d_k is the size of the last axis of Q. Swap only the last two axes of K,\nso that 3-D and 4-D inputs both work.",
+                      "d_k 是 Q 最后一个维度的大小。只交换 K 的最后两个维度，\n这样三维和四维输入都能正确处理。"),
+    "attention_weights": ("which axis of scores [..., S_q, S_k] indexes the keys?",
+                          "scores [..., S_q, S_k] 的哪个维度对应键？"),
+    "attend": ("one batched matrix product.",
+               "一次批量矩阵乘法。"),
 }
 
 
@@ -40,8 +45,147 @@ def cells():
 
         Conventions of the whole course: batch first, `x` is `[B, S, d_model]`; per-head tensors are
         `[B, H, S, head_dim]`.
+        """, r"""
+        # 01 · 查询、键、值与缩放点积分数
+
+        自注意力让序列中的每个位置根据序列本身的内容，自己决定应该从哪些其他位置读取信息。本 notebook 搭建它的核心：
+
+        $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V$$
+
+        你将编写五个小函数，分成两个评分部分：
+
+        | 评分部分 | 函数 | 作用 |
+        |---|---|---|
+        | `qkv_projection` | `make_projections`, `project_qkv` | 把每个 token 变成一个查询、一个键和一个值 |
+        | `scaled_scores` | `scaled_scores`, `attention_weights`, `attend` | 用查询和键做比较、归一化，再对值加权求和 |
+
+        **这些 notebook 怎么用。** 标为 *solution* 的单元格里给出了函数签名和写明张量形状的 docstring；把其中的 `raise NotImplementedError(...)` 换成你的代码。每个这样的单元格后面都有一个锁定的单元格，运行一项快速的可见检查（基本要求满足时显示 ✓）。评分单元格由课程的隐藏自动评分器打分，它会跑多得多的用例。每个 solution 单元格请写成完整的 `def` / `class` 定义：自动评分器只拿这些单元格，再加上 `math`、`torch`、`nn` 和 `F`（即下面 setup 单元格里的导入），其他一概不带。还什么都没写的时候，*Run All* 也能跑通：需要一个你尚未实现的函数的检查或演示，只会打印一行说明。
+
+        整门课的约定：批次维在最前，`x` 的形状是 `[B, S, d_model]`；按头拆分后的张量是 `[B, H, S, head_dim]`。
         """),
         setup(),
+        md(r"""
+        ### Glossary
+
+        The seed article this course grew from is written in Chinese, and the course has a Chinese edition
+        (the assignment `self_attention_zh`). The terms both use, with the symbols and names of the code:
+
+        | 中文 | English | symbol / code |
+        |---|---|---|
+        | 查询 / 键 / 值 | query / key / value | `Q`, `K`, `V` (one token: `q`, `k`, `v`) |
+        | 投影 | projection | `W_q`, `W_k`, `W_v`, output projection `W_o` |
+        | 注意力分数 | attention score | `scores` $= Q K^\top / \sqrt{d_k}$, `[..., S_q, S_k]` |
+        | 注意力权重 | attention weights | `weights = softmax(scores, dim=-1)` |
+        | 缩放点积注意力 | scaled dot-product attention | $\mathrm{softmax}(Q K^\top / \sqrt{d_k})\, V$, `F.scaled_dot_product_attention` (SDPA) |
+        | 批次 / 批大小 | batch / batch size | `B` |
+        | 序列长度 | sequence length | `S` (queries `S_q`, keys `S_k`) |
+        | 模型维度、键维度、值维度 | model width, key width, value width | `d_model`, `d_k`, `d_v` |
+        | 张量形状 | tensor shape | `x.shape`, e.g. `[B, S, d_model]` |
+        | 维度 | dimension / axis | `dim=-1` |
+        | 广播 | broadcasting | `mask[:, None, :]` |
+        | 掩码 | mask | boolean, `True` = keep (this course) |
+        | 填充掩码 | padding mask | `mask` `[B, S]`; `key_padding_mask` in `nn.MultiheadAttention` |
+        | 因果掩码 | causal mask | `[S, S]`, key `j <= query i`; `is_causal=True` |
+        | 多头注意力 / 头 | multi-head attention / head | `H` heads of width `head_dim = d_model // H` |
+        | 交叉注意力 | cross-attention | `S_q != S_k` |
+        | 残差连接 | residual connection | `x + attn(x)` |
+        | 分块 | chunk | `chunk_size` |
+        | 显存 / 内存 | GPU memory / CPU memory | `attention_matrix_bytes` |
+        | 可见检查 / 隐藏检查 | visible check / hidden check | `check_...(...)` cells / the autograder |
+        | 自动评分器、评分部分、分 | autograder, graded part, points | `graded_part("...")` cells |
+        """, r"""
+        ### 术语表
+
+        本课程源自一篇中文文章，课程本身也有中文版（作业 `self_attention_zh`）。下表列出两版共用的术语，以及代码里对应的符号和名字：
+
+        | 中文 | English | 符号 / 代码 |
+        |---|---|---|
+        | 查询 / 键 / 值 | query / key / value | `Q`、`K`、`V`（单个 token：`q`、`k`、`v`） |
+        | 投影 | projection | `W_q`、`W_k`、`W_v`，输出投影 `W_o` |
+        | 注意力分数 | attention score | `scores` $= Q K^\top / \sqrt{d_k}$，`[..., S_q, S_k]` |
+        | 注意力权重 | attention weights | `weights = softmax(scores, dim=-1)` |
+        | 缩放点积注意力 | scaled dot-product attention | $\mathrm{softmax}(Q K^\top / \sqrt{d_k})\, V$，`F.scaled_dot_product_attention`（SDPA） |
+        | 批次 / 批大小 | batch / batch size | `B` |
+        | 序列长度 | sequence length | `S`（查询 `S_q`，键 `S_k`） |
+        | 模型维度、键维度、值维度 | model width, key width, value width | `d_model`、`d_k`、`d_v` |
+        | 张量形状 | tensor shape | `x.shape`，例如 `[B, S, d_model]` |
+        | 维度 | dimension / axis | `dim=-1` |
+        | 广播 | broadcasting | `mask[:, None, :]` |
+        | 掩码 | mask | 布尔类型，本课程中 `True` 表示保留 |
+        | 填充掩码 | padding mask | `mask` `[B, S]`；`nn.MultiheadAttention` 中的 `key_padding_mask` |
+        | 因果掩码 | causal mask | `[S, S]`，键 `j <= 查询 i`；`is_causal=True` |
+        | 多头注意力 / 头 | multi-head attention / head | `H` 个头，每个头宽 `head_dim = d_model // H` |
+        | 交叉注意力 | cross-attention | `S_q != S_k` |
+        | 残差连接 | residual connection | `x + attn(x)` |
+        | 分块 | chunk | `chunk_size` |
+        | 显存 / 内存 | GPU memory / CPU memory | `attention_matrix_bytes` |
+        | 可见检查 / 隐藏检查 | visible check / hidden check | `check_...(...)` 单元格 / 自动评分器 |
+        | 自动评分器、评分部分、分 | autograder, graded part, points | `graded_part("...")` 单元格 |
+        """),
+        md(r"""
+        ### Where the seed article's sections are taught
+
+        The seed article (in Chinese) has five chapters. Each section, by number and title, and where this
+        course teaches it (notebook, section):
+
+        | § | seed section | taught in |
+        |---|---|---|
+        | 1.1 | 从"找重点"到"自己找重点" (from being told what matters to finding it) | 01 §1 |
+        | 1.2 | Q、K、V 三个角色怎么理解 (the three roles) | 01 §2 |
+        | 1.3 | 为什么这套机制能成为主流 (why it won) | 01 §1 |
+        | 2.1 | 缩放点积注意力的完整过程 (the whole computation) | 01: the formula above, §3–§5 |
+        | 2.2 | 缩放因子为什么是 sqrt(d_k) (why the scale) | 01 §3 |
+        | 2.3 | Softmax 为什么作用在最后一个维度 (why the last axis) | 01 §4 |
+        | 2.4 | Mask 的两种基本类型 (the two kinds of mask) | 02: introduction and §3 |
+        | 3.1 | 输入形状与初始参数 (input shapes and settings) | 01: the shape table after `qkv_projection`, §6 |
+        | 3.2 | 初始化三个投影层 (three projections) | 01: `make_projections` |
+        | 3.3 | 一次性计算 Q、K、V (Q, K, V at once) | 01: `project_qkv` |
+        | 3.4 | 计算注意力分数 (the scores) | 01 §3: `scaled_scores` |
+        | 3.5 | Mask 怎么写（以 Padding Mask 为例） (writing a padding mask) | 02 §2: `apply_padding_mask`. **Corrected:** the seed's mask view `[B, 1, 1, S]` on single-head scores `[B, S, S]` broadcasts silently to `[B, B, S, S]`; 02 §2 shows it and uses `[B, 1, S]` |
+        | 3.6 | Softmax 与注意力输出 (softmax and output) | 01 §4–§5: `attention_weights`, `attend` |
+        | 3.7 | 封装成完整模块 (a complete module) | 03 §1: `SelfAttention` |
+        | 3.8 | 用内置接口验证手写版本 (checking against the built-in module) | 03 §2–§3: `to_official`, `parity_error`. **Corrected:** the seed copies the weights with `in_proj_weight.view(3, d, d).copy_(...)` of the three weights concatenated along dim 0, and that line raises a RuntimeError; 03 §2 runs it and explains the broadcasting rule of `copy_` |
+        | 4.1 | 从输入到输出的维度变化全梳理 (every shape, input to output) | 01 §6, 03 §1, 04 §2 (the shape tables) |
+        | 4.2 | 多头实现时最容易踩的维度坑 (multi-head shape traps) | 04 §1–§2 |
+        | 4.3 | 官方接口里两种 Mask 的区别 (the built-in module's two masks) | 02 §1 |
+        | 4.4 | 数值稳定性与显存控制 (numerical stability and memory) | 02 introduction (`-inf`, float16), 05 |
+        | 5.1 | 症状一：训练 Loss 完全不下降 (the loss does not move) | 01 §3, §7 |
+        | 5.2 | 症状二：Shape 报错永远找不到源头 (shape errors) | 01 §7, 04 §4 |
+        | 5.3 | 症状三：注意力权重看起来都差不多 (uniform-looking weights) | 01 §7, 02 §5, 03 §1 (dropout) |
+        | 5.4 | 症状四：和内置实现输出差异巨大 (far from the built-in module) | 03 §3, §5 |
+        | 5.5 | 工程实践中的一点体会 (a note from practice: look at the weights) | 03 §4 |
+        """, r"""
+        ### 原文各节在课程中的位置
+
+        本课程的起点是一篇中文文章，共五章。下表按编号和标题列出每一节，以及本课程在哪里讲授它（notebook 与小节）：
+
+        | § | 原文小节 | 课程中的位置 |
+        |---|---|---|
+        | 1.1 | 从"找重点"到"自己找重点" | 01 §1 |
+        | 1.2 | Q、K、V 三个角色怎么理解 | 01 §2 |
+        | 1.3 | 为什么这套机制能成为主流 | 01 §1 |
+        | 2.1 | 缩放点积注意力的完整过程 | 01：上面的公式，§3–§5 |
+        | 2.2 | 缩放因子为什么是 sqrt(d_k) | 01 §3 |
+        | 2.3 | Softmax 为什么作用在最后一个维度 | 01 §4 |
+        | 2.4 | Mask 的两种基本类型 | 02：开头与 §3 |
+        | 3.1 | 输入形状与初始参数 | 01：`qkv_projection` 之后的形状表，§6 |
+        | 3.2 | 初始化三个投影层 | 01：`make_projections` |
+        | 3.3 | 一次性计算 Q、K、V | 01：`project_qkv` |
+        | 3.4 | 计算注意力分数 | 01 §3：`scaled_scores` |
+        | 3.5 | Mask 怎么写（以 Padding Mask 为例） | 02 §2：`apply_padding_mask`。**订正：** 原文把多头用的掩码视图 `[B, 1, 1, S]` 用在单头分数 `[B, S, S]` 上，会被悄悄广播成 `[B, B, S, S]`；02 §2 演示了这个问题，并改用 `[B, 1, S]` |
+        | 3.6 | Softmax 与注意力输出 | 01 §4–§5：`attention_weights`、`attend` |
+        | 3.7 | 封装成完整模块 | 03 §1：`SelfAttention` |
+        | 3.8 | 用内置接口验证手写版本 | 03 §2–§3：`to_official`、`parity_error`。**订正：** 原文用 `in_proj_weight.view(3, d, d).copy_(...)` 复制沿 dim 0 拼接的三个权重，这一行会抛出 RuntimeError；03 §2 运行了这一行，并讲解 `copy_` 的广播规则 |
+        | 4.1 | 从输入到输出的维度变化全梳理 | 01 §6、03 §1、04 §2（各张形状表） |
+        | 4.2 | 多头实现时最容易踩的维度坑 | 04 §1–§2 |
+        | 4.3 | 官方接口里两种 Mask 的区别 | 02 §1 |
+        | 4.4 | 数值稳定性与显存控制 | 02 开头（`-inf`、float16），05 |
+        | 5.1 | 症状一：训练 Loss 完全不下降 | 01 §3、§7 |
+        | 5.2 | 症状二：Shape 报错永远找不到源头 | 01 §7、04 §4 |
+        | 5.3 | 症状三：注意力权重看起来都差不多 | 01 §7、02 §5、03 §1（dropout） |
+        | 5.4 | 症状四：和内置实现输出差异巨大 | 03 §3、§5 |
+        | 5.5 | 工程实践中的一点体会 | 03 §4 |
+        """),
         md(r"""
         ## 1. Why attention: one step to any position
 
@@ -59,6 +203,17 @@ def cells():
         The experiment: how strongly does the output at the last position depend on a token `d`
         positions earlier? We measure the size of the gradient for a random recurrent cell (the loop
         makes the one-after-another steps visible) and for one random attention layer.
+        """, r"""
+        ## 1. 为什么要注意力：一步到达任意位置
+
+        在注意力出现之前，序列模型大多是*循环*的（RNN、LSTM）：位置 `t` 的状态由位置 `t - 1` 的状态算出。这带来两个后果：
+
+        - token 0 的信息要经过 `S - 1` 步才能到达位置 `S - 1`，而每一步都可能让它衰减；
+        - 这些步骤只能一个接一个地执行，因为每一步都依赖上一步。
+
+        自注意力让每个位置**一步之内直接**读取其他所有位置，并且用矩阵乘法一次算出所有位置，而并行硬件正是为矩阵乘法而生的。代价是一张 `S x S` 的分数表（notebook 05 专门处理它）。
+
+        实验：最后一个位置的输出，对 `d` 个位置之前的某个 token 依赖有多强？我们分别对一个随机的循环单元（用循环把逐步计算写出来）和一个随机的注意力层，测量梯度的大小。
         """),
         demo("""
         torch.manual_seed(0)
@@ -121,6 +276,26 @@ def cells():
 
         The cell below checks these statements on one sequence of 16 tokens (2-D tensors, so the
         plain `.T` transpose is safe here).
+        """, r"""
+        循环单元那一列随距离增大下降了好几个数量级；注意力那一列随 token 的内容上下起伏，但和距离没有趋势关系：63 个位置之前的 token 和紧挨着的邻居一样，都只差一步。
+
+        ## 2. 每个 token 的三种角色
+
+        想想搜索引擎。你输入一个**查询**（query）；每篇文档都有一条索引，也就是它的**键**（key）；你真正读到的是文档的内容，也就是它的**值**（value）。注意力的工作方式一样，只有一点不同：匹配不是非中即否。每个键都会和查询算出一个相似度分数，结果是所有值的*加权平均*。
+
+        在*自*注意力中，查询、键和值都来自同一个序列 `x`，它们是同一组向量的三个线性映射：
+
+        $$Q = x W_q^\top,\quad K = x W_k^\top,\quad V = x W_v^\top$$
+
+        为什么要三个独立的权重矩阵？一个 token 需要用不同的方式描述*它在找什么*（查询）、*它能提供什么*（键）以及 *被选中时交出什么*（值）。如果查询和键共用一个矩阵，每个 token 的查询就等于它的键，分数矩阵就变成**对称**的：token `i` 给 token `j` 打的分正好等于 `j` 给 `i` 打的分，注意力因此无法表达单向关系（比如一个词在找它的主语，而主语并不同样程度地回看它）。此时每个 token 与自己的分数是 $|q_i|^2$，永远非负，而且常常（但并不总是）是所在行中最大的。
+
+        **偏置。** 本课程的投影和原文一样不带偏置。偏置会起什么作用？有偏置时，一个分数是
+
+        $$(q_i + b_q)\cdot(k_j + b_k) = q_i\cdot k_j + q_i\cdot b_k + b_q\cdot k_j + b_q\cdot b_k .$$
+
+        softmax 是在键 `j` 上做的，对同一行所有键都相同的项会在 softmax 中抵消：也就是 $q_i\cdot b_k$ 和 $b_q\cdot b_k$。而 $b_q\cdot k_j$ 随键而变，**不会**抵消：它给每个查询都加上了对某些键的同一种偏好。所以只给键加偏置，注意力权重不变；给查询加偏置，权重就会改变。PyTorch 的 `nn.MultiheadAttention` 默认带偏置（`bias=True`）。
+
+        下面的单元格在一个 16 个 token 的序列上验证这些说法（这里是二维张量，所以直接用 `.T` 转置是安全的）。
         """),
         demo("""
         torch.manual_seed(0)
@@ -146,6 +321,8 @@ def cells():
         """),
         md(r"""
         `d_k` (queries and keys) must be shared so the dot product exists; `d_v` may differ.
+        """, r"""
+        `d_k`（查询和键的维度）必须相同，点积才有定义；`d_v` 可以不同。
         """),
         solution("make_projections", HINTS),
         check("check_make_projections(make_projections)", "check_make_projections"),
@@ -160,6 +337,14 @@ def cells():
         | `x` | `[2, 4, 16]` | 2 sequences, 4 tokens, 16 features |
         | `Q`, `K` | `[2, 4, 8]` | one query and one key per token |
         | `V` | `[2, 4, 6]` | one value per token |
+        """, r"""
+        一个批次包含两个序列、每个序列四个 token，且 `d_model = 16`、`d_k = 8`、`d_v = 6` 时的张量形状：
+
+        | 张量 | 形状 | 含义 |
+        |---|---|---|
+        | `x` | `[2, 4, 16]` | 2 个序列，4 个 token，16 个特征 |
+        | `Q`, `K` | `[2, 4, 8]` | 每个 token 一个查询、一个键 |
+        | `V` | `[2, 4, 6]` | 每个 token 一个值 |
         """),
         demo("""
         # Your projections on a small batch.
@@ -187,6 +372,14 @@ def cells():
         slows down. Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever the width.
         The experiment below measures all three: the variance, the largest weight and the size of the
         gradient that flows back through the softmax.
+        """, r"""
+        ## 3. 分数：每个查询对每个键
+
+        查询 `i` 对键 `j` 的分数就是二者向量的点积。所有配对一起算就是一次矩阵乘法 `Q @ K^T`，其中 `K` 在**最后两个**维度上转置：`K` 是 `[..., S_k, d_k]`，`K^T` 是 `[..., d_k, S_k]`，乘积是 `[..., S_q, S_k]`：第 `i` 行是查询 `i` 对所有键的分数。如果写成 `K.T`，会把*所有*维度（包括批次和头）都反转过来，只有二维张量时才碰巧正确。
+
+        ### 为什么要除以 $\sqrt{d_k}$？
+
+        如果 `q` 和 `k` 的各个分量相互独立、均值为 0、方差为 1，它们的点积就是 `d_k` 个这样的乘积之和，方差为 `d_k`：原始分数的典型大小按 $\sqrt{d_k}$ 增长。分数太大会让 softmax 饱和：几乎全部权重都落在一个键上，其他键接近 0，经过 softmax 回传的梯度也随之变小，训练就慢下来。除以 $\sqrt{d_k}$ 能让方差回到 1，与宽度无关。下面的实验把三者都测出来：方差、最大的权重，以及经过 softmax 回传的梯度大小。
         """),
         demo("""
         # Variance of raw dot products grows with d_k; the softmax saturates unless we scale.
@@ -216,6 +409,8 @@ def cells():
         stays near 1 and the weights and gradients stay the same whatever the width. (Some code
         multiplies by `d_k ** -0.5` instead of dividing by `math.sqrt(d_k)`: the same up to rounding, as
         the last line shows.)
+        """, r"""
+        原始方差跟着 `d_k` 走；`d_k` 越大，不缩放的 softmax 就把越来越多的权重交给一个键，传到分数上的梯度也越来越小。缩放之后，方差保持在 1 附近，权重和梯度也不随宽度变化。（有些代码用乘以 `d_k ** -0.5` 代替除以 `math.sqrt(d_k)`：两者只差舍入误差，最后一行就说明了这一点。）
         """),
         solution("scaled_scores", HINTS),
         check("check_scaled_scores(scaled_scores)", "check_scaled_scores"),
@@ -230,6 +425,12 @@ def cells():
         A wrong axis does not raise any error; it silently normalises over the *queries* instead. Each key
         then distributes weight over the queries, and the rows (what each query reads) no longer sum to 1.
         The demo shows what that looks like.
+        """, r"""
+        ## 4. 在键上做 softmax
+
+        对固定的一个查询，它在所有键上的权重必须构成一个概率分布：非负且和为 1。键是 `[..., S_q, S_k]` 的**最后一个**维度，所以 softmax 在 `dim=-1` 上做。用 `-1` 而不是正数下标：这样同一段代码对 `[B, S, S]` 和 `[B, H, S, S]` 都适用。
+
+        维度选错不会报任何错；它只是悄悄地改成在*查询*上归一化。于是每个键把权重分配给各个查询，而各行（每个查询读到的内容）的和不再是 1。下面的演示展示了这是什么样子。
         """),
         demo("""
         scores = torch.randn(1, 3, 5)  # 3 queries, 5 keys
@@ -248,6 +449,10 @@ def cells():
         $\sum_j w_{ij} v_j$: again one matrix product, giving `[..., S_q, d_v]`. If `d_v` differs from
         `d_model`, a final output projection (notebook 03) maps it back, so that the result can be added
         to the input in a residual connection.
+        """, r"""
+        ## 5. 对值加权求和
+
+        权重是 `[..., S_q, S_k]`，值是 `[..., S_k, d_v]`，查询 `i` 的输出就是 $\sum_j w_{ij} v_j$：又是一次矩阵乘法，结果为 `[..., S_q, d_v]`。如果 `d_v` 与 `d_model` 不同，最后还有一个输出投影（notebook 03）把它映射回去，这样结果才能在残差连接中与输入相加。
         """),
         solution("attend", HINTS),
         check("check_attend(attend)", "check_attend"),
@@ -261,6 +466,10 @@ def cells():
         queries, and the encoder's output for the source sentence provides the keys and values. Your
         three functions already allow it, because nothing in them asks `S_q` to equal `S_k`: the scores
         are `[B, S_q, S_k]`, one row per token that asks, one column per token that is read.
+        """, r"""
+        ### 自注意力与交叉注意力
+
+        到目前为止，`Q`、`K` 和 `V` 都取自同一个序列 `x`：这就是*自*注意力。在*交叉*注意力中，查询来自一个序列，键和值来自另一个序列。翻译模型是典型例子：解码器在写目标句子时发出查询，编码器对源句子的输出提供键和值。你写的三个函数已经支持这种用法，因为其中没有任何地方要求 `S_q` 等于 `S_k`：分数是 `[B, S_q, S_k]`，每个提问的 token 一行，每个被读取的 token 一列。
         """),
         demo("""
         with uses_your_code():
@@ -287,6 +496,19 @@ def cells():
         | output | `weights @ V` | `[2, 4, 16]` |
 
         The heatmap shows the weights of the first sequence: row `i` is what query `i` reads.
+        """, r"""
+        ## 6. 完整流程，再画一张图
+
+        | 步骤 | 张量 | 形状（`B=2, S=4, d_model=16, d_k=d_v=16`） |
+        |---|---|---|
+        | 输入 | `x` | `[2, 4, 16]` |
+        | 投影 | `Q`, `K`, `V` | 各为 `[2, 4, 16]` |
+        | 转置后的键 | `K.transpose(-2, -1)` | `[2, 16, 4]` |
+        | 分数 | `Q K^T / sqrt(d_k)` | `[2, 4, 4]` |
+        | 权重 | `softmax(scores, dim=-1)` | `[2, 4, 4]`，每行和为 1 |
+        | 输出 | `weights @ V` | `[2, 4, 16]` |
+
+        热力图显示第一个序列的注意力权重：第 `i` 行是查询 `i` 读取的内容。
         """),
         demo("""
         import matplotlib.pyplot as plt
@@ -322,5 +544,23 @@ def cells():
           first step, often means the $1/\sqrt{d_k}$ is missing.
         - **`K.T` on a batch.** Use `K.transpose(-2, -1)` (or `K.mT`); `.T` reverses every axis. On
           `[B, S, d_k]` keys it usually raises a size mismatch; the visible check names it.
+        """, r"""
+        ## 7. 常见陷阱与调试方法
+
+        - **先打印张量形状。** 在看具体数值之前，先打印 `Q`、`K`、`V`、分数和权重的形状，并和上面的表格对照。形状一旦出错，后面所有数字都没有意义。
+        - **均匀测试。** 查询和键全为 0 时，每个分数都是 0，所以每个权重必须恰好是 `1 / S_k`。如果不是，说明 softmax 的维度或掩码写错了。
+        - **每行和为 1。** `weights.sum(-1)` 必须全为 1（允许舍入误差）；softmax 维度选错会破坏这一点，却不会报任何错。
+        - **忘了缩放。** 训练纹丝不动、从第一步起权重就接近 one-hot，往往意味着漏掉了 $1/\sqrt{d_k}$。
+        - **对批次用 `K.T`。** 请用 `K.transpose(-2, -1)`（或 `K.mT`）；`.T` 会反转所有维度。对 `[B, S, d_k]` 的键，它通常会报尺寸不匹配的错误；可见检查会点明这一点。
         """),
     ]
+
+
+# The Chinese docstrings of the solution cells (the build puts them in the Chinese edition).
+DOCSTRINGS_ZH = {
+    "make_projections": "三个相互独立、不带偏置的投影：W_q、W_k：d_model -> d_k，W_v：d_model -> d_v。",
+    "project_qkv": "输入 x [B, S, d_model] -> 查询 Q [B, S, d_k]，键 K [B, S, d_k]，值 V [B, S, d_v]。",
+    "scaled_scores": "Q [..., S_q, d_k]，K [..., S_k, d_k] -> 分数 scores [..., S_q, S_k] = Q K^T / sqrt(d_k)。",
+    "attention_weights": "在键所在的维度（最后一个维度）上做 softmax：每一行的和为 1。",
+    "attend": "权重 weights [..., S_q, S_k] 乘以 V [..., S_k, d_v] -> 输出 out [..., S_q, d_v]。",
+}

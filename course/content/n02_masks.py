@@ -4,11 +4,16 @@ from course.cells import check, demo, graded_cell, md, setup, solution
 NAME = "02_masks"
 
 HINTS = {
-    "padding_mask": "compare a row of positions 0..seq_len-1 with a column of lengths; broadcasting does the rest.",
-    "causal_mask": "torch.tril / torch.triu keep the lower / upper triangle of a matrix.",
-    "apply_padding_mask": "give the mask singleton axes so that its key axis lines up with the last axis of scores\n"
-    "(3-D and 4-D scores); masked_fill writes a value where its boolean argument is True.",
-    "apply_causal_mask": "the forbidden places (key j > query i) form the strict upper triangle of the last two axes.",
+    "padding_mask": ("compare a row of positions 0..seq_len-1 with a column of lengths; broadcasting does the rest.",
+                     "用一行位置 0..seq_len-1 和一列长度做比较；剩下的交给广播。"),
+    "causal_mask": ("torch.tril / torch.triu keep the lower / upper triangle of a matrix.",
+                    "torch.tril / torch.triu 分别保留矩阵的下三角 / 上三角。"),
+    "apply_padding_mask": ("give the mask singleton axes so that its key axis lines up with the last axis of scores\n"
+                           "(3-D and 4-D scores); masked_fill writes a value where its boolean argument is True.",
+                           "给掩码插入大小为 1 的维度，使它的键维度与 scores 的最后一个维度对齐\n"
+                           "（三维和四维的 scores 都要处理）；masked_fill 在布尔参数为 True 的位置写入给定的值。"),
+    "apply_causal_mask": ("the forbidden places (key j > query i) form the strict upper triangle of the last two axes.",
+                          "被禁止的位置（键 j > 查询 i）构成最后两个维度上的严格上三角。"),
 }
 
 
@@ -35,6 +40,17 @@ def cells():
 
         Part `masks` (four functions): `padding_mask`, `causal_mask`, `apply_padding_mask`,
         `apply_causal_mask`.
+        """, r"""
+        # 02 · 掩码：填充与因果
+
+        有两种情况需要对某些查询屏蔽某些键：
+
+        1. **填充。** 一个批次中的序列长度不同；短的序列在末尾用占位 token 补齐（右填充）。这些填充 token 没有任何含义，任何查询都不应该读取它们。
+        2. **因果性。** 预测第 `t` 个 token 的解码器不能偷看 `t` 之后的 token。查询 `i` 只能读取 `j <= i` 的键（*前瞻*掩码，也叫*因果*掩码）。
+
+        两者的做法相同：在 softmax **之前**把被禁止的分数设为 `-inf`。因为 $e^{-\infty} = 0$，这些键的权重恰好为 0，其余权重之和仍然是 1。在 softmax *之后*再把权重置 0 会破坏归一化。有些代码用 `-1e9` 这样很大的负数代替 `-inf`：在 float32 下权重完全一样，但在 float16 张量上用 `-1e9` 调用 `masked_fill` 会报错，因为 float16 表示不了这个数（它能表示的最小有限值是 -65504）。`-inf` 在所有浮点类型中都存在。下面的单元格演示了以上所有内容。
+
+        评分部分 `masks`（四个函数）：`padding_mask`、`causal_mask`、`apply_padding_mask`、`apply_causal_mask`。
         """),
         setup(),
         demo("""
@@ -67,6 +83,19 @@ def cells():
         So ours and SDPA's agree (after reshaping), while `key_padding_mask` is the negation of ours.
         Mixing them up does not raise an error: the model silently reads the padding and ignores the words.
         Masks are booleans (`torch.bool`): `masked_fill` refuses a mask of 0/1 integers.
+        """, r"""
+        ## 1. 三种布尔约定，放在一起比较
+
+        布尔掩码既可以表示"保留"，也可以表示"屏蔽"，而 PyTorch 两种都在用：
+
+        | 谁 | 参数 | 形状 | `True` 表示 |
+        |---|---|---|---|
+        | **本课程** | `mask` | `[B, S]` | 真实 token：**保留** |
+        | `nn.MultiheadAttention` | `key_padding_mask` | `[B, S]` | 填充：**忽略** |
+        | `nn.MultiheadAttention` | `attn_mask`，布尔型 | `[S_q, S_k]` 或 `[B * H, S_q, S_k]` | **屏蔽**（浮点型：加到分数上） |
+        | `F.scaled_dot_product_attention` | `attn_mask`，布尔型 | 可广播到 `[B, H, S_q, S_k]` | **可以关注** |
+
+        所以我们的约定和 SDPA 的一致（调整形状之后），而 `key_padding_mask` 正好是我们的取反。混用不会报错：模型会悄悄地去读填充，反而忽略真正的词。掩码是布尔类型（`torch.bool`）：`masked_fill` 不接受由 0/1 整数构成的掩码。
         """),
         demo("""
         ours = torch.tensor([[True, True, True, False, False],  # lengths 3 and 5: sequence 0 has 2 pad tokens
@@ -93,6 +122,13 @@ def cells():
         message about a 2-D `attn_mask` that says nothing about padding. With `B == S` it is silently
         taken as an `[S_q, S_k]` mask: row `b` of the padding mask now blocks keys of *query* `b` in every
         sequence.
+        """, r"""
+        `nn.MultiheadAttention` 有**两个**作用不同的掩码，原文也提醒过不要混用：
+
+        - `key_padding_mask`，`[B, S_k]`：*每个序列*中哪些键是填充（True = 忽略）；
+        - `attn_mask`：哪些（查询，键）*配对*被屏蔽，可以是对所有序列都相同的 `[S_q, S_k]`（例如因果掩码，或任何固定模式），也可以按序列和头分别给出，形状为 `[B * H, S_q, S_k]`。布尔型 `attn_mask` 中 True = **屏蔽**，与 SDPA 的含义相反；浮点型 `attn_mask` 会被**加到**分数上，所以 `-inf` 表示屏蔽，`0` 表示允许。
+
+        陷阱在于把 `[B, S]` 的填充掩码当作 `attn_mask` 传进去。当 `B != S` 时会报错，报错信息说的是二维 `attn_mask`，对填充只字未提。当 `B == S` 时，它会被悄悄当成 `[S_q, S_k]` 的掩码：填充掩码的第 `b` 行现在会在每个序列中屏蔽 *查询* `b` 的键。
         """),
         demo("""
         torch.manual_seed(0)
@@ -141,6 +177,17 @@ def cells():
         the right, `[B, 1, 1, S]` against `[B, S, S]` becomes `[B, B, S, S]`: every sequence's scores are
         masked with *every* sequence's mask. `masked_fill` raises no error; it just returns a bigger
         tensor, and the bug surfaces much later, or not at all when `B = 1`.
+        """, r"""
+        ## 2. 把 `[B, S]` 掩码广播到分数上
+
+        填充掩码标记的是**键**，也就是分数的最后一个维度。要把它和分数逐元素对应，PyTorch 会做广播：形状*从右边*对齐，大小为 1 的维度被拉伸。所以掩码需要在批次维和键维*之间*插入大小为 1 的维度：
+
+        | 分数 | 掩码视图 | 广播结果 |
+        |---|---|---|
+        | `[B, S_q, S_k]`（单头） | `mask[:, None, :]` → `[B, 1, S_k]` | `[B, S_q, S_k]` |
+        | `[B, H, S_q, S_k]`（多头） | `mask[:, None, None, :]` → `[B, 1, 1, S_k]` | `[B, H, S_q, S_k]` |
+
+        `None` 的个数取决于分数有几个维度。一个经典 bug（很多教程里都有）是把多头用的视图 `[B, 1, 1, S]` 用在单头分数 `[B, S, S]` 上。从右对齐后，`[B, 1, 1, S]` 与 `[B, S, S]` 广播成 `[B, B, S, S]`：每个序列的分数都被*每一个*序列的掩码屏蔽了一遍。`masked_fill` 不会报错，只是返回一个更大的张量，bug 要很久以后才暴露出来，而 `B = 1` 时则根本不会暴露。
         """),
         demo("""
         B, S = 2, 4
@@ -161,6 +208,8 @@ def cells():
         touches. `F.scaled_dot_product_attention` treats such a row differently: in the run below
         (PyTorch's CPU kernels) it returns zeros for it. No NaN, but still a query that read nothing;
         do not count on either behaviour, and keep at least one key per row.
+        """, r"""
+        另一个经典错误是把新维度加在了错误的一侧：`mask[:, :, None]` 是 `[B, S, 1]`，它屏蔽的是**查询**（整行），而不是键。一整行都是 `-inf` 时没有任何有效元素，手写的 softmax 对这一行会得到 `0/0 = NaN`，并传染给它接触到的一切。`F.scaled_dot_product_attention` 对这种行的处理不同：在下面的运行中（PyTorch 的 CPU 内核）它对这一行返回全零。没有 NaN，但这个查询仍然什么都没读到；两种行为都不要依赖，要保证每一行至少保留一个键。
         """),
         demo("""
         torch.manual_seed(0)
@@ -192,6 +241,20 @@ def cells():
         An `[S, S]` mask broadcasts against `[B, S, S]` and `[B, H, S, S]` with no reshaping, because it
         lines up with the last two axes. Every row keeps at least the diagonal, so causal masking never
         produces an all-`-inf` row; neither does padding here, since every length is at least 1.
+        """, r"""
+        ## 3. 因果掩码
+
+        `S = 4` 时，允许的配对（键 `j <= 查询 i`）构成下三角：
+
+        ```
+                 key 0  key 1  key 2  key 3
+        query 0    ✓      ·      ·      ·
+        query 1    ✓      ✓      ·      ·
+        query 2    ✓      ✓      ✓      ·
+        query 3    ✓      ✓      ✓      ✓
+        ```
+
+        `[S, S]` 的掩码不需要任何变形就能与 `[B, S, S]` 和 `[B, H, S, S]` 广播，因为它与最后两个维度对齐。每一行至少保留对角线，所以因果掩码永远不会产生全为 `-inf` 的行；这里的填充也不会，因为每个长度都至少为 1。
         """),
         solution("causal_mask", HINTS),
         check("check_causal_mask(causal_mask)", "check_causal_mask"),
@@ -204,6 +267,10 @@ def cells():
         Three heatmaps of the same scores (one sequence of length 6 padded to 8): plain, with padding, and
         with padding plus causality. Padded keys (the two right-most columns) get weight 0; with the causal
         mask, everything above the diagonal is 0 too.
+        """, r"""
+        ## 4. 掩码对权重做了什么
+
+        同一组分数的三张热力图（一个长度为 6 的序列，填充到 8）：不加掩码、加填充掩码、加填充掩码再加因果掩码。被填充的键（最右边两列）权重为 0；加上因果掩码后，对角线以上的部分也全为 0。
         """),
         demo("""
         import matplotlib.pyplot as plt
@@ -240,5 +307,23 @@ def cells():
           `torch.bool`.
         - **Padding mask as `attn_mask`** in `nn.MultiheadAttention`: it raises when `B != S` and is
           silently wrong when `B == S`; padding goes to `key_padding_mask`.
+        """, r"""
+        ## 5. 常见陷阱与调试方法
+
+        - **约定混淆。** 如果权重在*填充*上看起来很均匀、在真实 token 上却为 0，说明掩码取反了。对一个短序列打印一行权重看看。
+        - **悄无声息的广播。** 加掩码之后，断言 `masked.shape == scores.shape`。
+        - **NaN 行。** 输出中出现 NaN，通常意味着有一行的所有键都被屏蔽了（手写 softmax 的情况；上面 SDPA 给出的是零）。
+        - **原地操作。** `masked_fill_`（带下划线）会覆盖输入；`masked_fill` 返回新张量。覆盖掉别处还在使用的分数，会导致令人困惑的 bug。
+        - **整数掩码。** 由 0/1 整数构成的掩码必须先转成布尔类型（`mask.bool()` 或 `mask == 0`）再交给 `masked_fill`，否则它会报错（见第 1 节）；本课程始终使用 `torch.bool`。
+        - **在 `nn.MultiheadAttention` 中把填充掩码当作 `attn_mask`**：`B != S` 时报错，`B == S` 时悄悄出错；填充应该交给 `key_padding_mask`。
         """),
     ]
+
+
+# The Chinese docstrings of the solution cells (the build puts them in the Chinese edition).
+DOCSTRINGS_ZH = {
+    "padding_mask": "lengths [B] -> BoolTensor [B, seq_len]，位置 < 长度（真实 token）处为 True。",
+    "causal_mask": "BoolTensor [S, S]，键 j <= 查询 i（过去和当前）处为 True。",
+    "apply_padding_mask": "scores [B, S_q, S_k] 或 [B, H, S_q, S_k]，mask [B, S_k] -> 形状不变，被填充的键处为 -inf。",
+    "apply_causal_mask": "凡是键 j > 查询 i 的位置都设为 -inf；前面有多少个维度都适用。",
+}

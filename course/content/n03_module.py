@@ -4,13 +4,20 @@ from course.cells import check, demo, graded_cell, md, setup, solution
 NAME = "03_module"
 
 HINTS = {
-    "SelfAttention.__init__": "d_k and d_v default to d_model; four bias-free nn.Linear layers and one nn.Dropout.",
-    "SelfAttention.forward": "project, score, mask (padding mask [B, S] -> [B, 1, S]; causal [S, S]),\n"
-    "softmax over the keys, dropout on the weights, weighted sum of V, then W_o.",
-    "to_official": "in_proj_weight holds the q, k, v weights stacked along dim 0. Copy under torch.no_grad()\n"
-    "and zero both biases.",
-    "parity_error": "compare both modules in eval mode without gradients, convert the mask to key_padding_mask's\n"
-    "convention, and put the custom module back in the mode it was in.",
+    "SelfAttention.__init__": ("d_k and d_v default to d_model; four bias-free nn.Linear layers and one nn.Dropout.",
+                               "d_k 和 d_v 默认等于 d_model；四个不带偏置的 nn.Linear 层和一个 nn.Dropout。"),
+    "SelfAttention.forward": ("project, score, mask (padding mask [B, S] -> [B, 1, S]; causal [S, S]),\n"
+                              "softmax over the keys, dropout on the weights, weighted sum of V, then W_o.",
+                              "投影、算分数、加掩码（填充掩码 [B, S] -> [B, 1, S]；因果掩码 [S, S]），\n"
+                              "在键上做 softmax，对权重做 dropout，对 V 加权求和，最后经过 W_o。"),
+    "to_official": ("in_proj_weight holds the q, k, v weights stacked along dim 0. Copy under torch.no_grad()\n"
+                    "and zero both biases.",
+                    "in_proj_weight 把 q、k、v 的权重沿 dim 0 堆叠在一起。在 torch.no_grad() 下复制，\n"
+                    "并把两个偏置都置零。"),
+    "parity_error": ("compare both modules in eval mode without gradients, convert the mask to key_padding_mask's\n"
+                     "convention, and put the custom module back in the mode it was in.",
+                     "在 eval 模式下、不计算梯度地比较两个模块，把掩码转换成 key_padding_mask 的约定，\n"
+                     "最后把自定义模块恢复到原来的模式。"),
 }
 
 
@@ -31,6 +38,17 @@ def cells():
         Each notebook stands alone: write the module from scratch here (you may reuse your code from the
         earlier notebooks by copying it *into* the class; the grader only sees this notebook's solution
         cells).
+        """, r"""
+        # 03 · 可复用的 `SelfAttention` 模块，并与 PyTorch 对照
+
+        notebook 01 和 02 中零散的函数在这里合成一个 `nn.Module`，也就是 Transformer 块内部使用的形式。然后我们确认它和 PyTorch 自带的 `nn.MultiheadAttention` 计算的是*同一个东西*：把我们的权重复制进去，再比较输出。
+
+        | 评分部分 | 你要写的内容 |
+        |---|---|
+        | `module` | `class SelfAttention(nn.Module)` |
+        | `official_parity` | `to_official(custom)`, `parity_error(custom, x, mask=None)` |
+
+        每个 notebook 都是独立的：请在这里从头写这个模块（可以把前面 notebook 中你写的代码复制*进*类里复用；评分器只看本 notebook 的 solution 单元格）。
         """),
         setup(),
         md(r"""
@@ -57,6 +75,23 @@ def cells():
 
         *Why `W_o`?* It maps `d_v` back to `d_model`, so the output can be added to the input (residual
         connection), and with several heads it mixes them (notebook 04).
+        """, r"""
+        ## 1. 前向计算，一步一步来
+
+        `SelfAttention(d_model, d_k=None, d_v=None, dropout=0.1)` 拥有 `W_q`、`W_k`、`W_v`（不带偏置，`d_model -> d_k / d_k / d_v`）、一个输出投影 `W_o`（`d_v -> d_model`）和一个 `nn.Dropout`。`forward(x, mask=None, causal=False)`：
+
+        | 步骤 | 计算 | 形状 |
+        |---|---|---|
+        | 1 | `Q, K, V = W_q(x), W_k(x), W_v(x)` | `[B, S, d_k]`, `[B, S, d_k]`, `[B, S, d_v]` |
+        | 2 | 分数 `Q K^T / sqrt(d_k)` | `[B, S, S]` |
+        | 3 | 填充：被填充的键处为 `-inf`，掩码视作 `[B, 1, S]` | `[B, S, S]` |
+        | 3' | 因果（若 `causal=True`）：键 > 查询处为 `-inf` | `[B, S, S]` |
+        | 4 | 在键上做 softmax，然后**对权重做 dropout** | `[B, S, S]` |
+        | 5 | 权重 `@ V`，再经过 `W_o` | `[B, S, d_v]` → `[B, S, d_model]` |
+
+        *为什么对权重做 dropout？* 训练时随机把注意力权重置零，可以防止模型依赖位置之间少数几条固定的连接。`nn.Dropout(p)` 只在 `train()` 模式下生效：它以概率 `p` 把每个权重置零，并把保留下来的乘以 `1 / (1 - p)`，所以训练时一行权重之和不再恰好为 1（这是预期行为）；`p` 越大，每一步训练看到的权重噪声越大。原文建议取 0.1 到 0.2。
+
+        *为什么要 `W_o`？* 它把 `d_v` 映射回 `d_model`，使输出能与输入相加（残差连接）；有多个头时，它还负责把各个头混合起来（notebook 04）。
         """),
         demo("""
         torch.manual_seed(0)
@@ -105,6 +140,25 @@ def cells():
         The cell below prints the two shapes the seed's line puts together, and the rule at work on two
         small cases. Which source shape would the `[3, d, d]` view accept, and which one would
         `in_proj_weight` itself accept? That is the heart of `to_official`.
+        """, r"""
+        ## 2. 把我们的权重复制到 `nn.MultiheadAttention`
+
+        `nn.MultiheadAttention(embed_dim, num_heads, ...)` 存放参数的方式不同：
+
+        | 我们的 | 官方的 | 形状 |
+        |---|---|---|
+        | `W_q.weight`, `W_k.weight`, `W_v.weight` | `in_proj_weight`（各行依次是 q、k、v） | `[3 * d_model, d_model]` |
+        | （无偏置） | `in_proj_bias` | `[3 * d_model]`，置零 |
+        | `W_o.weight` | `out_proj.weight` | `[d_model, d_model]` |
+        | （无偏置） | `out_proj.bias` | `[d_model]`，置零 |
+
+        它要求 `d_k == d_v == d_model`（单头时它没有单独的宽度设置），并且有三个陷阱：
+
+        - `batch_first` 默认为 **False**：不设 `batch_first=True`，它会把 `[B, S, d]` 当作 `[S, B, d]` 读取，把序列和位置搞混；
+        - 它的 `key_padding_mask` 中 True = **忽略**（我们的是 True = 保留）；
+        - 它返回一个元组 `(output, weights)`；`need_weights=False` 时不计算权重。
+
+        原文用 `in_proj_weight.view(3, d, d).copy_(cat)` 复制堆叠起来的权重，而这一行会报错。`dst.copy_(src)` 把 `src` 逐元素写入 `dst`；只有当 `src` 能*广播*到 `dst` 的形状（从右对齐，大小为 1 的维度被拉伸）时，`src` 才可以更小。下面的单元格打印出原文这一行拼到一起的两个形状，并在两个小例子上演示这条规则。`[3, d, d]` 视图能接受什么形状的源？`in_proj_weight` 本身又能接受什么形状？这正是 `to_official` 的关键。
         """),
         demo("""
         d = 16
@@ -144,6 +198,12 @@ def cells():
         module with itself, or builds the "official" module from the same code it is meant to test: it
         returns 0 whatever the bug. Below, the same parity check is run on deliberately broken modules:
         each must give a large error. Run this kind of experiment whenever you write a test.
+        """, r"""
+        ## 3. 一致性检查必须有可能失败
+
+        `parity_error(custom, x, mask)` 在同一个输入上运行两个模块，处于 eval 模式（没有 dropout）且不计算梯度，掩码转换成 `key_padding_mask` 的约定，然后返回最大的绝对差。对一个正确的模块，这个差值与 float32 的舍入步长同一量级（`torch.finfo(torch.float32).eps`，约 `1.2e-7`）：两个模块以不同的顺序把同样的数相加。PyTorch 自己的模块在它的两条代码路径之间也相差这么多（`need_weights=False` 时走融合内核）；下面的演示把两者都打印出来。
+
+        一个检查只有在*能够*说"不"的时候才有价值。一种诱人却无用的检查是拿模块和它自己比较，或者用被测代码本身去构造"官方"模块：无论有什么 bug，它都返回 0。下面把同一个一致性检查用在故意写坏的模块上：每个都必须给出很大的误差。每当你写测试时，都做一下这类实验。
         """),
         solution("parity_error", HINTS),
         check("check_parity_error(parity_error, SelfAttention)", "check_parity_error"),
@@ -199,6 +259,15 @@ def cells():
         To see the weights without changing your module, the cell registers a *forward hook* on
         `attn.dropout`: PyTorch calls it with the module's input on every call, and the input of the
         dropout is exactly the weights after the softmax (step 4 of the table in section 1).
+        """, r"""
+        ## 4. 训练后的注意力在看什么？
+
+        原文最后给出了一条值得照做的建议：在真实输入上打印注意力权重，看看每个位置读的是哪里。随机权重什么也看不出来（下面第一张图）；训练过的模型就不一样了。下面在两个玩具任务上各训练一个很小的模型，每个训练 150 个小步（单元格会打印出花了多长时间）。两个模型都是在 token 嵌入加位置嵌入之后接你的 `SelfAttention`，再接一个线性读出层，为每个位置预测一个 token：
+
+        - **reverse（反转）**：把输入序列倒过来输出，所以位置 `i` 需要 token `S - 1 - i`；
+        - **previous token（前一个 token）**，使用 `causal=True`：位置 `i` 输出位置 `i - 1` 上的 token。
+
+        为了在不修改你的模块的前提下看到权重，单元格在 `attn.dropout` 上注册了一个 *forward hook*：每次调用时 PyTorch 都会把该模块的输入传给它，而 dropout 的输入恰好就是 softmax 之后的权重（第 1 节表格中的第 4 步）。
         """),
         demo("""
         import time
@@ -294,5 +363,28 @@ def cells():
 
         A difference of a few float32 rounding steps (`1e-7` to `1e-6`) is rounding. Anything above `1e-4`
         is a bug.
+        """, r"""
+        反转任务表现为反对角线（查询 `i` 读取键 `S - 1 - i`），前一个 token 任务表现为紧贴对角线下方的那条线，而 `causal=True` 允许这条线。没有任何东西告诉模型该看哪里；读出层只看到了损失。这就是原文所说的检查模型是否"看对了地方"：在真实模型上，挑一个你知道答案的输入，看看权重是否落在证据上。
+
+        ## 5. 常见陷阱与调试方法
+
+        当你的模块和官方模块结果不一致时，按以下顺序检查：
+
+        1. 设置了 `batch_first=True` 吗？（否则序列和位置会互换。）
+        2. 掩码约定：`key_padding_mask = ~mask`。
+        3. 偏置置零了吗（`in_proj_bias`、`out_proj.bias`）？
+        4. 两者都处于 `eval()` 模式吗？dropout 会让每次调用的结果都不同。
+        5. 你的模块里的缩放 `1/sqrt(d_k)` 和 `dim=-1` 上的 softmax。
+
+        几个 float32 舍入步长的差异（`1e-7` 到 `1e-6`）属于舍入误差。超过 `1e-4` 的都是 bug。
         """),
     ]
+
+
+# The Chinese docstrings of the solution cells (the build puts them in the Chinese edition).
+DOCSTRINGS_ZH = {
+    "SelfAttention": "带输出投影的单头自注意力。",
+    "SelfAttention.forward": "x [B, S, d_model]，mask [B, S]（True = 真实 token）-> [B, S, d_model]。",
+    "to_official": "一个带有 `custom` 权重的 nn.MultiheadAttention（单头，batch_first）。",
+    "parity_error": "|custom(x, mask) - official(x)| 的最大值，掩码转换为 key_padding_mask。",
+}

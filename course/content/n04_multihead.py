@@ -4,12 +4,18 @@ from course.cells import check, demo, graded_cell, md, setup, solution
 NAME = "04_multihead"
 
 HINTS = {
-    "split_heads": "view each token's features as [H, head_dim] first, then bring the head axis forward.",
-    "merge_heads": "undo split_heads in reverse order. After a transpose the memory is no longer in order:\n"
-    "view may refuse, reshape copies when it must.",
-    "MultiHeadSelfAttention.__init__": "reject a d_model that num_heads does not divide; one nn.Linear for q, k and v together.",
-    "MultiHeadSelfAttention.forward": "cut the projection into q, k, v (in that order), split each into heads, scale by\n"
-    "sqrt(head_dim); a [B, S] padding mask becomes [B, 1, 1, S]; merge the heads before W_o.",
+    "split_heads": ("view each token's features as [H, head_dim] first, then bring the head axis forward.",
+                    "先把每个 token 的特征 view 成 [H, head_dim]，再把头的维度移到前面。"),
+    "merge_heads": ("undo split_heads in reverse order. After a transpose the memory is no longer in order:\n"
+                    "view may refuse, reshape copies when it must.",
+                    "按相反的顺序撤销 split_heads。转置之后内存不再按顺序排列：\n"
+                    "view 可能会拒绝，reshape 在必要时会复制。"),
+    "MultiHeadSelfAttention.__init__": ("reject a d_model that num_heads does not divide; one nn.Linear for q, k and v together.",
+                                        "num_heads 不能整除 d_model 时要拒绝；q、k、v 共用一个 nn.Linear。"),
+    "MultiHeadSelfAttention.forward": ("cut the projection into q, k, v (in that order), split each into heads, scale by\n"
+                                       "sqrt(head_dim); a [B, S] padding mask becomes [B, 1, 1, S]; merge the heads before W_o.",
+                                       "把投影结果按 q、k、v 的顺序切开，各自拆分成多个头，用 sqrt(head_dim) 缩放；\n"
+                                       "[B, S] 的填充掩码变成 [B, 1, 1, S]；在 W_o 之前合并各个头。"),
 }
 
 
@@ -38,6 +44,19 @@ def cells():
         `FlopCounterMode` counts the matrix products) and the shape of the per-head weights it returns.
 
         Part `multihead`: `split_heads`, `merge_heads`, `class MultiHeadSelfAttention`.
+        """, r"""
+        # 04 · 多头自注意力
+
+        每个查询一个注意力分布，只是一种"看法"。多头注意力让 `H` 个注意力并排运行。输入和以前一样只投影一次，得到宽度为 `d_model` 的查询、键和值；然后把每个**投影后**的查询、键和值的 `d_model` 个特征切成 `H` 块，每块 `head_dim = d_model // H`，第 `h` 个头只用第 `h` 块做注意力。每个头计算自己的权重，所以一个头可以追踪位置之间的一种关系，另一个头追踪另一种（notebook 03 展示了单个头学会单一模式）。
+
+        和一个宽度为 `d_model` 的单头相比，代价是什么？
+
+        - **计算量：相同。** 投影是同样的矩阵。一个头的分数需要 `S x S x head_dim` 次乘加，`H` 个头需要 `S x S x d_model` 次，与一个宽的单头完全一样。
+        - **权重占用的内存：多 `H` 倍。** 每个头都有自己的一张 `[S, S]` 权重表，所以权重张量是 `[B, H, S, S]`，而不是 `[B, S, S]`。这就是 notebook 05 中的 `B * H * S^2`。
+
+        下面的单元格用 PyTorch 自带的 `nn.MultiheadAttention` 测量这两点：它的 FLOP 数（PyTorch 的 `FlopCounterMode` 统计矩阵乘法），以及它返回的按头划分的权重的形状。
+
+        评分部分 `multihead`：`split_heads`、`merge_heads`、`class MultiHeadSelfAttention`。
         """),
         setup(),
         demo("""
@@ -78,6 +97,24 @@ def cells():
 
         The grid below labels every number `t<token>f<feature>` and shows what each head receives all
         three ways.
+        """, r"""
+        ## 1. 拆分成多个头：先 view，再 permute
+
+        `x` 是 `[B, S, d_model]`。在内存中，先是 token 0 的特征，然后是 token 1 的，依此类推。我们想要 `[B, H, S, head_dim]`，其中 token `s` 的第 `h` 个头存放该 token 的第 `h * head_dim ... (h + 1) * head_dim - 1` 个特征。
+
+        | 步骤 | 代码 | 形状 |
+        |---|---|---|
+        | 把每个 token 的特征切成 H 块 | `x.view(B, S, H, head_dim)` | `[B, S, H, head_dim]` |
+        | 把头的维度移到 token 前面 | `.transpose(1, 2)`（或 `.permute(0, 2, 1, 3)`） | `[B, H, S, head_dim]` |
+
+        `view` 从不移动数据：它只是用新的形状重新解释同一块连续内存。把最后一个维度切成 `[H, head_dim]`，每一块都留在同一个 token 内部，这正是我们想要的。
+
+        有两条捷径能得到正确的形状、错误的头，而且不报错：
+
+        - **完全不转置**，`x.view(B, H, S, head_dim)`：很常见。它把每个序列的内存切成 `H` 段连续的片段，于是第 0 个头拿到的是 token 0 的前一部分特征，然后是 token 0 的其余部分，依此类推，而不是每个 token 的第 0 块特征；
+        - **先 permute**，变成 `[B, d_model, S]`，再 view 成 `[B, H, S, head_dim]`：这样 view 会把属于*不同 token* 的数重新组合在一起。
+
+        下面的网格用 `t<token>f<feature>` 标记每个数，展示三种做法下每个头分别拿到了什么。
         """),
         demo("""
         B, S, d_model, H = 1, 3, 8, 2
@@ -130,6 +167,10 @@ def cells():
         Merging is the inverse: transpose `[B, H, S, head_dim]` back to `[B, S, H, head_dim]` and flatten
         the last two axes. After a transpose the tensor is not *contiguous* (its memory order no longer
         matches its shape), so `view` raises; `reshape` (or `.contiguous().view(...)`) works:
+        """, r"""
+        在左图中，一个头的每一行只包含来自同一个 token 的数。在中间的图中，第 0 个头只包含 token 0 和 1，第 1 个头只包含 token 2 和 3。在右图中，各行混合了不同的 token：第 0 个头的"token 0"是由 token 0 到 3 的碎片拼成的。
+
+        合并是拆分的逆过程：把 `[B, H, S, head_dim]` 转置回 `[B, S, H, head_dim]`，再把最后两个维度展平。转置之后张量不再是 *连续的*（它的内存顺序与形状不再对应），所以 `view` 会报错；`reshape`（或 `.contiguous().view(...)`）可以：
         """),
         demo("""
         heads = torch.randn(2, 4, 3, 5)  # [B, H, S, head_dim]
@@ -165,6 +206,22 @@ def cells():
 
         Note the scale: each head's dot products have `head_dim` terms, so the scale is
         $1/\sqrt{\text{head\_dim}}$, not $1/\sqrt{d_\text{model}}$.
+        """, r"""
+        ## 2. 模块
+
+        `MultiHeadSelfAttention(d_model, num_heads, dropout=0.0)` 用一个投影 `W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)` 同时得到查询、键和值：一次矩阵乘法代替三次，数值完全相同。它的输出各行按 q、k、v 排列，与 `nn.MultiheadAttention.in_proj_weight` 的布局相同，所以权重可以原样复制过去。
+
+        | 步骤 | 形状（`B=2, S=5, d_model=16, H=4, head_dim=4`） |
+        |---|---|
+        | `W_qkv(x)` | `[2, 5, 48]` |
+        | 沿最后一个维度切成 q、k、v | 三个 `[2, 5, 16]` |
+        | `split_heads` | 三个 `[2, 4, 5, 4]` |
+        | 分数 `Q K^T / sqrt(head_dim)` | `[2, 4, 5, 5]` |
+        | 填充掩码 `[B, S]` 视作 `[B, 1, 1, S]`；因果掩码 `[S, S]` | 广播到 `[2, 4, 5, 5]` |
+        | 在键上做 softmax、dropout、`@ V` | `[2, 4, 5, 4]` |
+        | `merge_heads`，再经过 `W_o` | `[2, 5, 16]` |
+
+        注意缩放因子：每个头的点积有 `head_dim` 项，所以缩放是 $1/\sqrt{\text{head\_dim}}$，而不是 $1/\sqrt{d_\text{model}}$。
         """),
         solution("MultiHeadSelfAttention", HINTS),
         check("check_multihead(MultiHeadSelfAttention)", "check_multihead"),
@@ -175,6 +232,10 @@ def cells():
         Because `W_qkv.weight` has the layout of `in_proj_weight`, parity needs no reshuffling. The
         official module can also return the weights of every head (`average_attn_weights=False`): the
         heatmaps show that the four heads look at the sequence differently.
+        """, r"""
+        ## 3. 与 `nn.MultiheadAttention` 数值一致，逐个头对照
+
+        因为 `W_qkv.weight` 的布局与 `in_proj_weight` 相同，对齐时不需要重新排列。官方模块还可以返回每个头的权重（`average_attn_weights=False`）：热力图显示四个头看序列的方式各不相同。
         """),
         demo("""
         import matplotlib.pyplot as plt
@@ -213,5 +274,22 @@ def cells():
           use `reshape`.
         - **Mask shape**: single-head scores need `[B, 1, S]`, multi-head scores `[B, 1, 1, S]`.
         - **Scale**: `sqrt(head_dim)`, not `sqrt(d_model)`.
+        """, r"""
+        ## 4. 常见陷阱与调试方法
+
+        - **`The size of tensor a (16) must match the size of tensor b (8) at non-singleton dimension 3`**：几乎总是拆分/合并出了问题。在每次 `view`、`transpose` 和 `reshape` 之后打印形状，并在每行旁边用注释写下预期的形状。
+        - **头错了却不报错**：不转置直接 `x.view(B, H, S, head_dim)`，或者先 permute 再 view。像可见检查那样用 `torch.arange` 作为输入测试 `split_heads`，并检查 `merge_heads(split_heads(x, H)) == x`。
+        - **`view size is not compatible with input tensor's size and stride`**：在转置之后用了 `view`；改用 `reshape`。
+        - **掩码形状**：单头分数需要 `[B, 1, S]`，多头分数需要 `[B, 1, 1, S]`。
+        - **缩放**：`sqrt(head_dim)`，而不是 `sqrt(d_model)`。
         """),
     ]
+
+
+# The Chinese docstrings of the solution cells (the build puts them in the Chinese edition).
+DOCSTRINGS_ZH = {
+    "split_heads": "[B, S, d_model] -> [B, H, S, head_dim]：先 view，再把头的维度移到前面。",
+    "merge_heads": "[B, H, S, head_dim] -> [B, S, H * head_dim]：split_heads 的逆操作。",
+    "MultiHeadSelfAttention": "H 个宽度为 head_dim = d_model // H 的头，并行计算。",
+    "MultiHeadSelfAttention.forward": "x [B, S, d_model]，mask [B, S]（True = 真实 token）-> [B, S, d_model]。",
+}

@@ -4,11 +4,16 @@ from course.cells import check, demo, graded_cell, md, setup, solution
 NAME = "05_long_sequence"
 
 HINTS = {
-    "attention_matrix_bytes": "B * H * S * S elements; an empty tensor of the given dtype knows its element size.",
-    "sdpa_attention": "SDPA's boolean attn_mask means 'may attend'. Without a padding mask, is_causal=causal keeps the\n"
-    "fast kernels available; with one, fold padding ([B, 1, 1, S]) and causality ([S, S]) into one boolean mask.",
-    "chunked_attention": "loop over blocks of queries; every block still needs all the keys. For causality compare\n"
-    "absolute positions (block start + row), not positions inside the block.",
+    "attention_matrix_bytes": ("B * H * S * S elements; an empty tensor of the given dtype knows its element size.",
+                               "共 B * H * S * S 个元素；一个给定 dtype 的空张量知道自己每个元素的字节数。"),
+    "sdpa_attention": ("SDPA's boolean attn_mask means 'may attend'. Without a padding mask, is_causal=causal keeps the\n"
+                       "fast kernels available; with one, fold padding ([B, 1, 1, S]) and causality ([S, S]) into one boolean mask.",
+                       "SDPA 的布尔 attn_mask 表示'可以关注'。没有填充掩码时，用 is_causal=causal 可以保留快速内核；\n"
+                       "有填充掩码时，把填充（[B, 1, 1, S]）和因果性（[S, S]）合成一个布尔掩码。"),
+    "chunked_attention": ("loop over blocks of queries; every block still needs all the keys. For causality compare\n"
+                          "absolute positions (block start + row), not positions inside the block.",
+                          "按查询块循环；每个块仍然需要所有的键。处理因果性时要比较绝对位置\n"
+                          "（块的起点 + 行号），而不是块内的位置。"),
 }
 
 
@@ -27,6 +32,15 @@ def cells():
 
         Part `long_sequence`: `attention_matrix_bytes`, `sdpa_attention`, `chunked_attention`
         (`q, k, v` are per-head tensors `[B, H, S, head_dim]`).
+        """, r"""
+        # 05 · 长序列：内存、融合内核与分块
+
+        朴素的注意力会构造完整的分数矩阵 `[B, H, S, S]`，所以它占用的内存随序列长度的**平方**增长。本 notebook 测量这堵墙，以及绕过它的两种办法：
+
+        - `F.scaled_dot_product_attention`（SDPA）：PyTorch 的融合注意力，只要条件允许，就会选用从不存储完整矩阵的内核；
+        - **分块注意力**：把查询分成若干块来处理，同一时刻只有 `[B, H, chunk, S]` 的分数存在，结果完全相同。
+
+        评分部分 `long_sequence`：`attention_matrix_bytes`、`sdpa_attention`、`chunked_attention`（`q, k, v` 是按头划分的张量 `[B, H, S, head_dim]`）。
         """),
         setup("from memory_meter import LiveMemoryMeter  # peak live CPU tensor memory (see memory_meter.py)"),
         md(r"""
@@ -41,6 +55,14 @@ def cells():
         `S = 32768` gives **32 GiB**, for one layer's scores alone (the cell after your function prints
         these). Plain attention keeps two such matrices at its peak, the scores and their softmax
         (section 4 measures it). Doubling the sequence length quadruples all of this.
+        """, r"""
+        ## 1. 分数矩阵有多大？
+
+        一个 `[B, H, S, S]` 矩阵包含 $B \cdot H \cdot S^2$ 个数，每个数占 `element_size` 字节（float32 为 4，float16 / bfloat16 为 2）：
+
+        $$\text{bytes} = B \cdot H \cdot S^2 \cdot \text{element size}$$
+
+        对 `B = 1`、`H = 16`、float16：`S = 4096` 时为 $16 \cdot 4096^2 \cdot 2$ 字节 = **512 MiB**；`S = 32768` 时为 **32 GiB**，这还只是一层的分数（你的函数之后的单元格会打印这些数）。朴素注意力在峰值时同时保留两个这样的矩阵：分数和它们的 softmax（第 4 节会测量）。序列长度翻倍，这一切都变成四倍。
         """),
         solution("attention_matrix_bytes", HINTS),
         check("check_attention_matrix_bytes(attention_matrix_bytes)", "check_attention_matrix_bytes"),
@@ -78,6 +100,21 @@ def cells():
         memory-efficient kernel, slower but still O(S) for its own work. With **both** a padding mask and
         causality, `sdpa_attention` has to fold them into one mask with a query axis, `[B, 1, S, S]`:
         that mask alone is O(S²). Section 4 measures what it costs and what avoids it.
+        """, r"""
+        ## 2. `F.scaled_dot_product_attention`
+
+        `F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False)` 对 `[B, H, S, head_dim]` 的输入计算 `softmax(q k^T / sqrt(head_dim) + mask) v`，并分派给几个后端之一：
+
+        | 后端 | 在 CUDA 上接受什么（PyTorch 文档） | 额外内存 |
+        |---|---|---|
+        | **flash** | fp16 / bf16，`is_causal`，**不接受 `attn_mask`** | 每个头 O(S)：从不存储整个矩阵 |
+        | **memory-efficient** | fp32 / fp16 / bf16，布尔型或加性 `attn_mask` | 自身工作为 O(S)；你传入的掩码另算 |
+        | **cuDNN** | 较新的 NVIDIA GPU（如 H100/H200）上的 fp16 / bf16；掩码支持取决于版本 | O(S) |
+        | **math** | 任何输入、任何设备：作为参考的兜底实现 | O(S²)：整个矩阵，和手写代码一样；在 fp16 / bf16 下默认用 float32 计算 |
+
+        在 CPU 上有一个 CPU 版的"flash"内核（它确实接受布尔掩码）和 math 后端；第 4 节会测量这两者。你可以用上下文管理器 `torch.nn.attention.sdpa_kernel` 限定可选的后端；如果允许的后端都不接受这些输入，SDPA 会报错，而不是悄悄回退。
+
+        **掩码约定。** 布尔型 `attn_mask` 表示*可以关注*，与我们的填充掩码含义相同，但它必须能广播到 `[B, H, S_q, S_k]`：`[B, S]` 的掩码变成 `[B, 1, 1, S]`，只有 `B x S` 个布尔值。对于没有填充的因果性，优先用 `is_causal=True`，而不是显式的 `[S, S]` 掩码：完全不需要掩码张量，而且在 GPU 上 flash 内核仍然可用。在 GPU 上，*任何* `attn_mask`（例如 `[B, 1, 1, S]` 的填充掩码）都会排除 flash，SDPA 会回退到 memory-efficient 内核，更慢，但自身工作仍是 O(S)。如果**同时**有填充掩码和因果性，`sdpa_attention` 必须把它们合成一个带查询维度的掩码 `[B, 1, S, S]`：这个掩码本身就是 O(S²)。第 4 节测量它的代价以及避免它的办法。
         """),
         solution("sdpa_attention", HINTS),
         check("check_sdpa_attention(sdpa_attention)", "check_sdpa_attention"),
@@ -92,6 +129,12 @@ def cells():
         maximum and sum per row and is beyond this notebook.)
 
         Careful with the causal mask: query row `r` of a block is the absolute position `start + r`.
+        """, r"""
+        ## 3. 分块注意力：结果精确，内存只占一小部分
+
+        softmax 的每一行只需要*一个*查询的所有键，不需要其他查询的任何东西。所以我们可以单独计算查询 `start:stop` 的输出：分数 `[B, H, chunk, S]`、掩码、softmax、乘以 `v`，然后把这一块写入输出。结果与朴素注意力完全相同；任何时刻每个头只有 `chunk x S` 个分数存在，而不是 `S x S`。（FlashAttention 更进一步，把键也分块，边算边合并部分 softmax；这需要为每一行维护一个运行中的最大值和总和，超出了本 notebook 的范围。）
+
+        注意因果掩码：一个块的第 `r` 行查询对应的绝对位置是 `start + r`。
         """),
         solution("chunked_attention", HINTS),
         check("check_chunked_attention(chunked_attention)", "check_chunked_attention"),
@@ -104,6 +147,10 @@ def cells():
         created inside the `with` block: the *extra* memory a function needs. We compare plain attention
         (written inline here), your chunked attention (`chunk_size=128`) and your SDPA version, over a range
         of lengths. Small sizes keep this fast; the shape of the curves is what matters.
+        """, r"""
+        ## 4. 在 CPU 上测量峰值内存
+
+        `LiveMemoryMeter`（在本 notebook 旁边的 `memory_meter.py` 中）监视每一个 PyTorch 操作，记录同一时刻存活张量的最大总大小，只统计在 `with` 块内创建的张量：也就是一个函数所需的*额外*内存。我们在一系列长度上比较朴素注意力（这里直接内联写出）、你的分块注意力（`chunk_size=128`）和你的 SDPA 版本。尺寸小一些可以跑得快；重要的是曲线的形状。
         """),
         demo("""
         import matplotlib.pyplot as plt
@@ -161,6 +208,12 @@ def cells():
         reports which ones this machine can run and what they cost, next to plain attention. On a CPU,
         expect the flash and math kernels to work and the CUDA-only ones to be refused, and the math
         backend to peak where plain attention does: in float32 it computes the same matrices.
+        """, r"""
+        S 每翻一倍，朴素注意力就增长 4 倍（双对数图上斜率为 2 的直线），峰值约为两个分数矩阵。分块注意力只线性增长：它的块是 `128 x S`。SDPA 的 CPU 内核始终接近它输出的大小。
+
+        ### 选择后端
+
+        下一个单元格每次只让 SDPA 使用一个后端，分别在有和没有布尔填充掩码的情况下运行，报告本机能运行哪些后端以及它们的代价，并与朴素注意力对比。在 CPU 上，预期 flash 和 math 内核能工作，仅限 CUDA 的内核会被拒绝，而 math 后端的峰值与朴素注意力相同：在 float32 下它计算的是同样的矩阵。
         """),
         demo("""
         import warnings
@@ -198,6 +251,10 @@ def cells():
         On a GPU the same default applies; that is why the math backend peaks above plain float16 code
         there (see the reference figures below). So if SDPA falls back to the math backend, you get none
         of the savings and, in half precision, a bigger bill.
+        """, r"""
+        ### float16 下的 math 后端
+
+        在 float16 和 bfloat16 下，math 后端比手写代码做得更多：默认情况下它会把 `q`、`k` 和 `v` 转成 float32 来计算（为了精度），再把结果转回去，所以它的分数矩阵每个数占 4 字节而不是 2 字节，峰值约为朴素 float16 代码的两倍。开关是 `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`：尽管名字里有 `cuda`，下面的单元格表明，在这个版本的 PyTorch 中它同样控制 CPU。在 GPU 上也是同样的默认设置；这就是为什么在 GPU 上 math 后端的峰值高于朴素 float16 代码（见下面的参考数据）。所以如果 SDPA 回退到 math 后端，你得不到任何节省，而且在半精度下开销更大。
         """),
         demo("""
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -244,6 +301,15 @@ def cells():
         - **nested tensors**: a batch whose sequences keep their own lengths (`layout=torch.jagged`), so
           there is no padding to mask: the cell runs SDPA on a batch of lengths 5 and 3 with no mask at
           all.
+        """, r"""
+        ### 填充与因果同时存在：一个 O(S²) 的掩码
+
+        有填充掩码*并且* `causal=True` 时，`sdpa_attention` 会把两者合成一个布尔掩码 `[B, 1, S, S]`（提示里这样说，练习也需要这样做）。与 `[B, 1, 1, S]` 不同，它有查询维度，所以包含 `B x S^2` 个布尔值，每个占一个字节：在任何内核运行之前就已经占用 O(S²) 内存，无论内核本身需要多少。在 CPU 上，SDPA 还会把布尔掩码转换成同样形状的浮点掩码。下面第一个单元格测量了这一点，以及你的 `sdpa_attention`；这两个单元格展示了四种绕开它的办法：
+
+        - **一次只用一种掩码**：只用填充掩码 `[B, 1, 1, S]`，或只用 `is_causal=True`，不需要掩码张量；
+        - **右填充加因果性**：真实的查询 `i`（`i < length`）只能看到 `j <= i` 的键，而这些键都是真实的，所以单独的 `is_causal=True` 就已经对所有真实查询屏蔽了每一个被填充的键。只有被填充的查询所在的行会不同，而模型会丢弃这些行。（练习中的 `sdpa_attention` 必须在*每一*行上都与朴素注意力相等，所以它要合并掩码。）
+        - **`torch.nn.attention.flex_attention`** 用一条规则 `mask_mod(b, h, q, k)` 描述掩码，并把它存成*块掩码*：对每个 128 x 128 的（查询，键）配对块，记录它是空的、满的还是部分的。存储的块掩码很小；在这里不用 `torch.compile` 构建它时，仍然要对每一对计算一次规则（内存计量器显示了这一点）。要在*运行*时不构造完整矩阵，flex attention 本身必须用 `torch.compile` 编译，本 notebook 没有这样做（下面打印出的 PyTorch 自己的警告也这么说）；
+        - **嵌套张量**：一个批次中的序列各自保留自己的长度（`layout=torch.jagged`），所以根本没有需要屏蔽的填充：单元格在长度为 5 和 3 的批次上不加任何掩码运行 SDPA。
         """),
         demo("""
         torch.manual_seed(0)
@@ -327,6 +393,19 @@ def cells():
 
         The same notes give 37 GiB for SDPA's math backend at `S = 16384`, more than plain float16 code.
         That fits what the CPU showed above: in float16 the math backend computes in float32.
+        """, r"""
+        ### GPU 上的参考数据（引用的，本课程尚未实测）
+
+        下面的数据来自课程的设计笔记：一块 NVIDIA H200，torch 2.11，`B = 1`，`H = 16`，`head_dim = 64`，float16，只有前向计算，`S = 32768`。本课程还没有复现它们。在有 CUDA 的机器上，`bash scripts/device_check.sh`（在仓库根目录运行）会通过评分器的 GPU 阶段，在 `S = 4096, 16384, 32768` 下运行朴素注意力（一份构造完整矩阵的提交）、SDPA 和分块注意力，并把实测表格写入 `device_check.md`；`docs/gpu.md` 说明了该把它放在哪里。在那之前，请把这张表当作数量级来看，它与下一个单元格的算术相符。
+
+        | 方法 | 额外峰值显存 | 时间 |
+        |---|---|---|
+        | 朴素注意力（两个 `S x S` 缓冲区） | 64 GiB | 64 ms |
+        | SDPA（flash） | 64 MiB（仅它的输出） | 9 ms |
+        | 分块，每块 1024 个查询 | 3.1 GiB | 66 ms |
+        | 带布尔填充掩码 `[B, 1, 1, S]` 的 SDPA（flash 拒绝，memory-efficient 运行） | 64 MiB | 15 ms |
+
+        同一份笔记给出 SDPA 的 math 后端在 `S = 16384` 时为 37 GiB，比朴素 float16 代码还多。这与上面 CPU 上看到的一致：在 float16 下，math 后端用 float32 计算。
         """),
         demo("""
         GiB, MiB = 2**30, 2**20
@@ -341,6 +420,10 @@ def cells():
         **float16 overflow.** The largest float16 is 65504. Raw scores of long, large vectors exceed it
         and become `inf`; a softmax over a row containing `inf` gives NaN. Scaling *before* the product
         (as SDPA does internally), computing the scores in float32, or using SDPA avoids it:
+        """, r"""
+        ## 5. 另外两个陷阱
+
+        **float16 溢出。** float16 能表示的最大数是 65504。又长又大的向量的原始分数会超过它，变成 `inf`；对含有 `inf` 的一行做 softmax 会得到 NaN。在乘积*之前*缩放（SDPA 内部就是这样做的）、用 float32 计算分数，或者直接用 SDPA，都可以避免：
         """),
         demo("""
         q = torch.full((1, 1, 2, 64), 40.0, dtype=torch.float16)  # two identical queries/keys, 64 features of 40
@@ -355,6 +438,8 @@ def cells():
         **Dropout in eval mode.** `F.scaled_dot_product_attention(..., dropout_p=p)` is a plain function:
         it knows nothing about `module.training` and drops weights whenever `p > 0`, even after
         `model.eval()`. Inside a module, pass `dropout_p=self.dropout.p if self.training else 0.0`.
+        """, r"""
+        **eval 模式下的 dropout。** `F.scaled_dot_product_attention(..., dropout_p=p)` 是一个普通函数：它对 `module.training` 一无所知，只要 `p > 0` 就会丢弃权重，即使在 `model.eval()` 之后也是如此。在模块内部，请传入 `dropout_p=self.dropout.p if self.training else 0.0`。
         """),
         demo("""
         class SdpaBlock(nn.Module):
@@ -389,5 +474,22 @@ def cells():
           lets later blocks see the future.
         - **NaN in float16**: overflowing raw scores; see above.
         - **Random outputs at evaluation**: `dropout_p` not gated by `self.training`.
+        """, r"""
+        ## 6. 常见陷阱与调试方法
+
+        - **长 S 时显存/内存不足**：先用 `attention_matrix_bytes` 估算；如果两个这样的矩阵放不下，就用 SDPA 或者对查询分块。
+        - **GPU 上 SDPA 比预期慢或占用更大**：显式掩码会排除 flash，而带查询维度的掩码（`[B, 1, S, S]`）本身就是 O(S²)。能用 `is_causal=True` 就用，并用 `sdpa_kernel(...)` 限定后端，找出实际运行的是哪一个（允许的后端都不合适时它会报错）。在 math 后端上，半精度是用 float32 计算的。
+        - **掩码含义弄反**：SDPA 的布尔掩码表示"可以关注"；`nn.MultiheadAttention` 的 `key_padding_mask` 表示"忽略"。
+        - **分块时的因果掩码**：比较绝对位置；按单个块的局部下标构造的掩码会让后面的块看到未来。
+        - **float16 下出现 NaN**：原始分数溢出；见上文。
+        - **评估时输出随机**：`dropout_p` 没有受 `self.training` 控制。
         """),
     ]
+
+
+# The Chinese docstrings of the solution cells (the build puts them in the Chinese edition).
+DOCSTRINGS_ZH = {
+    "attention_matrix_bytes": "一个 [B, H, S, S] 分数矩阵的字节数：B * H * S^2 * 每个元素的字节数。",
+    "sdpa_attention": "q, k, v [B, H, S, head_dim] -> [B, H, S, head_dim]，经由融合内核计算。",
+    "chunked_attention": "精确的注意力，每次处理 chunk_size 个查询组成的一块：同一时刻最多存在 [B, H, chunk, S] 个分数。",
+}

@@ -1,0 +1,240 @@
+"""The Chinese edition: every text of the source in both languages, the same cells and points in both
+editions, Chinese where a student reads prose, the same code everywhere else, and a release that runs.
+
+The editions' notebooks are read from the committed build (tests/test_release.py checks it has not
+drifted); the untouched Chinese release and two solved Chinese notebooks are executed once.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import types
+
+import nbformat
+import pytest
+
+from autograder import spec
+from course import build, content
+from course.cells import hint_text, md
+from course.content import generation
+from course.editions import LANG_METADATA_KEY, docstring_owners, missing_texts, with_docstrings
+
+REPO = build.REPO
+CJK = re.compile(r"[\u4e00-\u9fff]")
+MODULES = content.MODULES + generation.MODULES
+MODULE_IDS = [m.__name__.rpartition("content.")[2] for m in MODULES]
+# (English edition, Chinese edition) of each assignment.
+PAIRS = [(build.TARGET_BY_ID[a], build.TARGET_BY_ID[spec.edition_id(a, "zh")]) for a in spec.ASSIGNMENTS]
+PAIR_IDS = [en.id for en, _ in PAIRS]
+NOTEBOOKS = [(en, zh, name) for en, zh in PAIRS for name in spec.assignment(en.id).notebooks]
+NOTEBOOK_IDS = [f"{zh.id}/{name}" for _, zh, name in NOTEBOOKS]
+# The English edition's only cells with Chinese in them (notebook 01): the glossary and the seed article's map.
+BILINGUAL_CELLS = ("### Glossary", "### Where the seed article's sections are taught")
+
+
+def read(folder, name: str) -> nbformat.NotebookNode:
+    return nbformat.read(REPO / folder / f"{name}.ipynb", as_version=4)
+
+
+def grading(cell) -> dict:
+    """A cell's nbgrader metadata apart from the checksum of its text (which differs between languages)."""
+    return {k: v for k, v in cell.metadata.get("nbgrader", {}).items() if k != "checksum"}
+
+
+def without_docstrings_and_comments(source: str) -> str:
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+# --------------------------------------------------------------------------- #
+# The source: both texts, everywhere
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("module", MODULES, ids=MODULE_IDS)
+def test_every_markdown_cell_hint_and_docstring_of_the_content_has_a_chinese_text(module):
+    assert missing_texts(module, "zh") == []
+
+
+@pytest.mark.parametrize("module", MODULES, ids=MODULE_IDS)
+def test_the_chinese_texts_are_chinese_and_the_english_ones_are_not_empty(module):
+    cells = module.cells()
+    for index, cell in enumerate(cells):
+        if cell.kind == "markdown":
+            assert cell.source.strip(), f"{module.NAME} cell {index}: empty English text"
+            assert CJK.search(cell.zh or ""), f"{module.NAME} cell {index}: the Chinese text has no Chinese in it"
+    for name, hint in module.HINTS.items():
+        assert isinstance(hint, tuple) and hint_text(hint, "en").strip(), f"{module.NAME} hint {name}: no English text"
+        assert CJK.search(hint_text(hint, "zh")), f"{module.NAME} hint {name}: the Chinese text has no Chinese in it"
+    for name, text in getattr(module, "DOCSTRINGS_ZH", {}).items():
+        assert CJK.search(text), f"{module.NAME} docstring {name}: no Chinese in it"
+        assert any(name in docstring_owners(c.source) for c in cells if c.role == "solution"), (
+            f"{module.NAME}: DOCSTRINGS_ZH names {name}, which no solution cell defines")
+
+
+def test_a_missing_chinese_text_stops_the_build_with_a_line_per_missing_text():
+    module = types.ModuleType("course.content.n99_fake")
+    module.NAME = "99_fake"
+    module.HINTS = {"padding_mask": "English only"}
+    module.cells = lambda: [md("# Only English"), md("# Both", "# 两种语言都有")]
+    target = build.Target("self_attention_zh", (module,), lang="zh")
+    with pytest.raises(SystemExit) as stopped:
+        build.source_notebooks(target)
+    message = str(stopped.value)
+    assert "self_attention_zh: 2 text(s) have no zh version" in message
+    assert "course/content/n99_fake.py: markdown cell 0 ('# Only English') has no zh text" in message
+    assert "hint 'padding_mask' has no zh text" in message
+    assert "# Both" not in message
+
+
+def test_the_chinese_docstrings_replace_the_english_ones_and_a_quote_that_would_break_them_is_refused():
+    source = 'class A:\n    """One line."""\n\n    def f(self):\n        """Two\n\n        lines."""\n        return 1'
+    out = with_docstrings(source, {"A": "一行。", "A.f": "两行\n\n第二行。"})
+    tree = ast.parse(out)
+    assert ast.get_docstring(tree.body[0]) == "一行。" and ast.get_docstring(tree.body[0].body[1]) == "两行\n\n第二行。"
+    assert out.endswith("        return 1")
+    with pytest.raises(ValueError, match="A"):
+        with_docstrings(source, {"A": 'a """ quote'})
+
+
+# --------------------------------------------------------------------------- #
+# The committed editions
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("english,chinese", PAIRS, ids=PAIR_IDS)
+def test_both_editions_are_built_and_checked_for_drift_in_their_own_folders(english, chinese):
+    assert chinese.lang == "zh" and english.lang == "en"
+    assert chinese.source == build.Path("source") / chinese.id and chinese.release == build.Path("assignments") / chinese.id
+    assert chinese.solved == english.solved / "zh"
+    assert set(chinese.outputs) <= set(build.OUTPUT_DIRS) and set(english.outputs) <= set(build.OUTPUT_DIRS)
+    assert spec.split_edition(chinese.id) == (english.id, "zh")
+
+
+@pytest.mark.parametrize("english,chinese,name", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_both_editions_have_the_same_notebooks_cell_ids_grade_ids_and_points(english, chinese, name):
+    for kind in ("source", "release", "solved"):
+        en, zh = read(getattr(english, kind), name), read(getattr(chinese, kind), name)
+        assert [c.id for c in en.cells] == [c.id for c in zh.cells], f"{kind} {name}: cell ids differ"
+        assert [c.cell_type for c in en.cells] == [c.cell_type for c in zh.cells]
+        assert [grading(c) for c in en.cells] == [grading(c) for c in zh.cells], f"{kind} {name}: nbgrader metadata differ"
+    assert sorted(p.name for p in (REPO / english.release).glob("*.ipynb")) == sorted(
+        p.name for p in (REPO / chinese.release).glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("english,chinese,name", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_chinese_notebooks_say_zh_in_their_metadata_and_english_ones_say_nothing(english, chinese, name):
+    for kind in ("source", "release", "solved"):
+        assert read(getattr(chinese, kind), name).metadata[LANG_METADATA_KEY] == {"lang": "zh"}
+        assert LANG_METADATA_KEY not in read(getattr(english, kind), name).metadata
+
+
+@pytest.mark.parametrize("english,chinese,name", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_the_chinese_release_reads_chinese_and_runs_the_same_code(english, chinese, name):
+    en, zh = read(english.release, name), read(chinese.release, name)
+    for a, b in zip(en.cells, zh.cells):
+        role = a.metadata.get("nbgrader", {}).get("grade_id", "")
+        if a.cell_type == "markdown":
+            assert CJK.search(b.source), f"{name} {b.id}: no Chinese in the Chinese edition's markdown"
+            if not b.source.startswith(BILINGUAL_CELLS) and not a.source.startswith(BILINGUAL_CELLS):
+                assert not CJK.search(a.source), f"{name} {a.id}: Chinese in the English edition"
+        elif role == "setup":
+            lines = b.source.splitlines()
+            at = next(i for i, line in enumerate(lines) if line.startswith("from visible_checks import *"))
+            assert lines[at + 1].startswith('use_language("zh")')
+            assert lines[: at + 1] + lines[at + 2:] == a.source.splitlines()
+            assert "use_language" not in a.source
+        else:
+            assert without_docstrings_and_comments(a.source) == without_docstrings_and_comments(b.source), (
+                f"{name} {a.id}: the code differs between the editions")
+            if role.startswith("solution_"):
+                assert all(CJK.search(e.value.value) for e in docstring_owners(b.source).values()), (
+                    f"{name} {b.id}: a stub's docstring is not in Chinese")
+                assert ("# 提示：" in b.source) == ("# Hint:" in a.source) and "# Hint:" not in b.source
+
+
+@pytest.mark.parametrize("english,chinese", PAIRS, ids=PAIR_IDS)
+def test_the_chinese_editions_support_files_are_the_english_ones(english, chinese):
+    for folder in chinese.outputs:
+        for name in chinese.support:
+            assert (REPO / folder / name).read_bytes() == (REPO / english.release / name).read_bytes()
+
+
+def test_the_drift_check_notices_a_changed_chinese_notebook(tmp_path):
+    _, chinese = PAIRS[0]
+    for sub in chinese.outputs:
+        shutil.copytree(REPO / sub, tmp_path / sub, dirs_exist_ok=True)
+    path = tmp_path / chinese.release / "03_module.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[0].source = "# 手工改过\n"
+    nbformat.write(nb, path)
+    problems = build.diff_trees(tmp_path, REPO, (chinese,))
+    assert problems == [f"{chinese.release.as_posix()}/03_module.ipynb: differs from a fresh build"]
+
+
+# --------------------------------------------------------------------------- #
+# The Chinese release runs
+# --------------------------------------------------------------------------- #
+
+EXECUTED = [("released", name) for name in spec.assignment(spec.ASSIGNMENT).notebooks] + [("solved", "01_scores")]
+
+
+@pytest.fixture(scope="module")
+def executed(private_tmp):
+    """The untouched Chinese release (all five notebooks) and one solved Chinese notebook, run in copies."""
+    _, chinese = PAIRS[0]
+    shutil.copytree(REPO / chinese.release, private_tmp / "released")
+    shutil.copytree(REPO / chinese.solved, private_tmp / "solved")
+    paths = [private_tmp / kind / f"{name}.ipynb" for kind, name in EXECUTED]
+    results = build.execute_notebooks(paths, allow_errors=True, timeout=300)
+    return {(p.parent.name, p.stem): nb for p, nb in results.items()}
+
+
+@pytest.mark.parametrize("kind,name", EXECUTED, ids=[f"{k}/{n}" for k, n in EXECUTED])
+def test_the_chinese_notebook_runs_to_the_last_cell_without_an_error_or_stderr(executed, kind, name):
+    nb = executed[(kind, name)]
+    assert build.problems_in_outputs(nb) == []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), f"{kind} {name} stopped early"
+    if kind == "released":
+        checks = [c for c in code if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("check_")]
+        assert all("".join(o.get("text", "") for o in c.outputs).strip() for c in checks), "a check printed nothing"
+
+
+@pytest.mark.parametrize("english,chinese,name", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_the_committed_solved_chinese_notebook_holds_executed_outputs_without_errors(english, chinese, name):
+    nb = read(chinese.solved, name)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), f"{name} was committed unexecuted (run `make release`)"
+    assert build.problems_in_outputs(nb) == []
+
+
+# --------------------------------------------------------------------------- #
+# The visible checks' catalog in the Chinese release
+# --------------------------------------------------------------------------- #
+
+
+def test_the_chinese_editions_ship_the_visible_checks_catalog_compiled_from_course_locale():
+    for _, chinese in PAIRS:
+        assert chinese.catalogs == {"locale/zh_CN/LC_MESSAGES/visible_checks.mo":
+                                    REPO / "course" / "locale" / "zh_CN" / "LC_MESSAGES" / "visible_checks.po"}
+
+
+def test_a_compiled_catalog_translates_and_is_the_same_bytes_every_time(tmp_path):
+    import gettext
+
+    po = tmp_path / "visible_checks.po"
+    po.write_text('msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n"Language: zh_CN\\n"\n\n'
+                  'msgid "not implemented yet"\nmsgstr "尚未实现"\n', encoding="utf-8")
+    first, second = tmp_path / "a" / "zh_CN" / "LC_MESSAGES" / "visible_checks.mo", tmp_path / "b.mo"
+    build.compile_catalog(po, first)
+    build.compile_catalog(po, second)
+    assert first.read_bytes() == second.read_bytes()
+    catalog = gettext.translation("visible_checks", tmp_path / "a", languages=["zh_CN"])
+    assert catalog.gettext("not implemented yet") == "尚未实现"
