@@ -141,11 +141,13 @@ def cells():
         `CrossAttention(d_model, num_heads, d_context=None)` owns four bias-free layers: `W_q`
         (`d_model -> d_model`), `W_k` and `W_v` (`d_context -> d_model`; `d_context` defaults to
         `d_model`) and `W_o` (`d_model -> d_model`). `forward(x, context, context_mask=None)` follows the
-        table of section 1, with `-inf` at the padded context tokens.
+        table of section 1, with `-inf` at the padded context tokens. `F.scaled_dot_product_attention` is a
+        fair tool here; handing the work to `nn.MultiheadAttention` is not: the autograder gives this part
+        nothing for it (section 4 compares with it, outside your module).
         """, r"""
         ## 3. 模块
 
-        `CrossAttention(d_model, num_heads, d_context=None)` 有四个不带偏置的层：`W_q`（`d_model -> d_model`）、`W_k` 和 `W_v`（`d_context -> d_model`；`d_context` 默认等于 `d_model`），以及 `W_o`（`d_model -> d_model`）。`forward(x, context, context_mask=None)` 按第 1 节的表格计算，在填充的上下文 token 处填 `-inf`。
+        `CrossAttention(d_model, num_heads, d_context=None)` 有四个不带偏置的层：`W_q`（`d_model -> d_model`）、`W_k` 和 `W_v`（`d_context -> d_model`；`d_context` 默认等于 `d_model`），以及 `W_o`（`d_model -> d_model`）。`forward(x, context, context_mask=None)` 按第 1 节的表格计算，在填充的上下文 token 处填 `-inf`。这里可以用 `F.scaled_dot_product_attention`，但不能把整个计算交给 `nn.MultiheadAttention`：那样这一部分在自动评分器里得 0 分（第 4 节会在你的模块之外拿它来对比）。
         """),
         solution("CrossAttention", HINTS),
         check("check_cross_attention(CrossAttention)", "check_cross_attention"),
