@@ -43,16 +43,6 @@ __all__ = [
 ]
 
 
-_LANGUAGES = ("en", "zh")
-
-
-def use_language(lang: str) -> None:
-    """Choose the language of the checks' messages; the Chinese edition's setup cell calls use_language("zh").
-    (A placeholder that only validates the choice: the messages' catalogs come with the translated checks.)"""
-    if lang not in _LANGUAGES:
-        raise ValueError(f"use_language: unknown language {lang!r}; choose one of {', '.join(_LANGUAGES)}")
-
-
 class _NotReady(Exception):
     """Something the check needs (another of your functions) is not written yet."""
 

@@ -11,7 +11,9 @@ A graded cell holds no test: the hidden autograder scores the part. Its `graded_
   nbgrader's Execute scores the cell 0, never full marks.
 
 An assignment's visible_checks.py makes its `graded_part` with `graded_part_function`, from its
-table of check cells per part (`PART_CHECKS`, kept equal to the notebooks by tests/test_validate.py).
+table of check cells per part (`PART_CHECKS`, kept equal to the notebooks by tests/test_validate.py),
+and its gettext function `_`, so that these messages speak the language the notebook chose with
+`use_language` (they are in the visible checks' catalog, course/locale/*/LC_MESSAGES/visible_checks.po).
 """
 from __future__ import annotations
 
@@ -24,60 +26,67 @@ import textwrap
 from collections.abc import Callable
 
 
-def rerun(call: str, checks: dict, namespace: dict) -> str | None:
+def english(message: str) -> str:
+    """The gettext function of an assignment that speaks only English: the message itself."""
+    return message
+
+
+def rerun(call: str, checks: dict, namespace: dict, _: Callable[[str], str] = english) -> str | None:
     """Run one check cell's `call` (e.g. "check_attend(attend)") on the student's `namespace`.
 
-    None when the check prints its ✓ line; else why not, in one line."""
+    None when the check prints its ✓ line; else why not, in one line (in the language of `_`)."""
     node = ast.parse(call, mode="eval").body
     names = [arg.id for arg in node.args]
     missing = [name for name in names if name not in namespace]
     if missing:
-        return f"{missing[0]} is not defined: its cell raised an error (a SyntaxError?); fix it and run it again"
+        return _("{name} is not defined: its cell raised an error (a SyntaxError?); fix it and run it again").format(
+            name=missing[0])
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
             checks[node.func.id](*(namespace[name] for name in names))
     except AssertionError as exc:
-        return f"{names[0]}: {exc}"
+        return _("{name}: {reason}").format(name=names[0], reason=exc)
     except Exception as exc:  # noqa: BLE001 - the student's code raised: one line, never a crashed Validate
-        return f"{names[0]}: {type(exc).__name__}: {exc}"
+        return _("{name}: {kind}: {reason}").format(name=names[0], kind=type(exc).__name__, reason=exc)
     lines = [line for line in printed.getvalue().splitlines() if line.strip()]
     if any(line.startswith("✓") for line in lines):
         return None
-    return lines[-1] if lines else f"{names[0]}: the visible check did not pass"
+    return lines[-1] if lines else _("{name}: the visible check did not pass").format(name=names[0])
 
 
-def validate(part_id: str, calls: tuple[str, ...], checks: dict, namespace: dict) -> None:
+def validate(part_id: str, calls: tuple[str, ...], checks: dict, namespace: dict, _: Callable[[str], str] = english) -> None:
     """✓ on stdout when every call passes, else the part and each failure on stderr."""
-    problems = [why for why in (rerun(call, checks, namespace) for call in calls) if why]
+    problems = [why for why in (rerun(call, checks, namespace, _) for call in calls) if why]
     if not problems:
-        print(f"✓ {part_id}: the visible checks above pass (the hidden autograder runs many more)")
+        print(_("✓ {part}: the visible checks above pass (the hidden autograder runs many more)").format(part=part_id))
         return
-    lines = [f"{part_id}: the visible checks above do not pass yet:"]
+    lines = [_("{part}: the visible checks above do not pass yet:").format(part=part_id)]
     lines += [textwrap.fill(why, width=80, initial_indent="  - ", subsequent_indent="    ") for why in problems]
     print("\n".join(lines), file=sys.stderr)
 
 
-def graded_part_function(part_checks: dict[str, tuple[str, ...]], checks: dict, grade_command: str) -> Callable[[str], None]:
+def graded_part_function(part_checks: dict[str, tuple[str, ...]], checks: dict, grade_command: str,
+                         _: Callable[[str], str] = english) -> Callable[[str], None]:
     """The `graded_part` of an assignment: its check cells per part, the namespace of its check
-    functions, and the command that grades one notebook."""
+    functions, the command that grades one notebook, and its gettext function (called when a
+    message is printed, so that it follows use_language)."""
 
     def graded_part(part_id: str) -> None:
         """What a graded cell does (see graded_cells.py): point to the hidden autograder, or under
         nbgrader's Validate rerun the part's visible checks."""
         mode = os.environ.get("NBGRADER_EXECUTION")
         if mode == "validate":
-            validate(part_id, part_checks[part_id], checks, sys._getframe(1).f_globals)
+            validate(part_id, part_checks[part_id], checks, sys._getframe(1).f_globals, _)
             return
-        print(
-            f"Part `{part_id}` is scored by the course's hidden autograder, not by this cell.\n"
-            f"Self-learners: from the repository root run\n    {grade_command}"
-        )
+        print(_(
+            "Part `{part}` is scored by the course's hidden autograder, not by this cell.\n"
+            "Self-learners: from the repository root run\n    {command}"
+        ).format(part=part_id, command=grade_command))
         if mode == "autograde":
-            print(
-                f"{part_id}: this course must be autograded with the course's own preprocessor "
-                "(see the README); stock `nbgrader autograde` scores this cell 0.",
-                file=sys.stderr,
-            )
+            print(_(
+                "{part}: this course must be autograded with the course's own preprocessor "
+                "(see the README); stock `nbgrader autograde` scores this cell 0."
+            ).format(part=part_id), file=sys.stderr)
 
     return graded_part

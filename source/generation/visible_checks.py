@@ -36,17 +36,6 @@ __all__ = [
     "graded_part", "uses_your_code", "use_language",
 ]
 
-
-_LANGUAGES = ("en", "zh")
-
-
-def use_language(lang: str) -> None:
-    """Choose the language of the checks' messages; the Chinese edition's setup cell calls use_language("zh").
-    (A placeholder that only validates the choice: the messages' catalogs come with the translated checks.)"""
-    if lang not in _LANGUAGES:
-        raise ValueError(f"use_language: unknown language {lang!r}; choose one of {', '.join(_LANGUAGES)}")
-
-
 _HERE = os.path.abspath(__file__)
 _LIBRARIES = tuple({os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "")
                     for key in ("stdlib", "platstdlib", "purelib", "platlib")}
