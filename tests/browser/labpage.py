@@ -39,6 +39,13 @@ return {
 };
 """
 
+# The text of JupyterLab's "Error Starting Kernel" dialog, or null when none is shown.
+_KERNEL_ERROR_JS = """
+const dialog = [...document.querySelectorAll('.jp-Dialog')].find(
+  d => (d.querySelector('.jp-Dialog-header')?.textContent || '').includes('Error Starting Kernel'));
+return dialog ? dialog.textContent : null;
+"""
+
 # Whether the kernel of the notebook in view is idle with nothing queued: cheap enough to poll.
 _IDLE_JS = """
 const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
@@ -98,8 +105,16 @@ class LabPage:
             last = condition()
             if last:
                 return last
+            self.fail_on_kernel_error(what)
             time.sleep(poll)
         raise Timeout(f"{what}: not after {timeout:.0f} s (last seen: {str(self.state())[:600]})")
+
+    def fail_on_kernel_error(self, what: str) -> None:
+        """Stop waiting at once when JupyterLab shows "Error Starting Kernel" (a broken kernelspec, say): the
+        kernel will never become idle, and the dialog's text says why."""
+        dialog = self.driver.execute_script(_KERNEL_ERROR_JS)
+        if dialog:
+            raise Timeout(f"{what}: JupyterLab could not start the kernel: {dialog[:300]}")
 
     def state(self) -> dict | None:
         return self.driver.execute_script(_STATE_JS)
