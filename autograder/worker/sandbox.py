@@ -7,22 +7,31 @@ Layers, each applied when the machine allows it and reported either way:
 - a new mount namespace in which the repository (solutions/, autograder/), the course
   directory, the submissions, home directories and the host's /tmp are covered by empty
   read-only tmpfs; only the Python installation and the virtual environment are bound
-  back, read-only; /tmp is a small private tmpfs;
-- an unprivileged user (nobody) with no_new_privs, so the covers cannot be lifted;
+  back, read-only; /tmp is a small private tmpfs. For a grader that is not root (the worker
+  then runs as the instructor's own uid, in a user namespace it created), every other mount
+  is made read-only as well;
+- no privilege left (privileges.py): nobody, no capability in any set (bounding set
+  included), no_new_privs; for a grader that is not root, a nested user namespace locks the
+  covers, so that they cannot be unmounted;
 - resource limits: address space, CPU time, processes, file size, open files, no core;
 - no inherited file descriptors but the one socket to the grader; an empty environment.
 
-Namespaces need root or unprivileged user namespaces. Where they fail, grading still
-runs with the remaining layers, and the report lists what is off.
+Namespaces need root or unprivileged user namespaces. Each layer is reported on or off with
+its reason; the trusted side (pool.py) refuses to grade when one is off, unless the
+instructor asked for grading without a complete sandbox (--unsafe-no-sandbox).
 """
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import re
 import resource
 import signal
 import sys
 from dataclasses import dataclass, field
+
+from . import privileges
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -32,8 +41,11 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
-NOBODY = 65534
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
+PR_SET_PDEATHSIG = 1
+# Per-mount options that a user namespace may not clear on a mount it inherited: kept on a remount.
+MOUNT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+                 "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -50,6 +62,7 @@ class SandboxConfig:
     hide: tuple[str, ...] = ()  # extra paths to cover (course directory, submissions)
     expose: tuple[str, ...] = ()  # extra read-only paths to keep (e.g. /dev/nvidia* for the GPU stage)
     namespaces: bool = True
+    unsafe_no_sandbox: bool = False  # the trusted side grades even when a layer is off (read by pool.py only)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -94,7 +107,7 @@ def _default_hidden() -> list[str]:
     and the usual places of secrets inside the kept ones (shared memory)."""
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(here))
-    paths = [repo, os.path.dirname(repo), "/dev/shm", "/dev/mqueue"]
+    paths = [repo, os.path.dirname(repo), "/dev/shm", "/dev/mqueue", "/dev/pts"]
     try:
         paths += [os.path.join("/", name) for name in sorted(os.listdir("/")) if name not in SYSTEM_TOP]
     except OSError:
@@ -195,11 +208,13 @@ def _limits(cfg: SandboxConfig, prot: Protections) -> None:
             prot.set(f"limit_{name}", False, str(exc))
 
 
-def _enter_namespaces(cfg: SandboxConfig, prot: Protections) -> bool:
-    """unshare everything; returns True when the caller must fork to enter the PID namespace."""
+def _enter_namespaces(cfg: SandboxConfig, prot: Protections) -> str | None:
+    """unshare everything. Returns None without namespaces, else what was created: "user" when this
+    process made its own user namespace (a grader that is not root: it sees uid 0 afterwards), "root"
+    when it did not need one. The caller must then fork to enter the PID namespace."""
     if not cfg.namespaces:
         prot.set("namespaces", False, "disabled by configuration")
-        return False
+        return None
     flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
     uid, gid = os.getuid(), os.getgid()
     if uid != 0:
@@ -207,7 +222,7 @@ def _enter_namespaces(cfg: SandboxConfig, prot: Protections) -> bool:
     if _libc.unshare(flags) != 0:
         err = ctypes.get_errno()
         prot.set("namespaces", False, f"unshare failed: {os.strerror(err)} (needs root or user namespaces)")
-        return False
+        return None
     if uid != 0:
         with open("/proc/self/setgroups", "w") as f:
             f.write("deny")
@@ -217,41 +232,54 @@ def _enter_namespaces(cfg: SandboxConfig, prot: Protections) -> bool:
             f.write(f"0 {gid} 1")
     prot.set("network", True, "new network namespace: no interfaces up")
     prot.set("processes_tree", True, "new PID namespace: the worker is PID 1, its death ends every child")
-    return True
+    return "user" if uid != 0 else "root"
 
 
-def _setup_filesystem(cfg: SandboxConfig, prot: Protections) -> None:
+def _mounts() -> list[tuple[str, int]]:
+    """(mount point, the per-mount flags a remount must keep) of every mount this process sees."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # (\040: a space)
+            options = fields[5].split(",")
+            if "ro" not in options:
+                out.append((point, sum(MOUNT_OPTIONS.get(o, 0) for o in options)))
+    return out
+
+
+def _read_only_rest(keep_writable: tuple[str, ...]) -> list[str]:
+    """Remount read-only every mount but `keep_writable` (and what lies below them); the failures.
+    (For a grader that is not root: the worker runs as the instructor's uid, whose files would
+    otherwise be writable wherever they are visible.)"""
+    failed = []
+    for point, flags in sorted(_mounts(), key=lambda m: len(m[0])):
+        if any(point == k or point.startswith(k.rstrip("/") + "/") for k in keep_writable):
+            continue
+        try:
+            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+        except OSError as exc:
+            hidden = exc.errno == errno.ENOENT or (exc.errno == errno.EINVAL and not os.path.ismount(point))
+            if not hidden:  # (a mount point under a cover is out of reach: no longer a mount point here)
+                failed.append(f"{point} ({exc.strerror})")
+    return failed
+
+
+def _setup_filesystem(cfg: SandboxConfig, prot: Protections, created: str) -> None:
     try:
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         hidden = _default_hidden() + [p for p in cfg.hide if os.path.exists(p)]
         failed = _cover(hidden, _needed_paths() + [p for p in cfg.expose if os.path.isdir(p)], cfg.tmp_bytes)
+        if created == "user":
+            failed += _read_only_rest(("/tmp", "/proc"))
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         if failed:
-            prot.set("filesystem", False, "could not cover " + ", ".join(failed))
+            prot.set("filesystem", False, "could not cover or make read-only " + ", ".join(failed))
         else:
             prot.set("filesystem", True, "only the system (/usr, /etc) and Python are visible, read-only; the "
                                          "repository, course, submissions, homes and host /tmp are covered")
     except OSError as exc:
         prot.set("filesystem", False, str(exc))
-
-
-def _drop_privileges(prot: Protections) -> None:
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if os.getuid() == 0:
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            prot.set("unprivileged", True, "runs as nobody with no_new_privs")
-            return
-        except OSError as exc:
-            prot.set("unprivileged", False, str(exc))
-            return
-    # in a user namespace: a second one locks the covers so that they cannot be unmounted
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0:
-        prot.set("unprivileged", True, "nested user namespace with no capabilities over the covers")
-    else:
-        prot.set("unprivileged", True, "ordinary user, no_new_privs")
 
 
 def confine(sock_fd: int, cfg: SandboxConfig) -> Protections:
@@ -263,7 +291,8 @@ def confine(sock_fd: int, cfg: SandboxConfig) -> Protections:
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"})
     prot.set("environment", True, "emptied")
-    if _enter_namespaces(cfg, prot):
+    created = _enter_namespaces(cfg, prot)
+    if created:
         pid = os.fork()
         if pid:  # the outer child only waits: its death (killed by the grader) takes the namespace down
             os.close(sock_fd)
@@ -276,13 +305,14 @@ def confine(sock_fd: int, cfg: SandboxConfig) -> Protections:
                 except InterruptedError:
                     continue
         # (getppid() is 0 here: the parent lives outside the new PID namespace)
-        _setup_filesystem(cfg, prot)
+        _setup_filesystem(cfg, prot, created)
     else:
         prot.set("network", False, "no network namespace: student code could open connections")
         prot.set("filesystem", False, "no mount namespace: student code sees the grader's files")
         prot.set("processes_tree", False, "no PID namespace: the worker's descendants and the daemons it "
                                           "orphans are hunted down one by one instead")
-    _drop_privileges(prot)
+    # By what this process created, never by the uid it sees now (0 in a user namespace it made itself).
+    prot.set("unprivileged", *privileges.drop(created or ("root" if os.getuid() == 0 else "none")))
     # After the change of user: the kernel clears the parent-death signal whenever the
     # credentials change, so setting it before setuid would be silently undone. (Student
     # code can clear it again; the zygote therefore also kills the whole tree itself.)
