@@ -37,6 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import courselock, document, gradebook, i18n, spec
 from .lifetime import STOP_SIGNALS, Interrupted, Stopper, init_pool_process, kill_processes
 from .limits import Limits
+from .pool import SandboxUnavailable
 from .report import summary_table
 from .resume import State, atomic_write, grader_fingerprint
 from .results import CheckResult, GradeResult, PartResult
@@ -84,7 +85,8 @@ def grade_folder(folder: str, assignment_id: str, grader=None) -> dict:
             for part in assignment.parts_of(nb):
                 parts[part.id] = missing_part(part, NOT_SUBMITTED.format(notebook=f"{nb}.ipynb").render(result.lang))
     return {"parts": [parts[p.id] for p in assignment.parts], "notes": list(result.notes),
-            "seconds": round(time.perf_counter() - started, 3), "lang": result.lang}
+            "seconds": round(time.perf_counter() - started, 3), "lang": result.lang,
+            "protections_off": list(result.protections_off)}
 
 
 # --------------------------------------------------------------------------- the class
@@ -205,7 +207,8 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
 
     def record(student: str, data: dict) -> None:
         result = GradeResult(student, tuple(data["parts"]), notes=tuple(data["notes"]), seconds=data["seconds"],
-                             lang=data.get("lang", spec.DEFAULT_LANGUAGE))
+                             lang=data.get("lang", spec.DEFAULT_LANGUAGE),
+                             protections_off=tuple(data.get("protections_off", ())))
 
         def write() -> None:  # one try: the rows in one transaction, then the report and the state
             with stopper.critical():  # a signal waits for the end: the three go together
@@ -242,6 +245,8 @@ def _grade_here(todo, folders, assignment, grader, record, failed, done, check) 
         check()
         try:
             data = grade_folder(str(folders[student]), assignment, grader)
+        except SandboxUnavailable:
+            raise  # this machine, not the student: nothing is graded
         except Exception as exc:  # noqa: BLE001 - the grader's own failure: reported, retried next run
             failed(student, exc)
         else:
@@ -287,6 +292,8 @@ def _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, d
                     if attempts[student] < 2:
                         continue  # retried in a fresh pool
                     failed(student, exc)
+                except SandboxUnavailable:
+                    raise  # this machine, not the student: nothing is graded
                 except Exception as exc:  # noqa: BLE001 - the grader's own failure: reported, retried next run
                     failed(student, exc)
                 else:
@@ -330,8 +337,8 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = N
     try:
         outcomes = grade_class(course, assignment, workers, force, limits=limits, lock_wait=lock_wait,
                                gradebook_wait=gradebook_wait)
-    except (FileNotFoundError, courselock.CourseBusy) as exc:
-        console.print(f"error: {exc}", style="red", soft_wrap=True)
+    except (FileNotFoundError, courselock.CourseBusy, SandboxUnavailable) as exc:
+        console.print(f"error: {exc}", style="red", soft_wrap=True, markup=False)
         return 2
     except Stopped as exc:
         if exc.exit_code == 1 and exc.outcomes:  # not a person's Ctrl-C: show what is in the gradebook

@@ -20,6 +20,11 @@ from .scoring import rule_of, unreadable, zeros
 from .session import Session
 
 
+_ = i18n.message
+UNSAFE_NOTE = _("graded WITHOUT a complete sandbox (the instructor passed --unsafe-no-sandbox); "
+                           "missing: {layers}")
+
+
 class Grader:
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
@@ -83,6 +88,8 @@ class Grader:
                 notes.extend(i18n.render(n, lang) for n in session.load_notes())
                 results = check.run_checks(session, parts, checks=checks)
                 protections_off = tuple(f"{k}: {v}" for k, v in sorted(session.protections.get("off", {}).items()))
+                if protections_off:  # (only with --unsafe-no-sandbox: else the session refused to start)
+                    notes.append(UNSAFE_NOTE.format(layers=", ".join(sorted(session.protections["off"]))).render(lang))
             finally:
                 session.close()
             static = forbidden_in_source(extracted, parts)

@@ -6,6 +6,7 @@ them back with `from_args`; each flag's help text states its default from `Limit
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, field
 
 GIB = 2**30
@@ -21,6 +22,8 @@ class Limits:
     cpu_seconds: int = 300
     max_restarts: int = 8  # fresh workers after a crash or a timeout, per submission
     namespaces: bool = True
+    # grade even when a layer of the sandbox is missing (every report says so); default: the environment's say
+    unsafe_no_sandbox: bool = field(default_factory=lambda: unsafe_from_env())
     extra_hidden: tuple[str, ...] = field(default=())
 
 
@@ -34,7 +37,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part-seconds", type=float, help=f"wall-clock limit per part (default {_g(d.part_seconds)})")
     parser.add_argument("--memory-gib", type=float,
                         help=f"address-space limit of the worker (default {_g(d.memory_bytes / GIB)})")
-    parser.add_argument("--no-namespaces", action="store_true", help="do not use Linux namespaces (weaker sandbox)")
+    parser.add_argument("--no-namespaces", action="store_true", help="do not use Linux namespaces (weaker sandbox; "
+                        "needs --unsafe-no-sandbox)")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="grade even when a layer of the sandbox cannot be had on this machine (default: refuse, "
+                             "naming it); student code may then read the solutions. Every report says so")
     parser.add_argument("--load-seconds", type=float, help="limit for starting a worker and running the top-level "
                         f"code (default {_g(d.load_seconds)})")
     parser.add_argument("--cpu-seconds", type=int, help=f"CPU-time limit of one worker (default {d.cpu_seconds})")
@@ -47,7 +54,16 @@ def from_args(args: argparse.Namespace) -> Limits:
     d = Limits()
     return Limits(part_seconds=args.part_seconds or d.part_seconds,
                   memory_bytes=int((args.memory_gib or d.memory_bytes / GIB) * GIB),
-                  namespaces=not args.no_namespaces,
+                  namespaces=not args.no_namespaces, unsafe_no_sandbox=args.unsafe_no_sandbox or unsafe_from_env(),
                   load_seconds=args.load_seconds or d.load_seconds,
                   cpu_seconds=args.cpu_seconds or d.cpu_seconds,
                   extra_hidden=tuple(args.hide or ()))
+
+
+UNSAFE_ENV = "AUTOGRADER_UNSAFE_NO_SANDBOX"
+
+
+def unsafe_from_env() -> bool:
+    """Whether the environment allows grading without a complete sandbox (nbgrader's autograde and Gradescope's
+    run_autograder, which take no flags of ours): AUTOGRADER_UNSAFE_NO_SANDBOX=1."""
+    return os.environ.get(UNSAFE_ENV, "").strip().lower() in ("1", "true", "yes")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -31,10 +32,13 @@ from pathlib import Path
 import nbformat
 from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool
 
 from . import i18n, spec
 from .extract import SubmissionError, parse_json
 from .gradebook import cell_score
+from .limits import Limits, unsafe_from_env
+from .pool import SandboxUnavailable
 from .readfile import Unreadable, read_bytes
 from .scoring import zeros
 
@@ -63,14 +67,16 @@ _GRADER = None
 _LOCK = threading.Lock()
 
 
-def shared_grader():
-    """The process-wide warm Grader (its zygote has imported torch once)."""
+def shared_grader(unsafe_no_sandbox: bool = False):
+    """The process-wide warm Grader (its zygote has imported torch once). It refuses to grade where a layer
+    of the sandbox is missing, unless `unsafe_no_sandbox` or AUTOGRADER_UNSAFE_NO_SANDBOX=1 said otherwise
+    (when it is first made)."""
     global _GRADER
     with _LOCK:
         if _GRADER is None:
             from .grade import Grader  # noqa: PLC0415 - imports torch; only when grading starts
 
-            _GRADER = Grader().warm()
+            _GRADER = Grader(Limits(unsafe_no_sandbox=unsafe_no_sandbox or unsafe_from_env())).warm()
             atexit.register(_close)
         return _GRADER
 
@@ -137,7 +143,7 @@ def grade_outputs(report: str, score: float | None, points: float, error: str | 
 
 
 def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignment | None = None,
-                        lang: str | None = None):
+                        lang: str | None = None, unsafe_no_sandbox: bool = False):
     """Grade one notebook with only its own code and its own parts: ({part_id: PartResult}, notes).
     Without `assignment`, the assignment that has a notebook of this name. Messages in `lang` (default:
     the notebook's own language, from its metadata)."""
@@ -147,7 +153,7 @@ def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignme
     if not ids:
         return {}, [_("{name} is not a notebook of this course: nothing in it is graded").format(
             name=path.name).render(lang or spec.DEFAULT_LANGUAGE)]
-    grader = grader or shared_grader()
+    grader = grader or shared_grader(unsafe_no_sandbox)
     try:
         result = grader.grade(path, part_ids=ids, assignment=assignment, lang=lang)
     except SubmissionError as exc:
@@ -235,7 +241,12 @@ class TolerantNotebookExporter(NotebookExporter):
 
 
 class AutograderPreprocessor(NbGraderPreprocessor):
-    """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute."""
+    """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute. Where a layer of
+    the sandbox is missing it stops nbgrader with one line (exit status 2), unless
+    `c.AutograderPreprocessor.unsafe_no_sandbox = True` or AUTOGRADER_UNSAFE_NO_SANDBOX=1."""
+
+    unsafe_no_sandbox = Bool(False, help="grade even where a layer of the sandbox is missing (the feedback "
+                                         "says so)").tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources.get("nbgrader") or {}
@@ -250,7 +261,12 @@ class AutograderPreprocessor(NbGraderPreprocessor):
             with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
                 path = Path(tmp) / f"{name}.ipynb"
                 path.write_text(json.dumps(nb), encoding="utf-8")
-                parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang)
+                try:
+                    parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang,
+                                                       unsafe_no_sandbox=self.unsafe_no_sandbox)
+                except SandboxUnavailable as exc:  # this machine: nothing is graded, nothing written
+                    print(f"error: {exc}", file=sys.stderr, flush=True)
+                    raise SystemExit(2) from None
         self.log.info("autograder: %s scored %s", name,
                       ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")
         annotate(nb, parts, notes, lang)

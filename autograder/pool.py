@@ -27,6 +27,22 @@ class SandboxFailed(WorkerGone):
     """The sandboxed worker did not come up at all: a problem of this machine, not of the student's code."""
 
 
+class SandboxUnavailable(Exception):
+    """A layer of the sandbox could not be had on this machine and the instructor did not allow grading
+    without it: no student code runs. str() is the one line every command prints."""
+
+
+UNSAFE_FLAG = "--unsafe-no-sandbox"
+
+
+def refusal(off: dict) -> str:
+    """The one line that says which layers are missing (and why the first is) and how to grade anyway."""
+    first = min(off)
+    return (f"refusing to grade: the sandbox is incomplete on this machine, missing {', '.join(sorted(off))} "
+            f"({first}: {off[first]}); student code could read the solutions and the gradebook. To grade anyway, "
+            f"pass {UNSAFE_FLAG} (nbgrader: AUTOGRADER_UNSAFE_NO_SANDBOX=1)")
+
+
 class WorkerTimeout(Exception):
     """The worker did not answer within its time limit and was killed."""
 
@@ -138,6 +154,10 @@ def start_worker(zygote: Zygote, sources: list[Source], config: SandboxConfig, t
     started = time.perf_counter()
     worker = zygote.spawn(config)
     worker.hello(timeout)
+    off = worker.protections.get("off") or {}
+    if off and not config.unsafe_no_sandbox:  # before any student code is sent
+        worker.kill()
+        raise SandboxUnavailable(refusal(off))
     left = max(timeout - (time.perf_counter() - started), 1.0)
     reply = worker.request({"kind": "load", "sources": [(s.name, list(s.cells)) for s in sources]}, left)
     return worker, reply

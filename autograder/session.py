@@ -48,7 +48,7 @@ class Session:
         self.device = device
         self.config = SandboxConfig(memory_bytes=limits.memory_bytes, cpu_seconds=limits.cpu_seconds,
                                     hide=private_paths(self.sources, tuple(limits.extra_hidden)),
-                                    namespaces=limits.namespaces,
+                                    namespaces=limits.namespaces, unsafe_no_sandbox=limits.unsafe_no_sandbox,
                                     expose=("/dev",) if device != "cpu" else ())
         self.worker = None
         self.restarts = 0

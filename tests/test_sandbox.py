@@ -215,16 +215,33 @@ def test_a_reply_trickled_byte_by_byte_cannot_stretch_the_deadline(tmp_path):
     assert kit.leftovers() == []
 
 
-def test_without_namespaces_grading_runs_and_says_loudly_what_is_off(tmp_path):
+def test_without_namespaces_grading_is_refused_naming_the_missing_layers(tmp_path):
+    from autograder.pool import SandboxUnavailable
+
+    path = tmp_path / "ref.py"
+    path.write_text(kit.REFERENCE)
+    with pytest.raises(SandboxUnavailable) as refused:
+        kit.grade(path, kit.replace(kit.LIMITS, namespaces=False), ["qkv_projection"])
+    line = str(refused.value)
+    assert "\n" not in line and "--unsafe-no-sandbox" in line
+    for layer in ("namespaces", "network", "filesystem", "processes_tree"):
+        assert layer in line, line
+
+
+def test_with_unsafe_no_sandbox_grading_runs_and_says_loudly_what_is_off(tmp_path):
     code = kit.REFERENCE + "\n\n" + (kit.HOSTILE / "daemon.py").read_text()
     path = tmp_path / "daemon.py"
     path.write_text(code)
-    result, _ = kit.grade(path, kit.replace(kit.LIMITS, namespaces=False), ["qkv_projection"])
+    result, _ = kit.grade(path, kit.replace(kit.LIMITS, namespaces=False, unsafe_no_sandbox=True), ["qkv_projection"])
     assert kit.leftovers() == [], "a daemon outlived grading without a PID namespace"
     off = "\n".join(result.protections_off)
     for layer in ("namespaces", "network", "filesystem", "processes_tree"):
         assert layer in off, off
     assert result.part("qkv_projection").score > 0
+    from autograder import document
+
+    doc = document.to_json(result)
+    assert doc["protections_off"] and any("WITHOUT a complete sandbox" in n for n in doc["notes"]), doc["notes"]
     from rich.console import Console
 
     from autograder.report import render

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import courselock, gradebook, spec
 from ..extract import extract
 from ..limits import Limits
-from ..pool import Zygote
+from ..pool import SandboxUnavailable, Zygote
 from ..results import CheckResult, PartResult
 from . import stage
 from .config import GpuConfig
@@ -111,6 +111,8 @@ def grade_course(course_dir, *, location: gradebook.Location | None = None, csv_
         for sid, folder in found.items():
             try:
                 part = stage.run(pool, limits, extract(folder, assignment), assignment, config, inputs).part
+            except SandboxUnavailable:
+                raise  # this machine, not the student: nothing is graded
             except Exception as exc:  # noqa: BLE001 - one broken submission must not stop the class
                 points = assignment.gpu_part.points
                 part = PartResult(assignment.gpu_part.id, points, (CheckResult("your submission can be graded", False,
