@@ -53,7 +53,7 @@ def _init_worker(limits, parent: int) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (blocked by _start_pool until now: ignored from here)
     from . import prestart  # noqa: PLC0415
 
-    prestart.prefork()  # imports torch and forks this process's zygote, before the grader is imported
+    prestart.prefork()  # starts this process's zygote (exec: nothing of this process in it), then the grader
     from .grade import Grader  # noqa: PLC0415 - once per grading process, not in the parent
 
     _GRADER = Grader(limits).warm()
