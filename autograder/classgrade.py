@@ -20,22 +20,18 @@ COURSE_DIR/autograder_reports/<assignment>/<student>.json.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
-import multiprocessing
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from multiprocessing import resource_tracker
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import courselock, document, gradebook, i18n, spec
-from .lifetime import STOP_SIGNALS, Interrupted, Stopper, init_pool_process, kill_processes
+from . import classpool, courselock, document, gradebook, i18n, spec
+from .lifetime import Interrupted, Stopper
 from .limits import Limits
 from .pool import SandboxUnavailable
 from .report import summary_table
@@ -43,24 +39,11 @@ from .resume import State, atomic_write, grader_fingerprint
 from .results import CheckResult, GradeResult, PartResult
 
 
-# --------------------------------------------------------------------------- one submission, in a pool process
-_GRADER = None  # this pool process's warm Grader, set by _init_worker
-
-
-def _init_worker(limits, parent: int) -> None:
-    global _GRADER
-    init_pool_process(parent)  # dies with grade-class; Ctrl-C is the parent's to handle
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (blocked by _start_pool until now: ignored from here)
-    from . import prestart  # noqa: PLC0415
-
-    prestart.prefork()  # starts this process's zygote (exec: nothing of this process in it), then the grader
-    from .grade import Grader  # noqa: PLC0415 - once per grading process, not in the parent
-
-    _GRADER = Grader(limits).warm()
-
-
+# --------------------------------------------------------------------------- one submission, in a grading process
 _ = i18n.message
 NOT_SUBMITTED = _("{notebook} was not submitted")
+OVERDUE = _("not graded: grading your submission did not finish within {seconds:.0f} s and was stopped (an endless "
+            "loop, or code that blocks the grader?)")
 
 
 def missing_part(part: spec.Part, why: str) -> PartResult:
@@ -68,7 +51,7 @@ def missing_part(part: spec.Part, why: str) -> PartResult:
                       (why,))
 
 
-def grade_folder(folder: str, assignment_id: str, grader=None) -> dict:
+def grade_folder(folder: str, assignment_id: str, grader) -> dict:
     """Grade one submission folder: {"parts": [PartResult...], "notes": [...], "seconds": ...}.
 
     One sandboxed worker and one run of the checks for the whole folder; each part runs only
@@ -76,7 +59,6 @@ def grade_folder(folder: str, assignment_id: str, grader=None) -> dict:
     by notebook grading. A part whose notebook is missing or unreadable scores 0 with the reason.
     """
     assignment = spec.assignment(assignment_id)
-    grader = grader or _GRADER
     started = time.perf_counter()
     result = grader.grade(folder, assignment=assignment)
     parts = {p.id: p for p in result.parts}
@@ -177,7 +159,7 @@ def _grade_course(course, assignment, workers, force, limits, progress, console,
                     stopper, outcomes, folders, reports, state, keys)
     except BaseException:
         if pool is not None:
-            _kill_pool(pool)
+            pool.close()
         raise
 
 
@@ -219,6 +201,11 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
 
         gradebook.retrying(location, write, gradebook_wait, stopper.check)
 
+    def overdue(student: str, seconds: float) -> None:
+        why = OVERDUE.format(seconds=seconds).render(spec.DEFAULT_LANGUAGE)
+        record(student, {"parts": [missing_part(p, why) for p in the_assignment.parts], "notes": [why],
+                         "seconds": seconds})
+
     def failed(student: str, exc: BaseException) -> None:
         why = f"{type(exc).__name__}: {str(exc)[:300]}"
         result = GradeResult(student, tuple(missing_part(p, f"not graded: {why}") for p in the_assignment.parts),
@@ -234,10 +221,13 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
         stopper.check()
         if grader is not None:
             _grade_here(todo, folders, assignment, grader, record, failed, done, stopper.check)
-        else:
-            _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done, stopper.check, pool)
-    if pool is not None and not todo:
-        _kill_pool(pool)  # (started for a queue that turned out empty)
+        elif todo:
+            pool = pool or _start_pool(workers, len(todo), limits)
+            deadline = (limits or Limits()).submission_deadline(len(the_assignment.parts))
+            pool.run({s: (str(folders[s]), assignment) for s in todo}, deadline, record, failed, overdue, done,
+                     stopper.check)
+    if pool is not None:
+        pool.close()  # (all done, or started for a queue that turned out empty)
 
 
 def _grade_here(todo, folders, assignment, grader, record, failed, done, check) -> None:
@@ -254,77 +244,9 @@ def _grade_here(todo, folders, assignment, grader, record, failed, done, check) 
         done(student)
 
 
-def _start_pool(workers: int | None, tasks: int, limits) -> cf.ProcessPoolExecutor:
-    """A pool of min(workers, tasks) grading processes, started now (each imports torch in its initializer)."""
-    workers = max(1, min(workers or os.cpu_count() or 1, tasks or 1))
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                  initializer=_init_worker, initargs=(limits, os.getpid()))
-    # A stop signal waits while the processes start (each inherits the block and ignores the signal once it
-    # runs init_pool_process), so that none of them, half started, prints a traceback for a Ctrl-C.
-    resource_tracker.ensure_running()  # (its start unblocks SIGINT and SIGTERM: first, then the block)
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        for _ in range(workers):
-            pool.submit(os.getpid)  # (a pool starts its processes as tasks arrive)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-    return pool
-
-
-def _grade_in_pool(todo, folders, assignment, workers, limits, record, failed, done, check, pool=None) -> None:
-    """Each submission in a pool of grading processes (`pool`, if one was started already); a pool that
-    breaks is replaced, and a submission that broke it twice is reported as an error. Anything that
-    stops the run (a signal, the gradebook) kills the pool's processes at once: nothing goes on grading."""
-    pending = dict(todo)
-    attempts: dict[str, int] = {}
-    while pending:
-        pool = pool or _start_pool(workers, len(pending), limits)
-        broken = False
-        try:
-            futures = {pool.submit(grade_folder, str(folders[s]), assignment): s for s in pending}
-            for fut in _as_completed(futures, check):
-                student = futures[fut]
-                try:
-                    data = fut.result()
-                except cf.process.BrokenProcessPool as exc:
-                    attempts[student] = attempts.get(student, 0) + 1
-                    broken = True
-                    if attempts[student] < 2:
-                        continue  # retried in a fresh pool
-                    failed(student, exc)
-                except SandboxUnavailable:
-                    raise  # this machine, not the student: nothing is graded
-                except Exception as exc:  # noqa: BLE001 - the grader's own failure: reported, retried next run
-                    failed(student, exc)
-                else:
-                    record(student, data)
-                pending.pop(student, None)
-                done(student)
-        except BaseException:
-            _kill_pool(pool)
-            raise
-        if broken:
-            _kill_pool(pool)
-            pool = None
-        else:
-            pool.shutdown(wait=True)
-            break
-
-
-def _as_completed(futures, check, poll: float = 0.2):
-    """cf.as_completed, calling `check()` several times a second while it waits (a stop signal is taken there)."""
-    waiting = set(futures)
-    while waiting:
-        check()
-        done, waiting = cf.wait(waiting, timeout=poll, return_when=cf.FIRST_COMPLETED)
-        yield from done
-
-
-def _kill_pool(pool: cf.ProcessPoolExecutor) -> None:
-    """Stop a pool at once: its processes killed (their zygotes and workers follow by their parent-death
-    signal), its queue dropped. (Python 3.14 has ProcessPoolExecutor.kill_workers for this.)"""
-    kill_processes(list(getattr(pool, "_processes", None) or {}))
-    pool.shutdown(wait=False, cancel_futures=True)
+def _start_pool(workers: int | None, tasks: int, limits: Limits | None) -> classpool.Pool:
+    """min(workers, tasks) grading processes, started now (each imports torch while this process goes on)."""
+    return classpool.Pool(max(1, min(workers or os.cpu_count() or 1, tasks or 1)), limits or Limits())
 
 
 def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = None, force: bool = False,

@@ -25,6 +25,15 @@ class Limits:
     # grade even when a layer of the sandbox is missing (every report says so); default: the environment's say
     unsafe_no_sandbox: bool = field(default_factory=lambda: unsafe_from_env())
     extra_hidden: tuple[str, ...] = field(default=())
+    submission_seconds: float | None = None  # grade-class: the deadline of one submission (default: derived below)
+
+    def submission_deadline(self, parts: int) -> float:
+        """How long grade-class waits for one submission of `parts` parts before it kills its grading process
+        and records 0 with the reason: the longest an honest submission can take under these limits (every
+        part to its limit, every restart of the worker to its load limit) plus a minute, unless set."""
+        if self.submission_seconds:
+            return self.submission_seconds
+        return parts * self.part_seconds + (self.max_restarts + 1) * self.load_seconds + 60.0
 
 
 def _g(x: float) -> str:
@@ -45,6 +54,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--load-seconds", type=float, help="limit for starting a worker and running the top-level "
                         f"code (default {_g(d.load_seconds)})")
     parser.add_argument("--cpu-seconds", type=int, help=f"CPU-time limit of one worker (default {d.cpu_seconds})")
+    parser.add_argument("--submission-seconds", type=float, help="grade-class: the longest one submission may take "
+                        "before its grading process is killed and it scores 0 with the reason (default: every part "
+                        "and every restart at its limit, plus a minute)")
     parser.add_argument("--hide", action="append", metavar="PATH", help="also hide this path from student code "
                         "(repeatable; the submission's folders and the current directory are always hidden)")
 
@@ -57,7 +69,7 @@ def from_args(args: argparse.Namespace) -> Limits:
                   namespaces=not args.no_namespaces, unsafe_no_sandbox=args.unsafe_no_sandbox or unsafe_from_env(),
                   load_seconds=args.load_seconds or d.load_seconds,
                   cpu_seconds=args.cpu_seconds or d.cpu_seconds,
-                  extra_hidden=tuple(args.hide or ()))
+                  extra_hidden=tuple(args.hide or ()), submission_seconds=args.submission_seconds)
 
 
 UNSAFE_ENV = "AUTOGRADER_UNSAFE_NO_SANDBOX"

@@ -69,6 +69,15 @@ class Zygote:
             raise RuntimeError(f"the worker pool refused: {reply}")
         return WorkerProcess(mine, reply["pid"], zygote=self)
 
+    def ping(self, timeout: float = 300.0) -> None:
+        """Wait until the zygote answers (it has imported torch): from then on a worker starts in milliseconds."""
+        self.control.settimeout(timeout)
+        try:
+            protocol.send(self.control, {"kind": "ping"})
+            protocol.recv(self.control)
+        except (OSError, EOFError, protocol.ProtocolError) as exc:
+            raise RuntimeError(f"the worker pool did not start: {exc}") from None
+
     def kill_tree(self, pid: int, timeout: float = 10.0) -> int:
         """Ask the zygote to SIGKILL a worker and every process it started (daemons included)."""
         try:

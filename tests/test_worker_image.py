@@ -9,8 +9,11 @@ capability sets (/proc/self/status).
 from __future__ import annotations
 
 import ast
+import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,8 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 import _kit as kit
 
 from autograder.extract import Source
+from autograder.spec import ASSIGNMENT
 from autograder.session import Session
 from autograder.student import Student
+from examples.make_class import make_course
 
 SECRET_NAME, SECRET = "PGPASSWORD", "planted-instructor-secret-5f2c9e"
 # What the zygote's exec gives it (autograder/prestart.py ZYGOTE_ENV, PASSED_THROUGH): names only, no value of the
@@ -65,13 +70,6 @@ def look_inside(grader) -> dict:
         s.close()
 
 
-def probe_in_pool_process(_unused=None) -> dict:
-    """Run in a grading process of grade-class's pool (its warm Grader, made by classgrade._init_worker)."""
-    from autograder import classgrade
-
-    return look_inside(classgrade._GRADER)
-
-
 def assert_clean(seen: dict) -> None:
     assert not seen["secret_in_environ"] and not seen["secret_in_stack"], "the instructor's secret is in the worker"
     assert set(seen["environ"]) <= ZYGOTE_NAMES, seen["environ"]
@@ -88,19 +86,61 @@ def test_a_worker_of_grade_holds_no_secret_no_shared_memory_and_no_capability(mo
         assert_clean(look_inside(grader))
 
 
-def test_a_worker_of_grade_class_holds_no_secret_no_shared_memory_and_no_capability(monkeypatch):
-    """Through grade-class's own pool (classgrade._start_pool, spawn, its initializer), with the secret in the
-    environment of the process that starts it."""
-    from autograder import classgrade
+# A submission whose code, run at load time, reports what its worker holds (in the report's notes), and one that
+# never finishes loading: grade-class kills its grading process at the deadline and goes on.
+PROBE_AT_LOAD = PROBE + "raise RuntimeError('PROBE ' + probe(%r))\n" % SECRET
+HANG = "while True:\n    pass\n"
 
-    monkeypatch.setenv(SECRET_NAME, SECRET)
-    pool = classgrade._start_pool(1, 1, kit.LIMITS)
-    try:
-        seen = pool.submit(probe_in_pool_process).result(timeout=240)
-    finally:
-        classgrade._kill_pool(pool)
-    assert os.environ[SECRET_NAME] == SECRET  # (the pool process had it: the worker must not)
-    assert_clean(seen)
+
+def submit(course: Path, student: str, code: str) -> None:
+    """01_scores.ipynb as released, with `code` at the top of its first solution cell."""
+    nb = json.loads((course / "release" / ASSIGNMENT / "01_scores.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if (c.get("metadata") or {}).get("nbgrader", {}).get("solution"))
+    source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+    cell["source"] = code + "\n" + source
+    folder = course / "submitted" / student / ASSIGNMENT
+    folder.mkdir(parents=True)
+    (folder / "01_scores.ipynb").write_text(json.dumps(nb))
+
+
+@pytest.fixture(scope="module")
+def class_run(private_tmp):
+    """grade-class on {hang, probe}, two grading processes, a 10 s deadline per submission, the secret planted in
+    the instructor's environment: (completed process, seconds, course)."""
+    course = make_course(private_tmp / "image" / "course")
+    submit(course, "hang", HANG)
+    submit(course, "probe", PROBE_AT_LOAD)
+    env = dict(os.environ, **{SECRET_NAME: SECRET}, PYTHONPATH=str(kit.REPO))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade-class", str(course), "--workers", "2",
+                           "--submission-seconds", str(DEADLINE), "--load-seconds", "100"],
+                          cwd=kit.REPO, env=env, capture_output=True, text=True, timeout=400)
+    return proc, time.monotonic() - started, course
+
+
+DEADLINE = 10
+
+
+def class_report(course: Path, student: str) -> dict:
+    return json.loads((course / "autograder_reports" / ASSIGNMENT / f"{student}.json").read_text())
+
+
+def test_a_worker_of_grade_class_holds_no_secret_no_shared_memory_and_no_capability(class_run):
+    proc, _, course = class_run
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    notes = "\n".join(class_report(course, "probe")["notes"])
+    assert "PROBE " in notes, notes
+    assert_clean(ast.literal_eval(notes.split("PROBE ", 1)[1].split("}", 2)[0] + "}}"))
+
+
+def test_a_submission_past_its_deadline_scores_0_with_the_reason_and_the_class_goes_on(class_run):
+    proc, seconds, course = class_run
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    hang = class_report(course, "hang")
+    assert sum(p["score"] for p in hang["parts"]) == 0
+    assert f"did not finish within {DEADLINE} s" in json.dumps(hang), hang["notes"]
+    assert "probe" in proc.stdout and "errors 0" in proc.stdout, proc.stdout
+    assert seconds < 200, f"the class took {seconds:.0f} s"  # (not the hang's 100 s load limit on top of start-up)
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ Protocol on the control socket (fd given on the command line): the grader sends 
 message {"config": {...}} together with one end of a fresh socket pair (SCM_RIGHTS);
 the zygote forks, the child confines itself and serves that socket, and the zygote
 answers {"pid": child_pid}. A message {"kind": "kill", "pid": pid} ends that worker and
-every process it started, and answers {"killed": n}.
+every process it started, and answers {"killed": n}; {"kind": "ping"} answers {"pong": true}.
 
 The zygote is a child subreaper: a process that a worker started and that outlived its
 parent (a daemon) becomes the zygote's child, not init's, so that the zygote can find
@@ -112,6 +112,11 @@ def main(control_fd: int) -> None:
             return
         if request.get("kind") == "exit":
             return
+        if request.get("kind") == "ping":  # (answered once torch is imported: the pool is ready)
+            if worker_fd is not None:
+                os.close(worker_fd)
+            protocol.send(control, {"pong": True})
+            continue
         if request.get("kind") == "kill":
             if worker_fd is not None:
                 os.close(worker_fd)
