@@ -14,7 +14,6 @@ MAX_LINES = 400
 # Process-wide resources a module may rebind with `global`, each for a reason that is not a check's business.
 GLOBALS_ALLOWED = {
     "autograder.prestart": {"_started"},  # the zygote started before torch is imported, taken once
-    "autograder.classgrade": {"_GRADER"},  # a pool process's warm Grader (set by the pool's initializer)
     "autograder.nbgrader_plugin": {"_GRADER"},  # nbgrader's process's warm Grader
     "autograder.worker.standins": {"_sdpa"},  # the worker's unwatched fused kernel for the stand-ins
 }
