@@ -71,6 +71,13 @@ def test_disk_search_finds_no_solutions_checks_or_gradebook(course):
     assert result.part("scaled_scores").score < POINTS["scaled_scores"]
 
 
+def test_unmounting_every_cover_fails_and_reads_nothing(course):
+    result, _ = attack(course, "unmount_covers", ["scaled_scores"])
+    text = kit.messages(result, "scaled_scores")
+    assert "unmounted [], read []" in text, text
+    assert "tried 0 unmounts" not in text, text
+
+
 def test_os_exit_at_import_scores_nothing_and_says_why(course):
     result, _ = attack(course, "exit_at_import", SUBSET)
     assert result.score == 0

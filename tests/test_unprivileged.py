@@ -1,0 +1,109 @@
+"""The sandbox and hostile suites again, as an ordinary user: the way a university's JupyterHub runs the
+grader (the instructor is not root). CI runs as root; there the test creates a system user, copies what
+the suites need into a folder that user can read, and runs them as that user (setpriv) in a mount
+namespace where the Python installation is reachable even when it lives under /root. Run as an ordinary
+user already, it runs them as that user.
+
+Inside: every layer of the sandbox from inside a worker (tests/test_sandbox.py: nobody, no capability, no
+write outside /tmp, no cover unmounted, every protection on), the attacks that worked on a grader that
+was not root (unmount every cover and read the solutions; search the disk; write outside), and the
+worker's image (no secret of the instructor's environment, no shared mapping, no capability).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+USER = "autograder-test"
+INNER = ["tests/test_sandbox.py",
+         "tests/test_hostile.py::test_unmounting_every_cover_fails_and_reads_nothing",
+         "tests/test_hostile.py::test_disk_search_finds_no_solutions_checks_or_gradebook",
+         "tests/test_hostile.py::test_writes_to_course_gradebook_other_students_and_solutions_fail",
+         "tests/test_worker_image.py::test_a_worker_of_grade_holds_no_secret_no_shared_memory_and_no_capability"]
+COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/test_sandbox.py",
+          "tests/test_hostile.py", "tests/test_worker_image.py", "pyproject.toml"]
+
+
+def _ensure_user() -> None:
+    if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+                       check=True, capture_output=True)
+
+
+def _copy(dest: Path) -> None:
+    for rel in COPIED:
+        src, out = REPO / rel, dest / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(src, out)
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def _unreachable_tops(paths) -> dict[str, set[str]]:
+    """For each path the user could not reach (a folder on the way without o+x, such as /root): the topmost
+    such folder -> the paths below it to bind back."""
+    tops: dict[str, set[str]] = {}
+    for path in paths:
+        parts = Path(path).parts
+        for i in range(2, len(parts)):
+            folder = str(Path(*parts[:i]))
+            if not os.stat(folder).st_mode & 0o001:
+                tops.setdefault(folder, set()).add(path)
+                break
+    return tops
+
+
+def _as_user_script(argv: list[str]) -> str:
+    """bash: in a private mount namespace, cover each unreachable folder with a readable tmpfs, bind what Python
+    needs back, then become the user and run `argv`."""
+    needed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(
+        sys.executable)))}
+    lines = ["set -e", "stage=$(mktemp -d)"]
+    for n, (top, subs) in enumerate(sorted(_unreachable_tops(sorted(needed)).items())):
+        for m, sub in enumerate(sorted(subs)):
+            lines.append(f"mkdir -p $stage/{n}_{m} && mount --bind {shlex.quote(sub)} $stage/{n}_{m}")
+        lines.append(f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(top)}")
+        for m, sub in enumerate(sorted(subs)):
+            lines.append(f"mkdir -p {shlex.quote(sub)} && mount --bind $stage/{n}_{m} {shlex.quote(sub)}")
+    lines.append(f"exec setpriv --reuid={USER} --regid={USER} --clear-groups --inh-caps=-all "
+                 + " ".join(map(shlex.quote, argv)))
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def inner_run():
+    home = Path(tempfile.mkdtemp(prefix="autograder-unprivileged-"))
+    try:
+        _copy(home / "repo")
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        pytest_argv = ["sh", "-c", 'echo "ran as uid $(id -u)"; exec "$@"', "sh",
+                       sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *INNER]
+        if os.getuid() == 0:
+            _ensure_user()
+            home.chmod(0o755)
+            cmd = ["unshare", "--mount", "--propagation", "private", "bash", "-c", _as_user_script(pytest_argv)]
+        else:
+            cmd = pytest_argv
+        proc = subprocess.run(cmd, cwd=home / "repo", env=env, capture_output=True, text=True, timeout=420)
+        yield proc
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_sandbox_and_hostile_suites_pass_as_an_ordinary_user(inner_run):
+    out = inner_run.stdout + inner_run.stderr
+    assert inner_run.returncode == 0, out[-4000:]
+    assert " passed" in out and "skipped" not in out and "deselected" not in out, out[-2000:]
+    uid = int(out.split("ran as uid ", 1)[1].split()[0])
+    assert uid != 0, "the inner suite ran as root"
