@@ -20,6 +20,7 @@ COURSE_DIR/autograder_reports/<assignment>/<student>.json.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import classpool, courselock, document, gradebook, i18n, spec
@@ -134,6 +136,11 @@ def grade_class(course: str | Path, assignment: str = spec.ASSIGNMENT, workers: 
                           list(outcomes.values()), exc.exit_code) from None
         except gradebook.GradebookError as exc:
             raise Stopped(f"{exc} ({_written(outcomes)})", list(outcomes.values()), 1) from None
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise Stopped(f"the disk is full: {exc.filename or course} could not be written; free some space and run "
+                          f"again ({_written(outcomes)})", list(outcomes.values()), 1) from None
     return [outcomes[s] for s in sorted(outcomes)]  # (submitted/ is read in name order too)
 
 
@@ -170,13 +177,13 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
     gradebook.load_nbgrader()
     location = gradebook.locate(course)
     if location.missing:
-        raise FileNotFoundError(f"no gradebook at {location.db_url}: run `nbgrader generate_assignment {assignment}` "
+        raise FileNotFoundError(f"no gradebook at {location.shown}: run `nbgrader generate_assignment {assignment}` "
                                 f"in {course} first")
     reports.mkdir(parents=True, exist_ok=True)
     known = gradebook.retrying(location, lambda: gradebook.submitted(location, assignment), gradebook_wait,
                                stopper.check)
     if known is None:
-        raise FileNotFoundError(f"assignment {assignment!r} is not in the gradebook {location.db_url}: run "
+        raise FileNotFoundError(f"assignment {assignment!r} is not in the gradebook {location.shown}: run "
                                 f"`nbgrader generate_assignment {assignment}` in {course} first")
 
     todo: dict[str, str] = {}
@@ -216,7 +223,7 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
         task = bar.add_task("", total=len(todo))
 
         def done(student: str) -> None:
-            bar.update(task, advance=1, description=student)
+            bar.update(task, advance=1, description=escape(student))  # (a folder's name is never markup)
 
         stopper.check()
         if grader is not None:
@@ -254,21 +261,28 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = N
     """The command: grade the class, print the summary table and where the results are.
     Exit status: 0 done; 2 cannot start (one line); 1 stopped by the gradebook or a full disk
     (what was written, then one line); 128 + the signal when interrupted (one line)."""
-    console = Console()
+    console = _console()
     started = time.perf_counter()
     try:
         outcomes = grade_class(course, assignment, workers, force, limits=limits, lock_wait=lock_wait,
                                gradebook_wait=gradebook_wait)
     except (FileNotFoundError, courselock.CourseBusy, SandboxUnavailable) as exc:
-        console.print(f"error: {exc}", style="red", soft_wrap=True, markup=False)
+        console.print(f"error: {gradebook.redact(str(exc))}", style="red", soft_wrap=True, markup=False)
         return 2
     except Stopped as exc:
         if exc.exit_code == 1 and exc.outcomes:  # not a person's Ctrl-C: show what is in the gradebook
             _summary(console, course, assignment, exc.outcomes, time.perf_counter() - started)
-        print(f"grade-class: {exc}", file=sys.stderr)
+        print(f"grade-class: {gradebook.redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     _summary(console, course, assignment, outcomes, time.perf_counter() - started)
     return 0
+
+
+def _console(file=None) -> Console:
+    """The summary's console: as wide as the terminal, and on a file or a CI log wide enough that no column
+    (a student's name) is cut."""
+    console = Console(file=file)
+    return console if console.is_terminal else Console(file=file, width=max(console.width, 400))
 
 
 def _summary(console, course, assignment, outcomes, wall) -> None:
@@ -281,7 +295,8 @@ def _summary(console, course, assignment, outcomes, wall) -> None:
                   f"errors {len(errors)}; {wall:.1f} s"
                   + (f", {wall / graded:.2f} s per graded submission" if graded else ""))
     for o in errors:
-        console.print(f"[red]{o.student}: {o.message} (not written to the gradebook; retried next run)")
+        console.print(f"{o.student}: {gradebook.redact(o.message)} (not written to the gradebook; retried next run)",
+                      style="red", markup=False)
     course_dir = Path(course).resolve()
-    console.print(f"gradebook: {gradebook.locate(course_dir).db_url}\n"
+    console.print(f"gradebook: {gradebook.locate(course_dir).shown}\n"
                   f"reports:   {reports_dir(course_dir, assignment)}", soft_wrap=True)

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import sys
 import time
 import warnings
@@ -32,9 +33,22 @@ class Location:
     course_id: str
 
     @property
+    def shown(self) -> str:
+        """The URL as messages print it: a server's password replaced by ***."""
+        return redact(self.db_url)
+
+    @property
     def missing(self) -> bool:
         """A SQLite gradebook whose file does not exist (nbgrader would create an empty one)."""
         return self.db_url.startswith(SQLITE) and not Path(self.db_url[len(SQLITE):]).exists()
+
+
+_PASSWORD = re.compile(r"(\w[\w+.-]*://[^:/@\s]*:)[^@\s]*@")
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every URL in it replaced by *** (postgresql://user:***@host/db)."""
+    return _PASSWORD.sub(r"\1***@", text)
 
 
 def locate(course: Path) -> Location:
@@ -200,14 +214,16 @@ def retrying(location: Location, action, wait: float, check=None):
                 continue
             first = (str(list(_chain(exc))[-1]).strip().splitlines() or [type(exc).__name__])[0][:200]
             if kind == "full":
-                raise DiskFull(f"the disk of the gradebook is full ({first}): free some space and run again") from None
+                where = next((e.filename for e in _chain(exc) if isinstance(e, OSError) and e.filename), None)
+                raise DiskFull(f"the disk is full: {where or location.shown} could not be written; free some space "
+                               "and run again") from None
             if kind == "busy":
                 who = holders(location)
-                raise GradebookBusy(f"the gradebook {location.db_url} stayed locked by another writer for {wait:g} s"
+                raise GradebookBusy(f"the gradebook {location.shown} stayed locked by another writer for {wait:g} s"
                                     + (f" (open in {', '.join(who)})" if who else "")
                                     + ": close it (formgrader, another nbgrader command) or pass a longer "
                                       "--gradebook-wait, then run again") from None
-            raise GradebookError(f"the gradebook {location.db_url} could not be written: {first}") from None
+            raise GradebookError(redact(f"the gradebook {location.shown} could not be written: {first}")) from None
 
 
 def submitted(location: Location, assignment: str) -> set[str] | None:

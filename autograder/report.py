@@ -59,5 +59,5 @@ def summary_table(rows: list[GradeResult], title: str = "class") -> Table:
             table.add_column(part.id, justify="right")
     table.add_column("score", justify="right", style="bold")
     for r in rows:
-        table.add_row(r.submission, *[_fmt(round(p.score, 2)) for p in r.parts], _fmt(round(r.score, 2)))
+        table.add_row(Text(r.submission), *[_fmt(round(p.score, 2)) for p in r.parts], _fmt(round(r.score, 2)))
     return table

@@ -50,6 +50,7 @@ class Run:
     seen: set = field(default_factory=set)  # every process ever seen below the parent
     left: list = field(default_factory=list)  # those still alive a while after the parent ended
     exit_seconds: float = 0.0  # from the signal to the parent's exit
+    shm: set = field(default_factory=set)  # files of /dev/shm (semaphores) any of its processes mapped
 
 
 FAULTS = [
@@ -59,6 +60,7 @@ FAULTS = [
     Fault("sigterm_parent", signal.SIGTERM, False, 1),
     Fault("sigint_group", signal.SIGINT, True, 0),
     Fault("sigint_parent", signal.SIGINT, False, 1),
+    Fault("sighup_group", signal.SIGHUP, True, 0),  # the terminal closed
     Fault("grade_sigkill_parent", signal.SIGKILL, False, 0, "grade"),
     Fault("nbgrader_autograde_sigkill_parent", signal.SIGKILL, False, 0, "nbgrader"),
 ]
@@ -79,6 +81,18 @@ def command(run: Run) -> list[str]:
     return [sys.executable, "-m", "autograder", "grade-class", str(run.course), "--workers", "1"]
 
 
+def watch(run: Run, pid: int) -> None:
+    """Note the processes below `pid`, and what of /dev/shm each maps."""
+    found = proctree.descendants(pid)
+    run.seen.update(found)
+    for p in found:
+        try:
+            with open(f"/proc/{p}/maps") as maps:
+                run.shm.update(line.split()[-1] for line in maps if "/dev/shm/" in line)
+        except OSError:
+            pass
+
+
 def execute(run: Run) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO), PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     proc = subprocess.Popen(command(run), cwd=run.course if run.fault.command == "nbgrader" else REPO, env=env,
@@ -89,13 +103,13 @@ def execute(run: Run) -> None:
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline and (
             written(run.course) < run.fault.after_written or len(run.seen) < 2):
-        run.seen.update(proctree.descendants(proc.pid))  # (the parent itself, and what it started)
+        watch(run, proc.pid)  # (the parent itself, and what it started)
         time.sleep(0.05)
     stop_at = time.monotonic() + run.delay
     while proc.poll() is None and time.monotonic() < stop_at:
-        run.seen.update(proctree.descendants(proc.pid))
+        watch(run, proc.pid)
         time.sleep(0.05)
-    run.seen.update(proctree.descendants(proc.pid))
+    watch(run, proc.pid)
     signalled = time.monotonic()
     if proc.poll() is None:
         (os.killpg if run.fault.group else os.kill)(proc.pid, run.fault.signum)
@@ -153,6 +167,14 @@ def test_sigint_and_sigterm_stop_at_once_with_one_line_and_128_plus_the_signal(r
     lines = [line for line in run.stderr.splitlines() if line.startswith("grade-class:")]
     assert len(lines) == 1 and f"interrupted by {signal.Signals(run.fault.signum).name}" in lines[0]
     assert run.exit_seconds < 15, f"took {run.exit_seconds:.1f} s to stop"
+
+
+@pytest.mark.parametrize("name", GRADE_CLASS)
+def test_no_process_of_a_class_maps_a_semaphore_and_no_kill_warns_of_a_leaked_one(runs, name):
+    """No multiprocessing: nothing in /dev/shm that a kill could leave behind or a worker could reach."""
+    run = runs[name]
+    assert run.shm == set(), run.shm
+    assert "leaked semaphore" not in run.stderr and "resource_tracker" not in run.stderr, run.stderr[-2000:]
 
 
 def test_a_stop_keeps_what_was_graded_and_grades_no_more(runs):
