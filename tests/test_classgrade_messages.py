@@ -111,3 +111,36 @@ def test_the_unsafe_flag_is_what_lets_grade_go_on(flag):
 
     args = cli.build_parser().parse_args(["grade", "x.py", "--no-namespaces", *flag])
     assert limits.from_args(args).unsafe_no_sandbox is bool(flag)
+
+
+def test_nbgrader_autograde_stops_with_one_line_and_exit_2_when_the_sandbox_is_incomplete(monkeypatch, capsys):
+    """The preprocessor raises SystemExit(2), which nbgrader's converter does not catch (it catches Exception):
+    nothing of the notebook is graded or saved."""
+    import nbformat
+
+    from autograder import nbgrader_plugin
+
+    def refused(*args, **kwargs):
+        raise SandboxUnavailable("refusing to grade: the sandbox is incomplete on this machine, missing filesystem")
+
+    monkeypatch.setattr(nbgrader_plugin, "grade_notebook_file", refused)
+    nb = nbformat.v4.new_notebook()
+    with pytest.raises(SystemExit) as stopped:
+        nbgrader_plugin.AutograderPreprocessor().preprocess(nb, {"nbgrader": {"notebook": "01_scores",
+                                                                               "assignment": spec.ASSIGNMENT}})
+    assert stopped.value.code == 2 and not isinstance(stopped.value, Exception)
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "missing filesystem" in err, err
+
+
+def test_nbgrader_feedback_says_when_grading_ran_without_a_complete_sandbox():
+    from autograder import nbgrader_plugin
+    from autograder.grade import UNSAFE_NOTE
+
+    note = UNSAFE_NOTE.format(layers="filesystem, network").render(spec.DEFAULT_LANGUAGE)
+    part = result("x").parts[0]
+    nb = {"cells": [{"cell_type": "code", "source": "", "outputs": [], "metadata": {"nbgrader": {
+        "grade": True, "solution": False, "grade_id": part.id, "points": part.max_score}}}]}
+    nbgrader_plugin.annotate(nb, {part.id: part}, [note])
+    text = str(nb["cells"][0]["outputs"])
+    assert "WITHOUT a complete sandbox" in text and "filesystem, network" in text
