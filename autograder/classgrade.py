@@ -14,7 +14,11 @@ Design
 * Resumption (resume.py): a submission whose files and whose grader are unchanged since its
   last grading is skipped, unless --force.
 * A bad submission (corrupt notebook, syntax error, endless loop) gets zeros and a message;
-  a grading process that dies is replaced and the rest of the class goes on.
+  a grading process that dies is replaced and the rest of the class goes on; one that does not
+  answer within the submission's deadline (Limits.submission_deadline) is killed and the
+  submission recorded as 0 with the reason (classpool.py).
+* Where the sandbox is incomplete, nothing is graded: one line, exit status 2 (pool.SandboxUnavailable),
+  unless --unsafe-no-sandbox.
 Reports (the student's messages, the JSON document of document.py) go to
 COURSE_DIR/autograder_reports/<assignment>/<student>.json.
 """

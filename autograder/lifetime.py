@@ -3,14 +3,15 @@ stops at once, cleanly, on SIGINT or SIGTERM.
 
 The chain of processes of a class grading, and what ends each one whatever kills the one above:
 
-    grade-class (this process)         SIGINT/SIGTERM: `Stopper` stops the queue, kills the pool
-      └─ pool process (one per core)   parent-death signal (SIGKILL), set in `init_pool_process`
+    grade-class (this process)         SIGINT/SIGTERM/SIGHUP: `Stopper` stops the queue, kills the processes
+      └─ grading process (one per core, classworker.py; its own session: the terminal's signals do not
+         reach it)                     parent-death signal (SIGKILL), set in `init_pool_process`
            └─ zygote                   parent-death signal, set before it imports torch (worker/start.py)
                 └─ sandboxed worker    parent-death signal, and its own PID namespace: its death ends
                                        every process the student's code started
 
 So a SIGKILL to grade-class alone, which no handler can see, still takes every process down
-within moments; and a pool process never sees Ctrl-C itself (the parent decides, and says so
+within moments; and a grading process never sees Ctrl-C itself (the parent decides, and says so
 in one line).
 """
 from __future__ import annotations
