@@ -213,9 +213,10 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
         gradebook.retrying(location, write, gradebook_wait, stopper.check)
 
     def overdue(student: str, seconds: float) -> None:
-        why = OVERDUE.format(seconds=seconds).render(spec.DEFAULT_LANGUAGE)
+        lang = spec.split_edition(assignment)[1]  # (the edition's language: self_attention_zh is graded in zh)
+        why = OVERDUE.format(seconds=seconds).render(lang)
         record(student, {"parts": [missing_part(p, why) for p in the_assignment.parts], "notes": [why],
-                         "seconds": seconds})
+                         "seconds": seconds, "lang": lang})
 
     def failed(student: str, exc: BaseException) -> None:
         why = f"{type(exc).__name__}: {str(exc)[:300]}"
