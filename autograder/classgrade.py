@@ -299,6 +299,11 @@ def _summary(console, course, assignment, outcomes, wall) -> None:
     console.print(f"graded {graded}, unchanged and skipped {skipped} (use --force to regrade), "
                   f"errors {len(errors)}; {wall:.1f} s"
                   + (f", {wall / graded:.2f} s per graded submission" if graded else ""))
+    unsafe = [r for r in rows if r.protections_off]
+    if unsafe:
+        console.print(f"SANDBOX PROTECTIONS OFF: {len(unsafe)} submission{'s' * (len(unsafe) != 1)} graded without "
+                      f"{', '.join(sorted({p.split(':')[0] for r in unsafe for p in r.protections_off}))} "
+                      "(--unsafe-no-sandbox); their reports say so", style="bold red", markup=False)
     for o in errors:
         console.print(f"{o.student}: {gradebook.redact(o.message)} (not written to the gradebook; retried next run)",
                       style="red", markup=False)

@@ -145,14 +145,14 @@ class Pool:
             message = recv(proc.results)
         except (EOFError, OSError, pickle.UnpicklingError):
             why = proc.why_ended()
-            self._replace(proc, pending)
             if student is None:  # before its first submission: this machine cannot run the grader
                 raise OSError(f"a grading process did not start ({why}); run with AUTOGRADER_DEBUG=1 to see "
                               "its error") from None
             attempts[student] = attempts.get(student, 0) + 1
             if attempts[student] < 2:
-                pending.insert(0, student)  # retried once in a fresh process
-            else:
+                pending.insert(0, student)  # retried once, in the fresh process that replaces this one
+            self._replace(proc, pending)
+            if attempts[student] >= 2:
                 failed(student, ProcessDied(f"the grading process ended ({why}) twice on this submission"))
                 done(student)
             return

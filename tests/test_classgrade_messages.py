@@ -144,3 +144,14 @@ def test_nbgrader_feedback_says_when_grading_ran_without_a_complete_sandbox():
     nbgrader_plugin.annotate(nb, {part.id: part}, [note])
     text = str(nb["cells"][0]["outputs"])
     assert "WITHOUT a complete sandbox" in text and "filesystem, network" in text
+
+
+def test_the_summary_says_when_submissions_were_graded_without_a_complete_sandbox(monkeypatch, tmp_path):
+    from dataclasses import replace
+
+    monkeypatch.setattr(gradebook, "locate", lambda course: gradebook.Location("sqlite:///x.db", "course"))
+    out = io.StringIO()
+    unsafe = replace(result("ann"), protections_off=("network: no network namespace",))
+    _summary(_console(out), tmp_path, spec.ASSIGNMENT, [Outcome("ann", "graded", unsafe),
+                                                         Outcome("bob", "graded", result("bob"))], 1.0)
+    assert "SANDBOX PROTECTIONS OFF: 1 submission graded without network" in out.getvalue(), out.getvalue()
