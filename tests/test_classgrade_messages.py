@@ -155,3 +155,15 @@ def test_the_summary_says_when_submissions_were_graded_without_a_complete_sandbo
     _summary(_console(out), tmp_path, spec.ASSIGNMENT, [Outcome("ann", "graded", unsafe),
                                                          Outcome("bob", "graded", result("bob"))], 1.0)
     assert "SANDBOX PROTECTIONS OFF: 1 submission graded without network" in out.getvalue(), out.getvalue()
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_a_gradescope_bundle_grades_without_a_complete_sandbox_only_when_built_to(tmp_path, unsafe):
+    import zipfile
+
+    from autograder.gradescope import build_bundle
+    from autograder.limits import UNSAFE_ENV
+
+    bundle = build_bundle(tmp_path / "b.zip", unsafe_no_sandbox=unsafe)
+    run = zipfile.ZipFile(bundle).read("run_autograder").decode()
+    assert (f"export {UNSAFE_ENV}=1" in run) is unsafe and "UNSAFE\n" not in run
