@@ -1,7 +1,7 @@
 """grade-class's grading processes: started, fed one submission at a time, watched, stopped.
 
-Each grading process (autograder/classworker.py) is a fresh program (`exec`), in a session of its
-own, that dies with this process (parent-death signal). It talks to this process over two pipes,
+Each grading process (autograder/classworker.py) is a fresh program (`exec`) that dies with this
+process (parent-death signal) and leaves the stop signals to it. It talks to this process over two pipes,
 one length-prefixed pickle per message (both sides are the grader's own code; student code runs
 two levels below, in the sandboxed workers of the process's zygote):
 
@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 
+from .lifetime import STOP_SIGNALS
 from .limits import Limits
 from .pool import SandboxUnavailable
 from .prestart import PACKAGE_PARENT
@@ -70,10 +71,17 @@ class GradingProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         debug = os.environ.get("AUTOGRADER_DEBUG")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autograder.classworker", str(task_r), str(result_w), str(os.getpid())],
-            pass_fds=(task_r, result_w), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=None if debug else subprocess.DEVNULL, start_new_session=True)  # (no terminal's signals)
+        # In this process group (a kill of the group reaches it at once), with the stop signals blocked from its
+        # first instruction until it ignores them (classworker.main): a Ctrl-C is the parent's alone, and never
+        # a traceback of a process half started.
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autograder.classworker", str(task_r), str(result_w), str(os.getpid())],
+                pass_fds=(task_r, result_w), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=None if debug else subprocess.DEVNULL)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
         os.close(task_r)
         os.close(result_w)
         self.ready = False
@@ -86,11 +94,11 @@ class GradingProcess:
         self.student, self.since = student, time.monotonic()
 
     def kill(self) -> None:
-        for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
-            try:
-                kill()
-            except (ProcessLookupError, PermissionError):
-                pass
+        """SIGKILL (its zygote and workers follow by their parent-death signal); safe to call twice."""
+        try:
+            self.proc.kill()
+        except (ProcessLookupError, PermissionError):
+            pass
         self.proc.wait()
         for fd in (self.tasks, self.results):
             try:

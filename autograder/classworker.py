@@ -6,15 +6,17 @@ one Grader, says it is ready, then grades one submission folder per message unti
 """
 from __future__ import annotations
 
+import signal
 import sys
 
 from . import classpool, prestart
-from .lifetime import init_pool_process
+from .lifetime import STOP_SIGNALS, init_pool_process
 from .pool import SandboxUnavailable
 
 
 def main(tasks: int, results: int, parent: int) -> None:
     init_pool_process(parent)  # dies with grade-class; Ctrl-C and SIGHUP are the parent's to handle
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (blocked since its start: ignored from here)
     limits = classpool.recv(tasks)
     prestart.prefork()  # the zygote imports torch while this process imports the grader
     from .classgrade import grade_folder  # noqa: PLC0415 - after the zygote's start: torch, seconds

@@ -4,8 +4,8 @@ stops at once, cleanly, on SIGINT or SIGTERM.
 The chain of processes of a class grading, and what ends each one whatever kills the one above:
 
     grade-class (this process)         SIGINT/SIGTERM/SIGHUP: `Stopper` stops the queue, kills the processes
-      └─ grading process (one per core, classworker.py; its own session: the terminal's signals do not
-         reach it)                     parent-death signal (SIGKILL), set in `init_pool_process`
+      └─ grading process (one per core, classworker.py; the stop signals blocked from its start, then
+         ignored: the parent's)        parent-death signal (SIGKILL), set in `init_pool_process`
            └─ zygote                   parent-death signal, set before it imports torch (worker/start.py)
                 └─ sandboxed worker    parent-death signal, and its own PID namespace: its death ends
                                        every process the student's code started
