@@ -34,7 +34,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import courselock, document, gradebook, i18n, spec
+from . import courselock, document, exposure, gradebook, i18n, spec
 from .lifetime import STOP_SIGNALS, Interrupted, Stopper, init_pool_process, kill_processes
 from .limits import Limits
 from .report import summary_table
@@ -327,6 +327,8 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = N
     (what was written, then one line); 128 + the signal when interrupted (one line)."""
     console = Console()
     started = time.perf_counter()
+    if exposed := exposure.warning(Path(course)):
+        print(exposed, file=sys.stderr)
     try:
         outcomes = grade_class(course, assignment, workers, force, limits=limits, lock_wait=lock_wait,
                                gradebook_wait=gradebook_wait)
