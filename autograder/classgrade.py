@@ -16,7 +16,8 @@ Design
 * A bad submission (corrupt notebook, syntax error, endless loop) gets zeros and a message;
   a grading process that dies is replaced and the rest of the class goes on.
 Reports (the student's messages, the JSON document of document.py) go to
-COURSE_DIR/autograder_reports/<assignment>/<student>.json.
+COURSE_DIR/autograder_reports/<assignment>/<student>.json; the command then writes the class report
+(classpage.py: the score distributions, the common mistakes, who needs help) there as class_report.html.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import courselock, document, exposure, gradebook, i18n, spec
+from .classpage import write_class_report
+from .classreport import DEFAULT_THRESHOLD
 from .lifetime import STOP_SIGNALS, Interrupted, Stopper, init_pool_process, kill_processes
 from .limits import Limits
 from .report import summary_table
@@ -321,7 +324,8 @@ def _kill_pool(pool: cf.ProcessPoolExecutor) -> None:
 
 
 def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = None, force: bool = False,
-         limits: Limits | None = None, lock_wait: float = 0.0, gradebook_wait: float = 60.0) -> int:
+         limits: Limits | None = None, lock_wait: float = 0.0, gradebook_wait: float = 60.0,
+         report_below: float = DEFAULT_THRESHOLD) -> int:
     """The command: grade the class, print the summary table and where the results are.
     Exit status: 0 done; 2 cannot start (one line); 1 stopped by the gradebook or a full disk
     (what was written, then one line); 128 + the signal when interrupted (one line)."""
@@ -341,6 +345,10 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = N
         print(f"grade-class: {exc}", file=sys.stderr)
         return exc.exit_code
     _summary(console, course, assignment, outcomes, time.perf_counter() - started)
+    course_dir = Path(course).resolve()
+    page = write_class_report(course_dir, assignment, [o.result for o in outcomes if o.result is not None],
+                              reports_dir(course_dir, assignment), report_below)
+    console.print(f"class report: {page}", soft_wrap=True)
     return 0
 
 

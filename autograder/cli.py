@@ -82,7 +82,8 @@ def cmd_grade_class(args) -> int:
     from . import classgrade  # noqa: PLC0415
 
     return classgrade.main(args.course, args.assignment, args.workers, args.force, limits=limits.from_args(args),
-                           lock_wait=args.wait, gradebook_wait=args.gradebook_wait)
+                           lock_wait=args.wait, gradebook_wait=args.gradebook_wait,
+                           report_below=args.report_below / 100)
 
 
 def cmd_grade_gpu(args) -> int:
@@ -137,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     _assignment(p)
     p.add_argument("--workers", type=int, help="grading processes (default: one per core)")
     p.add_argument("--force", action="store_true", help="regrade submissions that have not changed")
+    p.add_argument("--report-below", type=float, default=60.0, metavar="PERCENT",
+                   help="the class report (autograder_reports/<assignment>/class_report.html) lists the students "
+                        "below this share of the points (default 60)")
     _one_writer(p)
     limits.add_flags(p)
     p.set_defaults(func=cmd_grade_class)
