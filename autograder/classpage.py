@@ -28,6 +28,7 @@ HEADINGS = {
     "zero": _("zero"),
     "students": _("students"),
     "check": _("check"),
+    "who": _("who"),
     "what is wrong": _("what is wrong"),
     "every check passed for every student": _("every check passed for every student"),
     "nobody": _("nobody"),
@@ -108,13 +109,14 @@ def failures_table(report: ClassReport) -> str:
     t = heading_in(lang)
     if not report.common_failures:
         return f"<p>{t('every check passed for every student')}</p>"
-    head = f"<tr><th>{t('students')}</th><th>{t('part')}</th><th>{t('check')}</th><th>{t('what is wrong')}</th></tr>"
+    head = (f"<tr><th>{t('students')}</th><th>{t('part')}</th><th>{t('what is wrong')}</th><th>{t('check')}</th>"
+            f"<th>{t('who')}</th></tr>")
     rows = []
     for f in report.common_failures:
-        more = ("<br><span class=muted>" + esc(_("and {count} other messages").format(count=f.other_messages).render(lang))
-                + "</span>") if f.other_messages else ""
-        rows.append(f"<tr><td class=num title='{esc(', '.join(f.students))}'>{f.count}</td><td>{esc(f.part)}</td>"
-                    f"<td>{esc(i18n.check_title(f.check, lang))}</td><td>{esc(f.message)}{more}</td></tr>")
+        more = ("<br><span class=muted>" + esc(_("and {count} other checks").format(count=len(f.checks) - 1).render(lang))
+                + "</span>") if len(f.checks) > 1 else ""
+        rows.append(f"<tr><td class=num>{f.count}</td><td>{esc(f.part)}</td><td>{esc(f.message)}</td>"
+                    f"<td>{esc(i18n.check_title(f.checks[0], lang))}{more}</td><td>{esc(', '.join(f.students))}</td></tr>")
     return f"<table id=failures>{head}{''.join(rows)}</table>"
 
 

@@ -4,7 +4,6 @@ HTML page (grade-class writes it next to the students' reports).
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 from . import spec
@@ -36,13 +35,16 @@ class PartScores:
 
 @dataclass(frozen=True)
 class CommonFailure:
-    """A check that failed for `count` students, with the message most of them got (the mistake it names)."""
+    """A mistake: the message of failing checks of one part (what they say is wrong), the students who got it
+    and the checks that said it (one unfinished function fails many checks with one message: one row)."""
     part: str
-    check: str
-    count: int
     message: str
-    other_messages: int  # how many different messages the others got (the numbers in a message differ)
     students: tuple[str, ...]
+    checks: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.students)
 
 
 @dataclass(frozen=True)
@@ -84,21 +86,19 @@ def weakest_parts(result: GradeResult, most: int = 3) -> tuple[str, ...]:
 
 
 def common_failures(results: list[GradeResult], most: int = MOST_COMMON) -> tuple[CommonFailure, ...]:
-    """The checks that failed most often across the class, each with the message most of its students got."""
-    failed: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    """The mistakes most students made: failing checks grouped by part and message, most students first."""
+    students: dict[tuple[str, str], set[str]] = {}
+    checks: dict[tuple[str, str], dict[str, None]] = {}
     for result in results:
         for part in result.parts:
             for check in part.checks:
                 if not check.passed:
-                    failed.setdefault((part.id, check.name), []).append((result.submission, check.message))
-    ranked = sorted(failed.items(), key=lambda item: (-len(item[1]), item[0]))
-    out = []
-    for (part, check), who in ranked[:most]:
-        messages = Counter(message for _, message in who)
-        message, _count = messages.most_common(1)[0]
-        out.append(CommonFailure(part, check, len(who), message, len(messages) - 1,
-                                 tuple(sorted(student for student, _ in who))))
-    return tuple(out)
+                    key = (part.id, check.message or check.name)
+                    students.setdefault(key, set()).add(result.submission)
+                    checks.setdefault(key, {})[check.name] = None
+    ranked = sorted(students, key=lambda key: (-len(students[key]), -len(checks[key]), key))
+    return tuple(CommonFailure(part, message, tuple(sorted(students[(part, message)])), tuple(checks[(part, message)]))
+                 for part, message in ranked[:most])
 
 
 def summarize(assignment: str, results: list[GradeResult], threshold: float = DEFAULT_THRESHOLD) -> ClassReport:
