@@ -96,7 +96,8 @@ def common_failures(results: list[GradeResult], most: int = MOST_COMMON) -> tupl
                     key = (part.id, check.message or check.name)
                     students.setdefault(key, set()).add(result.submission)
                     checks.setdefault(key, {})[check.name] = None
-    ranked = sorted(students, key=lambda key: (-len(students[key]), -len(checks[key]), key))
+    order = {p.id: index for index, p in enumerate(results[0].parts)} if results else {}  # ties: in the parts' order
+    ranked = sorted(students, key=lambda key: (-len(students[key]), order.get(key[0], 0), -len(checks[key]), key))
     return tuple(CommonFailure(part, message, tuple(sorted(students[(part, message)])), tuple(checks[(part, message)]))
                  for part, message in ranked[:most])
 
