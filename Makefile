@@ -42,15 +42,11 @@ WORKSPACE = workspace
 lab: $(STAMP)
 	$(PY) -m course.lab student --workspace $(WORKSPACE) $(LAB_ARGS)
 
-# The hidden autograder on each assignment's folder of the student's workspace (then compare with
-# solutions/notebooks/); the assignments are the release's folders.
+# The hidden autograder on the folders of the student's workspace that hold their work (a solution cell changed
+# from the release), one summary table each (then compare with solutions/notebooks/). One folder, changed or
+# not: make grade ASSIGNMENT=generation; the whole report, one row per check: make grade FULL=1.
 grade: $(STAMP)
-	@test -d $(WORKSPACE) || { echo "make grade: $(WORKSPACE)/ does not exist yet: run make lab first (it copies the release there)" >&2; exit 2; }
-	@for name in $(notdir $(wildcard assignments/*)); do \
-	  if [ -d $(WORKSPACE)/$$name ]; then \
-	    echo "$(PY) -m autograder grade $(WORKSPACE)/$$name"; $(PY) -m autograder grade $(WORKSPACE)/$$name || exit $$?; \
-	  fi; \
-	done
+	@$(PY) -m autograder grade-workspace $(WORKSPACE) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) $(if $(FULL),--full)
 
 # JupyterLab for instructors at the course root, with nbgrader's formgrader and Create Assignment.
 formgrader: $(STAMP)

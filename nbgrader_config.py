@@ -6,8 +6,14 @@ assignments are self_attention and generation and their Chinese editions self_at
 generation_zh: `nbgrader generate_assignment self_attention_zh` works like the English one.
 The gradebook (gradebook.db) stays out of git; the course build uses a throw-away one.
 """
+import os as _os
+
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
+# The course is the folder of this file, whatever a personal ~/.jupyter/nbgrader_config.py names (nbgrader's
+# usual hub setup sets CourseDirectory.root there): this file, read from the folder nbgrader runs in, comes
+# after it. A copy of the course is its own course too (the gradebook: gradebook.db in the root).
+c.CourseDirectory.root = _os.path.dirname(_os.path.abspath(__file__))
 c.CourseDirectory.course_id = "self_attention_course"
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "assignments"
@@ -20,8 +26,7 @@ c.ClearSolutions.code_stub = {
 # Autograde with this course's grader (hidden checks, sandboxed worker) in place of nbgrader's
 # Execute preprocessor; see docs/instructors.md. `nbgrader autograde self_attention` then records
 # the same per-part scores as `python -m autograder grade`.
-import os as _os  # noqa: E402 - after get_config(), next to the setting it serves
-import sys as _sys  # noqa: E402
+import sys as _sys  # noqa: E402 - after get_config(), next to the setting it serves
 
 _sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
 from autograder.nbgrader_plugin import configure as _configure_autograder  # noqa: E402

@@ -20,7 +20,8 @@ Design
 * Where the sandbox is incomplete, nothing is graded: one line, exit status 2 (pool.SandboxUnavailable),
   unless --unsafe-no-sandbox.
 Reports (the student's messages, the JSON document of document.py) go to
-COURSE_DIR/autograder_reports/<assignment>/<student>.json.
+COURSE_DIR/autograder_reports/<assignment>/<student>.json; the command then writes the class report
+(classpage.py: the score distributions, the common mistakes, who needs help) there as class_report.html.
 """
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import classpool, courselock, document, gradebook, i18n, spec
+from . import classpool, courselock, document, exposure, gradebook, i18n, spec
+from .classpage import write_class_report
+from .classreport import DEFAULT_THRESHOLD
 from .lifetime import Interrupted, Stopper
 from .limits import Limits
 from .pool import SandboxUnavailable
@@ -262,12 +265,15 @@ def _start_pool(workers: int | None, tasks: int, limits: Limits | None) -> class
 
 
 def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = None, force: bool = False,
-         limits: Limits | None = None, lock_wait: float = 0.0, gradebook_wait: float = 60.0) -> int:
+         limits: Limits | None = None, lock_wait: float = 0.0, gradebook_wait: float = 60.0,
+         report_below: float = DEFAULT_THRESHOLD) -> int:
     """The command: grade the class, print the summary table and where the results are.
     Exit status: 0 done; 2 cannot start (one line); 1 stopped by the gradebook or a full disk
     (what was written, then one line); 128 + the signal when interrupted (one line)."""
     console = _console()
     started = time.perf_counter()
+    if exposed := exposure.warning(Path(course)):
+        print(exposed, file=sys.stderr)
     try:
         outcomes = grade_class(course, assignment, workers, force, limits=limits, lock_wait=lock_wait,
                                gradebook_wait=gradebook_wait)
@@ -280,6 +286,10 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = N
         print(f"grade-class: {gradebook.redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     _summary(console, course, assignment, outcomes, time.perf_counter() - started)
+    course_dir = Path(course).resolve()
+    page = write_class_report(course_dir, assignment, [o.result for o in outcomes if o.result is not None],
+                              reports_dir(course_dir, assignment), report_below)
+    console.print(f"class report: {page}", soft_wrap=True)
     return 0
 
 

@@ -2,6 +2,7 @@
 the module that does its work; it decides nothing itself.
 
     grade SUBMISSION [--assignment NAME] [--json] [--gpu] [--lang en|zh]  (the course spec)   grade.py, report.py
+    grade-workspace [WORKSPACE] [--assignment NAME] [--full]  (make grade)                 workspace.py, report.py
     grade-class COURSE_DIR [--assignment NAME] ...                                        classgrade.py
     grade-gpu COURSE_DIR [--assignment NAME] ...                                          gpu/course.py
     gradescope-bundle OUT.zip [--assignment NAME]                                         gradescope.py
@@ -72,12 +73,19 @@ def edition_language(name: str | None) -> str | None:
     return None if lang == spec.DEFAULT_LANGUAGE else lang
 
 
+def cmd_grade_workspace(args) -> int:
+    from . import workspace  # noqa: PLC0415
+
+    return workspace.main(args.workspace, args.assignment, full=args.full, limits=limits.from_args(args))
+
+
 def cmd_grade_class(args) -> int:
     spec.assignment(args.assignment)  # an unknown name: exit 2 before anything is imported
     from . import classgrade  # noqa: PLC0415
 
     return classgrade.main(args.course, args.assignment, args.workers, args.force, limits=limits.from_args(args),
-                           lock_wait=args.wait, gradebook_wait=args.gradebook_wait)
+                           lock_wait=args.wait, gradebook_wait=args.gradebook_wait,
+                           report_below=args.report_below / 100)
 
 
 def cmd_grade_gpu(args) -> int:
@@ -119,11 +127,22 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_flags(p)
     p.set_defaults(func=cmd_grade)
 
+    p = sub.add_parser("grade-workspace", help="make grade: the student's workspace, the folders worked in, "
+                       "one summary table each")
+    p.add_argument("workspace", nargs="?", default="workspace", help="make lab's workspace (default: workspace)")
+    p.add_argument("--assignment", help="grade this folder of the workspace (e.g. generation), changed or not")
+    p.add_argument("--full", action="store_true", help="the whole report, one row per check")
+    limits.add_flags(p)
+    p.set_defaults(func=cmd_grade_workspace)
+
     p = sub.add_parser("grade-class", help="grade every submission of an nbgrader course directory, in parallel")
     p.add_argument("course", help="the nbgrader course directory (holds submitted/ and the gradebook)")
     _assignment(p)
     p.add_argument("--workers", type=int, help="grading processes (default: one per core)")
     p.add_argument("--force", action="store_true", help="regrade submissions that have not changed")
+    p.add_argument("--report-below", type=float, default=60.0, metavar="PERCENT",
+                   help="the class report (autograder_reports/<assignment>/class_report.html) lists the students "
+                        "below this share of the points (default 60)")
     _one_writer(p)
     limits.add_flags(p)
     p.set_defaults(func=cmd_grade_class)

@@ -11,7 +11,8 @@ self_attention_zh, generation_zh):
    followed by `nbgrader generate_feedback`;
 then 4. export: `nbgrader export` writes grades.csv (every assignment and edition);
 5. print the score tables, whether both editions scored every student alike (they must: the same
-   checks; the demo fails if not), one Chinese feedback report, and where everything is.
+   checks; the demo fails if not), one Chinese feedback report, and where everything is (with each
+   edition's class report, autograder_reports/<edition>/class_report.html, in grade-class mode).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from rich.console import Console
 
 from . import gradebook, spec
 from .classgrade import Stopped, grade_class, reports_dir
+from .classpage import write_class_report
 from .report import render, summary_table
 from .results import CheckResult, GradeResult, PartResult
 
@@ -62,6 +64,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
     for _a, _lang, name in editions:
         console.print(f"nbgrader generate_assignment {name} -> {course / 'release' / name}")
     scored: dict[str, list[GradeResult]] = {}
+    pages: dict[str, Path] = {}  # the class report of each edition (grade-class mode)
     for assignment, _lang, name in editions:
         console.rule(f"2. collect {name}")
         students = example_class(name)
@@ -83,6 +86,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
                 print(f"demo: {exc}", file=sys.stderr)
                 return exc.exit_code
             rows = [o.result for o in outcomes if o.result is not None]
+            pages[name] = write_class_report(course, name, rows, reports_dir(course, name))
         console.print(summary_table(rows, title=f"example class, {name}"))
         scored[name] = rows
     differ = [f"{name}: {row}" for a, lang, name in editions if lang != spec.DEFAULT_LANGUAGE
@@ -106,6 +110,8 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
         else:
             console.print(f"feedback:  {reports_dir(course, name)}/<student>.json "
                           "(HTML feedback: run again with --nbgrader)")
+    for name, page in pages.items():
+        console.print(f"class report ({name}): {page}", soft_wrap=True)
     console.print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -23,6 +23,8 @@ Enable it in nbgrader_config.py:
 from __future__ import annotations
 
 import atexit
+import functools
+import os
 import json
 import sys
 import tempfile
@@ -34,7 +36,7 @@ from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool
 
-from . import i18n, spec
+from . import exposure, i18n, spec
 from .extract import SubmissionError, parse_json
 from .gradebook import cell_score
 from .limits import Limits, unsafe_from_env
@@ -240,6 +242,13 @@ class TolerantNotebookExporter(NotebookExporter):
         return nb
 
 
+@functools.cache
+def warn_if_exposed(course: str, log) -> None:
+    """The instructor's one-line warning when other users can read the course (once per course and process)."""
+    if exposed := exposure.warning(Path(course)):
+        log.warning("%s", exposed)
+
+
 class AutograderPreprocessor(NbGraderPreprocessor):
     """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute. Where a layer of
     the sandbox is missing it stops nbgrader with one line (exit status 2), unless
@@ -249,6 +258,7 @@ class AutograderPreprocessor(NbGraderPreprocessor):
                                          "says so)").tag(config=True)
 
     def preprocess(self, nb, resources):
+        warn_if_exposed(self.config.get("CourseDirectory", {}).get("root") or os.getcwd(), self.log)
         info = resources.get("nbgrader") or {}
         name = info.get("notebook") or (resources.get("metadata") or {}).get("name") or "notebook"
         # nbgrader names the assignment it autogrades; a course may call it otherwise: then the notebook's name decides

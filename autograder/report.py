@@ -61,3 +61,35 @@ def summary_table(rows: list[GradeResult], title: str = "class") -> Table:
     for r in rows:
         table.add_row(Text(r.submission), *[_fmt(round(p.score, 2)) for p in r.parts], _fmt(round(r.score, 2)))
     return table
+
+
+def failing_messages(part: PartResult, most: int = 2) -> list[str]:
+    """What a part's failing checks say, each distinct message once, at most `most` (then how many more)."""
+    messages = list(dict.fromkeys(c.message or c.name for c in part.checks if not c.passed))
+    shown = messages[:most]
+    return shown + ([f"(+{len(messages) - most})"] if len(messages) > most else [])
+
+
+def brief(result: GradeResult, console: Console | None = None, hide: tuple[str, ...] = ()) -> None:
+    """One table for a student's screen: a row per part (its score, what its failing checks say) and the total;
+    notes that name a file in `hide` (the release's own files next to the notebooks) are left out."""
+    console = console or Console()
+    lang = result.lang
+    table = Table(title=result.submission, title_justify="left", box=box.SIMPLE_HEAD, expand=True)
+    table.add_column(_("part").render(lang), no_wrap=True)
+    table.add_column(_("points").render(lang), justify="right", no_wrap=True)
+    table.add_column(_("what is wrong").render(lang), ratio=1)
+    for part in result.parts:
+        mark = "✓ " if part.passed else "✗ "
+        table.add_row(Text(mark + part.id, style="green" if part.passed else "red"),
+                      f"{_fmt(round(part.score, 2))}/{_fmt(part.max_score)}", "\n".join(failing_messages(part)))
+    table.add_section()
+    table.add_row(Text(_("total").render(lang), style="bold"),
+                  Text(f"{_fmt(round(result.score, 2))}/{_fmt(result.max_score)}", style="bold"), "")
+    console.print(table)
+    if result.protections_off:
+        console.print(Text("SANDBOX PROTECTIONS OFF on this machine: " + "; ".join(result.protections_off),
+                           style="bold red"))
+    for note in result.notes:
+        if not any(name in note for name in hide):
+            console.print(Text(f"! {note}", style="yellow"))

@@ -155,7 +155,8 @@ def main(argv=None) -> int:
 
     stock_students = dict(list(everyone.items())[: args.stock_students])
     stock = course_with(tmp, "stock", stock_students, plugin=False)
-    res_stock = run_timed([PY, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force"], stock, env)
+    res_stock = run_timed([PY, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force", f"--CourseDirectory.root={stock}"],
+                          stock, dict(env, JUPYTER_NO_CONFIG="1"))  # (never a personal config's course)
     stock_per = res_stock["wall"] / len(stock_students)
     print(f"stock nbgrader autograde, {len(stock_students)} students: {res_stock}", flush=True)
 

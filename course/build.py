@@ -202,7 +202,8 @@ def generate_release(root: Path, target: Target = TARGETS[0]) -> None:
             f"--CourseDirectory.root={root}",
             f"--CourseDirectory.db_url=sqlite:///{db_dir}/gradebook.db",
         ]
-        env = dict(os.environ)  # nbgrader calls the `alembic` script of its environment
+        env = dict(os.environ, JUPYTER_NO_CONFIG="1")  # no personal nbgrader_config.py can change the release
+        # nbgrader calls the `alembic` script of its environment
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
         if done.returncode != 0:

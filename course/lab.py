@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder import exposure
+
 REPO = Path(__file__).resolve().parent.parent
 RELEASE = REPO / "assignments"  # nbgrader's release directory: one folder per assignment
 WORKSPACE = REPO / "workspace"
@@ -116,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         root = REPO
         print("Instructor lab at the course root: Nbgrader > Formgrader, Create Assignment", flush=True)
+        if exposed := exposure.warning(root):
+            print(exposed, file=sys.stderr, flush=True)
     argv, env = lab_command(root, extra, student=args.who == "student")
     os.chdir(root)  # nbgrader reads nbgrader_config.py from the server's working directory
     os.execvpe(argv[0], argv, env)

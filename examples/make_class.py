@@ -132,11 +132,26 @@ def fallback_source(dest: Path, assignment: str = ASSIGNMENT) -> Path:
 
 
 # --------------------------------------------------------------------------- course
+def nbgrader_env() -> dict[str, str]:
+    """The environment of an nbgrader command on a course of this project: this environment's Python and
+    `alembic` first, the repository importable, and no personal or system Jupyter configuration
+    (JUPYTER_NO_CONFIG): a ~/.jupyter/nbgrader_config.py that names another course root, gradebook or
+    exchange (nbgrader's usual hub setup) must not redirect the project's own courses."""
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),  # alembic
+                JUPYTER_NO_CONFIG="1")
+
+
+def nbgrader_command(course: Path, *args: str) -> list[str]:
+    """`python -m nbgrader ARGS` pinned to the course directory `course` (the command line wins over any
+    configuration file); run it with cwd=course and nbgrader_env(), so that the course's own
+    nbgrader_config.py is the only one read."""
+    return [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={Path(course).resolve()}"]
+
+
 def nbgrader(course: Path, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run an nbgrader command in the course directory with this environment's Python."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))  # alembic
-    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True,
+    """Run an nbgrader command in the course directory with this environment's Python (nbgrader_command)."""
+    proc = subprocess.run(nbgrader_command(course, *args), cwd=course, env=nbgrader_env(), capture_output=True,
                           text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"

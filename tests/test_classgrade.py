@@ -100,3 +100,12 @@ def test_a_folder_without_a_released_assignment_exits_2_and_says_what_to_do(priv
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "generate_assignment" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_grade_class_writes_the_class_report_next_to_the_students_reports_and_prints_its_path(course):
+    page = course.resolve() / "autograder_reports" / ASSIGNMENT / "class_report.html"
+    assert f"class report: {page}" in course.joinpath("first-run.txt").read_text()
+    text = page.read_text(encoding="utf-8")
+    assert 'src="data:image/png;base64,' in text
+    for student in STUDENTS:
+        assert f'href="{student}.json"' in text

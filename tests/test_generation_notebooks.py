@@ -13,6 +13,7 @@ import torch
 
 from course.build import REPO, TARGET_BY_ID, execute_notebooks
 from solutions import generation as G
+from tests import release_import
 
 TARGET = TARGET_BY_ID["generation"]
 NOTEBOOKS = [m.NAME for m in TARGET.modules]
@@ -103,12 +104,11 @@ def test_generation_graded_cells_point_to_the_hidden_autograder(executed, kind):
 
 @pytest.fixture(scope="module")
 def vc():
-    sys.path.insert(0, str(REPO / TARGET.release))
+    sys.modules.pop("visible_checks", None)
     try:
-        sys.modules.pop("visible_checks", None)
-        import visible_checks
+        with release_import.importable(REPO / TARGET.release):
+            import visible_checks
     finally:
-        sys.path.remove(str(REPO / TARGET.release))
         sys.modules.pop("visible_checks", None)  # the first assignment's tests import their own
     return visible_checks
 

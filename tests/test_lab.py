@@ -109,3 +109,20 @@ def test_student_page_config_disables_every_nbgrader_lab_plugin_but_validate():
     disabled = json.loads((lab.STUDENT_CONFIG / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
     assert "@jupyter/nbgrader:validate-assignment" in plugins
     assert {name for name, off in disabled.items() if off} == plugins - {"@jupyter/nbgrader:validate-assignment"}
+
+
+HUB_CONFIG = REPO / "course" / "student_lab_config_hub"
+
+
+def test_the_hub_variant_is_the_student_lab_plus_the_assignment_list_on_both_sides():
+    student = json.loads((lab.STUDENT_CONFIG / "jupyter_server_config.json").read_text())["ServerApp"]["jpserver_extensions"]
+    hub = json.loads((HUB_CONFIG / "jupyter_server_config.json").read_text())["ServerApp"]["jpserver_extensions"]
+    assert set(hub) == set(student)
+    assert {name for name in hub if hub[name] != student[name]} == {"nbgrader.server_extensions.assignment_list"}
+    assert hub["nbgrader.server_extensions.assignment_list"] is True
+    student = json.loads((lab.STUDENT_CONFIG / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
+    hub = json.loads((HUB_CONFIG / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
+    assert set(hub) == set(student)
+    assert {name for name in hub if hub[name] != student[name]} == {"@jupyter/nbgrader:assignment-list"}
+    assert hub["@jupyter/nbgrader:assignment-list"] is False
+    assert "c.Execute.timeout = 120" in (HUB_CONFIG / "nbgrader_config.py").read_text()

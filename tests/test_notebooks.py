@@ -22,6 +22,7 @@ import torch
 import solutions as S
 from autograder.spec import NOTEBOOKS
 from course.build import REPO, RELEASE_DIR, SOLVED_DIR, execute_notebooks
+from tests import release_import
 
 SOLVED = [REPO / SOLVED_DIR / f"{name}.ipynb" for name in NOTEBOOKS]
 RELEASED = [REPO / RELEASE_DIR / f"{name}.ipynb" for name in NOTEBOOKS]
@@ -206,6 +207,7 @@ def test_committed_solved_notebook_holds_executed_outputs_without_errors(name):
 @pytest.mark.parametrize("mode,expect_stderr", [(None, False), ("autograde", True)])
 def test_graded_part_writes_stderr_under_stock_nbgrader_autograde_and_not_in_a_plain_run(mode, expect_stderr):
     env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # (it imports from the release: nothing compiled into it)
     if mode:
         env["NBGRADER_EXECUTION"] = mode
     code = "from visible_checks import graded_part; graded_part('masks')"
@@ -222,11 +224,8 @@ def test_graded_part_writes_stderr_under_stock_nbgrader_autograde_and_not_in_a_p
 
 @pytest.fixture(scope="module")
 def vc():
-    sys.path.insert(0, str(REPO / RELEASE_DIR))
-    try:
+    with release_import.importable(REPO / RELEASE_DIR):
         import visible_checks
-    finally:
-        sys.path.remove(str(REPO / RELEASE_DIR))
     return visible_checks
 
 

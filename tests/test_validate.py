@@ -25,6 +25,7 @@ import torch
 from autograder.spec import ASSIGNMENTS, split_edition
 from course.build import REPO, TARGETS
 from examples.make_class import student_notebooks
+from tests import release_import
 
 VENV_BIN = Path(sys.executable).parent
 ALL_PARTS = [(a.id, p) for a in ASSIGNMENTS.values() for p in a.parts]
@@ -32,15 +33,7 @@ ALL_PARTS = [(a.id, p) for a in ASSIGNMENTS.values() for p in a.parts]
 
 def released_checks(assignment: str):
     """The assignment's visible_checks.py as released (it imports graded_cells.py from its folder)."""
-    folder = REPO / "assignments" / assignment
-    sys.path.insert(0, str(folder))
-    try:
-        spec = importlib.util.spec_from_file_location(f"visible_checks_of_{assignment}", folder / "visible_checks.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(folder))
-    return module
+    return release_import.load(REPO / "assignments" / assignment, f"visible_checks_of_{assignment}")
 
 
 CHECKS = {a: released_checks(a) for a in ASSIGNMENTS}

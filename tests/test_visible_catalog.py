@@ -20,6 +20,7 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.frontend import parse_mapping_cfg
 
 from course import catalogs
+from tests import release_import
 
 REPO = Path(__file__).resolve().parent.parent
 COURSE = REPO / "course"
@@ -138,14 +139,7 @@ def _release_folder(root: Path, assignment: str, with_catalog: bool = True) -> P
 
 
 def _load(folder: Path, tag: str):
-    sys.path.insert(0, str(folder))
-    try:
-        spec = importlib.util.spec_from_file_location(f"visible_checks_{tag}", folder / "visible_checks.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(folder))
-    return module
+    return release_import.load(folder, f"visible_checks_{tag}")
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "build" / "browser-test"
 DEBIAN_PACKAGES = {"chromium": "chromium", "chromium-driver": "chromedriver"}  # package -> program
+DEBIAN_FONTS = {"fonts-wqy-microhei": Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")}  # Chinese pages
 CHROMIUM_FLAGS = (  # headless, as root, on a network that refuses Chromium's background connections
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -37,6 +38,7 @@ def _run_quietly(argv: list[str], what: str) -> None:
 def ensure_tools() -> None:
     """Debian's chromium and chromium-driver, and the selenium pinned in requirements.txt."""
     missing = [package for package, program in DEBIAN_PACKAGES.items() if shutil.which(program) is None]
+    missing += [package for package, font in DEBIAN_FONTS.items() if not font.exists()]
     if missing:
         if os.geteuid() != 0:
             pytest.fail(f"the browser test needs Debian's {' and '.join(missing)}: sudo apt-get install -y {' '.join(missing)}")
@@ -73,8 +75,9 @@ def _stop_group(process: subprocess.Popen, grace: float = 15) -> None:
     process.wait()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def artifacts():
+    """build/browser-test/, emptied once per session (each module's screenshots stay)."""
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     ARTIFACTS.mkdir(parents=True)
     return ARTIFACTS
@@ -120,9 +123,8 @@ def lab_server(private_tmp, artifacts):
         _stop_group(process)
 
 
-@pytest.fixture(scope="module")
-def driver(lab_server, private_tmp):
-    """One headless Chromium for the whole module (chromedriver from Debian: no driver download)."""
+def start_chromium(profile: Path):
+    """A headless Chromium (chromedriver from Debian: no driver download)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -130,10 +132,28 @@ def driver(lab_server, private_tmp):
     options.binary_location = shutil.which("chromium")
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={private_tmp / 'chromium-profile'}")
+    options.add_argument(f"--user-data-dir={profile}")
     service = Service(executable_path=shutil.which("chromedriver"), log_output=str(ARTIFACTS / "chromedriver.log"))
     browser = webdriver.Chrome(options=options, service=service)
     browser.set_page_load_timeout(120)
+    return browser
+
+
+@pytest.fixture(scope="module")
+def chromium(private_tmp, artifacts):
+    """A headless Chromium for a module that needs no lab server (a page on disk)."""
+    ensure_tools()
+    browser = start_chromium(private_tmp / "chromium-profile")
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture(scope="module")
+def driver(lab_server, private_tmp):
+    """One headless Chromium for the whole module, logged in to the lab."""
+    browser = start_chromium(private_tmp / "chromium-profile")
     try:
         url, token, _, _ = lab_server
         browser.get(f"{url}/lab?reset&token={token}")  # sets the login cookie once
@@ -146,9 +166,10 @@ def driver(lab_server, private_tmp):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.when == "call" and report.failed and "driver" in getattr(item, "funcargs", {}):
+    browser = next((item.funcargs[n] for n in ("driver", "chromium") if n in getattr(item, "funcargs", {})), None)
+    if report.when == "call" and report.failed and browser is not None:
         name = re.sub(r"[^\w.-]+", "_", item.name)
         try:
-            item.funcargs["driver"].save_screenshot(str(ARTIFACTS / f"failed-{name}.png"))
+            browser.save_screenshot(str(ARTIFACTS / f"failed-{name}.png"))
         except Exception:  # noqa: BLE001 - a screenshot is a courtesy; the failure itself is reported
             pass

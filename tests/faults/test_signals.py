@@ -27,6 +27,8 @@ from autograder.worker import proctree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faultkit import STUDENTS, dump, resume, sqlite_url
 
+from examples.make_class import nbgrader_command, nbgrader_env
+
 REPO = Path(__file__).resolve().parents[2]
 SEED = 18
 
@@ -77,7 +79,7 @@ def command(run: Run) -> list[str]:
     if run.fault.command == "grade":
         return [sys.executable, "-m", "autograder", "grade", str(run.course / "submitted" / "ada" / ASSIGNMENT)]
     if run.fault.command == "nbgrader":
-        return [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force"]
+        return nbgrader_command(run.course, "autograde", ASSIGNMENT, "--force")  # (pinned to the course)
     return [sys.executable, "-m", "autograder", "grade-class", str(run.course), "--workers", "1"]
 
 
@@ -94,7 +96,7 @@ def watch(run: Run, pid: int) -> None:
 
 
 def execute(run: Run) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO), PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    env = nbgrader_env()  # (no personal Jupyter configuration: the course's own nbgrader_config.py only)
     proc = subprocess.Popen(command(run), cwd=run.course if run.fault.command == "nbgrader" else REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     err: list[str] = []

@@ -1,0 +1,90 @@
+"""The class report (classreport.py: what the class says, as data; classpage.py: the HTML page): the hard parts,
+the common mistakes with their counts and messages, the students below the threshold, a link to each report;
+one self-contained page in the edition's language. (tests/browser/test_class_report.py looks at it in Chromium.)"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from autograder import classpage, classreport, spec
+from autograder.results import CheckResult, GradeResult, PartResult
+
+PARTS = spec.assignment("self_attention").parts
+NO_SCALE = "scores are not scaled: divide the dot products by sqrt(d_k)"
+
+
+def result(student: str, lost: dict[str, str] | None = None) -> GradeResult:
+    """A student who passes every part but those in `lost` (part -> the message of its one failing check)."""
+    lost = lost or {}
+    parts = []
+    for part in PARTS:
+        if part.id in lost:
+            checks = (CheckResult("the main check", False, 0.0, part.points * 0.75, lost[part.id]),
+                      CheckResult("a small check", True, part.points * 0.25, part.points * 0.25))
+        else:
+            checks = (CheckResult("the main check", True, part.points, part.points),)
+        parts.append(PartResult(part.id, part.points, checks))
+    return GradeResult(student, tuple(parts))
+
+
+CLASS = [result("ada"), result("bob", {"scaled_scores": NO_SCALE}), result("cy", {"scaled_scores": NO_SCALE}),
+         result("dee", {"scaled_scores": "rows of your weights sum to 2.03: softmax over dim=-1", "masks": "inverted",
+                        "module": "no W_o", "official_parity": "x", "multihead": "y", "long_sequence": "z",
+                        "qkv_projection": "w"})]
+
+
+def test_the_most_common_mistake_comes_first_with_its_students_and_the_checks_that_named_it():
+    report = classreport.summarize("self_attention", CLASS)
+    first = report.common_failures[0]
+    assert (first.part, first.message, first.count) == ("scaled_scores", NO_SCALE, 2)
+    assert first.students == ("bob", "cy") and first.checks == ("the main check",)
+    assert all(f.count == 1 for f in report.common_failures[1:])
+    assert len(report.common_failures) == 8  # NO_SCALE, then dee's seven mistakes, one each
+
+
+def test_one_unfinished_function_failing_many_checks_with_one_message_is_one_mistake():
+    unfinished = PartResult("masks", 15, tuple(CheckResult(f"check {i}", False, 0, 5, "causal_mask is not implemented yet")
+                                                  for i in range(3)))
+    lazy = dataclasses.replace(result("eve"), parts=tuple(unfinished if p.id == "masks" else p for p in result("eve").parts))
+    report = classreport.summarize("self_attention", [lazy, result("ada")])
+    assert [(f.part, f.count, len(f.checks)) for f in report.common_failures] == [("masks", 1, 3)]
+
+
+def test_part_distributions_and_the_students_below_the_threshold():
+    report = classreport.summarize("self_attention", CLASS, threshold=0.6)
+    scaled = next(p for p in report.parts if p.id == "scaled_scores")
+    assert scaled.scores == (15, 3.75, 3.75, 3.75) and scaled.full_marks == 1 and scaled.zero == 0
+    assert [s.id for s in report.below_threshold] == ["dee"]  # 25 of 100
+    assert report.below_threshold[0].weakest[0] == "module"  # 15 points lost there, the most
+    assert [s.id for s in classreport.summarize("self_attention", CLASS, threshold=0.95).below_threshold] == \
+        ["dee", "bob", "cy"]
+
+
+def test_the_page_is_self_contained_with_an_inline_picture_and_links_to_each_students_report(tmp_path):
+    reports = tmp_path / "autograder_reports" / "self_attention"
+    reports.mkdir(parents=True)
+    for r in CLASS:
+        (reports / f"{r.submission}.json").write_text("{}")
+    feedback = tmp_path / "feedback" / "bob" / "self_attention"
+    feedback.mkdir(parents=True)
+    (feedback / "01_scores.html").write_text("<html></html>")
+    path = classpage.write_class_report(tmp_path, "self_attention", CLASS, reports)
+    assert path == reports / "class_report.html"
+    page = path.read_text(encoding="utf-8")
+    assert page.count('src="data:image/png;base64,') == 1
+    assert not re.search(r"(src|href)=[\"'](https?:)?//", page), "the page must need no network"
+    assert "<script" not in page
+    for student in ("ada", "bob", "cy", "dee"):
+        assert f'href="{student}.json"' in page
+    assert 'href="../../feedback/bob/self_attention/01_scores.html"' in page
+    assert (tmp_path / "feedback/bob/self_attention/01_scores.html").exists()
+    assert NO_SCALE in page and "students below 60% of the points" in page
+
+
+def test_the_chinese_editions_page_has_its_headings_in_chinese(tmp_path):
+    page = classpage.page(classreport.summarize("self_attention_zh", CLASS), {})
+    assert '<html lang="zh-CN">' in page
+    for heading in ("score distribution per part", "most common failing checks", "every student"):
+        chinese = classpage.i18n.message(heading).render("zh")
+        assert chinese != heading and chinese in page
+    assert "most common failing checks" not in page
