@@ -33,7 +33,7 @@ TOP_LEFT = _("your causal mask is top-left aligned (tril() of [S_new, S_k], or i
              "decode_causal_mask(S_new, S_k) (bottom-right, as flash-attn aligns it)")
 
 
-def common_mistakes(v):
+def common_mistakes(v, d_model: int = D_MODEL, head_dim: int = HEAD_DIM):
     """The mistakes of the layer itself, any cache or none: v(**keywords) is the variant's output."""
     return {
         _("you rotated the keys only: RoPE rotates the queries AND the keys (apply_rope on both, at the same "
@@ -48,7 +48,7 @@ def common_mistakes(v):
           "so that query heads h * n_rep ... (h + 1) * n_rep - 1 share kv head h"): v(tiled=True),
         _("the attention is not causal: a token must not see the tokens after it"): v(align="none"),
         _("you scaled by sqrt(d_model) = sqrt({d_model}); scale each head by sqrt(head_dim) = sqrt({head_dim})").format(
-            d_model=D_MODEL, head_dim=HEAD_DIM): v(scale=D_MODEL ** -0.5),
+            d_model=d_model, head_dim=head_dim): v(scale=d_model ** -0.5),
         _("you did not scale the scores: divide by sqrt(head_dim)"): v(scale=1.0),
     }
 
@@ -76,13 +76,13 @@ def weights(g, kv_heads: int, d_model: int = D_MODEL, heads: int = H) -> dict:
             "W_o.weight": torch.randn(d_model, d_model, generator=g) * scale}
 
 
-def _module_job(student, kv_heads: int, base: float | None = None):
-    """DecoderAttention(D_MODEL, H, kv_heads[, rope_base=base]) with the checks' weights, in eval mode."""
+def _module_job(student, kv_heads: int, base: float | None = None, d_model: int = D_MODEL, heads: int = H):
+    """DecoderAttention(d_model, heads, kv_heads[, rope_base=base]) with the checks' weights, in eval mode."""
     g = seeded(kv_heads)
-    w = weights(g, kv_heads)
+    w = weights(g, kv_heads, d_model, heads)
     job = student.job()
     extra = {} if base is None else {"rope_base": base}
-    module = job.new("DecoderAttention", D_MODEL, H, kv_heads, **extra)
+    module = job.new("DecoderAttention", d_model, heads, kv_heads, **extra)
     steps = {"module": module, "load": job.load_state_dict(module, w), "eval": job.eval(module)}
     return job, steps, w, g
 
@@ -106,24 +106,26 @@ def _feed(job, module, x, chunks, positions=None, key_mask=None, cached: bool = 
 def compare(run, key, label: str, rows: torch.Tensor | None = None, cached: bool = True, **variant) -> None:
     """The outputs of the feed `key` of `run` equal decoder_variant(**variant) (on the real `rows` [B, S] only)."""
     weights_taken(run, _("W_q, W_k, W_v and W_o"))
-    w, x, chunks, heads = run.inputs[key]
+    w, x, chunks, heads, kv_heads = run.inputs[key]
     forwards, _record = run.steps[key]
+    d_model = x.shape[-1]
     outs, start = [], 0
     for n, step in zip(forwards, chunks):
         out = run.result[n]
-        outs.append(expect.shape(out, (x.shape[0], step, D_MODEL),
+        outs.append(expect.shape(out, (x.shape[0], step, d_model),
                                  _("forward(x[:, {start}:{stop}]) with {start} cached positions").format(
                                      start=start, stop=start + step)))
         start += step
     got = torch.cat(outs, dim=1)
 
     def v(**mistake):
-        return lambda: pick(decoder_variant(w, x, chunks, H, heads, **variant, **mistake))
+        return lambda: pick(decoder_variant(w, x, chunks, heads, kv_heads, **variant, **mistake))
 
     def pick(t):
         return t if rows is None else t[rows]
 
-    mistakes = {**(cached_mistakes(v) if cached and len(chunks) > 1 else {}), **common_mistakes(v)}
+    mistakes = {**(cached_mistakes(v) if cached and len(chunks) > 1 else {}),
+                **common_mistakes(v, d_model, d_model // heads)}
     for key_word, extra in variant_mistakes(variant).items():
         mistakes[key_word] = v(**extra)
     expect.close(pick(got), v()(), label, mistakes=mistakes)
@@ -161,10 +163,16 @@ def test_decoder_submodules(student):
 
 @pytest.mark.points(4)
 def test_full_pass_is_causal_attention_with_rope(student):
-    """forward(x) without a cache: causal attention of RoPE-rotated queries and keys at positions 0 .. S-1"""
-    for heads in KV_HEADS:
-        compare(part(student)[("full", heads)], "full", f"forward(x [{B}, {S}, {D_MODEL}]) of DecoderAttention"
-                f"({D_MODEL}, {H}, {heads})", cached=False)
+    """forward(x) without a cache: causal attention of RoPE-rotated queries and keys at positions 0 .. S-1, for every shape of heads"""
+    runs = part(student)
+
+    def check(shape):
+        d_model, heads, kv_heads = shape
+        compare(runs[("full", shape)], "full", f"forward(x [{B}, {S}, {d_model}]) of DecoderAttention({d_model}, "
+                f"{heads}, {kv_heads})", cached=False)
+
+    smallest_failure([(f"d_model={d}, H={h}, H_kv={kv} (head_dim {d // h})", (d, h, kv)) for d, h, kv in FULL_SHAPES],
+                     check)
 
 
 @pytest.mark.points(6)
@@ -187,7 +195,7 @@ def test_cache_receives_rotated_keys_with_num_kv_heads(student):
     for heads in (2, 1):
         run = part(student)[("record", heads)]
         weights_taken(run, _("W_q, W_k, W_v and W_o"))
-        w, x, chunks, _heads = run.inputs["record"]
+        w, x, chunks, _heads, _kv = run.inputs["record"]
         forwards, record = run.steps["record"]
         for step in forwards:
             run.result[step]
@@ -241,7 +249,6 @@ def test_positions_given_per_sequence(student):
     """forward(x, positions=P) rotates at the positions given: [S] for every sequence, or [B, S], one row per sequence"""
     run = part(student)["positions"]
     for key in ("shared", "per row"):
-        w, x, chunks, heads = run.inputs[key]
         positions = POSITIONS[key]
         compare(run, key, f"forward(x [{B}, 6, {D_MODEL}], positions={positions.tolist()})", cached=False,
                 positions=positions)
@@ -262,6 +269,9 @@ def test_left_padded_batch_equals_each_sequence_alone(student):
 # --------------------------------------------------------------------------- #
 
 SPLITS = tuple((length, p) for length in range(2, S + 1) for p in range(1, length))  # smallest first
+# (d_model, H, H_kv) of the full pass, smallest first: head_dim differs from H from the second on, so that heads and
+# their width swapped shows
+FULL_SHAPES = ((4, 1, 1), (12, 2, 1), (12, 3, 3), (24, 6, 2)) + tuple((D_MODEL, H, kv) for kv in KV_HEADS)
 POSITIONS = {"shared": torch.tensor([0, 1, 2, 6, 7, 11]), "per row": PER_ROW}
 
 
@@ -275,21 +285,23 @@ def _padded():
 PADDED = _padded()
 
 
-def _add(job, steps, inputs, key, w, x, chunks, heads, cached=True, **kwargs):
+def _add(job, steps, inputs, key, w, x, chunks, kv_heads, cached=True, heads=H, **kwargs):
     module = steps["module"]
     steps[key] = _feed(job, module, x, chunks, cached=cached, **kwargs)
-    inputs[key] = (w, x, chunks, heads)
+    inputs[key] = (w, x, chunks, heads, kv_heads)
 
 
 def _part(student) -> dict:
     checks = {}
     job = student.job()
     checks["submodules"] = (job, {"value": job.describe(job.new("DecoderAttention", D_MODEL, H, 2))}, None)
-    for heads in KV_HEADS:
-        job, steps, w, g = _module_job(student, heads)
+    for d_model, heads, kv_heads in FULL_SHAPES:
+        job, steps, w, g = _module_job(student, kv_heads, d_model=d_model, heads=heads)
         inputs = {}
-        _add(job, steps, inputs, "full", w, torch.randn(B, S, D_MODEL, generator=g), (S,), heads, cached=False)
-        checks[("full", heads)] = (job, steps, inputs)
+        _add(job, steps, inputs, "full", w, torch.randn(B, S, d_model, generator=g), (S,), kv_heads, cached=False,
+             heads=heads)
+        checks[("full", (d_model, heads, kv_heads))] = (job, steps, inputs)
+    for heads in KV_HEADS:
         job, steps, w, g = _module_job(student, heads)
         x, inputs = torch.randn(B, S, D_MODEL, generator=g), {}
         for length, p in SPLITS:
