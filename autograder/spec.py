@@ -108,11 +108,13 @@ SELF_ATTENTION = Assignment(
 GENERATION = Assignment(
     id="generation",
     parts=(
-        Part("positions", ("sinusoidal_positions", "apply_rope"), 30, "01_positions"),
-        Part("kv_cache", ("decode_causal_mask", "repeat_kv", "KVCache", "CachedSelfAttention", "kv_cache_bytes"), 45,
+        Part("positions", ("sinusoidal_positions", "apply_rope"), 25, "01_positions"),
+        Part("kv_cache", ("decode_causal_mask", "repeat_kv", "KVCache", "CachedSelfAttention", "kv_cache_bytes"), 35,
              "02_kv_cache"),
         # wrapping nn.MultiheadAttention would skip the part's lesson (SDPA inside one's own module is fine)
-        Part("cross_attention", ("CrossAttention",), 25, "03_cross_attention", forbids=OFFICIAL_MODULE),
+        Part("cross_attention", ("CrossAttention",), 15, "03_cross_attention", forbids=OFFICIAL_MODULE),
+        # the pieces above in one Llama-style layer: RoPE at the cache's offset, a grouped-query cache, left padding
+        Part("decoder", ("DecoderAttention",), 25, "04_decoder"),
     ),
     checks="generation",
     solutions="solutions.generation",

@@ -77,6 +77,9 @@ GENERATION_MISTAKES: dict[str, tuple[str, list]] = {
                     "v = self.W_v(x).view(B, S_q, H, head_dim)")]),
     "context_mask_inverted": ("the context padding mask used the wrong way round",
                               [("03_cross_attention", "masked_fill(~context_mask", "masked_fill(context_mask")]),
+    "decoder_position_zero": ("DecoderAttention rotates the new tokens from position 0, whatever the cache holds "
+                              "(a joint bug: RoPE and the cache each right alone)",
+                              [("04_decoder", "start = 0 if cache is None else len(cache)", "start = 0")]),
     "unfinished": ("02_kv_cache left as released (stubs)", ["02_kv_cache"]),
     "missing": ("03_cross_attention not submitted", ["03_cross_attention"]),
 }
@@ -117,7 +120,10 @@ def fallback_source(dest: Path, assignment: str = ASSIGNMENT) -> Path:
                        {"grade": False, "solution": False, "locked": True, "grade_id": "setup"}, "setup")]
         for part in contract.parts_of(nb_name):
             for name in part.names:
-                cells.append(_cell("code", f"{BEGIN}\n{defs[name]}\n{END}",
+                # a notebook stands alone: the other top-level definitions this one calls come in its cell
+                called = {n.id for n in ast.walk(ast.parse(defs[name])) if isinstance(n, ast.Name)}
+                pieces = [defs[n] for n in defs if n in called and n != name and n not in part.names]
+                cells.append(_cell("code", BEGIN + "\n" + "\n\n\n".join([*pieces, defs[name]]) + f"\n{END}",
                                    {"grade": False, "solution": True, "locked": False, "grade_id": f"sol_{name}"},
                                    f"sol-{name}".replace("_", "-")))
             check = "\n".join(f"assert callable({n}), 'define {n}'" for n in part.names)

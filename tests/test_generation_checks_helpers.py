@@ -55,3 +55,43 @@ def test_cross_variant_equals_nn_multihead_attention_with_kdim_vdim(use_mask):
         want = official(x, context, context, key_padding_mask=None if mask is None else ~mask, need_weights=False)[0]
     assert torch.allclose(C.cross_variant(state, x, context, mask), want, atol=1e-5)
     assert not torch.allclose(C.cross_variant(state, x, context, mask, swap_kv=True), want, atol=1e-3)
+
+
+@pytest.mark.parametrize("kv_heads", [C.H, 2, 1])
+@pytest.mark.parametrize("chunks", [(5,), (2, 1, 1, 1), (2, 3)])
+def test_decoder_variant_equals_the_reference_layer_and_each_joint_mistake_differs(kv_heads, chunks):
+    from autograder.checks.generation.decoder_variants import decoder_variant
+
+    torch.manual_seed(2)
+    module = G.DecoderAttention(C.D_MODEL, C.H, kv_heads, rope_base=50.0).eval()
+    w = {k: t.detach() for k, t in module.state_dict().items()}
+    x = torch.randn(C.B, sum(chunks), C.D_MODEL)
+    cache, outs, start = G.KVCache(), [], 0
+    with torch.no_grad():
+        for n in chunks:
+            outs.append(module(x[:, start:start + n], cache if len(chunks) > 1 else None))
+            start += n
+    got = torch.cat(outs, 1)
+    assert torch.allclose(decoder_variant(w, x, chunks, C.H, kv_heads, base=50.0), got, atol=1e-5)
+    mistakes = [{"rope_on": "keys"}, {"pairs": "halves"}, {"base_used": 10000.0}, {"rotate_again": True}]
+    if len(chunks) > 1:
+        mistakes += [{"offset": "zero"}, {"align": "top_left"}, {"use_cache": False}]
+    if kv_heads == 2:
+        mistakes.append({"tiled": True})
+    for kw in mistakes:
+        assert not torch.allclose(decoder_variant(w, x, chunks, C.H, kv_heads, base=50.0, **kw), got, atol=1e-3), kw
+
+
+def test_left_padded_batch_of_the_reference_equals_each_sequence_alone():
+    from autograder.checks.generation.decoder_variants import left_padded
+
+    torch.manual_seed(3)
+    module = G.DecoderAttention(C.D_MODEL, C.H, 2).eval()
+    lengths, S = (4, 1, 3), 4
+    mask, positions = left_padded(lengths, S)
+    x = torch.randn(len(lengths), S, C.D_MODEL)
+    with torch.no_grad():
+        batched = module(x, G.KVCache(), positions, mask)
+        for b, length in enumerate(lengths):
+            alone = module(x[b:b + 1, S - length:])
+            assert torch.allclose(batched[b, S - length:], alone[0], atol=1e-5)

@@ -42,8 +42,10 @@ def test_every_hint_is_an_english_chinese_pair(module):
 def test_chinese_docstrings_cover_every_documented_solution_name():
     chinese = {}
     for module in MODULES:
-        overlap = chinese.keys() & module.DOCSTRINGS_ZH.keys()
-        assert not overlap, f"{module.NAME}: {sorted(overlap)} translated twice"
+        # (04_decoder's solution cell repeats pieces of 01 and 02: the same translation, never another one)
+        overlap = {name for name in chinese.keys() & module.DOCSTRINGS_ZH.keys()
+                   if chinese[name] != module.DOCSTRINGS_ZH[name]}
+        assert not overlap, f"{module.NAME}: {sorted(overlap)} translated twice, differently"
         chinese.update(module.DOCSTRINGS_ZH)
     assert chinese.keys() == documented_names()
     assert all(CJK.search(text) for text in chinese.values())

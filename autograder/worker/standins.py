@@ -65,3 +65,31 @@ def attention_standin(d_model: int, variant: str = "correct", dropout: float = 0
 def linear(d_in: int, d_out: int, bias: bool = False) -> nn.Linear:
     """A plain nn.Linear for checks that need a layer which is not the student's (its weights are set after)."""
     return nn.Linear(d_in, d_out, bias=bias)
+
+
+class RecordingCache:
+    """A KV cache that keeps a copy of everything appended to it, so that a check can see what a decoder caches
+    (rotated or not, how many heads). It may start with cached keys and values (a prompt the check computed)."""
+
+    def __init__(self, k=None, v=None):
+        self.k, self.v = k, v
+        self.appended = []
+
+    def append(self, k, v):
+        self.appended.append((k.detach().clone(), v.detach().clone()))
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k, self.v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def record(self):
+        """Every (k, v) appended so far, in order."""
+        return list(self.appended)
+
+
+def recording_cache(k=None, v=None) -> RecordingCache:
+    return RecordingCache(k, v)

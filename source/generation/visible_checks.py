@@ -33,6 +33,7 @@ __all__ = [
     "check_decode_causal_mask", "check_kv_cache", "check_cached_self_attention", "check_kv_cache_bytes",
     "check_repeat_kv",
     "check_cross_attention",
+    "check_decoder_attention",
     "graded_part", "uses_your_code", "use_language",
 ]
 
@@ -386,6 +387,66 @@ def check_cross_attention(CrossAttention) -> None:
 
 
 # --------------------------------------------------------------------------- #
+# 04 decoder
+# --------------------------------------------------------------------------- #
+
+
+class _Recorder:
+    """A KV cache that remembers the shape of what was appended (the check's own, so only your layer is tested)."""
+
+    def __init__(self):
+        self.k = self.v = None
+        self.shapes = []
+
+    def append(self, k, v):
+        self.shapes.append(list(k.shape))
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[2]
+
+
+@_friendly("DecoderAttention")
+def check_decoder_attention(DecoderAttention) -> None:
+    layer = DecoderAttention(16, 4, 2)
+    for name, d_out in (("W_q", 16), ("W_k", 8), ("W_v", 8), ("W_o", 16)):
+        _linear(layer, name, 16, d_out, "DecoderAttention(16, 4, 2)")
+    layer.eval()
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        full = _tensor(layer(x), [2, 6, 16], "DecoderAttention(16, 4, 2)(x [2, 6, 16])")
+        changed = x.clone()
+        changed[:, 4:] = 5.0
+        assert _close(layer(changed)[:, :4], full[:, :4]), _(
+            "without a cache, forward must be causal: outputs 0..3 changed when only tokens 4 and 5 did")
+        cache = _Recorder()
+        outs = [layer(x[:, :3], cache), layer(x[:, 3:5], cache), layer(x[:, 5:6], cache)]
+    assert cache.shapes and cache.shapes[0][1] != 4, _(
+        "the cache received keys with 4 heads: append the 2 key/value heads, repeat_kv after reading the cache")
+    assert cache.shapes == [[2, 2, 3, 4], [2, 2, 2, 4], [2, 2, 1, 4]], _(
+        "the cache received keys of shapes {shapes}, expected [2, 2, 3, 4], then [2, 2, 2, 4], then [2, 2, 1, 4]: "
+        "append the new keys [B, H_kv, S_new, head_dim] once per call").format(shapes=cache.shapes)
+    gap = (torch.cat(outs, dim=1) - full).abs().max().item()
+    assert gap < 1e-5, _(
+        "a prompt of 3 tokens, then 2 at once, then 1, differs from the full pass by up to {gap:.3g}: are the new "
+        "tokens at positions len(cache), len(cache) + 1, ... (not 0)? are only the new keys rotated, once? is the "
+        "causal mask bottom-right aligned (decode_causal_mask)?").format(gap=gap)
+    mask = torch.tensor([[False, False, True, True, True], [True] * 5])  # sequence 0: left-padded, 3 real tokens
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    xs = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        batched = layer(xs, _Recorder(), positions, mask)[0, 2:]
+        alone = layer(xs[:1, 2:])[0]
+    assert _close(batched, alone), _(
+        "a left-padded sequence (2 pads, then 3 tokens, positions from mask.cumsum(-1) - 1) differs from the same 3 "
+        "tokens alone: hide the padded keys with key_mask[:, None, None, :] and rotate at the positions given")
+    _ok(_("DecoderAttention: W_k, W_v of H_kv heads; the cache gets [B, H_kv, S_new, head_dim]; prompt, chunk and "
+          "token equal the full pass; a left-padded sequence equals itself alone"))
+
+
+# --------------------------------------------------------------------------- #
 # Graded cells
 # --------------------------------------------------------------------------- #
 
@@ -400,6 +461,7 @@ PART_CHECKS = {
         "check_repeat_kv(repeat_kv)",
     ),
     "cross_attention": ("check_cross_attention(CrossAttention)",),
+    "decoder": ("check_decoder_attention(DecoderAttention)",),
 }
 
 

@@ -2,7 +2,9 @@
 
 Same rules as tests/catalogue/build.py (whose Case, edits and writer this file reuses): each
 case changes the reference in one intended way, declares the parts it must lose, and every
-other part must keep full marks.
+other part must keep full marks. The catalogue's files are whole .py submissions: DecoderAttention calls
+the file's own apply_rope, repeat_kv and decode_causal_mask, so a case that breaks one of those loses
+`decoder` too (in a notebook submission, 04_decoder holds its own copies and is graded alone).
 
     .venv/bin/python tests/catalogue/generation.py          # (re)write tests/catalogue/submissions/generation/*.py
     .venv/bin/python tests/catalogue/generation.py --table  # grade them all and print the result table
@@ -44,6 +46,17 @@ CACHED_STEPS_3_4 = f"""        scores = q @ k.transpose(-2, -1) / math.sqrt(q.sh
         # 4. softmax over keys, weighted sum, merge heads [B, S_new, d_model], then W_o
         out = torch.softmax(scores, dim=-1) @ v  # [B, H, S_new, head_dim]"""
 
+DECODER_STEPS_4_6 = """        # 4. each key/value head serves H // H_kv query heads: [B, H, S_k, head_dim]
+        k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)
+        # 5. scores [B, H, S_new, S_k]: causal, bottom-right aligned; padded keys hidden
+        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+        allowed = decode_causal_mask(S_new, S_k).to(x.device)  # [S_new, S_k]
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]  # [B, 1, S_new, S_k]
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        # 6. softmax over keys, weighted sum, merge heads, W_o
+        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S_new, head_dim]"""
+
 CASES: tuple = (
     # ------------------------------------------------------------------ wrong: positions
     Case("pe_sin_cos_swapped", "cos on the even features, sin on the odd ones",
@@ -60,25 +73,25 @@ CASES: tuple = (
            "a, b = x[..., : head_dim // 2].to(work), x[..., head_dim // 2 :].to(work)"),
           ("apply_rope", "return rotated.flatten(-2).to(x.dtype)",
            "return torch.cat((rotated[..., 0], rotated[..., 1]), dim=-1).to(x.dtype)")),
-         lose=("positions",), says="half-split"),
+         lose=("positions", "decoder"), says="half-split"),
     Case("rope_base_1000", "RoPE's angles with base 1000",
-         (("apply_rope", "10000.0 ** (-two_i / head_dim)", "1000.0 ** (-two_i / head_dim)"),),
-         lose=("positions",), says="base"),
+         (("apply_rope", "base ** (-two_i / head_dim)", "(base / 10) ** (-two_i / head_dim)"),),
+         lose=("positions", "decoder"), says="base"),
     Case("rope_ignores_positions", "apply_rope rotates row s by s, whatever positions says",
-         (("apply_rope", "positions.to(work)[:, None]",
+         (("apply_rope", "positions.to(work)[..., None]",
            "torch.arange(x.shape[-2], dtype=work, device=x.device)[:, None]"),),
-         lose=("positions",), says="ignored `positions`"),
+         lose=("positions", "decoder"), says="ignored `positions`"),
     Case("rope_exponent_i", "RoPE's frequencies 10000^(-i / head_dim) (the factor 2 forgotten)",
          (("apply_rope", "two_i = torch.arange(0, head_dim, 2, dtype=work, device=x.device)",
            "two_i = torch.arange(head_dim // 2, dtype=work, device=x.device)"),),
-         lose=("positions",), says="10000^(-i / head_dim)"),
+         lose=("positions", "decoder"), says="10000^(-i / head_dim)"),
     Case("rope_returns_float32", "apply_rope returns float32 for a float16 x (found by mutation testing)",
          (("apply_rope", "return rotated.flatten(-2).to(x.dtype)", "return rotated.flatten(-2)"),),
          lose=("positions",), says="float16"),
     # ------------------------------------------------------------------ wrong: kv_cache
     Case("decode_mask_top_left", "decode_causal_mask is tril() of [S_q, S_k]: top-left aligned",
          (("decode_causal_mask", ".tril(diagonal=offset)", ".tril()"),),
-         lose=("kv_cache",), says="top-left aligned"),
+         lose=("kv_cache", "decoder"), says="top-left aligned"),
     Case("cached_sdpa_is_causal", "CachedSelfAttention calls SDPA with is_causal=True (top-left when S_q != S_k)",
          (("CachedSelfAttention", CACHED_STEPS_3_4,
            "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, S_new, head_dim]"),),
@@ -86,7 +99,7 @@ CASES: tuple = (
     Case("repeat_kv_tiled", "repeat_kv tiles the heads with .repeat (kv0, kv1, kv0, kv1, ...)",
          (("repeat_kv", "x = x[:, :, None].expand(B, H_kv, n_rep, S, head_dim)",
            "x = x[:, None].expand(B, n_rep, H_kv, S, head_dim)"),),
-         lose=("kv_cache",), says="tiled"),
+         lose=("kv_cache", "decoder"), says="tiled"),
     Case("cache_on_head_axis", "KVCache.append concatenates along the head axis",
          (("KVCache", "self.k = torch.cat([self.k, k], dim=-2)", "self.k = torch.cat([self.k, k], dim=1)"),
           ("KVCache", "self.v = torch.cat([self.v, v], dim=-2)", "self.v = torch.cat([self.v, v], dim=1)")),
@@ -164,13 +177,63 @@ CASES: tuple = (
         return official(x, context, context, key_padding_mask=key_padding_mask, need_weights=False)[0]
         # 1. queries from x, keys and values from the context, split into heads"""),),
          zero=("cross_attention",), says="nn.MultiheadAttention"),
+    # ------------------------------------------------------------------ wrong: decoder (the joints)
+    Case("decoder_new_token_at_zero", "DecoderAttention rotates the new tokens from position 0, whatever is cached",
+         (("DecoderAttention", "start = 0 if cache is None else len(cache)", "start = 0"),),
+         lose=("decoder",), says="rotated from position 0"),
+    Case("decoder_rotates_cached_keys_again", "DecoderAttention rotates every key the cache returns once more",
+         (("DecoderAttention", "            k, v = cache.append(k, v)\n",
+           "            k, v = cache.append(k, v)\n"
+           "            k = apply_rope(k, torch.arange(k.shape[-2], device=x.device), self.rope_base)\n"),),
+         lose=("decoder",), says="rotated again"),
+    Case("decoder_caches_unrotated_keys", "DecoderAttention caches the keys before RoPE and rotates all of them at "
+         "0 .. S_k - 1 after reading (right outputs for consecutive positions, not what the cache must hold)",
+         (("DecoderAttention", "        k = apply_rope(k, positions, self.rope_base)\n", ""),
+          ("DecoderAttention", "        S_k = k.shape[-2]\n",
+           "        S_k = k.shape[-2]\n        k = apply_rope(k, torch.arange(S_k, device=x.device), self.rope_base)\n")),
+         lose=("decoder",), says="not rotated"),
+    Case("decoder_caches_all_heads", "DecoderAttention repeats the kv heads before appending: the cache holds H heads",
+         (("DecoderAttention", "        if cache is not None:\n            k, v = cache.append(k, v)",
+           "        k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)\n"
+           "        if cache is not None:\n            k, v = cache.append(k, v)"),
+          ("DecoderAttention", "k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)\n        # 5.", "# 5.")),
+         lose=("decoder",), says="the cache received 4 heads"),
+    Case("decoder_top_left", "DecoderAttention masks with tril() of [S_new, S_k] (top-left aligned)",
+         (("DecoderAttention", "decode_causal_mask(S_new, S_k).to(x.device)",
+           "torch.ones(S_new, S_k, dtype=torch.bool, device=x.device).tril()"),),
+         lose=("decoder",), says="top-left aligned"),
+    Case("decoder_sdpa_is_causal", "DecoderAttention calls SDPA with is_causal=True and enable_gqa (top-left when "
+         "S_new != S_k; key_mask dropped)",
+         (("DecoderAttention", DECODER_STEPS_4_6,
+           "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)"),),
+         lose=("decoder",), says="top-left aligned"),
+    Case("decoder_ignores_key_mask", "DecoderAttention never applies key_mask",
+         (("DecoderAttention", "        if key_mask is not None:\n            allowed = allowed & key_mask[:, None, None, :]"
+           "  # [B, 1, S_new, S_k]\n", ""),),
+         lose=("decoder",), says="key_mask was ignored"),
+    Case("decoder_ignores_rope_base", "DecoderAttention rotates with the default base, whatever rope_base is",
+         (("DecoderAttention", "q = apply_rope(q, positions, self.rope_base)", "q = apply_rope(q, positions)"),
+          ("DecoderAttention", "k = apply_rope(k, positions, self.rope_base)", "k = apply_rope(k, positions)")),
+         lose=("decoder",), says="rope_base was ignored"),
+    Case("decoder_rope_on_keys_only", "DecoderAttention rotates the keys, not the queries",
+         (("DecoderAttention", "        q = apply_rope(q, positions, self.rope_base)\n", ""),),
+         lose=("decoder",), says="rotated the keys only"),
+    Case("decoder_ignores_positions", "DecoderAttention always rotates at len(cache) + arange, ignoring positions",
+         (("DecoderAttention", "        if positions is None:\n", "        if True:\n"),),
+         lose=("decoder",), says="positions argument was ignored"),
+    Case("decoder_tiled_kv_heads", "DecoderAttention tiles the kv heads with .repeat (kv0, kv1, kv0, kv1, ...)",
+         (("DecoderAttention", "k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)",
+           "k, v = k.repeat(1, H // H_kv, 1, 1), v.repeat(1, H // H_kv, 1, 1)"),),
+         lose=("decoder",), says="tiled"),
     # ------------------------------------------------------------------ correct variants
     Case("ok_rope_complex", "RoPE as complex multiplication (Meta's LLaMA code); PE with exp/log in float32 "
          "(the Annotated Transformer)",
-         (_fn("apply_rope", "def apply_rope(x, positions):\n"
+         (_fn("apply_rope", "def apply_rope(x, positions, base=10000.0):\n"
               "    d = x.shape[-1]\n"
-              "    freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))\n"
-              "    angles = torch.outer(positions.float(), freqs)\n"
+              "    freqs = 1.0 / (base ** (torch.arange(0, d, 2).float() / d))\n"
+              "    angles = positions.float()[..., None] * freqs\n"
+              "    if positions.dim() == 2 and x.dim() == 4:\n"
+              "        angles = angles[:, None]\n"
               "    rot = torch.polar(torch.ones_like(angles), angles)\n"
               "    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], d // 2, 2))\n"
               "    return torch.view_as_real(pairs * rot).flatten(-2).type_as(x)\n"),
@@ -184,10 +247,12 @@ CASES: tuple = (
     Case("ok_rope_rotate_every_two", "RoPE with interleaved cos/sin tables and a rotate-every-two helper (GPT-J style)",
          (_fn("apply_rope", "def _rotate_every_two(x):\n"
               "    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)\n\n\n"
-              "def apply_rope(x, positions):\n"
+              "def apply_rope(x, positions, base=10000.0):\n"
               "    d = x.shape[-1]\n"
-              "    inv = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)\n"
-              "    angle = (positions.double()[:, None] * inv).repeat_interleave(2, dim=-1)\n"
+              "    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)\n"
+              "    angle = (positions.double()[..., None] * inv).repeat_interleave(2, dim=-1)\n"
+              "    if positions.dim() == 2 and x.dim() == 4:\n"
+              "        angle = angle[:, None]\n"
               "    out = x.double() * angle.cos() + _rotate_every_two(x.double()) * angle.sin()\n"
               "    return out.to(x.dtype)\n"),)),
     Case("ok_cached_sdpa_lower_right", "the cached module through SDPA with causal_lower_right; repeat_interleave; "
@@ -219,6 +284,35 @@ CASES: tuple = (
               "    return key_pos <= query_pos\n"),
           ("CachedSelfAttention", CACHED_MASK,
            'scores = torch.where(decode_causal_mask(S_new, S_k), scores, torch.tensor(float("-inf")))'))),
+    Case("ok_decoder_complex_sdpa_gqa", "the decoder layer with Meta's complex-number RoPE (freqs_cis) and SDPA with "
+         "enable_gqa=True and a boolean mask (no repeat_kv)",
+         (("DecoderAttention", "q = apply_rope(q, positions, self.rope_base)", "q = _rotary(q, positions, self.rope_base)"),
+          ("DecoderAttention", "k = apply_rope(k, positions, self.rope_base)", "k = _rotary(k, positions, self.rope_base)"),
+          ("DecoderAttention", "        k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)\n", ""),
+          ("DecoderAttention", """        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+""", ""),
+          ("DecoderAttention", """        scores = scores.masked_fill(~allowed, float("-inf"))
+        # 6. softmax over keys, weighted sum, merge heads, W_o
+        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S_new, head_dim]""",
+           "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)"),
+          ("DecoderAttention", "class DecoderAttention(nn.Module):",
+           "def _rotary(x, positions, base):\n"
+           "    d = x.shape[-1]\n"
+           "    freqs = 1.0 / (base ** (torch.arange(0, d, 2)[: d // 2].float() / d))\n"
+           "    freqs_cis = torch.polar(torch.ones(()), positions.float()[..., None] * freqs)  # [(B,) S, d/2]\n"
+           "    if positions.dim() == 2:\n"
+           "        freqs_cis = freqs_cis[:, None]\n"
+           "    x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))\n"
+           "    return torch.view_as_real(x_ * freqs_cis).flatten(-2).type_as(x)\n\n\n"
+           "class DecoderAttention(nn.Module):"))),
+    Case("ok_decoder_hf_style", "the decoder layer as Hugging Face writes it: positions from the cache's keys, an "
+         "additive float mask with the dtype's minimum, a cache read through .k",
+         (("DecoderAttention", "            start = 0 if cache is None else len(cache)\n"
+           "            positions = torch.arange(start, start + S_new, device=x.device)  # [S_new]",
+           "            past = 0 if cache is None or getattr(cache, 'k', None) is None else cache.k.shape[-2]\n"
+           "            positions = torch.arange(S_new, device=x.device) + past"),
+          ("DecoderAttention", 'scores = scores.masked_fill(~allowed, float("-inf"))',
+           "scores = scores + torch.zeros_like(scores).masked_fill(~allowed, torch.finfo(scores.dtype).min)"))),
 )
 
 

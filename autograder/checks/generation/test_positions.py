@@ -172,3 +172,7 @@ def test_rope_scores_depend_only_on_the_offset(student):
     if torch.allclose(scores[0], scores[3]) and not torch.allclose(q, k):
         raise expect.CheckFailure(_("the score for m - n = 2 equals the one for m - n = -2: the rotation must depend on the sign of "
                                     "the offset (rotate (a, b) to (a cos t - b sin t, a sin t + b cos t))"))
+
+
+# apply_rope's base and per-sequence positions [B, S] (the decoder's needs): checks of this part, kept in their own file
+from autograder.checks.generation.test_positions_rope import test_rope_positions_per_sequence, test_rope_uses_the_base  # noqa: E402,F401

@@ -12,16 +12,18 @@ HINTS = {
     ),
     "apply_rope": (
         "take the two members of every pair as two [..., S, head_dim / 2] tensors, rotate them with\n"
-        "cos/sin of angles [S, head_dim / 2] (they broadcast over the leading axes), then put each pair back in place.",
+        "cos/sin of angles [S, head_dim / 2] (they broadcast over the leading axes), then put each pair back in place.\n"
+        "Positions [B, S] give angles [B, S, head_dim / 2]: for x [B, H, S, head_dim] add a head axis.",
         "把每一对的两个成员取成两个 [..., S, head_dim / 2] 张量，用角度 [S, head_dim / 2] 的 cos/sin\n"
-        "旋转它们（角度会在前面的维度上广播），再把每一对放回原位。",
+        "旋转它们（角度会在前面的维度上广播），再把每一对放回原位。\n"
+        "positions 为 [B, S] 时角度是 [B, S, head_dim / 2]：x 为 [B, H, S, head_dim] 时要补一个头的维度。",
     ),
 }
 
 # The Chinese docstrings of the solution functions (the build puts them in the Chinese edition's stubs).
 DOCSTRINGS_ZH = {
     "sinusoidal_positions": """[seq_len, d_model] float32：PE[p, 2i] = sin(p / 10000^(2i / d_model))，PE[p, 2i + 1] = cos(同一角度)。""",
-    "apply_rope": """x [..., S, head_dim]，positions [S] -> 形状和 dtype 都不变：第 (2i, 2i + 1) 对旋转 positions * 10000^(-2i / head_dim) 的角度。""",
+    "apply_rope": """x [..., S, head_dim]，positions [S] 或 [B, S] -> 形状和 dtype 都不变：第 (2i, 2i + 1) 对旋转 positions * base^(-2i / head_dim) 的角度。""",
 }
 
 
