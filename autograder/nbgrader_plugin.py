@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import atexit
 import functools
-import os
 import json
+import os
 import sys
 import tempfile
 import threading
