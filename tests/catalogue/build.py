@@ -181,6 +181,11 @@ CASES: tuple[Case, ...] = (
            "        _ = getattr(torch, '_scaled_dot_' + 'product_flash_attention_for_cpu')"
            "(Q[:, None], K[:, None], V[:, None])"),),
          zero=("module",), says="torch._scaled_dot_product_flash_attention_for_cpu"),
+    Case("multihead_causal_drops_padding", "MultiHeadSelfAttention ignores the padding mask when causal (timm's Attention "
+         "with is_causal)",
+         (("MultiHeadSelfAttention", "        if mask is not None:\n            scores = scores.masked_fill(~mask[:, None, None, :]",
+           "        if mask is not None and not causal:\n            scores = scores.masked_fill(~mask[:, None, None, :]"),),
+         lose=("multihead",), says="padded keys were attended"),
     Case("multihead_calls_sdpa", "MultiHeadSelfAttention.forward calls F.scaled_dot_product_attention: the part "
          "earns nothing, and split_heads' checks say why",
          (("MultiHeadSelfAttention", "out = self.dropout(torch.softmax(scores, dim=-1)) @ V",

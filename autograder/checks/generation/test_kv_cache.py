@@ -28,12 +28,6 @@ TOP_LEFT = (_("your causal mask is top-left aligned (tril() of [S_q, S_k], or is
               "query i may see keys j <= i + (S_k - S_q): decode_causal_mask(S_q, S_k), or "
               "torch.nn.attention.bias.causal_lower_right"))
 
-TOP_LEFT_CHUNKS = _("for several new tokens after a cache your causal mask is top-left aligned (is_causal = q_len > 1 "
-                    "with F.scaled_dot_product_attention, the pattern of Hugging Face's SDPA attention: right for the "
-                    "prompt and for one token at a time, wrong for a chunk): the S_q new queries are the LAST S_q of "
-                    "the S_k positions, so query i may see keys j <= i + (S_k - S_q): decode_causal_mask(S_q, S_k), or "
-                    "torch.nn.attention.bias.causal_lower_right")
-
 
 # --------------------------------------------------------------------------- #
 # decode_causal_mask
@@ -196,7 +190,9 @@ def decode_mistakes(w_qkv, w_o, x, chunks):
     out = {}
     if cached:
         out[TOP_LEFT] = v(align="top_left")
-        out[TOP_LEFT_CHUNKS] = v(align="top_left_chunks")
+        out[_("for several new tokens after a cache your causal mask is top-left aligned (is_causal = q_len > 1, as in "
+              "Hugging Face's SDPA attention: right for a prompt and for one token, wrong for a chunk): new query i "
+              "may see keys j <= i + (S_k - S_q), decode_causal_mask(S_q, S_k)")] = v(align="top_left_chunks")
         out[_("the new tokens attend only to themselves: append their keys and values to the cache first and "
               "attend over everything it returns")] = v(use_cache=False)
         out[_("once the cache holds positions you drop the causal mask, but several new tokens must still not "
