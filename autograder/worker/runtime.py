@@ -115,7 +115,7 @@ class Worker:
         if req.get("measure"):
             release_free_heap()
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
-        with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext():
+        with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext(), self.watch.watching():
             value = target(*args, **kwargs)
         self.codec.results[-1] = value  # what later steps of a batched job may refer to
         result = {"value": self.codec.encode(value)}
@@ -145,12 +145,17 @@ class Worker:
     def handle_state(self, req):
         obj = self.object_of(req)
         if "load" in req:
-            obj.load_state_dict(self.codec.decode(req["load"]), strict=req.get("strict", True))
+            state = self.codec.decode(req["load"])
+            with self.watch.watching():
+                obj.load_state_dict(state, strict=req.get("strict", True))
             return {"value": None}
-        return {"value": {k: self.codec.encode(v) for k, v in obj.state_dict().items()}}
+        with self.watch.watching():
+            state = obj.state_dict()
+        return {"value": {k: self.codec.encode(v) for k, v in state.items()}}
 
     def handle_train(self, req):
-        self.object_of(req).train(req["mode"])
+        with self.watch.watching():
+            self.object_of(req).train(req["mode"])
         return {"value": None}
 
     def handle_device_call(self, req):
@@ -182,7 +187,7 @@ class Worker:
             base = torch.cuda.memory_allocated(device)
         started = time.perf_counter()
         try:
-            with meter, torch.no_grad():
+            with meter, torch.no_grad(), self.watch.watching():
                 value = target(*args, **kwargs)
                 if cuda:
                     torch.cuda.synchronize(device)
@@ -237,8 +242,7 @@ class Worker:
                 if req.get("kind") == "load":
                     reply = {"value": self.load(req["sources"])}
                 else:
-                    with self.watch.watching():
-                        reply = handlers[req.get("kind")](req)
+                    reply = handlers[req.get("kind")](req)
                 reply["ok"] = True
             except BaseException as exc:  # noqa: BLE001 - everything the student raises is reported
                 reply = {"ok": False, "error": self.describe_error(exc)}

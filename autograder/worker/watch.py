@@ -56,6 +56,7 @@ TARGETS = (
     (F, "multi_head_attention_forward", "F.multi_head_attention_forward"),
     (nn.MultiheadAttention, "forward", "nn.MultiheadAttention"),
 )
+LABELS: dict = {}  # torch function -> its label or None, as torch_label says (a cache: the mode sees every call)
 PUBLIC_LABELS = {"scaled_dot_product_attention": "F.scaled_dot_product_attention",
                  "multi_head_attention_forward": "F.multi_head_attention_forward"}
 
@@ -91,8 +92,16 @@ class _Mode(TorchFunctionMode):
         self.watch = watch
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        label = torch_label(func)
-        if label is not None:
+        try:
+            label = LABELS[func]
+        except (KeyError, TypeError):  # (first sight of func, or an unhashable one)
+            label = torch_label(func)
+            with contextlib.suppress(TypeError):
+                LABELS[func] = label
+        # (not while torch.compile traces, as flex_attention does even in eager mode: dynamo cannot trace the
+        # frame walk. A forbidden call inside student code run through torch.compile(backend="eager") was
+        # still seen in a test, once the compiled function ran.)
+        if label is not None and not torch.compiler.is_compiling():
             self.watch.record(label, sys._getframe(1))
         return func(*args, **(kwargs or {}))
 
