@@ -172,7 +172,7 @@ class Job:
 
 class JobResult:
     """What a job's steps returned. Reading a step raises the job's failure if the job failed at that
-    step or before it (the check would have stopped there); `failed_at` is the index of that step."""
+    step or before it (the check would have stopped there), or never ran it; `failed_at` is the index of that step."""
 
     def __init__(self, job: Job, values: list, forbidden: list, failure: CheckFailure | None = None,
                  failed_at: int | None = None):
@@ -180,7 +180,8 @@ class JobResult:
         self.failure, self.failed_at = failure, failed_at
 
     def __getitem__(self, step: Step):
-        if self.failure is not None and self.failed_at <= step.index:
+        # (a job that could not be sent, e.g. for a name the code lacks, ran none of its steps: each says why)
+        if self.failure is not None and (self.failed_at <= step.index or step.index >= len(self.values)):
             raise self.failure
         return self.values[step.index]
 

@@ -15,8 +15,8 @@ from .gpu import stage as gpu_stage
 from .limits import Limits
 from .pool import Zygote
 from .results import GradeResult
-from .scan import apply_scan, forbidden_in_source
-from .scoring import rule_of, unreadable, zeros
+from .scan import mentions_in_source, note_mentions
+from .scoring import unreadable, zeros
 from .session import Session
 
 
@@ -92,9 +92,9 @@ class Grader:
                     notes.append(UNSAFE_NOTE.format(layers=", ".join(sorted(session.protections["off"]))).render(lang))
             finally:
                 session.close()
-            static = forbidden_in_source(extracted, parts)
-            results = [apply_scan(p, static.get(p.id, set()), rule_of(part), lang)
-                       for part, p in zip(parts, results)]
+            mentioned = mentions_in_source(extracted, parts)  # a note where the code that mentions them never ran
+            results = [note_mentions(p, mentioned.get(p.id, set()), p.id in session.parts and
+                                     bool(session.parts[p.id].calls), lang) for p in results]
         # a part whose own notebook could not be read scores 0 with the reason (never another notebook's code)
         broken = {s.name: i18n.render(s.error, lang) for s in extracted.sources if s.error}
         results = [zeros([part], broken[part.notebook])[0] if part.notebook in broken else r

@@ -1,9 +1,10 @@
-"""The static look at a submission's code: does a from-scratch part use torch's fused attention?
+"""The static look at a submission's code: does a part's code MENTION a torch function it may not call?
 
-Read from the source, never run: the definitions of each from-scratch part's API names, and of
-every helper they refer to, are searched for torch's fused kernel and official module under any
-name or alias (worker/names.py says which names those are). The worker watches the calls as
-well (worker/runtime.py): this scan catches what a run may not reach.
+Read from the source, never run: the definitions of each part's API names, and of every helper
+they refer to, are searched for the torch functions the part forbids (worker/names.py, spec.py)
+under any name or alias. What costs points is a CALL while the part is graded, which the worker
+sees (worker/watch.py); a mention that never ran (nanoGPT's `if self.flash:` with the flag off)
+gets a note, not a loss (the contract's "What from scratch means").
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from dataclasses import replace
 from . import i18n
 from .extract import Extracted
 from .results import PartResult
-from .scoring import FROM_SCRATCH
 from .spec import DEFAULT, DEFAULT_LANGUAGE, Part
 from .worker.names import is_forbidden_name
 
@@ -73,14 +73,20 @@ def _forbidden_use(node: ast.AST, roots: set[str], imported: dict[str, str], def
 
 
 def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.parts) -> dict[str, set[str]]:
-    """Static look at the student's code: which from-scratch parts use torch's fused attention.
+    """The forbidden torch names each part's code mentions (mentions_in_source without the where)."""
+    return {part: {use for _, use in found} for part, found in mentions_in_source(extracted, parts).items()}
+
+
+def mentions_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.parts) -> dict[str, set[tuple[str, str]]]:
+    """Static look at the student's code: which parts mention a torch function they may not call, and where
+    ({part: {(the student's definition, torch's name)}}).
 
     For each from-scratch part, the definitions of its names and of every helper they refer
     to (transitively) are searched for torch's fused kernel or official module, public or
     private. A helper of the student's own is followed, never flagged for its name: a
     from-scratch function may well be called scaled_dot_product_attention.
     """
-    found: dict[str, set[str]] = {}
+    found: dict[str, set[tuple[str, str]]] = {}
     for source in extracted.sources:
         roots, imported = _torch_bindings(source.cells)
         defs: dict[str, ast.AST] = {}
@@ -106,7 +112,7 @@ def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.pa
                 for node in ast.walk(defs[name]):
                     use = _forbidden_use(node, roots, imported, defs, part.forbidden)
                     if use:
-                        found.setdefault(part.id, set()).add(use)
+                        found.setdefault(part.id, set()).add((name, use))
                     else:
                         ident = node.id if isinstance(node, ast.Name) else node.attr if isinstance(
                             node, ast.Attribute) else None
@@ -115,17 +121,12 @@ def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.pa
     return found
 
 
-def apply_scan(part: PartResult, names: set[str], rule: i18n.Message = FROM_SCRATCH,
-               lang: str = DEFAULT_LANGUAGE) -> PartResult:
-    """A part whose code uses `names` it may not (the fused kernel, ...): its checks earn nothing, with the
-    reason (`rule`: scoring.rule_of(part), in `lang`)."""
-    if not names or not part.checks:
+def note_mentions(part: PartResult, mentioned: set[tuple[str, str]], called: bool,
+                  lang: str = DEFAULT_LANGUAGE) -> PartResult:
+    """A part whose code mentions a forbidden torch function it never called while graded: a note, no loss."""
+    if not mentioned or called:
         return part
-    calls = ", ".join(sorted(names))
-    note = _("{from_scratch}, but your code uses {calls}: its checks earn nothing").format(
-        from_scratch=rule, calls=calls).render(lang)
-    correct = _("correct result, but computed with {calls}").format(calls=calls).render(lang)
-    checks = tuple(replace(c, passed=False, points=0.0, message=c.message or correct) for c in part.checks)
-    said = rule.render(lang)
-    notes = part.notes if any(said in n for n in part.notes) else part.notes + (note,)
-    return replace(part, checks=checks, notes=notes)
+    where = ", ".join(f"{name} ({use})" for name, use in sorted(mentioned))
+    note = _("your code mentions a function this part may not call: {where}; it did not run while the part was "
+             "graded, so no points are lost (calling it here would earn nothing)").format(where=where).render(lang)
+    return replace(part, notes=part.notes + (note,))

@@ -11,6 +11,7 @@ from . import i18n
 from .failures import CheckFailure
 from .results import CheckResult, PartResult
 from .spec import DEFAULT_LANGUAGE, Part
+from .worker.names import WATCH_OFF
 
 _ = i18n.message
 # What a part with forbidden names asks, in the student's words (the start of the note that says so).
@@ -45,27 +46,43 @@ def failure_message(exc: BaseException, lang: str = DEFAULT_LANGUAGE) -> str:
                                                                          error=str(exc)[:200]).render(lang)
 
 
+def said_calls(calls, lang: str) -> str:
+    """"your SelfAttention.forward called F.scaled_dot_product_attention, ..." in `lang`."""
+    said = []
+    for caller, label in sorted(calls):
+        if label == WATCH_OFF:
+            said.append(_("your {caller} switched off the grader's watch of torch calls").format(caller=caller))
+        else:
+            said.append(_("your {caller} called {call}").format(caller=caller, call=label))
+    return "; ".join(m.render(lang) for m in said)
+
+
 def score_part(part: Part, records: list[CheckRecord], session, seconds: float,
                lang: str = DEFAULT_LANGUAGE) -> PartResult:
-    """The part's points shared out by weight; nothing for a from-scratch part that called the fused
-    kernel or the official module (the session saw it); a note for each API name the submission lacks
-    (in `lang`)."""
+    """The part's points shared out by weight; nothing for a part that called, while graded, a torch function it
+    may not (the session saw which of the student's functions called it); a note for each API name the
+    submission lacks (in `lang`)."""
     total = sum(r.weight for r in records) or 1.0
     state = session.parts.get(part.id)
-    forbidden = sorted(state.forbidden) if state else []
+    calls = set(state.calls) if state else set()
+    if state and state.forbidden and not calls:  # (a reply without callers: the call is the student's code's)
+        calls = {("code", label) for label in state.forbidden}
     notes = []
     missing = [n for n in part.names if not session.defines(n, part.id)]
     if missing:
         notes.append(_("missing from your submission: {names}").format(names=", ".join(missing)).render(lang))
-    if forbidden and part.forbidden:
-        notes.append(_("{from_scratch}, but your code called {calls}: its checks earn nothing").format(
-            from_scratch=rule_of(part), calls=", ".join(forbidden)).render(lang))
+    forbidden = bool(calls and part.forbidden)
+    if forbidden:
+        notes.append(_("{from_scratch}, but while it was graded {calls}: the whole part earns nothing").format(
+            from_scratch=rule_of(part), calls=said_calls(calls, lang)).render(lang))
     checks = []
     for r in records:
         max_points = part.points * r.weight / total
         ok = r.passed and not forbidden
-        message = (_("correct result, but computed with {calls}").format(calls=", ".join(forbidden)).render(lang)
-                   if r.passed and forbidden else r.message)
+        message = r.message
+        if r.passed and forbidden:  # (every check says it: a batch of checks runs at the first one's turn)
+            message = _("correct result, but the part as a whole earns nothing: while it was graded, {calls} "
+                        "({from_scratch})").format(calls=said_calls(calls, lang), from_scratch=rule_of(part)).render(lang)
         checks.append(CheckResult(r.name, ok, max_points if ok else 0.0, max_points, message))
     return PartResult(part.id, part.points, tuple(checks), tuple(notes), seconds=round(seconds, 3))
 

@@ -18,7 +18,7 @@ from .failures import CheckFailure, PartStopped, student_error
 from .limits import Limits
 from .pool import SandboxFailed, WorkerGone, WorkerTimeout, Zygote, start_worker
 from .resident import ResidentPeak
-from .worker.names import is_forbidden_name
+from .worker.names import WATCH_OFF, is_forbidden_name
 from .worker import protocol, wire
 from .worker.sandbox import SandboxConfig, private_paths
 
@@ -30,7 +30,8 @@ class PartState:
     id: str
     deadline: float
     stopped: i18n.Message | None = None
-    forbidden: set = field(default_factory=set)
+    forbidden: set = field(default_factory=set)  # the forbidden torch functions called while graded
+    calls: set = field(default_factory=set)  # (the student's function, the forbidden torch function it called)
     outputs: list = field(default_factory=list)
 
 
@@ -256,6 +257,9 @@ class Session:
         if forbidden and patterns and isinstance(forbidden, list):
             part.forbidden.update(wire.clean_text(f, 100) for f in forbidden
                                   if isinstance(f, str) and is_forbidden_name(f, patterns))
+            calls = forbidden_calls(reply.get("callers"), patterns)
+            part.calls.update(calls)
+            part.forbidden.update(label for _, label in calls)
         if reply.get("stdout") and len(part.outputs) < 20:
             part.outputs.append(wire.clean_text(reply["stdout"]))
         if not reply.get("ok"):
@@ -269,3 +273,13 @@ class Session:
             return wire.decode_reply(value, self.device)
         except wire.Refused as exc:
             raise CheckFailure(i18n.Message(exc.template, tuple(exc.params.items()))) from None
+
+
+def forbidden_calls(callers, patterns: tuple[str, ...]) -> set[tuple[str, str]]:
+    """(student function, torch function) pairs of a reply that `patterns` forbid, as clean text; the
+    grader's watch switched off counts for every part that forbids anything."""
+    if not isinstance(callers, list):
+        return set()
+    pairs = [c for c in callers[:50] if isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)]
+    return {(wire.clean_text(caller, 100), wire.clean_text(label, 100)) for caller, label in pairs
+            if is_forbidden_name(label, patterns) or label == WATCH_OFF}

@@ -11,9 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .worker.names import FORBIDDEN_PATTERNS, OFFICIAL_MODULE
+from .worker.names import FUSED_KERNEL, OFFICIAL_MODULE  # (and FLEX_ATTENTION: the groups a part may forbid)
 
 CHECKS_ROOT = Path(__file__).resolve().parent / "checks"
+
+
+# What a from-scratch part may not call unless it says otherwise (an `efficient` part: forbids=FUSED_KERNEL + FLEX_ATTENTION)
+FROM_SCRATCH_FORBIDS = FUSED_KERNEL + OFFICIAL_MODULE
 
 
 @dataclass(frozen=True)
@@ -25,12 +29,14 @@ class Part:
     from_scratch: bool = False  # calling torch's fused attention or official module here earns nothing
     gpu: bool = False  # a GPU-stage part: outside the assignment's score, graded only with --gpu
     credit_to: str | None = None  # a GPU part: the part whose gradebook cell holds its score as extra credit
-    forbids: tuple[str, ...] = ()  # a part that is not from scratch: the names (worker/names.py) it may not use
+    # the groups of torch functions (worker/names.py) that earn this part nothing when its code calls them while
+    # graded; empty for a from-scratch part: the fused kernel and the official module (FROM_SCRATCH_FORBIDS)
+    forbids: tuple[str, ...] = ()
 
     @property
     def forbidden(self) -> tuple[str, ...]:
-        """The patterns of torch's names that earn this part nothing (worker/names.py): all for a from-scratch part."""
-        return FORBIDDEN_PATTERNS if self.from_scratch else self.forbids
+        """The patterns of torch's names that earn this part nothing (worker/names.py)."""
+        return self.forbids or (FROM_SCRATCH_FORBIDS if self.from_scratch else ())
 
 
 @dataclass(frozen=True)

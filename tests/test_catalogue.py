@@ -119,11 +119,38 @@ def test_every_failed_check_says_why(graded, key):
 
 
 def test_forbidden_call_is_named(graded):
-    """a from-scratch part that calls the fused kernel scores 0 and says which call it was"""
-    for name in ("module_calls_sdpa", "module_calls_sdpa_hidden"):
+    """a from-scratch part that calls the fused kernel scores 0 and says which of the student's functions called it"""
+    for name in ("module_calls_sdpa", "module_calls_sdpa_hidden", "module_calls_sdpa_unwrapped"):
         part = graded(("self_attention", name)).part("module")
         assert part.score == 0
-        assert any("scaled_dot_product_attention" in n for n in part.notes), (name, part.notes)
+        assert any("your SelfAttention.forward called F.scaled_dot_product_attention" in n for n in part.notes), \
+            (name, part.notes)
+
+
+def test_checks_of_a_part_that_called_the_fused_kernel_say_the_whole_part_earns_nothing(graded):
+    """split_heads calls nothing forbidden, yet the part earns nothing: its check says so, and why"""
+    part = graded(("self_attention", "multihead_calls_sdpa")).part("multihead")
+    split = next(c for c in part.checks if c.name.startswith("split_heads"))
+    assert not split.passed and "the part as a whole earns nothing" in split.message
+    assert "your MultiHeadSelfAttention.forward called F.scaled_dot_product_attention" in split.message
+
+
+def test_a_forbidden_name_in_code_that_never_runs_is_a_note_not_a_loss(graded):
+    """nanoGPT's `if self.flash:` with the flag off: full marks, and a note that names the mention"""
+    part = graded(("self_attention", "ok_nanogpt_flash_off")).part("multihead")
+    assert part.score == part.max_score
+    assert any("scaled_dot_product_attention" in n and "did not run" in n for n in part.notes), part.notes
+
+
+@pytest.mark.parametrize("assignment", list(CATALOGUES))
+def test_an_empty_submission_says_each_name_is_missing(grader, tmp_path, assignment):
+    """every check of an empty file says which name is missing, never an internal error of the check"""
+    empty = tmp_path / "empty.py"
+    empty.write_text("", encoding="utf-8")
+    result = grader.grade(empty, assignment=spec.assignment(assignment))
+    for part in result.parts:
+        for check in part.checks:
+            assert "is not defined in your submission" in check.message, (part.id, check.name, check.message)
 
 
 @pytest.mark.parametrize("assignment", list(CATALOGUES))

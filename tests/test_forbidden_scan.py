@@ -90,3 +90,55 @@ def test_cross_attention_may_not_wrap_the_official_module_but_may_call_the_fused
     assert cross_scan("nn.MultiheadAttention(8, 2)(x, context, context)[0]") == {"MultiheadAttention"}
     assert cross_scan("F.multi_head_attention_forward(x, context, context)") == {"multi_head_attention_forward"}
     assert cross_scan("F.scaled_dot_product_attention(x, context, context)") == set()
+
+
+@pytest.mark.parametrize("name, label", [
+    ("scaled_dot_product_attention", "F.scaled_dot_product_attention"),
+    ("_scaled_dot_product_attention_math", "torch._scaled_dot_product_attention_math"),
+    ("multi_head_attention_forward", "F.multi_head_attention_forward"),
+    ("flash_attention", None), ("scaled_scores", None), ("matmul", None),
+])
+def test_the_watch_labels_torchs_functions_never_a_students_own_names(name, label):
+    """the worker's watch names the torch function called; a plain function (a student's own, even one called
+    scaled_dot_product_attention) is never torch's"""
+    import torch
+
+    from autograder.worker.watch import torch_label
+
+    func = getattr(torch.nn.functional, name, None) or getattr(torch, name, None)
+    assert torch_label(func) == label
+    own = type("Own", (), {"__name__": "flash_attention"})()
+    assert torch_label(own) is None  # (a student's name that no pattern of torch's holds)
+
+
+WATCHED = '''
+import torch, warnings
+warnings.simplefilter("ignore")
+from autograder.worker.watch import ForbiddenCallWatch
+from torch.nn.attention.flex_attention import flex_attention
+watch = ForbiddenCallWatch()
+q = torch.randn(1, 2, 4, 8)
+def flash_attention(q, k, v):  # a student's own function of that name: computes from scratch
+    return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ v
+with watch.watching():
+    flash_attention(q, q, q)
+    own = sorted(watch.calls)
+    flex_attention(q, q, q)
+    torch.ops.aten._scaled_dot_product_attention_math(q, q, q)
+print(own, sorted(label for _, label in watch.calls))
+'''
+
+
+def test_the_watch_runs_flex_attention_and_sees_it_and_torch_ops_aten(tmp_path):
+    """in a fresh process: under the watch, flex_attention still runs (it compiles even in eager mode) and is
+    recorded, as is torch.ops.aten's kernel; a student's own flash_attention is not a call of torch's"""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", WATCHED], capture_output=True, text=True, cwd=root, timeout=240,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == (
+        "[] ['torch.nn.attention.flex_attention', 'torch.ops.aten._scaled_dot_product_attention_math']")

@@ -1,20 +1,34 @@
-"""The names of torch's fused attention and official module, public and private.
+"""The names of torch's attention functions that a part may be forbidden to call, by group.
 
-Shared by the trusted side's static scan (autograder/grade.py) and the worker's call watch
-(runtime.ForbiddenCallWatch), so that both look for the same things: F.scaled_dot_product_attention,
-torch._scaled_dot_product_attention_math, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
-nn.MultiheadAttention, torch._native_multi_head_attention, ... A name is forbidden when it holds
-one of these lower-case substrings. A from-scratch part forbids them all; another part may forbid
-some of them (spec.Part.forbids: cross_attention forbids the official module, not the fused kernel).
+Shared by the trusted side's static scan (autograder/scan.py) and the worker's call watch
+(runtime.ForbiddenCallWatch), so that both look for the same things. Every pattern is matched
+against TORCH's names only: the worker labels a call by the torch function that ran
+(F.scaled_dot_product_attention, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+nn.MultiheadAttention, ...) and the scan only looks at names reached from torch. A student's
+own function may carry any name (`flash_attention` is an API name of the `efficient` assignment).
+
+A part forbids whole groups (spec.Part.forbids): a from-scratch part of the first assignment
+forbids the fused kernel and the official module, cross_attention the official module only,
+and a new assignment adds its parts' groups as data in spec.py.
 """
 from __future__ import annotations
 
-FUSED_KERNEL = ("scaled_dot_product", "scaled_dot_attention", "flash_attention")
-OFFICIAL_MODULE = ("multi_head_attention", "multiheadattention")
-FORBIDDEN_PATTERNS = FUSED_KERNEL + OFFICIAL_MODULE
+# F.scaled_dot_product_attention and its private relatives: torch._scaled_dot_product_attention_math,
+# aten._scaled_dot_product_flash_attention_for_cpu, aten._flash_attention_forward, ...
+FUSED_KERNEL = ("scaled_dot_product", "scaled_dot_attention", "_flash_attention",
+                "_efficient_attention", "_cudnn_attention")
+# nn.MultiheadAttention, F.multi_head_attention_forward, torch._native_multi_head_attention, and the
+# fused encoder layer that calls it (torch._transformer_encoder_layer_fwd)
+OFFICIAL_MODULE = ("multi_head_attention", "multiheadattention", "_transformer_encoder_layer")
+# torch.nn.attention.flex_attention.flex_attention (and the higher-order operator it runs)
+FLEX_ATTENTION = ("flex_attention",)
+# What the worker reports when student code removed its watch (watch.py): forbidden in every part that forbids
+WATCH_OFF = "the grader's watch of torch calls (switched off)"
+FORBIDDEN_PATTERNS = FUSED_KERNEL + OFFICIAL_MODULE + FLEX_ATTENTION  # everything the worker watches
 
 
 def is_forbidden_name(name: str, patterns: tuple[str, ...] = FORBIDDEN_PATTERNS) -> bool:
-    """Does `name` hold one of `patterns` (default: all of them; a part may forbid fewer, spec.Part.forbidden)?"""
+    """Does torch's name `name` hold one of `patterns` (default: all of them; a part forbids some,
+    spec.Part.forbidden)?"""
     low = name.lower()
     return any(p in low for p in patterns)

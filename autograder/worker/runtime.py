@@ -16,11 +16,10 @@ import traceback
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from . import protocol, standins, wire
-from .names import is_forbidden_name
 from .meter import LiveMemoryMeter
+from .watch import ForbiddenCallWatch
 
 PREAMBLE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 STUDENT_FILE = "<student:{label}>"
@@ -54,65 +53,6 @@ def release_free_heap() -> None:
     libc = _libc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)  # (not glibc: the resident figure may then read low, never high)
-
-
-def _private_targets() -> tuple:
-    """(owner, attribute, label) of every private variant in the torch namespace. torch.ops.aten.X is
-    not replaced: torch's own dispatch code looks up X.default there (the static scan still flags
-    the name written out)."""
-    out = []
-    for name in sorted(n for n in dir(torch) if n.startswith("_") and is_forbidden_name(n)):
-        for owner in (torch, torch._C._VariableFunctions):
-            if hasattr(owner, name):
-                out.append((owner, name, f"torch.{name}"))
-    return tuple(out)
-
-
-PRIVATE_TARGETS = _private_targets()  # at import, in the zygote: each forked worker finds it done
-
-
-class ForbiddenCallWatch:
-    """Counts calls of the fused kernel and the official module while student code runs.
-
-    Besides the public entry points, every private variant in the torch namespace
-    (torch._scaled_dot_product_attention_math, torch._scaled_dot_product_flash_attention_for_cpu,
-    torch._native_multi_head_attention, ...) is wrapped.
-    """
-
-    TARGETS = (
-        (F, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
-        (torch._C._nn, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
-        (F, "multi_head_attention_forward", "F.multi_head_attention_forward"),
-        (nn.MultiheadAttention, "forward", "nn.MultiheadAttention"),
-    )
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()
-        self.originals = {}
-        # One wrapper per function: F.scaled_dot_product_attention and torch._C._nn's are the same builtin,
-        # and torch's CausalBias (causal_lower_right) recognises SDPA by identity with the public name.
-        wrappers = {}
-        for owner, attr, label in self.TARGETS + PRIVATE_TARGETS:
-            try:
-                original = getattr(owner, attr)
-                wrapped = wrappers.setdefault((id(original), label), self._wrap(original, label))
-                setattr(owner, attr, wrapped)
-            except (AttributeError, TypeError, RuntimeError):
-                continue  # not in this build of torch, or not replaceable
-            self.originals[(owner, attr)] = original
-
-    def _wrap(self, original, label):
-        def watched(*args, **kwargs):
-            self.used.add(label)
-            return original(*args, **kwargs)
-
-        watched.__wrapped__ = original
-        watched.__name__ = getattr(original, "__name__", label)
-        return watched
-
-    def original(self, owner, attr):
-        return self.originals[(owner, attr)]
-
 
 
 class Worker:
@@ -175,7 +115,7 @@ class Worker:
         if req.get("measure"):
             release_free_heap()
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
-        with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext():
+        with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext(), self.watch.watching():
             value = target(*args, **kwargs)
         self.codec.results[-1] = value  # what later steps of a batched job may refer to
         result = {"value": self.codec.encode(value)}
@@ -205,12 +145,17 @@ class Worker:
     def handle_state(self, req):
         obj = self.object_of(req)
         if "load" in req:
-            obj.load_state_dict(self.codec.decode(req["load"]), strict=req.get("strict", True))
+            state = self.codec.decode(req["load"])
+            with self.watch.watching():
+                obj.load_state_dict(state, strict=req.get("strict", True))
             return {"value": None}
-        return {"value": {k: self.codec.encode(v) for k, v in obj.state_dict().items()}}
+        with self.watch.watching():
+            state = obj.state_dict()
+        return {"value": {k: self.codec.encode(v) for k, v in state.items()}}
 
     def handle_train(self, req):
-        self.object_of(req).train(req["mode"])
+        with self.watch.watching():
+            self.object_of(req).train(req["mode"])
         return {"value": None}
 
     def handle_device_call(self, req):
@@ -242,7 +187,7 @@ class Worker:
             base = torch.cuda.memory_allocated(device)
         started = time.perf_counter()
         try:
-            with meter, torch.no_grad():
+            with meter, torch.no_grad(), self.watch.watching():
                 value = target(*args, **kwargs)
                 if cuda:
                     torch.cuda.synchronize(device)
@@ -290,7 +235,7 @@ class Worker:
         handlers = {"call": self.handle_call, "describe": self.handle_describe, "state": self.handle_state,
                     "train": self.handle_train, "device_call": self.handle_device_call}
         started = time.perf_counter()
-        self.watch.used.clear()
+        self.watch.clear()
         self.codec.results.append(None)
         with self.capture() as out:
             try:
@@ -303,6 +248,7 @@ class Worker:
                 reply = {"ok": False, "error": self.describe_error(exc)}
         reply["stdout"] = out.getvalue()[:MAX_CAPTURED_OUTPUT]
         reply["forbidden"] = sorted(self.watch.used)
+        reply["callers"] = sorted([caller, label] for caller, label in self.watch.calls)  # who called what
         reply["seconds"] = time.perf_counter() - started
         return reply
 

@@ -12,8 +12,10 @@ HINTS = {
                            "(3-D and 4-D scores); masked_fill writes a value where its boolean argument is True.",
                            "给掩码插入大小为 1 的维度，使它的键维度与 scores 的最后一个维度对齐\n"
                            "（三维和四维的 scores 都要处理）；masked_fill 在布尔参数为 True 的位置写入给定的值。"),
-    "apply_causal_mask": ("the forbidden places (key j > query i) form the strict upper triangle of the last two axes.",
-                          "被禁止的位置（键 j > 查询 i）构成最后两个维度上的严格上三角。"),
+    "apply_causal_mask": ("the forbidden places (key j > query i) form the strict upper triangle of the last two axes,\n"
+                          "[S_q, S_k]: build it from both sizes, since the scores need not be square.",
+                          "被禁止的位置（键 j > 查询 i）构成最后两个维度 [S_q, S_k] 上的严格上三角：\n"
+                          "要同时用这两个大小来构造，因为 scores 不一定是方阵。"),
 }
 
 

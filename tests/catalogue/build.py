@@ -129,6 +129,12 @@ CASES: tuple[Case, ...] = (
          (("apply_padding_mask", 'float("-inf")', "-1e9"),), lose=("masks",), says='-inf'),
     Case("apply_causal_hides_diagonal", "apply_causal_mask hides the diagonal",
          (("apply_causal_mask", ".triu(diagonal=1)", ".triu(diagonal=0)"),), lose=("masks",), says='hides the diagonal'),
+    Case("apply_causal_square_only", "apply_causal_mask builds a square [S_k, S_k] mask from scores.shape[-1]",
+         (("apply_causal_mask", "S_q, S_k = scores.shape[-2:]", "S_q = S_k = scores.shape[-1]"),),
+         lose=("masks",), says="your mask is square"),
+    Case("apply_causal_bottom_right", "apply_causal_mask aligns the mask bottom-right (decoding's convention)",
+         (("apply_causal_mask", ".triu(diagonal=1)", ".triu(diagonal=S_k - S_q + 1)"),),
+         lose=("masks",), says="bottom-right aligned"),
     # ------------------------------------------------------------------ wrong: module
     Case("module_no_scale", "SelfAttention does not scale the scores",
          (("SelfAttention", " / math.sqrt(Q.shape[-1])", ""),), lose=("module",), says='did not scale'),
@@ -175,6 +181,44 @@ CASES: tuple[Case, ...] = (
            "        _ = getattr(torch, '_scaled_dot_' + 'product_flash_attention_for_cpu')"
            "(Q[:, None], K[:, None], V[:, None])"),),
          zero=("module",), says="torch._scaled_dot_product_flash_attention_for_cpu"),
+    Case("multihead_causal_drops_padding", "MultiHeadSelfAttention ignores the padding mask when causal (timm's Attention "
+         "with is_causal)",
+         (("MultiHeadSelfAttention", "        if mask is not None:\n            scores = scores.masked_fill(~mask[:, None, None, :]",
+           "        if mask is not None and not causal:\n            scores = scores.masked_fill(~mask[:, None, None, :]"),),
+         lose=("multihead",), says="padded keys were attended"),
+    Case("multihead_calls_sdpa", "MultiHeadSelfAttention.forward calls F.scaled_dot_product_attention: the part "
+         "earns nothing, and split_heads' checks say why",
+         (("MultiHeadSelfAttention", "out = self.dropout(torch.softmax(scores, dim=-1)) @ V",
+           "out = F.scaled_dot_product_attention(Q, K, V, attn_mask=None if mask is None else mask[:, None, None, :], "
+           "is_causal=causal and mask is None)\n"
+           "        if causal and mask is not None:\n"
+           "            out = self.dropout(torch.softmax(scores, dim=-1)) @ V"),),
+         zero=("multihead",), says="your MultiHeadSelfAttention.forward called F.scaled_dot_product_attention"),
+    Case("module_calls_sdpa_unwrapped", "SelfAttention calls the original fused kernel behind the grader's wrapper "
+         "(__wrapped__; found by torch's function mode)",
+         (("SelfAttention", "weights = self.dropout(torch.softmax(scores, dim=-1))",
+           "weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+           "        _ = getattr(F.scaled_dot_product_attention, '__wrapped__', F.scaled_dot_product_attention)(Q, K, V)"),),
+         zero=("module",), says="your SelfAttention.forward called F.scaled_dot_product_attention"),
+    Case("module_calls_aten_op", "SelfAttention calls torch.ops.aten's CPU flash kernel through a built name",
+         (("SelfAttention", "weights = self.dropout(torch.softmax(scores, dim=-1))",
+           "weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+           "        _ = getattr(torch.ops.aten, '_scaled_dot_' + 'product_flash_attention_for_cpu')"
+           "(Q[:, None], K[:, None], V[:, None])"),),
+         zero=("module",), says="torch.ops.aten._scaled_dot_product_flash_attention_for_cpu"),
+    Case("module_calls_sdpa_in_thread", "SelfAttention runs torch.ops.aten's math kernel in a thread of its own",
+         (("SelfAttention", "weights = self.dropout(torch.softmax(scores, dim=-1))",
+           "weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+           "        import concurrent.futures\n"
+           "        with concurrent.futures.ThreadPoolExecutor(1) as pool:\n"
+           "            pool.submit(torch.ops.aten._scaled_dot_product_attention_math, Q, K, V).result()"),),
+         zero=("module",), says="torch.ops.aten._scaled_dot_product_attention_math"),
+    Case("module_switches_the_watch_off", "SelfAttention pops torch's function-mode stack (the grader's watch)",
+         (("SelfAttention", "weights = self.dropout(torch.softmax(scores, dim=-1))",
+           "weights = self.dropout(torch.softmax(scores, dim=-1))\n"
+           "        if torch._C._len_torch_function_stack():\n"
+           "            torch._C._pop_torch_function_stack()"),),
+         zero=("module",), says="switched off the grader's watch of torch calls"),
     # ------------------------------------------------------------------ wrong: official_parity
     Case("parity_wrong_mask_convention", "parity_error passes our mask as key_padding_mask (True = ignore there)",
          (("parity_error", "None if mask is None else ~mask", "mask"),), lose=("official_parity",), says='key_padding_mask is True where a key must be IGNORED'),
@@ -298,6 +342,14 @@ CASES: tuple[Case, ...] = (
             key_pos = torch.arange(S, device=q.device)[None, :]  # [1, S]
             scores = scores.masked_fill(key_pos > query_pos, float("-inf"))""",
            """            scores = scores.masked_fill(future[start:stop], float("-inf"))"""))),
+    Case("ok_nanogpt_flash_off", "nanoGPT's fallback: `if self.flash:` F.scaled_dot_product_attention, else the "
+         "manual attention; the flag is off, so the fused kernel never runs (a note, no loss)",
+         (("MultiHeadSelfAttention", "self.num_heads = num_heads",
+           "self.num_heads = num_heads\n        self.flash = False  # nanoGPT: hasattr(F, 'scaled_dot_product_attention')"),
+          ("MultiHeadSelfAttention", "        # 3. scores per head",
+           "        if self.flash:\n"
+           "            return self.W_o(merge_heads(F.scaled_dot_product_attention(Q, K, V, is_causal=causal)))\n"
+           "        # 3. scores per head"))),
     Case("ok_parity_variants", "parity_error with logical_not and torch.max; to_official through state_dict",
          (("parity_error", "key_padding_mask = None if mask is None else ~mask",
            "key_padding_mask = None if mask is None else mask.logical_not()"),

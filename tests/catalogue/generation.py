@@ -77,6 +77,26 @@ CASES: tuple = (
     Case("rope_base_1000", "RoPE's angles with base 1000",
          (("apply_rope", "base ** (-two_i / head_dim)", "(base / 10) ** (-two_i / head_dim)"),),
          lose=("positions", "decoder"), says="base"),
+    Case("rope_base_500000", "RoPE with Llama 3's base 500000 as the default of `base`",
+         (_fn("apply_rope", "def apply_rope(x, positions, base=500000.0):\n"
+              "    head_dim = x.shape[-1]\n"
+              "    work = torch.float64 if x.dtype == torch.float64 else torch.float32\n"
+              "    angle = positions.to(work)[..., None] * base ** (-torch.arange(0, head_dim, 2, dtype=work) / head_dim)\n"
+              "    a, b = x[..., 0::2].to(work), x[..., 1::2].to(work)\n"
+              "    return torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), "
+              "dim=-1).flatten(-2).to(x.dtype)\n"),),
+         lose=("positions",), says="base 500000"),
+    Case("rope_nanochat", "nanochat's RoPE: half-split pairs, rotated the other way, base 100000",
+         (_fn("apply_rope", "def apply_rope(x, positions, base=100000.0):\n"
+              "    head_dim = x.shape[-1]\n"
+              "    work = torch.float64 if x.dtype == torch.float64 else torch.float32\n"
+              "    angle = positions.to(work)[..., None] * base ** (-torch.arange(0, head_dim, 2, dtype=work) / head_dim)\n"
+              "    cos, sin = angle.cos(), angle.sin()\n"
+              "    x1, x2 = x[..., : head_dim // 2].to(work), x[..., head_dim // 2 :].to(work)\n"
+              "    return torch.cat([x1 * cos + x2 * sin, x1 * (-sin) + x2 * cos], dim=-1).to(x.dtype)\n"),),
+         lose=("positions", "decoder"), says="the half-split pairing (x[i], x[i + head_dim/2]) of rotate_half code, where the "
+         "contract pairs neighbours (x[2i], x[2i + 1]), as in x[..., 0::2] with x[..., 1::2]; the other rotation "
+         "direction"),
     Case("rope_ignores_positions", "apply_rope rotates row s by s, whatever positions says",
          (("apply_rope", "positions.to(work)[..., None]",
            "torch.arange(x.shape[-2], dtype=work, device=x.device)[:, None]"),),
@@ -92,6 +112,11 @@ CASES: tuple = (
     Case("decode_mask_top_left", "decode_causal_mask is tril() of [S_q, S_k]: top-left aligned",
          (("decode_causal_mask", ".tril(diagonal=offset)", ".tril()"),),
          lose=("kv_cache", "decoder"), says="top-left aligned"),
+    Case("cached_hf_is_causal_q_len", "CachedSelfAttention with HF's SDPA pattern: is_causal = q_len > 1 (right for the "
+         "prompt and single tokens, top-left for a chunk after a cache)",
+         (("CachedSelfAttention", CACHED_STEPS_3_4,
+           "        out = F.scaled_dot_product_attention(q, k, v, is_causal=S_new > 1)  # [B, H, S_new, head_dim]"),),
+         lose=("kv_cache",), says="is_causal = q_len > 1"),
     Case("cached_sdpa_is_causal", "CachedSelfAttention calls SDPA with is_causal=True (top-left when S_q != S_k)",
          (("CachedSelfAttention", CACHED_STEPS_3_4,
            "        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, S_new, head_dim]"),),
@@ -276,6 +301,11 @@ CASES: tuple = (
         out = torch.softmax(scores, dim=-1) @ v  # [B, H, S_q, head_dim]""",
            """        allowed = None if context_mask is None else context_mask[:, None, None, :]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)"""),)),
+    Case("ok_list_append_float_bytes", "KVCache.append returns a list [k_all, v_all]; kv_cache_bytes a float of the "
+         "right value (bits / 8)",
+         (("KVCache", "return self.k, self.v", "return [self.k, self.v]"),
+          ("kv_cache_bytes", "element_size = torch.empty((), dtype=dtype).element_size()",
+           "element_size = (torch.finfo(dtype).bits if dtype.is_floating_point else torch.iinfo(dtype).bits) / 8"))),
     Case("ok_decode_mask_by_positions", "decode_causal_mask from absolute positions; the cached module masks with "
          "torch.where",
          (_fn("decode_causal_mask", "def decode_causal_mask(S_q, S_k):\n"

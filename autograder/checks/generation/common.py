@@ -97,8 +97,8 @@ def decode_variant(w_qkv: torch.Tensor, w_o: torch.Tensor, x: torch.Tensor, chun
                    order=(0, 1, 2), heads: int = H) -> torch.Tensor:
     """x [B, S, d] fed to a cached causal self-attention in chunks of the given sizes; the outputs, joined.
 
-    align "top_left": each chunk's mask is tril() of [S_new, S_k] (is_causal=True in SDPA); "none": no
-    causal mask at all. mask_cached False: no mask once the cache holds something. use_cache False: each
+    align "top_left": each chunk's mask is tril() of [S_new, S_k] (is_causal=True in SDPA); "top_left_chunks":
+    top-left for a chunk of several tokens only (HF's `is_causal = q_len > 1`); "none": no causal mask at all. mask_cached False: no mask once the cache holds something. use_cache False: each
     chunk attends to its own keys only. diagonal False: a token may not see itself."""
     blocks = (x @ w_qkv.T).chunk(3, dim=-1)
     q_all, k_all, v_all = (split(blocks[i], heads) for i in order)  # [B, H, S, hd]
@@ -109,7 +109,7 @@ def decode_variant(w_qkv: torch.Tensor, w_o: torch.Tensor, x: torch.Tensor, chun
         lo = 0 if use_cache else start
         q, k, v = q_all[:, :, start:stop], k_all[:, :, lo:stop], v_all[:, :, lo:stop]
         S_k = stop - lo
-        shift = {"bottom_right": S_k - n, "top_left": 0}.get(align, S_k)
+        shift = {"bottom_right": S_k - n, "top_left": 0, "top_left_chunks": 0 if n > 1 else S_k - n}.get(align, S_k)
         allowed = torch.ones(n, S_k, dtype=torch.bool).tril(shift - (0 if diagonal else 1))
         if lo < start and not mask_cached:
             allowed = torch.ones(n, S_k, dtype=torch.bool)

@@ -129,8 +129,8 @@ def test_kv_cache_append_returns_everything_cached(student):
             if exc.kind == "NotImplementedError":
                 raise
             raise expect.CheckFailure(_("{exc}; concatenate along the sequence axis (dim=2, or -2) of [B, H, S, head_dim]").format(exc=exc.message)) from None
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise expect.CheckFailure(_("{what} returned {kind}: return the tuple (k_all, v_all)").format(what=what, kind=type(got).__name__))
+        if not isinstance(got, (tuple, list)) or len(got) != 2:  # (a list [k_all, v_all] unpacks the same: accepted)
+            raise expect.CheckFailure(_("{what} returned {kind}: return the pair (k_all, v_all)").format(what=what, kind=type(got).__name__))
         k_all, v_all = torch.cat(ks, dim=2), torch.cat(vs, dim=2)
         if (expect.same(got[0], v_all) and expect.same(got[1], k_all)) and not expect.same(k_all, v_all):
             raise expect.CheckFailure(_("{what} returned (values, keys): return (k_all, v_all), keys first").format(what=what))
@@ -190,6 +190,9 @@ def decode_mistakes(w_qkv, w_o, x, chunks):
     out = {}
     if cached:
         out[TOP_LEFT] = v(align="top_left")
+        out[_("for several new tokens after a cache your causal mask is top-left aligned (is_causal = q_len > 1, as in "
+              "Hugging Face's SDPA attention: right for a prompt and for one token, wrong for a chunk): new query i "
+              "may see keys j <= i + (S_k - S_q), decode_causal_mask(S_q, S_k)")] = v(align="top_left_chunks")
         out[_("the new tokens attend only to themselves: append their keys and values to the cache first and "
               "attend over everything it returns")] = v(use_cache=False)
         out[_("once the cache holds positions you drop the causal mask, but several new tokens must still not "
@@ -295,7 +298,7 @@ def bytes_hint(got, args, dtype):
 
 @pytest.mark.points(5)
 def test_kv_cache_bytes(student):
-    """kv_cache_bytes is 2 (K and V) x batch x layers x kv_heads x head_dim x seq_len x the element size, as an int"""
+    """kv_cache_bytes is 2 (K and V) x batch x layers x kv_heads x head_dim x seq_len x the element size"""
     for args, kwargs in BYTES_CASES:
         dtype = kwargs.get("dtype", torch.float16)
         want = ref.kv_cache_bytes(*args, **kwargs)
@@ -306,12 +309,9 @@ def test_kv_cache_bytes(student):
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             raise expect.CheckFailure(_("kv_cache_bytes({shown}) returned {kind}: return a Python int").format(
                 shown=shown, kind=type(got).__name__))
-        if got != want:
+        if got != want:  # (a float of the right value, 1048576.0, is accepted: as attention_matrix_bytes in self_attention)
             raise expect.CheckFailure(_("kv_cache_bytes({shown}) returned {got!r}, expected {want}: {hint}").format(
                 shown=shown, got=got, want=want, hint=bytes_hint(got, args, dtype)))
-        if not isinstance(got, int):
-            raise expect.CheckFailure(_("kv_cache_bytes({shown}) returned the float {got!r}: return an int (a number of bytes; "
-                                        "element_size() is an int)").format(shown=shown, got=got))
 
 
 # --------------------------------------------------------------------------- #

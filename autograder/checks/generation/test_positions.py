@@ -88,20 +88,44 @@ def test_sinusoidal_values(student):
                  mistakes=sinusoidal_mistakes(PE_LEN, PE_DIM))
 
 
+OTHER_BASES = (500000.0, 100000.0, 1000000.0, 1000.0)  # Llama 3, nanochat (and Code Llama), 10^6, a typo
+DIFFERENCES = {
+    "pairs": _("the half-split pairing (x[i], x[i + head_dim/2]) of rotate_half code, where the contract pairs "
+               "neighbours (x[2i], x[2i + 1]), as in x[..., 0::2] with x[..., 1::2]"),
+    "direction": _("the other rotation direction: the contract rotates (a, b) -> (a cos t - b sin t, a sin t + b cos t)"),
+}
+BASE_DIFFERENCE = _("base {base:g} (Llama 3 uses 500000, nanochat 100000), where the contract's default is "
+                    "base=10000.0: use the `base` argument")
+
+
+def _joined(differences):
+    """The differences named one after another ("a; b; c"), in the student's language."""
+    said = differences[0]
+    for more in differences[1:]:
+        said = _("{first}; {second}").format(first=said, second=more)
+    return said
+
+
 def rope_mistakes(x, positions):
     def v(**kw):
         return lambda: rope_variant(x, positions, **kw)
 
-    return {
-        _("you rotated the pairs (x[i], x[i + head_dim/2]) (the half-split pairing of rotate_half code): "
-          "the spec pairs neighbours, (x[2i], x[2i + 1]) (x[..., 0::2] with x[..., 1::2])"): v(pairs="halves"),
-        _("you rotated the wrong way: (a, b) -> (a cos t - b sin t, a sin t + b cos t)"): v(direction=-1),
+    mistakes = {
         _("the angle of pair i is position * 10000^(-2i / head_dim); you used 10000^(-i / head_dim)"): v(exponent="i"),
-        _("the base of the angles is 10000"): v(base=1000.0),
         _("you ignored `positions` and used 0, 1, 2, ...: rotate each row by the position you were given "
           "(after a cache, the new tokens are at positions len(cache), len(cache) + 1, ...)"): v(use_positions=False),
-        _("the half-split pairing and the other rotation direction"): v(pairs="halves", direction=-1),
     }
+    # every combination of the differences a public RoPE may have (pairing, direction, base), each one named
+    for base in (ref_base := 10000.0,) + OTHER_BASES:
+        for pairs in ("interleaved", "halves"):
+            for direction in (1, -1):
+                named = ([DIFFERENCES["pairs"]] if pairs == "halves" else []) + \
+                        ([DIFFERENCES["direction"]] if direction == -1 else []) + \
+                        ([BASE_DIFFERENCE.format(base=base)] if base != ref_base else [])
+                if named:
+                    mistakes[_("your RoPE differs from the contract's: {differences}").format(
+                        differences=_joined(named))] = v(pairs=pairs, direction=direction, base=base)
+    return mistakes
 
 
 @pytest.mark.points(4)

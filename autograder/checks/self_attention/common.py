@@ -67,6 +67,11 @@ def attention(Q, K, V, mask=None, causal=False, *, scale=None, dim=-1, **mistake
     return torch.softmax(scores, dim=dim) @ V
 
 
+# timm's Attention (and other code built on F.scaled_dot_product_attention(..., is_causal=True)) drops the mask
+IGNORED_WITH_CAUSAL = _("with causal=True your code ignores the padding mask (as timm's Attention does when is_causal "
+                        "is set): padded keys were attended; hide them as well, both masks apply together")
+
+
 def attention_mistakes(Q, K, V, mask=None, causal=False, d_model: int | None = None, what: str = "scores"):
     """{hint: () -> output} for the usual mistakes of an attention computation on these inputs (computed lazily)."""
     d = Q.shape[-1]
@@ -87,7 +92,8 @@ def attention_mistakes(Q, K, V, mask=None, causal=False, d_model: int | None = N
               "of the scores (mask[:, None, :] for [B, S, S], mask[:, None, None, :] for [B, H, S, S])")] = variant(on="queries")
         out[_("your padding mask is inverted: True marks a real token, so fill -inf where the mask is False "
               "(masked_fill(~mask, ...))")] = variant(invert=True)
-        out[_("the padding mask is ignored")] = variant(m=None)
+        out[IGNORED_WITH_CAUSAL if causal else _("the padding mask is ignored: padded keys were attended")] = \
+            variant(m=None)
     if causal:
         out[_("your causal mask hides the diagonal: a token may attend to itself (key j <= query i)")] = \
             variant(causal_diagonal=0)

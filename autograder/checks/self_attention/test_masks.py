@@ -14,6 +14,8 @@ _ = i18n.message
 # padding_mask over batches of lengths, smallest first (a full, a padded and an empty sequence among them)
 LENGTH_CASES = (([1], 1), ([1], 2), ([2, 1], 2), ([0, 3], 3), ([4, 2, 1], 4), ([5, 0], 6), ([3, 7, 1, 5], 8))
 
+NON_SQUARE = (2, 3, 5)  # [B, S_q, S_k] scores: fewer queries than keys (the contract: top-left aligned)
+
 PAD_4D_HINT = _("for [B, H, S_q, S_k] scores a [B, S] mask must become [B, 1, 1, S_k] (mask[:, None, None, :])")
 
 # Every call of this part, in the order of the checks below: one round trip for all of them.
@@ -24,6 +26,7 @@ CALLS = Cases("masks", {
     "padding 4-D": lambda g: Call("apply_padding_mask", randn(g, B, H, S, S), lengths_mask()),
     "causal 3-D": lambda g: Call("apply_causal_mask", randn(g, B, S, S, dtype=torch.float64)),
     "causal 4-D": lambda g: Call("apply_causal_mask", randn(g, B, H, S, S)),
+    "causal non-square": lambda g: Call("apply_causal_mask", randn(g, *NON_SQUARE)),
     **{("lengths", i): (lambda g, c=case: Call("padding_mask", torch.tensor(c[0]), c[1]))
        for i, case in enumerate(LENGTH_CASES)},
 })
@@ -160,3 +163,26 @@ def test_causal_mask_hides_the_future(student, dims):
     expect.shape(got, want.shape, what)
     check_neg_inf(got, want, what)
     expect.close(got, want, what, mistakes=causal_mistakes(scores))
+
+
+@pytest.mark.points(2)
+def test_causal_mask_on_non_square_scores(student):
+    """apply_causal_mask works on non-square [B, S_q, S_k] scores, top-left aligned: -inf wherever key j > query i"""
+    call, outcome = CALLS.get(student, "causal non-square")
+    [scores] = call.args
+    S_q, S_k = scores.shape[-2:]
+    want = ref.apply_causal_mask(scores)
+    what = _("apply_causal_mask on non-square [B, S_q, S_k] = {shape} scores").format(shape=list(NON_SQUARE))
+    square = _("your mask is square: build it from both scores.shape[-2] (the S_q queries) and scores.shape[-1] (the "
+               "S_k keys), e.g. torch.ones(S_q, S_k).triu(1)")
+    got = expect.value(outcome, hint=square)
+    expect.shape(got, want.shape, what, hints={(B, S_k, S_k): square, (B, S_q, S_q): square})
+    check_neg_inf(got, want, what)
+    bottom_right = scores.masked_fill(torch.ones(S_q, S_k, dtype=torch.bool).triu(S_k - S_q + 1), NEG_INF)
+    expect.close(got, want, what, mistakes={
+        _("your mask is bottom-right aligned (query i sees keys j <= i + S_k - S_q, as in decoding with a cache): "
+          "apply_causal_mask is top-left aligned, query i sees keys j <= i (the generation assignment's "
+          "decode_causal_mask is the other one)"): bottom_right,
+        _("your causal mask hides the diagonal: a token may attend to itself (hide key j > query i only)"):
+            mask_scores(scores, causal=True, causal_diagonal=0),
+        _("nothing was masked"): scores})

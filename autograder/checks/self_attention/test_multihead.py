@@ -15,7 +15,8 @@ import solutions as ref
 from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded
-from autograder.checks.self_attention.common import B, D_MODEL, H, HEAD_DIM, LENGTHS, S, lengths_mask, mh_variant, randn
+from autograder.checks.self_attention.common import (B, D_MODEL, H, HEAD_DIM, IGNORED_WITH_CAUSAL, LENGTHS, S,
+                                                     lengths_mask, mh_variant, randn)
 from autograder.failures import StudentRaised
 
 _ = i18n.message
@@ -108,6 +109,7 @@ def test_submodules(student):
 
 
 def mh_mistakes(w_qkv, w_o, x, mask, causal):
+    """{hint: () -> output} for the usual mistakes of a multi-head forward on these inputs (computed lazily)."""
     args = (w_qkv, w_o, x, mask, causal)
     out = {
         _("you scaled by sqrt(d_model) = sqrt({d_model}); each head's scores are scaled by sqrt(head_dim) "
@@ -130,7 +132,11 @@ def mh_mistakes(w_qkv, w_o, x, mask, causal):
         out[_("your padding mask hides queries, not keys: use mask[:, None, None, :] for [B, H, S, S] scores")] = \
             lambda: mh_variant(*args, on="queries")
         out[_("your padding mask is inverted: True marks a real token")] = lambda: mh_variant(*args, invert=True)
+        out[IGNORED_WITH_CAUSAL if causal else _("the padding mask is ignored: padded keys were attended")] = \
+            lambda: mh_variant(w_qkv, w_o, x, None, causal)
     if causal:
+        out[_("the causal mask is ignored: queries attended to the keys after them")] = \
+            lambda: mh_variant(w_qkv, w_o, x, mask, False)
         out[_("your causal mask hides the diagonal")] = lambda: mh_variant(*args, causal_diagonal=0)
         out[_("your causal mask is transposed: hide key j > query i")] = lambda: mh_variant(*args, causal_transposed=True)
     return out

@@ -10,11 +10,23 @@ from autograder.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases
 from autograder.checks.self_attention.common import B, H, S, randn
+from autograder.failures import StudentRaised
 
 _ = i18n.message
 
 TRANSPOSE_HINT = (_("transpose K with K.transpose(-2, -1) (or K.mT): K.transpose(1, 2) or K.permute(0, 2, 1) only "
                     "swap the right axes of a 3-D tensor"))
+BMM_HINT = _("torch.bmm (d2l's DotProductAttention) takes 3-D tensors only; per-head inputs are 4-D "
+             "[B, H, S, d]: use @ (torch.matmul), which works for any number of leading axes")
+
+
+def value_4d(outcome, hint):
+    """A 4-D call's value; when it raised from torch.bmm, the hint says so (else `hint`)."""
+    try:
+        return outcome.value
+    except StudentRaised as exc:
+        text = str(exc)
+        return expect.value(outcome, hint=BMM_HINT if "bmm" in text or "3D tensor" in text else hint)
 
 
 def _masked(scores):
@@ -68,7 +80,7 @@ def test_scores_match_reference_for_3d_inputs(student):
 def test_scores_match_reference_for_4d_inputs(student):
     """scaled_scores works on per-head [B, H, S, d_k] inputs"""
     call, outcome = CALLS.get(student, "scores 4-D")
-    (Q, K), got = call.args, expect.value(outcome, hint=TRANSPOSE_HINT)
+    (Q, K), got = call.args, value_4d(outcome, TRANSPOSE_HINT)
     expect.close(got, ref.scaled_scores(Q, K), _("scaled_scores on 4-D inputs"), hint=TRANSPOSE_HINT,
                  mistakes=score_mistakes(Q, K))
 
@@ -140,7 +152,7 @@ def test_attend_is_weighted_sum_of_values(student, dims):
     """attend returns weights @ V: [..., S_q, S_k] x [..., S_k, d_v] -> [..., S_q, d_v]"""
     call, outcome = CALLS.get(student, f"attend {dims}-D")
     w, V = call.args
-    got = expect.value(outcome, hint=_("the weights [..., S_q, S_k] multiply V [..., S_k, d_v]: weights @ V"))
+    got = value_4d(outcome, _("the weights [..., S_q, S_k] multiply V [..., S_k, d_v]: weights @ V"))
     expect.close(got, ref.attend(w, V), "attend(weights, V)",
                  mistakes={_("you normalised over the wrong axis: the weights are already a softmax, just take weights @ V"):
                            torch.softmax(w, -1) @ V})

@@ -1,0 +1,192 @@
+"""The worker's watch of forbidden calls: which of the student's functions called which torch attention.
+
+It runs in the sandboxed worker, next to the student's code, and only reports: the trusted side
+decides what a call costs (session.py, scoring.py). Three layers, so that no cheap trick hides a call:
+
+1. Wrappers on every public and private torch attribute that names the fused kernel or the official
+   module (F.scaled_dot_product_attention, torch._C._nn's, torch._scaled_dot_product_*,
+   F.multi_head_attention_forward, nn.MultiheadAttention.forward, ...), in place before the
+   student's code is loaded, so that an alias or a getattr with a built name still calls them.
+2. A TorchFunctionMode (torch.overrides) pushed while each request runs: torch hands it every call of
+   a torch function, whatever object the student reached it through: the unwrapped original
+   (`__wrapped__`, a saved reference), `torch.ops.aten._scaled_dot_product_*` (packet or overload),
+   the flex_attention operator. Threads the student starts get the mode too.
+3. After each request, the worker checks that its wrappers and its mode are still in place; code that
+   removed them is reported as a forbidden call of its own ("the grader's watch switched off").
+
+Each call is attributed to the innermost frame of the student's code on the stack (its qualified
+name, e.g. "SelfAttention.forward"); calls made by the grader's stand-ins (standins.py) are not
+the student's and are not recorded. A call from code compiled under another file name is still
+recorded, as made by "code" (the message: "your code called ...").
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from . import standins
+from .names import WATCH_OFF, is_forbidden_name
+
+STUDENT_PREFIX = "<student:"
+STANDINS_FILE = standins.__file__
+UNKNOWN_CALLER = "code"  # ("your code called ...")
+
+
+def _private_targets() -> tuple:
+    """(owner, attribute, label) of every private variant in the torch namespace. torch.ops.aten.X is
+    not replaced (torch's own dispatch code looks up X.default there): the mode sees its calls."""
+    out = []
+    for name in sorted(n for n in dir(torch) if n.startswith("_") and is_forbidden_name(n)):
+        for owner in (torch, torch._C._VariableFunctions):
+            if hasattr(owner, name):
+                out.append((owner, name, f"torch.{name}"))
+    return tuple(out)
+
+
+PRIVATE_TARGETS = _private_targets()  # at import, in the zygote: each forked worker finds it done
+TARGETS = (
+    (F, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
+    (torch._C._nn, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
+    (F, "multi_head_attention_forward", "F.multi_head_attention_forward"),
+    (nn.MultiheadAttention, "forward", "nn.MultiheadAttention"),
+)
+LABELS: dict = {}  # torch function -> its label or None, as torch_label says (a cache: the mode sees every call)
+PUBLIC_LABELS = {"scaled_dot_product_attention": "F.scaled_dot_product_attention",
+                 "multi_head_attention_forward": "F.multi_head_attention_forward"}
+
+
+def torch_label(func) -> str | None:
+    """The torch name of a function torch's function mode was handed, when it is a watched one."""
+    name = getattr(func, "__name__", None)
+    if not isinstance(name, str) or not is_forbidden_name(name):
+        return None
+    if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return f"torch.ops.aten.{name.split('.')[0]}"
+    if "flex_attention" in name:
+        return "torch.nn.attention.flex_attention"
+    return PUBLIC_LABELS.get(name, f"torch.{name}")
+
+
+def student_caller(frame) -> str | None:
+    """The qualified name of the innermost student function on the stack from `frame` outwards; None when
+    a grader's stand-in made the call."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename == STANDINS_FILE:
+            return None
+        if filename.startswith(STUDENT_PREFIX):
+            return frame.f_code.co_qualname
+        frame = frame.f_back
+    return UNKNOWN_CALLER
+
+
+class _Mode(TorchFunctionMode):
+    def __init__(self, watch: ForbiddenCallWatch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        try:
+            label = LABELS[func]
+        except (KeyError, TypeError):  # (first sight of func, or an unhashable one)
+            label = torch_label(func)
+            with contextlib.suppress(TypeError):
+                LABELS[func] = label
+        # (not while torch.compile traces, as flex_attention does even in eager mode: dynamo cannot trace the
+        # frame walk. A forbidden call inside student code run through torch.compile(backend="eager") was
+        # still seen in a test, once the compiled function ran.)
+        if label is not None and not torch.compiler.is_compiling():
+            self.watch.record(label, sys._getframe(1))
+        return func(*args, **(kwargs or {}))
+
+
+class ForbiddenCallWatch:
+    """Records (student function, torch function) for every watched call while student code runs."""
+
+    def __init__(self) -> None:
+        self.calls: set[tuple[str, str]] = set()
+        self.originals = {}
+        self.wrapped = {}
+        self.inside = threading.local()  # depth of watched wrappers: what they call is theirs, not recorded twice
+        # One wrapper per function: F.scaled_dot_product_attention and torch._C._nn's are the same builtin,
+        # and torch's CausalBias (causal_lower_right) recognises SDPA by identity with the public name.
+        wrappers = {}
+        for owner, attr, label in TARGETS + PRIVATE_TARGETS:
+            try:
+                original = getattr(owner, attr)
+                wrapped = wrappers.setdefault((id(original), label), self._wrap(original, label))
+                setattr(owner, attr, wrapped)
+            except (AttributeError, TypeError, RuntimeError):
+                continue  # not in this build of torch, or not replaceable
+            self.originals[(owner, attr)] = original
+            self.wrapped[(owner, attr)] = wrapped
+        self._cover_threads()
+
+    @property
+    def used(self) -> set[str]:
+        """The torch functions called (labels), whoever called them."""
+        return {label for _, label in self.calls}
+
+    def clear(self) -> None:
+        self.calls.clear()
+
+    def record(self, label: str, frame) -> None:
+        if getattr(self.inside, "depth", 0):
+            return
+        caller = student_caller(frame)
+        if caller is not None:
+            self.calls.add((caller, label))
+
+    def _wrap(self, original, label):
+        watch = self
+
+        def watched(*args, **kwargs):
+            watch.record(label, sys._getframe(1))
+            watch.inside.depth = getattr(watch.inside, "depth", 0) + 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                watch.inside.depth -= 1
+
+        watched.__wrapped__ = original
+        watched.__name__ = getattr(original, "__name__", label)
+        return watched
+
+    def original(self, owner, attr):
+        return self.originals[(owner, attr)]
+
+    def intact(self) -> bool:
+        """Are the wrappers still where they were put?"""
+        return all(getattr(owner, attr, None) is wrapped for (owner, attr), wrapped in self.wrapped.items())
+
+    @contextlib.contextmanager
+    def watching(self):
+        """Torch's function mode on while the block runs; a block that switched the watch off is recorded."""
+        mode = _Mode(self)
+        depth = torch._C._len_torch_function_stack()
+        torch._C._push_on_torch_function_stack(mode)
+        try:
+            yield
+        finally:
+            # (a mode the student pushed on top of ours is harmless: calls still pass through ours)
+            top = torch._C._len_torch_function_stack()
+            if top <= depth or torch._C._get_function_stack_at(depth) is not mode or not self.intact():
+                self.calls.add((UNKNOWN_CALLER, WATCH_OFF))
+            while torch._C._len_torch_function_stack() > depth:
+                torch._C._pop_torch_function_stack()
+
+    def _cover_threads(self) -> None:
+        """Threads started by student code run under the mode as well."""
+        watch, run = self, threading.Thread.run
+
+        def watched_run(thread):
+            with watch.watching():
+                run(thread)
+
+        threading.Thread.run = watched_run
