@@ -82,6 +82,8 @@ CASES: tuple = (
               "    head_dim = x.shape[-1]\n"
               "    work = torch.float64 if x.dtype == torch.float64 else torch.float32\n"
               "    angle = positions.to(work)[..., None] * base ** (-torch.arange(0, head_dim, 2, dtype=work) / head_dim)\n"
+              "    if positions.dim() == 2 and x.dim() == 4:\n"
+              "        angle = angle[:, None]\n"
               "    a, b = x[..., 0::2].to(work), x[..., 1::2].to(work)\n"
               "    return torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), "
               "dim=-1).flatten(-2).to(x.dtype)\n"),),
@@ -91,6 +93,8 @@ CASES: tuple = (
               "    head_dim = x.shape[-1]\n"
               "    work = torch.float64 if x.dtype == torch.float64 else torch.float32\n"
               "    angle = positions.to(work)[..., None] * base ** (-torch.arange(0, head_dim, 2, dtype=work) / head_dim)\n"
+              "    if positions.dim() == 2 and x.dim() == 4:\n"
+              "        angle = angle[:, None]\n"
               "    cos, sin = angle.cos(), angle.sin()\n"
               "    x1, x2 = x[..., : head_dim // 2].to(work), x[..., head_dim // 2 :].to(work)\n"
               "    return torch.cat([x1 * cos + x2 * sin, x1 * (-sin) + x2 * cos], dim=-1).to(x.dtype)\n"),),

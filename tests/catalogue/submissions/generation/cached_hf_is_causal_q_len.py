@@ -4,9 +4,9 @@
 """Reference implementation of the second assignment, `generation` (see ../shared/course-spec.md).
 
 Attention at generation time: how a model knows positions (sinusoidal encodings, RoPE), how
-it generates one token at a time (the KV cache, grouped-query attention) and how it attends
-to another sequence (cross-attention). Like solutions/attention.py, this file is the single
-ground truth: the solution cells of the `generation` notebooks are generated from it, and
+it generates one token at a time (the KV cache, grouped-query attention), how it attends to
+another sequence (cross-attention), and how a Llama-style decoder layer puts these pieces
+together. Like solutions/attention.py, this file is the single ground truth: the solution cells of the `generation` notebooks are generated from it, and
 the hidden checks compare every submission against it.
 
 Names follow the maths: B batch, H (query) heads, H_kv key/value heads, S_q queries,
@@ -35,12 +35,14 @@ def sinusoidal_positions(seq_len: int, d_model: int) -> torch.Tensor:
     return pe.float()
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """x [..., S, head_dim], positions [S] -> same shape and dtype: pair (2i, 2i + 1) rotated by positions * 10000^(-2i / head_dim)."""
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """x [..., S, head_dim], positions [S] or [B, S] -> same shape and dtype: pair (2i, 2i + 1) rotated by positions * base^(-2i / head_dim)."""
     head_dim = x.shape[-1]
     work = torch.float64 if x.dtype == torch.float64 else torch.float32  # angles need more than fp16
     two_i = torch.arange(0, head_dim, 2, dtype=work, device=x.device)  # [head_dim / 2]
-    angle = positions.to(work)[:, None] * 10000.0 ** (-two_i / head_dim)  # [S, head_dim / 2]
+    angle = positions.to(work)[..., None] * base ** (-two_i / head_dim)  # [S, head_dim / 2] or [B, S, head_dim / 2]
+    if positions.dim() == 2 and x.dim() == 4:
+        angle = angle[:, None]  # [B, 1, S, head_dim / 2]: one row of positions per sequence, the same for every head
     cos, sin = torch.cos(angle), torch.sin(angle)
     a, b = x[..., 0::2].to(work), x[..., 1::2].to(work)  # [..., S, head_dim / 2]: the two halves of each pair
     rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)  # [..., S, head_dim / 2, 2]
@@ -156,3 +158,57 @@ class CrossAttention(nn.Module):
         # 3. softmax over the context, weighted sum, merge heads, W_o
         out = torch.softmax(scores, dim=-1) @ v  # [B, H, S_q, head_dim]
         return self.W_o(out.transpose(1, 2).reshape(B, S_q, d_model))
+
+
+# --------------------------------------------------------------------------- #
+# Part decoder
+# --------------------------------------------------------------------------- #
+
+
+class DecoderAttention(nn.Module):
+    """A Llama-style decoder's attention at generation time: RoPE at each token's position, a grouped-query KV cache."""
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None, rope_base: float = 10000.0):
+        super().__init__()
+        num_kv_heads = num_kv_heads or num_heads
+        if d_model % num_heads or num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} must divide d_model={d_model}, num_kv_heads={num_kv_heads} "
+                             "must divide num_heads")
+        self.num_heads, self.num_kv_heads, self.rope_base = num_heads, num_kv_heads, rope_base
+        head_dim = d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=False)
+        self.W_k = nn.Linear(d_model, num_kv_heads * head_dim, bias=False)  # fewer key/value heads than query heads
+        self.W_v = nn.Linear(d_model, num_kv_heads * head_dim, bias=False)
+        self.W_o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, S_new, d_model] -> [B, S_new, d_model]; positions [S_new] or [B, S_new] (default: after the cache); key_mask [B, S_k]."""
+        B, S_new, d_model = x.shape
+        H, H_kv = self.num_heads, self.num_kv_heads
+        head_dim = d_model // H
+        # 1. project the new tokens and split heads
+        q = self.W_q(x).view(B, S_new, H, head_dim).transpose(1, 2)  # [B, H, S_new, head_dim]
+        k = self.W_k(x).view(B, S_new, H_kv, head_dim).transpose(1, 2)  # [B, H_kv, S_new, head_dim]
+        v = self.W_v(x).view(B, S_new, H_kv, head_dim).transpose(1, 2)  # [B, H_kv, S_new, head_dim]
+        # 2. the new tokens come after everything cached: positions len(cache), len(cache) + 1, ...
+        if positions is None:
+            start = 0 if cache is None else len(cache)
+            positions = torch.arange(start, start + S_new, device=x.device)  # [S_new]
+        q = apply_rope(q, positions, self.rope_base)
+        k = apply_rope(k, positions, self.rope_base)
+        # 3. cache the ROTATED keys (each rotated once, at its own position) and the values: [B, H_kv, S_k, head_dim]
+        if cache is not None:
+            k, v = cache.append(k, v)
+        S_k = k.shape[-2]
+        # 4. each key/value head serves H // H_kv query heads: [B, H, S_k, head_dim]
+        k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)
+        # 5. scores [B, H, S_new, S_k]: causal, bottom-right aligned; padded keys hidden
+        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+        allowed = decode_causal_mask(S_new, S_k).to(x.device)  # [S_new, S_k]
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]  # [B, 1, S_new, S_k]
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        # 6. softmax over keys, weighted sum, merge heads, W_o
+        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S_new, head_dim]
+        return self.W_o(out.transpose(1, 2).reshape(B, S_new, d_model))
