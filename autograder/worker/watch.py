@@ -56,7 +56,6 @@ TARGETS = (
     (F, "multi_head_attention_forward", "F.multi_head_attention_forward"),
     (nn.MultiheadAttention, "forward", "nn.MultiheadAttention"),
 )
-LABELS: dict = {}  # torch function -> its label or None, as torch_label says (a cache: the mode sees every call)
 PUBLIC_LABELS = {"scaled_dot_product_attention": "F.scaled_dot_product_attention",
                  "multi_head_attention_forward": "F.multi_head_attention_forward"}
 
@@ -92,12 +91,13 @@ class _Mode(TorchFunctionMode):
         self.watch = watch
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        labels = self.watch.labels
         try:
-            label = LABELS[func]
+            label = labels[func]
         except (KeyError, TypeError):  # (first sight of func, or an unhashable one)
             label = torch_label(func)
             with contextlib.suppress(TypeError):
-                LABELS[func] = label
+                labels[func] = label
         # (not while torch.compile traces, as flex_attention does even in eager mode: dynamo cannot trace the
         # frame walk. A forbidden call inside student code run through torch.compile(backend="eager") was
         # still seen in a test, once the compiled function ran.)
@@ -111,6 +111,7 @@ class ForbiddenCallWatch:
 
     def __init__(self) -> None:
         self.calls: set[tuple[str, str]] = set()
+        self.labels: dict = {}  # torch function -> its label or None (torch_label, cached: the mode sees every call)
         self.originals = {}
         self.wrapped = {}
         self.inside = threading.local()  # depth of watched wrappers: what they call is theirs, not recorded twice
