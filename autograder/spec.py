@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .worker.names import FORBIDDEN_PATTERNS, OFFICIAL_MODULE
+from .worker.names import EFFICIENT_KERNELS, FORBIDDEN_PATTERNS, OFFICIAL_MODULE
 
 CHECKS_ROOT = Path(__file__).resolve().parent / "checks"
 
@@ -118,7 +118,25 @@ GENERATION = Assignment(
     solutions="solutions.generation",
 )
 
-ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION)}
+# Attention that scales: FlashAttention's algorithm, sliding windows, linear attention, FlexAttention's mods.
+# flash, sliding_window and linear build attention themselves: torch's fused attention and flex_attention
+# earn nothing there (EFFICIENT_KERNELS). flex is about flex_attention's mods: calling it is the point.
+EFFICIENT = Assignment(
+    id="efficient",
+    parts=(
+        Part("flash", ("flash_attention", "merge_attention"), 35, "01_flash", forbids=EFFICIENT_KERNELS),
+        Part("sliding_window", ("sliding_window_mask", "sliding_window_attention"), 20, "02_sliding_window",
+             forbids=EFFICIENT_KERNELS),
+        Part("linear", ("elu_feature_map", "linear_attention", "linear_attention_step"), 25, "03_linear",
+             forbids=EFFICIENT_KERNELS),
+        Part("flex", ("document_causal_mask_mod", "prefix_lm_mask_mod", "sliding_window_mask_mod",
+                      "alibi_score_mod", "softcap_score_mod"), 20, "04_flex"),
+    ),
+    checks="efficient",
+    solutions="solutions.efficient",
+)
+
+ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION, EFFICIENT)}
 DEFAULT = SELF_ATTENTION
 
 

@@ -12,6 +12,11 @@ from __future__ import annotations
 FUSED_KERNEL = ("scaled_dot_product", "scaled_dot_attention", "flash_attention")
 OFFICIAL_MODULE = ("multi_head_attention", "multiheadattention")
 FORBIDDEN_PATTERNS = FUSED_KERNEL + OFFICIAL_MODULE
+# The third assignment's flash, sliding_window and linear parts build attention themselves: torch's fused
+# attention (SDPA, its aten ops, the CUDA kernels' private entry points) and FlexAttention earn nothing
+# there. Not a bare "flash_attention": that is the student's own function in part flash.
+EFFICIENT_KERNELS = ("scaled_dot_product", "scaled_dot_attention", "_flash_attention_forward",
+                     "_efficient_attention_forward", "flex_attention")
 
 
 def is_forbidden_name(name: str, patterns: tuple[str, ...] = FORBIDDEN_PATTERNS) -> bool:
