@@ -58,7 +58,8 @@ _LIBRARY_DIRS = tuple(
     {os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "") for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     | {os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__))), "")}
 )
-_SUPPORT_NAMES = ("check_harness.py", "graded_cells.py", "memory_meter.py")  # shipped files that are never the student's
+# The files shipped next to the notebooks, never the student's code (wherever a test loaded them from).
+_SUPPORT_NAMES = ("check_harness.py", "graded_cells.py", "memory_meter.py", "visible_checks.py")
 
 
 class NotReady(Exception):
@@ -104,9 +105,8 @@ class Harness:
     def __init__(self, *support_files: str, explain=None) -> None:
         """support_files: files whose frames are never the student's (the checks file itself);
         explain(error) -> a sentence naming a mistake the course teaches, or '' (optional)."""
-        here = os.path.dirname(os.path.abspath(__file__))
-        self.support = {os.path.abspath(f) for f in support_files} | {os.path.join(here, n) for n in _SUPPORT_NAMES}
-        self.support |= {os.path.join(os.path.dirname(os.path.abspath(f)), n) for f in support_files for n in _SUPPORT_NAMES}
+        self.support = {os.path.abspath(f) for f in support_files}
+        self.support_names = set(_SUPPORT_NAMES) | {os.path.basename(f) for f in support_files}
         self.explain = explain
         self.language = "en"
         self.translation = gettext.NullTranslations()
@@ -122,9 +122,9 @@ class Harness:
     def ngettext(self, singular: str, plural: str, count: int) -> str:
         return self.translation.ngettext(singular, plural, count)
 
-    def say(self, text: str, **fields) -> str:
+    def say(self, message: str, /, **fields) -> str:
         """A demo's printed text or plot label in the notebook's language: say("peak {mib:.1f} MiB", mib=x)."""
-        translated = self.gettext(text)
+        translated = self.gettext(message)
         return translated.format(**fields) if fields else translated
 
     def use_language(self, lang: str) -> None:
@@ -155,7 +155,8 @@ class Harness:
         if filename.startswith("<frozen"):
             return False
         path = os.path.abspath(filename)
-        return path not in self.support and not path.startswith(_LIBRARY_DIRS)
+        shipped = path in self.support or os.path.basename(path) in self.support_names
+        return not shipped and not path.startswith(_LIBRARY_DIRS)
 
     def student_frames(self, error: BaseException) -> list:
         """The traceback entries (outermost first) that lie in the student's code."""
