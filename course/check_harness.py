@@ -5,7 +5,8 @@ A visible_checks.py holds its assignment's checks only, on one `Harness`:
 
     from check_harness import Harness, NotReady, close, ok
 
-    harness = Harness(__file__)          # this file (and any other named) is never "the student's code"
+    harness = Harness(__file__)          # this file (and any other named) is never "the student's code";
+                                         # its folder holds the catalog (locale/zh_CN/LC_MESSAGES/visible_checks.mo)
     _ = harness.gettext                  # every message: _("... {name} ...").format(name=...)
     use_language, uses_your_code, say = harness.use_language, harness.uses_your_code, harness.say
 
@@ -51,9 +52,10 @@ from graded_cells import graded_part_function  # next to this file in the assign
 
 DOMAIN = "visible_checks"
 LOCALES = {"en": None, "zh": "zh_CN"}  # the course's languages and their catalog's locale (None: the msgids)
-LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locale")
 CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Source Han Sans SC", "SimHei",
              "Microsoft YaHei", "PingFang SC")  # Debian: fonts-wqy-microhei
+CJK_FONT_FILES = ("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
+                  "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
 _LIBRARY_DIRS = tuple(
     {os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "") for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     | {os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__))), "")}
@@ -103,8 +105,11 @@ class Harness:
     """One assignment's visible checks: their language, and how a failure becomes one sentence."""
 
     def __init__(self, *support_files: str, explain=None) -> None:
-        """support_files: files whose frames are never the student's (the checks file itself);
-        explain(error) -> a sentence naming a mistake the course teaches, or '' (optional)."""
+        """support_files: files whose frames are never the student's, the checks file first (its folder holds
+        the catalog, locale/); explain(error) -> a sentence naming a mistake the course teaches, or '' (optional)."""
+        # the catalog lies next to the checks file (this harness may have been imported from another folder)
+        home = os.path.dirname(os.path.abspath(support_files[0] if support_files else __file__))
+        self.locale_dir = os.path.join(home, "locale")
         self.support = {os.path.abspath(f) for f in support_files}
         self.support_names = set(_SUPPORT_NAMES) | {os.path.basename(f) for f in support_files}
         self.explain = explain
@@ -136,10 +141,11 @@ class Harness:
             self.translation = gettext.NullTranslations()
             return
         try:
-            self.translation = gettext.translation(DOMAIN, localedir=LOCALE_DIR, languages=[LOCALES[lang]], fallback=False)
+            self.translation = gettext.translation(DOMAIN, localedir=self.locale_dir, languages=[LOCALES[lang]],
+                                                   fallback=False)
         except Exception as error:  # noqa: BLE001 - a missing or unreadable catalog: English, and one line that says why
             self.translation = gettext.NullTranslations()
-            catalog = os.path.join(LOCALE_DIR, LOCALES[lang], "LC_MESSAGES", DOMAIN + ".mo")
+            catalog = os.path.join(self.locale_dir, LOCALES[lang], "LC_MESSAGES", DOMAIN + ".mo")
             why = "is missing" if isinstance(error, FileNotFoundError) else f"cannot be read ({type(error).__name__})"
             print(f"use_language({lang!r}): the message catalog {catalog} {why}, so the visible checks speak English "
                   "(找不到中文消息目录，检查信息将以英文显示).")
@@ -337,6 +343,12 @@ def use_cjk_font() -> str | None:
         return None
     warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from (current )?font", category=UserWarning)
     installed = {font.name for font in font_manager.fontManager.ttflist}
+    if not any(name in installed for name in CJK_FONTS):  # installed after matplotlib cached its font list?
+        for path in CJK_FONT_FILES:
+            if os.path.exists(path):
+                font_manager.fontManager.addfont(path)
+                installed = {font.name for font in font_manager.fontManager.ttflist}
+                break
     found = next((name for name in CJK_FONTS if name in installed), None)
     if found:
         families = [name for name in matplotlib.rcParams["font.sans-serif"] if name != found]

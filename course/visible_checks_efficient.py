@@ -250,9 +250,10 @@ def _mask_of(mask_mod, B, S) -> torch.Tensor:
     return create_mask(mask_mod, B, None, S, S, device="cpu")[:, 0]  # [B, S, S]
 
 
-def _same(got, want_rows, what):
-    assert got.tolist() == want_rows, _("{what}: got {got}, expected {want}").format(
-        what=what, got=[[int(x) for x in row] for row in got.tolist()], want=[[int(x) for x in row] for row in want_rows])
+def _same(got, want_row, what):
+    """One row of a mask, as 0/1 in the message."""
+    assert got.tolist() == want_row, _("{what}: got {got}, expected {want}").format(
+        what=what, got=[int(x) for x in got.tolist()], want=[int(x) for x in want_row])
 
 
 @harness.check("document_causal_mask_mod")
