@@ -81,10 +81,20 @@ def flex_mask(mask_mod, B: int | None, H: int | None, S_q: int, S_k: int) -> tor
     return flex.create_mask(mask_mod, B, H, S_q, S_k, device="cpu")
 
 
-def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod=None, mask_mod=None) -> torch.Tensor:
-    """flex_attention(q, k, v) with a student's score_mod and/or mask_mod (through a BlockMask), eager on the CPU."""
+def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod=None, mask_mod=None,
+                traced: bool = False) -> torch.Tensor:
+    """flex_attention(q, k, v) with a student's score_mod and/or mask_mod (through a BlockMask), eager on the CPU.
+
+    Untraced unless `traced` (the worker's setting, runtime.Worker): the mods run under vmap as flex_attention's
+    debugging mode runs them, in a tenth of a second; traced, as the notebook runs it (dynamo traces the mods
+    first, importing the module that defines them), each new mod costs seconds."""
     B, H, S_q, S_k = q.shape[0], q.shape[1], q.shape[-2], k.shape[-2]
     block_mask = None if mask_mod is None else flex.create_block_mask(mask_mod, B, H, S_q, S_k, device="cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "called without torch.compile()": eager is what the course runs
-        return _flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    untraced = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+    flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced and not traced
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "called without torch.compile()": eager is what the course runs
+            return _flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    finally:
+        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced

@@ -32,7 +32,8 @@ from .mutants import Mutant, mutants
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 REFERENCES = {"attention": ("self_attention", ROOT / "solutions" / "attention.py"),
-              "generation": ("generation", ROOT / "solutions" / "generation.py")}
+              "generation": ("generation", ROOT / "solutions" / "generation.py"),
+              "efficient": ("efficient", ROOT / "solutions" / "efficient.py")}
 EQUIVALENT = HERE / "equivalent.toml"
 
 
