@@ -23,6 +23,7 @@ DOCUMENT_IDS = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 3],
 PREFIX_LENGTHS = torch.tensor([3, 7])  # [B]
 WINDOW = 3
 CAP = 2.0  # the scores below reach well past it
+ALIBI_H = 3  # 8 / H is no integer: the slopes' exponents are fractions
 TRACED = _("mask_mod and score_mod receive tensors and are traced (vmapped): use tensor operations only (&, |, "
            "torch.where, indexing a captured tensor), no Python if, and/or, or .item()")
 
@@ -34,8 +35,8 @@ def _mask_job(student, factory: str, arg, B, H, label: str):
     return job, {"mask": mask}, None
 
 
-def _attend_job(student, factory: str, arg, label: str, kind: str = "score_mod", scale: float = 1.0):
-    q, k, v = qkv(seeded(21), FS, FS, b=FB, h=FH, d=8, d_v=5, scale=scale)
+def _attend_job(student, factory: str, arg, label: str, kind: str = "score_mod", scale: float = 1.0, heads: int = FH):
+    q, k, v = qkv(seeded(21), FS, FS, b=FB, h=heads, d=8, d_v=5, scale=scale)
     job = student.job()
     mod = job.call(factory, arg)
     out = job.builtin_value("flex_attend", q, k, v, label=label, **{kind: mod})
@@ -54,7 +55,8 @@ def jobs(student) -> dict:
                             "create_mask(prefix_lm_mask_mod(prefix_lengths), B=2, H=None, 11, 11)"),
         "window": _mask_job(student, "sliding_window_mask_mod", WINDOW, None, None,
                             "create_mask(sliding_window_mask_mod(3), None, None, 11, 11)"),
-        "alibi": _attend_job(student, "alibi_score_mod", FH, "flex_attention(q, k, v, score_mod=alibi_score_mod(4))"),
+        "alibi": _attend_job(student, "alibi_score_mod", ALIBI_H, "flex_attention(q, k, v, score_mod=alibi_score_mod(3))",
+                             heads=ALIBI_H),
         "softcap": _attend_job(student, "softcap_score_mod", CAP,
                                "flex_attention(q, k, v, score_mod=softcap_score_mod(2.0))", scale=3.0),
     }
@@ -128,7 +130,7 @@ def check_scored(student, key: str, want, what: str, mistakes: dict) -> None:
 def test_alibi_score_mod(student):
     """alibi_score_mod(H) adds slope_h (kv_idx - q_idx), slope_h = 2^(-8 (h + 1) / H) (flex_attention)"""
     q, k, v = ran(student, "alibi").inputs
-    check_scored(student, "alibi", alibi_variant(q, k, v), "flex_attention with alibi_score_mod(4)", {
+    check_scored(student, "alibi", alibi_variant(q, k, v), "flex_attention with alibi_score_mod(3)", {
         _("ALiBi's sign: the bias is slope_h * (kv_idx - q_idx), negative for keys in the past, so that distant keys "
           "weigh less"): lambda: alibi_variant(q, k, v, "sign"),
         _("ALiBi's slopes are in the wrong head order: head h gets 2^(-8 (h + 1) / H), the steepest slope 2^(-8 / H) "

@@ -23,6 +23,7 @@ from solutions import efficient as ref
 _ = i18n.message
 
 STEPS = 9  # the recurrence's sequence length
+EPS = 0.5  # an eps that shows: the normaliser of a few keys is of order 1
 SWEEP = ((1, 1, 1), (2, 1, 1), (3, 2, 1), (4, 2, 3), (6, 3, 2), (9, 4, 5))  # (S, D, D_v), smallest first
 
 
@@ -36,6 +37,7 @@ CALLS = Cases("efficient linear", {
     "phi": lambda g: Call("elu_feature_map", torch.linspace(-6, 6, 2 * 3 * 25).view(2, 3, 25)),
     "plain": lambda g: _linear(g, False),
     "causal": lambda g: _linear(g, True),
+    "eps": lambda g: Call("linear_attention", *qkv(g, S, S, scale=1.5), causal=True, eps=EPS),
     **{("sweep", case, causal): (lambda g, c=case, causal=causal: _linear(g, causal, *c, b=2, h=2))
        for case in SWEEP for causal in (False, True)},
 })
@@ -85,11 +87,15 @@ def linear_mistakes(q, k, v, causal: bool) -> dict:
 
 def check_linear(call, outcome) -> None:
     q, k, v = call.args
-    causal = call.kwargs["causal"]
-    what = "linear_attention(q, k [{qs}], v [{vs}], causal={c})".format(
-        qs=", ".join(map(str, q.shape)), vs=", ".join(map(str, v.shape)), c=causal)
-    expect.close(expect.value(outcome), linear_variant(q, k, v, causal), what, atol=1e-5, rtol=1e-4,
-                 mistakes=linear_mistakes(q, k, v, causal))
+    causal, eps = call.kwargs["causal"], call.kwargs.get("eps", 1e-6)
+    what = "linear_attention(q, k [{qs}], v [{vs}], causal={c}, eps={eps})".format(
+        qs=", ".join(map(str, q.shape)), vs=", ".join(map(str, v.shape)), c=causal, eps=eps)
+    mistakes = linear_mistakes(q, k, v, causal)
+    if eps != 1e-6:
+        mistakes = {_("eps is added to the normaliser: phi(q_i) . sum_j phi(k_j) + eps"): lambda: linear_variant(
+            q, k, v, causal)} | mistakes
+    expect.close(expect.value(outcome), linear_variant(q, k, v, causal, eps=eps), what, atol=1e-5, rtol=1e-4,
+                 mistakes=mistakes)
 
 
 @pytest.mark.points(3)
@@ -97,6 +103,12 @@ def check_linear(call, outcome) -> None:
 def test_linear_attention_equals_the_formula(student, case):
     """linear_attention equals phi(q_i) . sum_j phi(k_j) v_j^T / (phi(q_i) . sum_j phi(k_j) + eps), D != D_v"""
     check_linear(*CALLS.get(student, case))
+
+
+@pytest.mark.points(1)
+def test_linear_attention_adds_eps_to_the_normaliser(student):
+    """linear_attention(..., eps=0.5) adds eps to each normaliser phi(q_i) . sum_j phi(k_j)"""
+    check_linear(*CALLS.get(student, "eps"))
 
 
 @pytest.mark.points(1.5)
@@ -122,7 +134,7 @@ def recurrence_job(student):
     job = student.job()
     steps, state = [], None
     for t in range(STEPS):
-        step = job.call("linear_attention_step", state, q[:, :, t], k[:, :, t], v[:, :, t])
+        step = job.call("linear_attention_step", state, q[:, :, t], k[:, :, t], v[:, :, t], eps=EPS)
         steps.append(step)
         state = step[1]
     return job, {t: s for t, s in enumerate(steps)}, (q, k, v)
@@ -147,7 +159,7 @@ def ran_recurrence(student):
 
 @pytest.mark.points(3)
 def test_linear_attention_step_equals_causal_linear_attention(student):
-    """linear_attention_step, fed its own state back at every step, gives causal linear attention's outputs"""
+    """linear_attention_step, fed its own state back at every step, gives causal linear attention's outputs (eps = 0.5)"""
     ran = ran_recurrence(student)
     q, k, v = ran.inputs
     outs = []
@@ -160,12 +172,14 @@ def test_linear_attention_step_equals_causal_linear_attention(student):
     got = torch.stack(outs, dim=2)  # [B, H, STEPS, D_V]
     mistakes = {
         _("your recurrence forgets its state: each step must add phi(k_t) v_t^T and phi(k_t) to the state it was "
-          "given (None only at the first step) and return the new sums"): lambda: recurrent_variant(q, k, v,
-                                                                                                    "forgets"),
+          "given (None only at the first step) and return the new sums"): lambda: recurrent_variant(q, k, v, "forgets",
+                                                                                                    EPS),
         _("return the UPDATED state: the next step must see the sums including this step's key"):
-            lambda: recurrent_variant(q, k, v, "stale"),
+            lambda: recurrent_variant(q, k, v, "stale", EPS),
+        _("eps is added to the normaliser: phi(q_t) . z + eps"): lambda: recurrent_variant(q, k, v),
     }
-    expect.close(got, linear_variant(q, k, v, True), "linear_attention_step over {n} steps".format(n=STEPS),
+    expect.close(got, linear_variant(q, k, v, True, eps=EPS), "linear_attention_step over {n} steps, eps={eps}".format(
+        n=STEPS, eps=EPS),
                  atol=1e-5, rtol=1e-4, mistakes=mistakes)
 
 
