@@ -40,6 +40,7 @@ class Assignment:
     checks: str  # the folder of the hidden checks (test_<part id>.py each) under autograder/checks/, or absolute
     solutions: str  # the module of the reference solutions (the ground truth)
     gpu_part: Part | None = None  # the GPU stage's part, if the assignment has one
+    warm: tuple[str, ...] = ()  # what the worker pool prepares once before forking this assignment's workers (worker/warmup.py)
 
     def __post_init__(self) -> None:
         if self.max_score != 100:
@@ -134,6 +135,7 @@ EFFICIENT = Assignment(
     ),
     checks="efficient",
     solutions="solutions.efficient",
+    warm=("flex",),  # create_mask and flex_attention import dynamo: once in the zygote, not in every worker
 )
 
 ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION, EFFICIENT)}

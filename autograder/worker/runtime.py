@@ -11,12 +11,15 @@ import contextlib
 import ctypes
 import io
 import linecache
+import sys
 import time
 import traceback
+import types
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import flex_attention as flex
 
 from . import protocol, standins, wire
 from .names import is_forbidden_name
@@ -24,6 +27,7 @@ from .meter import LiveMemoryMeter
 
 PREAMBLE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 STUDENT_FILE = "<student:{label}>"
+STUDENT_MODULE = "__student__"  # the __name__ of student code: never "__main__"
 MAX_CAPTURED_OUTPUT = 4000
 
 
@@ -71,16 +75,31 @@ def _private_targets() -> tuple:
 PRIVATE_TARGETS = _private_targets()  # at import, in the zygote: each forked worker finds it done
 
 
+def student_module() -> dict:
+    """A fresh namespace for one source of student code: the dict of a module registered in sys.modules
+    as STUDENT_MODULE. torch.compile, and flex_attention even in eager mode, trace a function with dynamo,
+    which imports the module named by its __module__: a plain dict's functions would fail there with
+    ModuleNotFoundError. Every source gets its own module under that one name (dynamo reads a function's
+    globals from the function itself; the import only has to succeed)."""
+    module = types.ModuleType(STUDENT_MODULE)
+    sys.modules[STUDENT_MODULE] = module
+    ns = module.__dict__
+    ns["__builtins__"] = __builtins__
+    return ns
+
+
 class ForbiddenCallWatch:
     """Counts calls of the fused kernel and the official module while student code runs.
 
     Besides the public entry points, every private variant in the torch namespace
     (torch._scaled_dot_product_attention_math, torch._scaled_dot_product_flash_attention_for_cpu,
-    torch._native_multi_head_attention, ...) is wrapped.
+    torch._native_multi_head_attention, ...) is wrapped, and FlexAttention's flex_attention (the
+    third assignment's flash, sliding_window and linear parts may not call it; spec.Part.forbidden).
     """
 
     TARGETS = (
         (F, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
+        (flex, "flex_attention", "flex_attention"),
         (torch._C._nn, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
         (F, "multi_head_attention_forward", "F.multi_head_attention_forward"),
         (nn.MultiheadAttention, "forward", "nn.MultiheadAttention"),
@@ -123,6 +142,10 @@ class Worker:
         self.objects = self.codec.objects  # what the trusted side names by a handle
         self.watch = ForbiddenCallWatch()
         standins.use_originals(self.watch.original)
+        # FlexAttention untraced (its debugging mode: the mods run under vmap, not dynamo): the same numbers,
+        # without seconds of tracing for each new mod. Graded code never needs the traced path (the flex part's
+        # functions return mods); standins.flex_attend(traced=True) still takes it.
+        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
         steady_heap()
 
     # ------------------------------------------------------------ requests
@@ -130,7 +153,7 @@ class Worker:
         """Exec each source's cells in its own namespace; a failing cell does not stop the rest."""
         report = {}
         for name, cells in sources:
-            ns = {"__name__": "__student__", "__builtins__": __builtins__}
+            ns = student_module()
             exec(compile(PREAMBLE, "<preamble>", "exec"), ns)
             errors = []
             for index, code in enumerate(cells):
