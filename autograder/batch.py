@@ -137,6 +137,13 @@ class Job:
         """A grader-built object in the worker (autograder/worker/standins.py)."""
         return self._add({"kind": "call", "builtin": True, "target": name, **self._arguments(args, {})}, name, "object")
 
+    def builtin_value(self, name: str, *args, label: str | None = None, **kwargs) -> Step:
+        """A grader function of the worker (autograder/worker/standins.py) applied to values and to what
+        earlier steps returned (e.g. a student's mask_mod): its result comes back as a value. `label`: how
+        the student's messages name the step (default: `name`)."""
+        return self._add({"kind": "call", "builtin": True, "target": name, **self._arguments(args, kwargs)},
+                         label or name)
+
     def linear(self, in_features: int, out_features: int) -> Step:
         return self.builtin("linear", in_features, out_features)
 

@@ -53,9 +53,10 @@ class Zygote:
     def __init__(self) -> None:
         self.control, self.proc = prestart.take()
 
-    def spawn(self, config: SandboxConfig, timeout: float = 120.0) -> "WorkerProcess":
+    def spawn(self, config: SandboxConfig, timeout: float = 120.0, warm: tuple[str, ...] = ()) -> "WorkerProcess":
+        """A fresh sandboxed worker; `warm`: the zygote's warm-ups (worker/warmup.py) to run first, once."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        data = protocol.encode({"kind": "spawn", "config": config.as_dict()})
+        data = protocol.encode({"kind": "spawn", "config": config.as_dict(), "warm": list(warm)})
         self.control.settimeout(timeout)  # the first spawn waits for the zygote to import torch
         try:
             self.control.sendmsg([data],
@@ -158,10 +159,11 @@ class WorkerProcess:
                 self.zygote.kill_tree(self.pid)
 
 
-def start_worker(zygote: Zygote, sources: list[Source], config: SandboxConfig, timeout: float):
+def start_worker(zygote: Zygote, sources: list[Source], config: SandboxConfig, timeout: float,
+                 warm: tuple[str, ...] = ()):
     """A fresh sandboxed worker with the student's code loaded. Returns (worker, load report)."""
     started = time.perf_counter()
-    worker = zygote.spawn(config)
+    worker = zygote.spawn(config, warm=warm)
     worker.hello(timeout)
     off = worker.protections.get("off") or {}
     if off and not config.unsafe_no_sandbox:  # before any student code is sent

@@ -11,17 +11,21 @@ from . import i18n
 from .failures import CheckFailure
 from .results import CheckResult, PartResult
 from .spec import DEFAULT_LANGUAGE, Part
-from .worker.names import WATCH_OFF
+from .worker.names import FLEX_ATTENTION, WATCH_OFF
 
 _ = i18n.message
 # What a part with forbidden names asks, in the student's words (the start of the note that says so).
 FROM_SCRATCH = _("this part must compute attention from scratch")  # (scan.py looks for it in the part's notes)
 NOT_THE_OFFICIAL_MODULE = _("this part must compute its attention itself, not with torch's nn.MultiheadAttention")
+BY_ITS_OWN_ALGORITHM = _("this part must build its attention itself, without torch's fused attention "
+                         "(F.scaled_dot_product_attention) or flex_attention")
 
 
 def rule_of(part: Part) -> i18n.Message:
     """The rule that a part's forbidden names break (spec.Part.forbidden)."""
-    return FROM_SCRATCH if part.from_scratch else NOT_THE_OFFICIAL_MODULE
+    if part.from_scratch:
+        return FROM_SCRATCH
+    return BY_ITS_OWN_ALGORITHM if set(FLEX_ATTENTION) <= set(part.forbids) else NOT_THE_OFFICIAL_MODULE
 
 
 @dataclass(frozen=True)

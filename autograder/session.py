@@ -70,7 +70,8 @@ class Session:
         first = self.worker is None
         self.restarts += 0 if first else 1
         try:
-            self.worker, reply = start_worker(self.zygote, list(self.sources), self.config, self.limits.load_seconds)
+            self.worker, reply = start_worker(self.zygote, list(self.sources), self.config, self.limits.load_seconds,
+                                              warm=self.assignment.warm)
         except WorkerTimeout:
             self.load_failure = _("your code did not finish loading within {seconds:.0f} s: is there a long "
                                   "computation or an endless loop at the top level of a cell?").format(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .worker.names import FUSED_KERNEL, OFFICIAL_MODULE  # (and FLEX_ATTENTION: the groups a part may forbid)
+from .worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE
 
 CHECKS_ROOT = Path(__file__).resolve().parent / "checks"
 
@@ -46,6 +46,7 @@ class Assignment:
     checks: str  # the folder of the hidden checks (test_<part id>.py each) under autograder/checks/, or absolute
     solutions: str  # the module of the reference solutions (the ground truth)
     gpu_part: Part | None = None  # the GPU stage's part, if the assignment has one
+    warm: tuple[str, ...] = ()  # what the worker pool prepares once before forking this assignment's workers (worker/warmup.py)
 
     def __post_init__(self) -> None:
         if self.max_score != 100:
@@ -126,7 +127,26 @@ GENERATION = Assignment(
     solutions="solutions.generation",
 )
 
-ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION)}
+# Attention that scales: FlashAttention's algorithm, sliding windows, linear attention, FlexAttention's mods.
+# flash, sliding_window and linear build attention themselves: torch's fused attention and flex_attention
+# earn nothing there (FUSED_KERNEL + FLEX_ATTENTION). flex is about flex_attention's mods: calling it is the point.
+EFFICIENT = Assignment(
+    id="efficient",
+    parts=(
+        Part("flash", ("flash_attention", "merge_attention"), 35, "01_flash", forbids=FUSED_KERNEL + FLEX_ATTENTION),
+        Part("sliding_window", ("sliding_window_mask", "sliding_window_attention"), 20, "02_sliding_window",
+             forbids=FUSED_KERNEL + FLEX_ATTENTION),
+        Part("linear", ("elu_feature_map", "linear_attention", "linear_attention_step"), 25, "03_linear",
+             forbids=FUSED_KERNEL + FLEX_ATTENTION),
+        Part("flex", ("document_causal_mask_mod", "prefix_lm_mask_mod", "sliding_window_mask_mod",
+                      "alibi_score_mod", "softcap_score_mod"), 20, "04_flex"),
+    ),
+    checks="efficient",
+    solutions="solutions.efficient",
+    warm=("flex",),  # create_mask and flex_attention import dynamo: once in the zygote, not in every worker
+)
+
+ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION, EFFICIENT)}
 DEFAULT = SELF_ATTENTION
 
 

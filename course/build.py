@@ -6,8 +6,8 @@
 
     python -m course.build --assignment self_attention_zh   # only these editions (repeat the option)
 
-Outputs, for each edition of each assignment (self_attention, generation; English, and Chinese as
-self_attention_zh, generation_zh):
+Outputs, for each edition of each assignment (self_attention, generation, efficient; English, and Chinese
+as self_attention_zh, generation_zh, efficient_zh):
   source/<edition>/*.ipynb           nbgrader instructor notebooks (+ visible_checks.py, memory_meter.py)
   assignments/<edition>/             the student release, made by the real `nbgrader generate_assignment`
   solutions/notebooks/[generation/][zh/]  solved notebooks for self-learners, executed headless with nbclient
@@ -36,7 +36,7 @@ from autograder import spec
 from course import content
 from course.catalogs import compile_catalog
 from course.cells import BEGIN, END, Cell
-from course.content import generation
+from course.content import efficient, generation
 from course.editions import LANG_METADATA_KEY, edition_cells, missing_texts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,6 +70,9 @@ _SELF_ATTENTION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_check
                            "memory_meter.py": REPO / "autograder" / "worker" / "meter.py"}
 _GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_generation.py",
                        "graded_cells.py": REPO / "course" / "graded_cells.py"}
+_EFFICIENT_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_efficient.py",
+                      "check_harness.py": REPO / "course" / "check_harness.py",
+                      **{name: _SELF_ATTENTION_SUPPORT[name] for name in ("graded_cells.py", "memory_meter.py")}}
 # The visible checks' messages in Chinese (one catalog for both assignments' visible_checks.py).
 _ZH_CATALOGS = {"locale/zh_CN/LC_MESSAGES/visible_checks.mo":
                 REPO / "course" / "locale" / "zh_CN" / "LC_MESSAGES" / "visible_checks.po"}
@@ -81,6 +84,9 @@ TARGETS = (
     Target(spec.edition_id(spec.ASSIGNMENT, "zh"), content.MODULES, _SELF_ATTENTION_SUPPORT, _SOLVED / "zh",
            "zh", _ZH_CATALOGS),
     Target(spec.edition_id("generation", "zh"), generation.MODULES, _GENERATION_SUPPORT, _SOLVED / "generation" / "zh",
+           "zh", _ZH_CATALOGS),
+    Target("efficient", efficient.MODULES, _EFFICIENT_SUPPORT, _SOLVED / "efficient"),
+    Target(spec.edition_id("efficient", "zh"), efficient.MODULES, _EFFICIENT_SUPPORT, _SOLVED / "efficient" / "zh",
            "zh", _ZH_CATALOGS),
 )
 TARGET_BY_ID = {t.id: t for t in TARGETS}

@@ -2,7 +2,7 @@
 
 Every notebook is a list of cells built with the helpers below. Solution cells are never
 retyped: `solution(name)` takes the definition of `name` from its assignment's reference
-(solutions/attention.py or solutions/generation.py) with
+(solutions/attention.py, generation.py or efficient.py) with
 `ast`, keeps its signature and docstring, and puts each body between
 `### BEGIN SOLUTION` / `### END SOLUTION`, so nbgrader's release keeps the signature and
 the docstring and replaces the body with a stub.
@@ -14,10 +14,12 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.spec import ASSIGNMENTS
+
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "solutions" / "attention.py"
-# Every assignment's reference; an API name is defined in exactly one of them.
-REFERENCES = (REFERENCE, REPO / "solutions" / "generation.py")
+# Every assignment's reference (spec.py's `solutions` modules); an API name is defined in exactly one of them.
+REFERENCES = tuple(REPO / f"{a.solutions.replace('.', '/')}.py" for a in ASSIGNMENTS.values())
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -222,7 +224,5 @@ def reference_body_lines(name: str) -> list[str]:
 
 def graded_cell(part_id: str) -> Cell:
     """The graded cell of a part (of any assignment); its points come from autograder/spec.py."""
-    from autograder.spec import ASSIGNMENTS
-
     part = next(p for a in ASSIGNMENTS.values() for p in a.parts if p.id == part_id)
     return graded(part_id, part.points)

@@ -9,8 +9,9 @@ into correct submissions when the solutions change.
 
     course = make_course(tmp)               # source/ copied, nbgrader_config.py, generate_assignment
     collect(course, {"ada": "correct", "bob": "no_scale"})
-    course = make_course(tmp, assignments=("self_attention", "generation"))   # both assignments
+    course = make_course(tmp, assignments=("self_attention", "generation"))   # two assignments
     collect(course, {"ada": "correct", "bob": "top_left_decode"}, "generation")
+    collect(course, {"ada": "correct", "bob": "top_left_flash"}, "efficient")  # (its course made with "efficient")
 """
 from __future__ import annotations
 
@@ -83,9 +84,26 @@ GENERATION_MISTAKES: dict[str, tuple[str, list]] = {
     "unfinished": ("02_kv_cache left as released (stubs)", ["02_kv_cache"]),
     "missing": ("03_cross_attention not submitted", ["03_cross_attention"]),
 }
-MISTAKES_OF = {ASSIGNMENT: MISTAKES, "generation": GENERATION_MISTAKES}
+
+# The same for the third assignment, `efficient`.
+EFFICIENT_MISTAKES: dict[str, tuple[str, list]] = {
+    "correct": ("the reference solution", []),
+    "no_rescaled_sum": ("flash_attention does not rescale the running sum when the running maximum grows",
+                        [("01_flash", "row_sum = alpha * row_sum + p.sum(dim=-1)", "row_sum = row_sum + p.sum(dim=-1)")]),
+    "top_left_flash": ("flash_attention's causal mask aligned top-left (no S_k - S_q offset)",
+                       [("01_flash", "offset = S_k - S_q  #", "offset = 0  #")]),
+    "window_reads_every_key": ("sliding_window_attention right, but each chunk reads every key before it (S^2 memory)",
+                               [("02_sliding_window", "j0 = max(0, i0 - window + 1)", "j0 = 0")]),
+    "phi_not_positive": ("elu_feature_map returns elu(x), without + 1",
+                         [("03_linear", "return F.elu(x) + 1", "return F.elu(x)")]),
+    "softcap_clamps": ("softcap_score_mod clamps the scores instead of tanh",
+                       [("04_flex", "return cap * torch.tanh(score / cap)", "return score.clamp(-cap, cap)")]),
+    "unfinished": ("03_linear left as released (stubs)", ["03_linear"]),
+    "missing": ("04_flex not submitted", ["04_flex"]),
+}
+MISTAKES_OF = {ASSIGNMENT: MISTAKES, "generation": GENERATION_MISTAKES, "efficient": EFFICIENT_MISTAKES}
 # The bundled example class of each assignment: examples/class/<file>, student id -> mistake.
-CLASS_FILES = {ASSIGNMENT: "students.json", "generation": "generation.json"}
+CLASS_FILES = {ASSIGNMENT: "students.json", "generation": "generation.json", "efficient": "efficient.json"}
 
 
 def repo_source(repo: Path = REPO, assignment: str = ASSIGNMENT) -> Path | None:
@@ -271,7 +289,8 @@ def collect(course: Path, students: dict[str, str], assignment: str = ASSIGNMENT
     return made
 
 
-# The bundled example class of an assignment (examples/class/students.json, generation.json): student id -> mistake.
+# The bundled example class of an assignment (examples/class/students.json, generation.json, efficient.json):
+# student id -> mistake.
 def example_class(assignment: str = ASSIGNMENT) -> dict[str, str]:
     return json.loads((Path(__file__).resolve().parent / "class" / CLASS_FILES[spec.split_edition(assignment)[0]]).read_text())
 

@@ -2,7 +2,7 @@
 
 One catalogue per assignment: tests/catalogue/build.py builds self_attention's cases from
 solutions/attention.py, tests/catalogue/generation.py builds generation's from
-solutions/generation.py, one textual edit each. One Grader (the session's warm worker pool) grades them all.
+solutions/generation.py, tests/catalogue/efficient.py efficient's from solutions/efficient.py, one textual edit each. One Grader (the session's warm worker pool) grades them all.
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def _load(name: str, file: str):
 
 build = _load("catalogue_build", "build.py")
 # assignment id -> (its catalogue module, the least numbers of wrong and correct cases it must hold)
-CATALOGUES = {"self_attention": (build, 25, 6), "generation": (_load("catalogue_generation", "generation.py"), 15, 4)}
+CATALOGUES = {"self_attention": (build, 25, 6), "generation": (_load("catalogue_generation", "generation.py"), 15, 4),
+              "efficient": (_load("catalogue_efficient", "efficient.py"), 15, 4)}
 CASES = {(a, case.name): case for a, (catalogue, _, _) in CATALOGUES.items() for case in catalogue.CASES}
 WRONG = [key for key, case in CASES.items() if not case.correct]
 CORRECT = [key for key, case in CASES.items() if case.correct]
@@ -151,6 +152,16 @@ def test_an_empty_submission_says_each_name_is_missing(grader, tmp_path, assignm
     for part in result.parts:
         for check in part.checks:
             assert "is not defined in your submission" in check.message, (part.id, check.name, check.message)
+
+
+@pytest.mark.parametrize("name, part_id, call", [("flash_calls_sdpa", "flash", "scaled_dot_product_attention"),
+                                                  ("window_calls_flex_attention", "sliding_window", "flex_attention")])
+def test_efficient_forbidden_call_is_named(graded, name, part_id, call):
+    """a part of efficient that hands its work to SDPA or flex_attention scores 0 and says which call it was, under
+    its own rule (not from scratch, not the official module: torch's fused attention and flex_attention)"""
+    part = graded(("efficient", name)).part(part_id)
+    assert part.score == 0
+    assert any(call in n and "flex_attention" in n and "fused attention" in n for n in part.notes), part.notes
 
 
 @pytest.mark.parametrize("assignment", list(CATALOGUES))

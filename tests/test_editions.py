@@ -17,12 +17,12 @@ import pytest
 from autograder import spec
 from course import build, content
 from course.cells import hint_text, md
-from course.content import generation
+from course.content import efficient, generation
 from course.editions import LANG_METADATA_KEY, docstring_owners, missing_texts, with_docstrings
 
 REPO = build.REPO
 CJK = re.compile(r"[\u4e00-\u9fff]")
-MODULES = content.MODULES + generation.MODULES
+MODULES = content.MODULES + generation.MODULES + efficient.MODULES
 MODULE_IDS = [m.__name__.rpartition("content.")[2] for m in MODULES]
 # (English edition, Chinese edition) of each assignment.
 PAIRS = [(build.TARGET_BY_ID[a], build.TARGET_BY_ID[spec.edition_id(a, "zh")]) for a in spec.ASSIGNMENTS]

@@ -142,3 +142,49 @@ def test_the_watch_runs_flex_attention_and_sees_it_and_torch_ops_aten(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == (
         "[] ['torch.nn.attention.flex_attention', 'torch.ops.aten._scaled_dot_product_attention_math']")
+
+
+def efficient_scan(code: str) -> dict[str, set[str]]:
+    from autograder import spec
+
+    source = Source("submission", "submission.py", (textwrap.dedent(code),))
+    return forbidden_in_source(Extracted("submission.py", (source,)), spec.assignment("efficient").parts)
+
+
+def test_efficient_never_flags_the_students_own_flash_attention():
+    """flash_attention is part flash's API: calling it, or a helper named after a kernel, is the student's own code"""
+    found = efficient_scan('''
+        def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+            return _flash_attention_forward(q, k, v), None
+
+        def _flash_attention_forward(q, k, v):
+            return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+
+        def merge_attention(out_a, lse_a, out_b, lse_b):
+            return flash_attention(out_a, out_a, out_b)
+        ''')
+    assert found == {}
+
+
+@pytest.mark.parametrize("line, part, name", [
+    ("F.scaled_dot_product_attention(q, k, v)", "linear", "scaled_dot_product_attention"),
+    ("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[0]", "linear",
+     "_scaled_dot_product_flash_attention_for_cpu"),
+    ("torch.nn.attention.flex_attention.flex_attention(q, k, v)", "linear", "flex_attention"),
+])
+def test_efficient_flags_the_fused_attention_and_flex_attention_in_parts_that_build_attention(line, part, name):
+    """flash, sliding_window and linear may call neither torch's fused attention nor flex_attention"""
+    found = efficient_scan(f"def linear_attention(q, k, v, causal=False, eps=1e-6):\n    return {line}\n")
+    assert found == {part: {name}}
+
+
+def test_efficient_flex_part_may_call_flex_attention():
+    """the flex part's subject is flex_attention itself: it forbids nothing"""
+    found = efficient_scan('''
+        from torch.nn.attention.flex_attention import flex_attention
+
+        def softcap_score_mod(cap):
+            flex_attention(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2))
+            return lambda score, b, h, q_idx, kv_idx: cap * torch.tanh(score / cap)
+        ''')
+    assert found == {}

@@ -100,3 +100,28 @@ def test_a_generation_bundle_grades_the_second_assignment_like_the_grader(grader
     failed = [t["name"] for t in doc["tests"] if t["score"] < t["max_score"]]
     assert failed and all(name.startswith("kv_cache: ") for name in failed), failed
     assert sum(t["max_score"] for t in doc["tests"]) == pytest.approx(100)
+
+
+def test_an_efficient_bundle_grades_the_third_assignment_like_the_grader(grader, private_tmp):
+    """gradescope-bundle --assignment efficient: run_autograder grades its four parts (FlexAttention's mods in the
+    bundle's own worker), scores as Grader().grade; a top-left causal flash_attention loses only flash"""
+    from autograder import spec
+
+    efficient = spec.assignment("efficient")
+    bundle = build_bundle(private_tmp / "efficient-bundle" / "autograder.zip", efficient)
+    with zipfile.ZipFile(bundle) as z:
+        assert z.read("run_autograder").decode().rstrip().endswith('-m autograder.gradescope "$ROOT" efficient')
+        assert {f"autograder/checks/efficient/test_{p.id}.py" for p in efficient.parts} | {
+            "solutions/efficient.py", "autograder/worker/warmup.py"} <= set(z.namelist())
+    code = (REPO / "solutions" / "efficient.py").read_text()
+    wrong = code.replace("offset = S_k - S_q  #", "offset = 0  #")  # top-left causal alignment
+    assert wrong != code
+    sub = private_tmp / "efficient-buggy" / "efficient.py"
+    sub.parent.mkdir()
+    sub.write_text(wrong)
+    doc = _run_bundle(bundle, private_tmp / "efficient-buggy" / "autograder", sub)
+    expected = grader.grade(sub, assignment=efficient)
+    assert doc["score"] == pytest.approx(expected.score, abs=1e-3) and expected.score < 100
+    failed = [t["name"] for t in doc["tests"] if t["score"] < t["max_score"]]
+    assert failed and all(name.startswith("flash: ") for name in failed), failed
+    assert sum(t["max_score"] for t in doc["tests"]) == pytest.approx(100)

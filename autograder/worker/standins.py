@@ -1,25 +1,34 @@
-"""Modules the grader builds inside the worker for the parts that take a module as input.
+"""What the grader builds inside the worker: modules for the parts that take a module as input, and
+FlexAttention run on the student's mask_mod and score_mod functions.
 
 `to_official` and `parity_error` receive a `SelfAttention`. Their score must not depend
 on the student's own `SelfAttention` (that is the `module` part), so the grader hands
 them this stand-in: the same submodules (W_q, W_k, W_v, W_o, dropout), a correct
 forward, and deliberately broken variants that a parity check must catch.
 Nothing here is secret: it is ordinary attention, written with torch's fused kernel.
+
+The `flex` part's functions return functions (FlexAttention's mods), which cannot leave the
+worker: the checks hand them back to `flex_mask` (create_mask) and `flex_attend`
+(flex_attention), which run here and return tensors.
 """
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn as nn
+from torch.nn.attention import flex_attention as flex
 
 _sdpa = None
+_flex_attention = flex.flex_attention
 
 
 def use_originals(original) -> None:
-    """Take the unwatched fused kernel, so stand-ins never count as the student's calls."""
-    global _sdpa
+    """Take the unwatched fused kernel and flex_attention, so stand-ins never count as the student's calls."""
+    global _sdpa, _flex_attention
     _sdpa = original(torch.nn.functional, "scaled_dot_product_attention")
+    _flex_attention = original(flex, "flex_attention")
 
 
 class StandInSelfAttention(nn.Module):
@@ -93,3 +102,27 @@ class RecordingCache:
 
 def recording_cache(k=None, v=None) -> RecordingCache:
     return RecordingCache(k, v)
+
+
+def flex_mask(mask_mod, B: int | None, H: int | None, S_q: int, S_k: int) -> torch.Tensor:
+    """FlexAttention's create_mask of a student's mask_mod: BoolTensor [B or 1, H or 1, S_q, S_k]."""
+    return flex.create_mask(mask_mod, B, H, S_q, S_k, device="cpu")
+
+
+def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod=None, mask_mod=None,
+                traced: bool = False) -> torch.Tensor:
+    """flex_attention(q, k, v) with a student's score_mod and/or mask_mod (through a BlockMask), eager on the CPU.
+
+    Untraced unless `traced` (the worker's setting, runtime.Worker): the mods run under vmap as flex_attention's
+    debugging mode runs them, in a tenth of a second; traced, as the notebook runs it (dynamo traces the mods
+    first, importing the module that defines them), each new mod costs seconds."""
+    B, H, S_q, S_k = q.shape[0], q.shape[1], q.shape[-2], k.shape[-2]
+    block_mask = None if mask_mod is None else flex.create_block_mask(mask_mod, B, H, S_q, S_k, device="cpu")
+    untraced = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+    flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced and not traced
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "called without torch.compile()": eager is what the course runs
+            return _flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    finally:
+        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced

@@ -33,7 +33,7 @@ import torch.utils._python_dispatch
 import torch.utils._pytree
 import torch.fx.experimental.symbolic_shapes
 
-from . import proctree, protocol, runtime, sandbox
+from . import proctree, protocol, runtime, sandbox, warmup
 
 
 def _recv_with_fd(sock: socket.socket):
@@ -125,6 +125,7 @@ def main(control_fd: int) -> None:
         if worker_fd is None:
             protocol.send(control, {"error": "no socket was passed"})
             continue
+        warmup.warm(request.get("warm", ()))  # once per zygote: what this assignment's workers would each redo
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -32,7 +32,8 @@ from .mutants import Mutant, mutants
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 REFERENCES = {"attention": ("self_attention", ROOT / "solutions" / "attention.py"),
-              "generation": ("generation", ROOT / "solutions" / "generation.py")}
+              "generation": ("generation", ROOT / "solutions" / "generation.py"),
+              "efficient": ("efficient", ROOT / "solutions" / "efficient.py")}
 EQUIVALENT = HERE / "equivalent.toml"
 
 
@@ -165,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    listed = equivalents()
     universe = all_mutants(args.only)
+    modules = {m.module for m in universe}
+    listed = {key: why for key, why in equivalents().items() if key.split(":")[0] in modules}  # (--only: its own)
     todo = universe
     if args.sample:
         todo = random.Random(args.seed).sample([m for m in universe if m.key not in listed], args.sample)

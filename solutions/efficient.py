@@ -1,0 +1,215 @@
+"""Reference implementation of the third assignment, `efficient` (see ../shared/course-spec.md).
+
+Attention that scales: FlashAttention's algorithm (online softmax over tiles, the log-sum-exp,
+merging partial results), sliding-window attention computed chunk by chunk, linear attention
+(the kernel trick, and its recurrent form), and the small functions that FlexAttention takes
+instead of mask tensors. Like solutions/attention.py, this file is the single ground truth:
+the solution cells of the `efficient` notebooks are generated from it, and the hidden checks
+compare every submission against it. Each graded function is self-contained (a notebook cell
+holds exactly one of them).
+
+Names follow the maths: B batch, H heads, S_q queries, S_k keys, D the width of queries and
+keys, D_v the width of values. Per-head tensors are [B, H, S, D].
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+# --------------------------------------------------------------------------- #
+# Part flash
+# --------------------------------------------------------------------------- #
+
+
+def flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, block_q: int = 64, block_k: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [B, H, S_q, D], k [B, H, S_k, D], v [B, H, S_k, D_v] -> (out [B, H, S_q, D_v] in q's dtype, lse [B, H, S_q] float32), one (block_q x block_k) tile of scores at a time."""
+    B, H, S_q, D = q.shape
+    S_k, D_v = k.shape[-2], v.shape[-1]
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32  # half inputs accumulate in float32
+    scale = 1.0 / math.sqrt(D)
+    offset = S_k - S_q  # bottom-right causal: query i sees keys j <= i + offset
+    out = torch.zeros(B, H, S_q, D_v, dtype=q.dtype, device=q.device)
+    lse = torch.full((B, H, S_q), float("-inf"), dtype=torch.float32, device=q.device)
+    for i0 in range(0, S_q, block_q):
+        i1 = min(i0 + block_q, S_q)
+        q_blk = q[:, :, i0:i1].to(acc)  # [B, H, bq, D]
+        m = torch.full((B, H, i1 - i0), float("-inf"), dtype=acc, device=q.device)  # running max of each row
+        row_sum = torch.zeros(B, H, i1 - i0, dtype=acc, device=q.device)  # running sum of exp(score - m)
+        o = torch.zeros(B, H, i1 - i0, D_v, dtype=acc, device=q.device)  # running unnormalised output
+        # causal: key blocks that start after the last visible key of this query block are skipped
+        kv_stop = min(S_k, i1 + offset) if causal else S_k
+        for j0 in range(0, max(kv_stop, 0), block_k):
+            j1 = min(j0 + block_k, S_k)
+            s = q_blk @ k[:, :, j0:j1].to(acc).transpose(-2, -1) * scale  # [B, H, bq, bk]
+            if causal and j1 - 1 > i0 + offset:  # the tile crosses the diagonal
+                query = torch.arange(i0, i1, device=q.device)[:, None]  # [bq, 1]
+                key = torch.arange(j0, j1, device=q.device)[None, :]  # [1, bk]
+                s = s.masked_fill(key > query + offset, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))  # [B, H, bq]
+            m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # a row that has seen no key yet
+            p = torch.exp(s - m_safe[..., None])  # [B, H, bq, bk]
+            alpha = torch.exp(m - m_safe)  # [B, H, bq]: rescales what was summed under the old max
+            row_sum = alpha * row_sum + p.sum(dim=-1)
+            o = alpha[..., None] * o + p @ v[:, :, j0:j1].to(acc)  # [B, H, bq, D_v]
+            m = m_new
+        seen = row_sum > 0  # [B, H, bq]: False for a query that sees no key (causal with S_q > S_k)
+        out[:, :, i0:i1] = torch.where(seen[..., None], o / row_sum.clamp_min(1e-30)[..., None], 0.0).to(q.dtype)
+        lse[:, :, i0:i1] = (m + torch.log(row_sum)).float()  # log sum_j exp(s_j) = m + log sum_j exp(s_j - m)
+    return out, lse
+
+
+def merge_attention(
+    out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [B, H, S_q, D_v], lse [B, H, S_q]) of attention over the keys of a and b together, from each side's attention."""
+    m = torch.maximum(lse_a, lse_b).float()  # [B, H, S_q]
+    m = m.masked_fill(m == float("-inf"), 0.0)  # both sides empty: both weights below become 0
+    w_a = torch.exp(lse_a.float() - m)  # [B, H, S_q]: each side's sum of exp(score - m), at most 1
+    w_b = torch.exp(lse_b.float() - m)
+    total = w_a + w_b
+    lse = m + torch.log(total)  # -inf when neither side sees a key
+    # a side whose lse is -inf has weight 0 and adds nothing, whatever its out holds
+    part_a = torch.where(w_a[..., None] > 0, w_a[..., None] * out_a.float(), 0.0)  # [B, H, S_q, D_v]
+    part_b = torch.where(w_b[..., None] > 0, w_b[..., None] * out_b.float(), 0.0)
+    out = (part_a + part_b) / total.clamp_min(1e-30)[..., None]
+    return out.to(out_a.dtype), lse
+
+
+# --------------------------------------------------------------------------- #
+# Part sliding_window
+# --------------------------------------------------------------------------- #
+
+
+def sliding_window_mask(S: int, window: int) -> torch.Tensor:
+    """BoolTensor [S, S]: True where i - window < j <= i (each query sees itself and the window - 1 keys before it)."""
+    i = torch.arange(S)[:, None]  # [S, 1] queries
+    j = torch.arange(S)[None, :]  # [1, S] keys
+    return (j <= i) & (j > i - window)
+
+
+def sliding_window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, chunk_size: int = 128
+) -> torch.Tensor:
+    """q, k, v [B, H, S, D] -> [B, H, S, D_v]: attention within the window, one chunk of queries and only its visible keys at a time."""
+    B, H, S, D = q.shape
+    scale = 1.0 / math.sqrt(D)
+    out = torch.empty(B, H, S, v.shape[-1], dtype=q.dtype, device=q.device)  # [B, H, S, D_v]
+    for i0 in range(0, S, chunk_size):
+        i1 = min(i0 + chunk_size, S)
+        j0 = max(0, i0 - window + 1)  # the first key the first query of the chunk can see
+        s = q[:, :, i0:i1] @ k[:, :, j0:i1].transpose(-2, -1) * scale  # [B, H, chunk, <= chunk + window - 1]
+        query = torch.arange(i0, i1, device=q.device)[:, None]  # [chunk, 1]
+        key = torch.arange(j0, i1, device=q.device)[None, :]  # [1, keys read]
+        visible = (key <= query) & (key > query - window)
+        s = s.masked_fill(~visible, float("-inf"))
+        out[:, :, i0:i1] = torch.softmax(s, dim=-1) @ v[:, :, j0:i1]  # [B, H, chunk, D_v]
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Part linear
+# --------------------------------------------------------------------------- #
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """phi(x) = elu(x) + 1: positive everywhere, so the weights phi(q) . phi(k) are too."""
+    return F.elu(x) + 1
+
+
+def linear_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, eps: float = 1e-6
+) -> torch.Tensor:
+    """q, k [B, H, S, D], v [B, H, S, D_v] -> [B, H, S, D_v]: phi(q_i) . sum_j phi(k_j) v_j^T / (phi(q_i) . sum_j phi(k_j) + eps), no [S, S] tensor."""
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1  # [B, H, S, D], positive
+    if causal:
+        # running sums over j <= i: the state after each position
+        kv = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=2)  # [B, H, S, D, D_v]
+        z = torch.cumsum(phi_k, dim=2)  # [B, H, S, D]
+        numerator = (phi_q[..., :, None] * kv).sum(dim=-2)  # [B, H, S, D_v]
+        denominator = (phi_q * z).sum(dim=-1)  # [B, H, S]
+    else:
+        # associativity: phi(Q) (phi(K)^T V) instead of (phi(Q) phi(K)^T) V
+        kv = phi_k.transpose(-2, -1) @ v  # [B, H, D, D_v]
+        z = phi_k.sum(dim=-2)  # [B, H, D]
+        numerator = phi_q @ kv  # [B, H, S, D_v]
+        denominator = phi_q @ z[..., None]  # [B, H, S, 1]
+        denominator = denominator[..., 0]  # [B, H, S]
+    return numerator / (denominator[..., None] + eps)
+
+
+def linear_attention_step(
+    state: tuple[torch.Tensor, torch.Tensor] | None,
+    q_t: torch.Tensor,
+    k_t: torch.Tensor,
+    v_t: torch.Tensor,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One step of causal linear attention: q_t, k_t [B, H, D], v_t [B, H, D_v] -> (out_t [B, H, D_v], state (sum phi(k) v^T [B, H, D, D_v], sum phi(k) [B, H, D]))."""
+    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1  # [B, H, D]
+    if state is None:
+        B, H, D = k_t.shape
+        kv = torch.zeros(B, H, D, v_t.shape[-1], dtype=v_t.dtype, device=v_t.device)
+        z = torch.zeros(B, H, D, dtype=k_t.dtype, device=k_t.device)
+    else:
+        kv, z = state
+    kv = kv + phi_k[..., :, None] * v_t[..., None, :]  # [B, H, D, D_v]: add this key's outer product
+    z = z + phi_k  # [B, H, D]
+    numerator = (phi_q[..., :, None] * kv).sum(dim=-2)  # [B, H, D_v]
+    denominator = (phi_q * z).sum(dim=-1)  # [B, H]
+    return numerator / (denominator[..., None] + eps), (kv, z)
+
+
+# --------------------------------------------------------------------------- #
+# Part flex
+# --------------------------------------------------------------------------- #
+
+
+def document_causal_mask_mod(document_ids: torch.Tensor):
+    """mask_mod for packed sequences, document_ids [B, S]: causal within each document, nothing across documents."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        same_document = document_ids[b, q_idx] == document_ids[b, kv_idx]
+        return same_document & (kv_idx <= q_idx)
+
+    return mask_mod
+
+
+def prefix_lm_mask_mod(prefix_lengths: torch.Tensor):
+    """mask_mod for prefix-LM, prefix_lengths [B]: every query sees the whole prefix, and causally after it."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx < prefix_lengths[b]) | (kv_idx <= q_idx)
+
+    return mask_mod
+
+
+def sliding_window_mask_mod(window: int):
+    """mask_mod of sliding_window_mask: True where q_idx - window < kv_idx <= q_idx."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (q_idx - kv_idx < window)
+
+    return mask_mod
+
+
+def alibi_score_mod(num_heads: int):
+    """score_mod of ALiBi: score + slope_h * (kv_idx - q_idx), slope_h = 2^(-8 (h + 1) / num_heads)."""
+    slopes = torch.exp2(-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float32) / num_heads)  # [H]
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def softcap_score_mod(cap: float):
+    """score_mod of logit soft-capping: cap * tanh(score / cap), close to score when small, never beyond +-cap."""
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    return score_mod

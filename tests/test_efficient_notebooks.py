@@ -1,0 +1,297 @@
+"""The `efficient` notebooks run, in both editions: solved ones cleanly to the end, untouched released ones to
+the end with one line per stub; their visible checks pass on the reference and name common bugs in one plain
+sentence (in Chinese in the Chinese edition); every text the demos print through `say` is in the catalog.
+
+Eight notebooks (the four solved and the four untouched released English ones) run once, concurrently, in a
+module fixture, with COURSE_SKIP_COMPILE set (the flex notebook then prints why it skips torch.compile instead
+of compiling for half a minute) and one thread per kernel. The Chinese edition runs the same code cells: its
+solved notebooks are read as `make release` executed and committed them (the build stops on any error or
+stderr; tests/test_editions.py runs the Chinese release of the first assignment).
+"""
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+import shutil
+import sys
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course.build import REPO, TARGET_BY_ID, execute_notebooks
+from course.content import efficient
+from course.efficient_demo_text import DEMO_TEXT
+from solutions import efficient as E
+
+EDITIONS = {"en": TARGET_BY_ID["efficient"], "zh": TARGET_BY_ID["efficient_zh"]}
+NOTEBOOKS = [m.NAME for m in efficient.MODULES]
+CHINESE = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("efficient-run")
+    paths = []
+    target = EDITIONS["en"]
+    for kind, folder in (("solved", target.solved), ("released", target.release)):
+        shutil.copytree(REPO / folder, tmp / "en" / kind, ignore=shutil.ignore_patterns("zh"))
+        paths += [tmp / "en" / kind / f"{name}.ipynb" for name in NOTEBOOKS]
+    saved = {key: os.environ.get(key) for key in ("COURSE_SKIP_COMPILE", "OMP_NUM_THREADS")}
+    os.environ.update(COURSE_SKIP_COMPILE="1", OMP_NUM_THREADS="1")  # the kernels inherit them
+    try:
+        results = execute_notebooks(paths, allow_errors=True, timeout=300)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    notebooks = {(p.parent.parent.name, p.parent.name, p.stem): nb for p, nb in results.items()}
+    committed = EDITIONS["zh"].solved
+    notebooks.update({("zh", "solved", name): nbformat.read(REPO / committed / f"{name}.ipynb", as_version=4)
+                      for name in NOTEBOOKS})
+    return notebooks
+
+
+def code_cells(nb, role=None):
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id", "")
+        if role is None or (role == "check" and gid.startswith("check_")) or (role == "graded" and meta.get("grade")):
+            yield cell
+
+
+def stream_text(cell, name="stdout"):
+    return "".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == name)
+
+
+@pytest.mark.parametrize("lang,kind", [("en", "solved"), ("zh", "solved"), ("en", "released")])
+def test_every_efficient_notebook_runs_to_the_end_without_errors_or_stderr(executed, lang, kind):
+    for name in NOTEBOOKS:
+        for cell in code_cells(executed[(lang, kind, name)]):
+            assert cell.execution_count is not None, f"{lang} {kind} {name} cell {cell.id} did not run"
+            for out in cell.outputs:
+                assert out.output_type != "error", f"{lang} {kind} {name} {cell.id}: {out.ename}: {out.evalue}"
+                assert not (out.output_type == "stream" and out.name == "stderr"), f"{lang} {kind} {name} {cell.id}: {out.text!r}"
+
+
+def test_checks_pass_when_solved_in_both_editions_and_say_not_implemented_in_one_line_when_released(executed):
+    for name in NOTEBOOKS:
+        solved = {lang: list(code_cells(executed[(lang, "solved", name)], "check")) for lang in EDITIONS}
+        released = list(code_cells(executed[("en", "released", name)], "check"))
+        assert solved["en"] and len(solved["en"]) == len(solved["zh"]) == len(released)
+        for lang, cells in solved.items():
+            for cell in cells:
+                assert stream_text(cell).startswith("✓"), f"{lang} {name} {cell.id}: {stream_text(cell)!r}"
+        for cell in released:
+            text = stream_text(cell).strip()
+            assert len(text.splitlines()) == 1 and "not implemented yet" in text, text
+
+
+def test_released_demos_print_one_line_per_missing_function_and_draw_no_plot(executed):
+    for name in NOTEBOOKS:
+        for cell in code_cells(executed[("en", "released", name)]):
+            text = stream_text(cell)
+            if "with uses_your_code():" in cell.source and "torch.compile skipped" not in text:
+                assert text.count("not implemented yet") == 1, f"{name} {cell.id}: {text!r}"
+                assert not any("image/png" in o.get("data", {}) for o in cell.outputs), f"{name} {cell.id}: empty plot"
+
+
+def test_every_plot_of_the_demos_takes_its_title_and_labels_through_say():
+    """say() is the catalog: the Chinese edition's plots are titled and labelled in Chinese (kv_idx, q_idx stay code)"""
+    for module in efficient.MODULES:
+        for cell in module.cells():
+            for node in ast.walk(ast.parse(cell.source)) if cell.kind == "code" else ():
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("set", "plot", "imshow"):
+                    for keyword in node.keywords:
+                        if keyword.arg in ("title", "xlabel", "ylabel", "label") and isinstance(keyword.value, ast.Constant):
+                            assert keyword.value.value in ("kv_idx", "q_idx"), f"{module.NAME}: {keyword.value.value!r}"
+
+
+def test_the_chinese_edition_prints_in_chinese(executed):
+    printing = [c for name in NOTEBOOKS for c in code_cells(executed[("zh", "solved", name)]) if stream_text(c).strip()]
+    chinese = [c for c in printing if CHINESE.search(stream_text(c))]
+    assert len(chinese) >= 0.8 * len(printing), [stream_text(c)[:80] for c in printing if c not in chinese]
+    english = [c for name in NOTEBOOKS for c in code_cells(executed[("en", "solved", name)]) if stream_text(c).strip()]
+    assert not any(CHINESE.search(stream_text(c)) for c in english if "say(" in c.source)
+
+
+def test_the_notebooks_print_the_memory_and_exactness_they_claim(executed):
+    """flash and sliding windows stay far below the score matrix; merged shards equal the whole; compile skipped"""
+    text = {name: "".join(stream_text(c) for c in code_cells(executed[("en", "solved", name)])) for name in NOTEBOOKS}
+    peaks = re.findall(r"S =  2048: plain attention +([\d.]+) MiB, SDPA +([\d.]+) MiB, flash_attention +([\d.]+) MiB",
+                       text["01_flash"])
+    assert peaks and float(peaks[0][2]) < float(peaks[0][0]) / 10, text["01_flash"]
+    assert "4096 additions of 1: float16 gives 2048.0, float32 gives 4096.0" in text["01_flash"]
+    assert "28 skipped" in text["01_flash"]
+    band = re.findall(r"S =  4096: masked full attention +([\d.]+) MiB, chunked +([\d.]+) MiB", text["02_sliding_window"])
+    assert band and float(band[0][1]) < float(band[0][0]) / 50
+    assert "Mistral 7B: 32 layers x (4096 - 1) = 131,040 tokens of reach" in text["02_sliding_window"]
+    assert "recurrent state 2.02 MiB" in text["03_linear"]
+    assert "torch.compile skipped: COURSE_SKIP_COMPILE is set" in text["04_flex"]
+
+
+@pytest.mark.parametrize("kind", ["solved", "released"])
+def test_efficient_graded_cells_point_to_the_hidden_autograder(executed, kind):
+    graded = [c for name in NOTEBOOKS for c in code_cells(executed[("en", kind, name)], "graded")]
+    assert len(graded) == 4 and all("--assignment efficient" in stream_text(c) for c in graded)
+
+
+def test_every_say_text_of_the_demos_is_listed_for_the_catalog_and_nothing_else():
+    said = []
+    for module in efficient.MODULES:
+        for cell in module.cells():
+            if cell.kind == "code":
+                said += [node.args[0].value for node in ast.walk(ast.parse(cell.source))
+                         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "say"]
+    assert list(dict.fromkeys(said)) == list(DEMO_TEXT), "update course/efficient_demo_text.py, then make messages-visible"
+
+
+# --------------------------------------------------------------------------- #
+# The visible checks, called directly
+# --------------------------------------------------------------------------- #
+
+
+def _load(folder, lang):
+    sys.path.insert(0, str(folder))
+    try:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(f"visible_checks_efficient_{lang}", folder / "visible_checks.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+    if lang == "zh":
+        module.use_language("zh")
+    return module
+
+
+@pytest.fixture(scope="module")
+def vc():
+    return {lang: _load(REPO / target.release, lang) for lang, target in EDITIONS.items()}
+
+
+CHECK_ARGS = {f"check_{name}": getattr(E, name) for name in (
+    "flash_attention", "merge_attention", "sliding_window_mask", "sliding_window_attention", "elu_feature_map",
+    "linear_attention", "linear_attention_step", "document_causal_mask_mod", "prefix_lm_mask_mod",
+    "sliding_window_mask_mod", "alibi_score_mod", "softcap_score_mod")}
+
+
+def test_every_efficient_visible_check_passes_on_the_reference(vc, capsys):
+    for check_name, function in CHECK_ARGS.items():
+        getattr(vc["en"], check_name)(function)
+        out = capsys.readouterr().out
+        assert out.startswith("✓") and out.count("\n") == 1, f"{check_name}: {out!r}"
+
+
+def _flash_full_matrix(q, k, v, causal=False, block_q=64, block_k=64):  # right numbers, S^2 memory
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2]),
+                                    float("-inf"))
+    return torch.softmax(scores, -1) @ v, torch.logsumexp(scores.float(), -1)
+
+
+def _flash_lse_without_max(q, k, v, causal=False, block_q=64, block_k=64):
+    out, lse = E.flash_attention(q, k, v, causal, block_q, block_k)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2]),
+                                    float("-inf"))
+    return out, lse - scores.amax(-1)
+
+
+def _merge_plain_exp(out_a, lse_a, out_b, lse_b):
+    w_a, w_b = torch.exp(lse_a)[..., None], torch.exp(lse_b)[..., None]
+    return (w_a * out_a + w_b * out_b) / (w_a + w_b), torch.log(torch.exp(lse_a) + torch.exp(lse_b))
+
+
+def _window_too_wide(S, window):
+    return E.sliding_window_mask(S, window + 1)
+
+
+def _sliding_full_matrix(q, k, v, window, chunk_size=128):
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~E.sliding_window_mask(q.shape[-2], window),
+                                                                            float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+def _elu_only(x):
+    return F.elu(x)
+
+
+def _linear_no_normaliser(q, k, v, causal=False, eps=1e-6):
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+    weights = phi_q @ phi_k.transpose(-2, -1)
+    return (weights.tril() if causal else weights) @ v
+
+
+def _step_forgets(state, q_t, k_t, v_t, eps=1e-6):
+    return E.linear_attention_step(None, q_t, k_t, v_t, eps)
+
+
+def _document_mask_of_sample_0(document_ids):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (document_ids[0, q_idx] == document_ids[0, kv_idx]) & (kv_idx <= q_idx)
+
+    return mask_mod
+
+
+def _alibi_bonus(num_heads):
+    slopes = torch.exp2(-8.0 * torch.arange(1, num_heads + 1) / num_heads)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (q_idx - kv_idx)
+
+    return score_mod
+
+
+def _softcap_clamp(cap):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score.clamp(-cap, cap)
+
+    return score_mod
+
+
+BUGS = [
+    ("check_flash_attention", _flash_full_matrix, "MiB"),
+    ("check_flash_attention", _flash_lse_without_max, "without the running max"),
+    ("check_merge_attention", _merge_plain_exp, "never exp(lse) alone"),
+    ("check_sliding_window_mask", _window_too_wide, "four keys"),
+    ("check_sliding_window_attention", _sliding_full_matrix, "MiB"),
+    ("check_elu_feature_map", _elu_only, "elu(x) + 1, not elu(x)"),
+    ("check_linear_attention", _linear_no_normaliser, "not normalised"),
+    ("check_linear_attention_step", _step_forgets, "state you were given"),
+    ("check_document_causal_mask_mod", _document_mask_of_sample_0, "document_ids[b]"),
+    ("check_alibi_score_mod", _alibi_bonus, "penalises distance"),
+    ("check_softcap_score_mod", _softcap_clamp, "clamped"),
+]
+
+
+@pytest.mark.parametrize("check_name,wrong,needle", BUGS, ids=[b[1].__name__.strip("_") for b in BUGS])
+def test_an_efficient_visible_check_names_a_common_bug_in_one_plain_sentence_in_both_languages(vc, check_name, wrong, needle):
+    for lang in EDITIONS:
+        with pytest.raises(AssertionError) as info:
+            getattr(vc[lang], check_name)(wrong)
+        message = str(info.value)
+        assert "\n" not in message and info.value._render_traceback_() == [f"AssertionError: {message}"]
+        assert (needle in message) if lang == "en" else bool(CHINESE.search(message)), message
+
+
+def test_a_stub_prints_one_line_and_an_error_in_student_code_names_its_line(vc, capsys):
+    def elu_feature_map(x):
+        raise NotImplementedError
+
+    vc["en"].check_elu_feature_map(elu_feature_map)
+    assert capsys.readouterr().out == "elu_feature_map: not implemented yet (replace the `raise NotImplementedError` with your code)\n"
+
+    def broken(x):
+        return x @ torch.ones(3, 3)  # a shape error of the student's own
+
+    with pytest.raises(AssertionError) as info:
+        vc["en"].check_elu_feature_map(broken)
+    assert str(info.value).startswith("your `elu_feature_map` raised RuntimeError on x [5], in the line `return x @ torch.ones(3, 3)")
