@@ -160,7 +160,8 @@ class ForbiddenCallWatch:
         return watched
 
     def original(self, owner, attr):
-        return self.originals[(owner, attr)]
+        """The unwatched function (one the watch sees through its torch function mode alone is never wrapped)."""
+        return self.originals.get((owner, attr)) or getattr(owner, attr)
 
     def intact(self) -> bool:
         """Are the wrappers still where they were put?"""
