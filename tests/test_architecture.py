@@ -15,7 +15,7 @@ MAX_LINES = 400
 GLOBALS_ALLOWED = {
     "autograder.prestart": {"_started"},  # the zygote started before torch is imported, taken once
     "autograder.nbgrader_plugin": {"_GRADER"},  # nbgrader's process's warm Grader
-    "autograder.worker.standins": {"_sdpa"},  # the worker's unwatched fused kernel for the stand-ins
+    "autograder.worker.standins": {"_sdpa", "_flex_attention"},  # the worker's unwatched fused kernel and flex_attention
 }
 MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "clear", "remove", "discard"}
 

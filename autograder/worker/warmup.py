@@ -7,11 +7,10 @@ cost each worker nothing: it inherits the imports.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
-
-_done: set[str] = set()
 
 
 def _flex() -> None:
@@ -44,9 +43,18 @@ def _one_thread(work) -> None:
 WARM_UPS = {"flex": _flex}
 
 
+@functools.cache
+def _warm_once(name: str) -> None:
+    """The warm-up `name`, the first time this process asks for it (functools.cache remembers it was done). One
+    that fails is not tried again and stops nothing: each worker then pays for the imports itself."""
+    try:
+        _one_thread(WARM_UPS[name])
+    except Exception:  # noqa: BLE001 - the zygote must keep serving whatever this torch build does
+        pass
+
+
 def warm(names) -> None:
     """Run each named warm-up once per process; unknown names are ignored (the trusted side names them)."""
     for name in names if isinstance(names, (list, tuple)) else ():
-        if name in WARM_UPS and name not in _done:
-            _done.add(name)
-            _one_thread(WARM_UPS[name])
+        if isinstance(name, str) and name in WARM_UPS:
+            _warm_once(name)

@@ -22,11 +22,10 @@ D, D_V = 8, 5  # the width of queries and keys, and of values
 BLOCK_Q, BLOCK_K = 4, 5
 S = 13  # self-attention length (sliding window, linear attention)
 NEG_INF = float("-inf")
-# The resident figure (the process's memory, for what the tensor meter cannot see) moves by a megabyte or two
-# with the allocator and the page cache alone; at the memory checks' sizes that is the order of the bounds
-# themselves, so it is held to the bound plus this slack: an evasion that builds the score matrix (tens of
-# MiB at those sizes) is still far above it, and the tensor meter grades the finer figures.
-RESIDENT_SLACK = 8 * 2**20
+# The memory checks' second figure, the growth of the worker's resident memory sampled from outside, counts what the
+# tensor meter cannot see (memory taken around it) but also the allocator's own pages: it may reach this many times
+# a memory check's bound before it counts against the student (the S x S matrices it is there for are far beyond).
+RESIDENT_ROOM = 3
 
 
 def randn(g: torch.Generator, *shape, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:

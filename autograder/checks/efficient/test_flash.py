@@ -15,7 +15,7 @@ from autograder import i18n
 from autograder.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, smallest_failure
-from autograder.checks.efficient.common import (RESIDENT_SLACK, BLOCK_K, BLOCK_Q, D_V, NEG_INF, S_K, S_Q, B, H, dense_attention,
+from autograder.checks.efficient.common import (RESIDENT_ROOM, BLOCK_K, BLOCK_Q, D_V, NEG_INF, S_K, S_Q, B, H, dense_attention,
                                                 flash_variant, merge_variant, mib, qkv, randn)
 from autograder.worker.meter import LiveMemoryMeter
 from solutions import efficient as ref
@@ -276,7 +276,7 @@ def test_flash_attention_memory(student):
             "{what}: your flash_attention held {peak} of tensors at once; {sizes}: loop over key blocks inside each "
             "query block and keep only a running maximum, sum and output per query").format(
             what=what, peak=mib(run.peak_bytes), sizes=sizes))
-    if run.resident_growth is not None and run.resident_growth > bound + RESIDENT_SLACK:
+    if run.resident_growth is not None and run.resident_growth > RESIDENT_ROOM * bound:
         raise expect.CheckFailure(_(
             "{what}: the tensor meter saw only {peak}, but the memory of your process grew by {growth} while "
             "flash_attention ran; {sizes}: the grader counts memory taken where the meter cannot see it").format(

@@ -15,7 +15,7 @@ from autograder import i18n
 from autograder.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, seeded, send, smallest_failure
-from autograder.checks.efficient.common import RESIDENT_SLACK, FEATURES, D, D_V, S, B, H, linear_variant, mib, qkv, recurrent_variant
+from autograder.checks.efficient.common import RESIDENT_ROOM, FEATURES, D, D_V, S, B, H, linear_variant, mib, qkv, recurrent_variant
 from autograder.worker import wire
 from autograder.worker.meter import LiveMemoryMeter
 from solutions import efficient as ref
@@ -249,7 +249,7 @@ def test_linear_attention_memory(student, causal):
     if run.peak_bytes is None or run.peak_bytes > bound:
         raise expect.CheckFailure(_("{what}: your linear_attention held {peak} of tensors at once; {sizes}: {how}").format(
             what=what, peak=mib(run.peak_bytes), sizes=sizes, how=how))
-    if run.resident_growth is not None and run.resident_growth > bound + RESIDENT_SLACK:
+    if run.resident_growth is not None and run.resident_growth > RESIDENT_ROOM * bound:
         raise expect.CheckFailure(_(
             "{what}: the tensor meter saw only {peak}, but the memory of your process grew by {growth} while "
             "linear_attention ran; {sizes}: the grader counts memory taken where the meter cannot see it").format(
