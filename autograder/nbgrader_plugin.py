@@ -30,7 +30,7 @@ from pathlib import Path
 
 import nbformat
 from nbconvert.exporters import NotebookExporter
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 
 from . import i18n, spec
 from .extract import SubmissionError, parse_json
@@ -51,11 +51,45 @@ AUTOGRADE_PREPROCESSORS = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
+# The stub that replaces a solution in an edition in another language than English (the notebook's
+# metadata {"course": {"lang": ...}}); English notebooks get ClearSolutions.code_stub (nbgrader_config.py).
+# nbgrader needs no marker in it: any code is a valid stub.
+EDITION_CODE_STUBS = {
+    "zh": "# 在这里写你的代码：用你的实现替换下一行\n"
+          'raise NotImplementedError("还没有实现：在这里写代码，然后运行下面的检查单元格")',
+}
+
+
+class EditionClearSolutions(ClearSolutions):
+    """nbgrader's ClearSolutions, with the stub in the language of the notebook's edition."""
+
+    def preprocess(self, nb, resources):
+        lang = nb.metadata.get("course", {}).get("lang")
+        if lang not in EDITION_CODE_STUBS:
+            return super().preprocess(nb, resources)
+        english = self.code_stub
+        self.code_stub = {**english, "python": EDITION_CODE_STUBS[lang]}
+        try:
+            return super().preprocess(nb, resources)
+        finally:
+            self.code_stub = english
+
+
+def generate_preprocessors() -> list:
+    """nbgrader's generate_assignment preprocessors (classes, as its default list holds them), with
+    ClearSolutions replaced by EditionClearSolutions."""
+    from nbgrader.converters.generate_assignment import GenerateAssignment  # noqa: PLC0415 - the stock list
+
+    stock = GenerateAssignment.class_traits()["preprocessors"].make_dynamic_default()
+    return [EditionClearSolutions if pp is ClearSolutions else pp for pp in stock]
+
 
 def configure(c) -> None:
     """Point nbgrader's autograde at this grader (call it from nbgrader_config.py), and let it read every
-    notebook it can: an unreadable one scores 0 with its reason instead of failing the whole submission."""
+    notebook it can: an unreadable one scores 0 with its reason instead of failing the whole submission.
+    generate_assignment writes the stubs of a Chinese edition in Chinese (EditionClearSolutions)."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
+    c.GenerateAssignment.preprocessors = generate_preprocessors()
     c.Autograde.exporter_class = "autograder.nbgrader_plugin.TolerantNotebookExporter"
 
 
