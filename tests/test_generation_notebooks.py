@@ -5,6 +5,7 @@ The six notebooks (three solved, three released) are executed once, concurrently
 """
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 
@@ -79,6 +80,11 @@ def test_solved_generation_notebook_draws_its_plots(executed, name):
     assert any("image/png" in o.get("data", {}) for c in code_cells(executed[("solved", name)]) for o in c.outputs)
 
 
+def test_the_positions_notebook_prints_that_rope_turns_faster_than_the_sinusoidal_encoding(executed):
+    text = "".join(stream_text(c) for c in code_cells(executed[("solved", "01_positions")]))
+    assert "10000 ** (-2 * 1 / 64) = 0.75 rad per position" in text and "10000 ** (-2 * 1 / 512) = 0.96 rad per position" in text
+
+
 def test_the_kv_cache_notebook_prints_the_claims_it_makes(executed):
     """top-left is_causal differs from causal_lower_right; 2 GiB at 4k and 64 GiB at 128k for the 32-layer model"""
     text = "".join(stream_text(c) for c in code_cells(executed[("solved", "02_kv_cache")]))
@@ -93,7 +99,9 @@ def test_generation_graded_cells_point_to_the_hidden_autograder(executed, kind):
     graded = [c for name in NOTEBOOKS for c in code_cells(executed[(kind, name)], "graded")]
     assert len(graded) == 3
     for cell in graded:
-        assert "hidden autograder" in stream_text(cell) and "--assignment generation" in stream_text(cell)
+        text = stream_text(cell)
+        assert "hidden autograder" in text and "    make grade\n" in text, text
+        assert re.search(r"    \.venv/bin/python -m autograder grade workspace/generation/0\d_\w+\.ipynb", text), text
 
 
 # --------------------------------------------------------------------------- #
@@ -193,8 +201,15 @@ class _CausalCross(G.CrossAttention):
         return torch.cat(rows, 1)
 
 
+class _KeysFromX(G.CrossAttention):
+    def forward(self, x, context, context_mask=None):
+        return super().forward(x, x, None)  # keys and values projected from x, not from the context
+
+
 BUGS = [
     ("check_decode_causal_mask", (_top_left,), "top-left"),
+    ("check_apply_rope", (_half_split_rope,), "not the half-split pairing"),
+    ("check_cross_attention", (_KeysFromX,), "Keys and values must come from `context`"),
     ("check_apply_rope", (_half_split_rope,), "x[..., 0::2] with x[..., 1::2]"),
     ("check_repeat_kv", (_tiled,), "tiled"),
     ("check_kv_cache_bytes", (_keys_only_bytes,), "count the values too"),
