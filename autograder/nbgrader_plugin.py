@@ -23,24 +23,18 @@ Enable it in nbgrader_config.py:
 from __future__ import annotations
 
 import atexit
-import functools
 import json
-import os
-import sys
 import tempfile
 import threading
 from pathlib import Path
 
 import nbformat
 from nbconvert.exporters import NotebookExporter
-from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Bool
+from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 
-from . import exposure, i18n, spec
+from . import i18n, spec
 from .extract import SubmissionError, parse_json
 from .gradebook import cell_score
-from .limits import Limits, unsafe_from_env
-from .pool import SandboxUnavailable
 from .readfile import Unreadable, read_bytes
 from .scoring import zeros
 
@@ -57,11 +51,45 @@ AUTOGRADE_PREPROCESSORS = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
+# The stub that replaces a solution in an edition in another language than English (the notebook's
+# metadata {"course": {"lang": ...}}); English notebooks get ClearSolutions.code_stub (nbgrader_config.py).
+# nbgrader needs no marker in it: any code is a valid stub.
+EDITION_CODE_STUBS = {
+    "zh": "# 在这里写你的代码：用你的实现替换下一行\n"
+          'raise NotImplementedError("还没有实现：在这里写代码，然后运行下面的检查单元格")',
+}
+
+
+class EditionClearSolutions(ClearSolutions):
+    """nbgrader's ClearSolutions, with the stub in the language of the notebook's edition."""
+
+    def preprocess(self, nb, resources):
+        lang = nb.metadata.get("course", {}).get("lang")
+        if lang not in EDITION_CODE_STUBS:
+            return super().preprocess(nb, resources)
+        english = self.code_stub
+        self.code_stub = {**english, "python": EDITION_CODE_STUBS[lang]}
+        try:
+            return super().preprocess(nb, resources)
+        finally:
+            self.code_stub = english
+
+
+def generate_preprocessors() -> list:
+    """nbgrader's generate_assignment preprocessors (classes, as its default list holds them), with
+    ClearSolutions replaced by EditionClearSolutions."""
+    from nbgrader.converters.generate_assignment import GenerateAssignment  # noqa: PLC0415 - the stock list
+
+    stock = GenerateAssignment.class_traits()["preprocessors"].make_dynamic_default()
+    return [EditionClearSolutions if pp is ClearSolutions else pp for pp in stock]
+
 
 def configure(c) -> None:
     """Point nbgrader's autograde at this grader (call it from nbgrader_config.py), and let it read every
-    notebook it can: an unreadable one scores 0 with its reason instead of failing the whole submission."""
+    notebook it can: an unreadable one scores 0 with its reason instead of failing the whole submission.
+    generate_assignment writes the stubs of a Chinese edition in Chinese (EditionClearSolutions)."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
+    c.GenerateAssignment.preprocessors = generate_preprocessors()
     c.Autograde.exporter_class = "autograder.nbgrader_plugin.TolerantNotebookExporter"
 
 
@@ -69,16 +97,14 @@ _GRADER = None
 _LOCK = threading.Lock()
 
 
-def shared_grader(unsafe_no_sandbox: bool = False):
-    """The process-wide warm Grader (its zygote has imported torch once). It refuses to grade where a layer
-    of the sandbox is missing, unless `unsafe_no_sandbox` or AUTOGRADER_UNSAFE_NO_SANDBOX=1 said otherwise
-    (when it is first made)."""
+def shared_grader():
+    """The process-wide warm Grader (its zygote has imported torch once)."""
     global _GRADER
     with _LOCK:
         if _GRADER is None:
             from .grade import Grader  # noqa: PLC0415 - imports torch; only when grading starts
 
-            _GRADER = Grader(Limits(unsafe_no_sandbox=unsafe_no_sandbox or unsafe_from_env())).warm()
+            _GRADER = Grader().warm()
             atexit.register(_close)
         return _GRADER
 
@@ -145,7 +171,7 @@ def grade_outputs(report: str, score: float | None, points: float, error: str | 
 
 
 def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignment | None = None,
-                        lang: str | None = None, unsafe_no_sandbox: bool = False):
+                        lang: str | None = None):
     """Grade one notebook with only its own code and its own parts: ({part_id: PartResult}, notes).
     Without `assignment`, the assignment that has a notebook of this name. Messages in `lang` (default:
     the notebook's own language, from its metadata)."""
@@ -155,7 +181,7 @@ def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignme
     if not ids:
         return {}, [_("{name} is not a notebook of this course: nothing in it is graded").format(
             name=path.name).render(lang or spec.DEFAULT_LANGUAGE)]
-    grader = grader or shared_grader(unsafe_no_sandbox)
+    grader = grader or shared_grader()
     try:
         result = grader.grade(path, part_ids=ids, assignment=assignment, lang=lang)
     except SubmissionError as exc:
@@ -242,23 +268,10 @@ class TolerantNotebookExporter(NotebookExporter):
         return nb
 
 
-@functools.cache
-def warn_if_exposed(course: str, log) -> None:
-    """The instructor's one-line warning when other users can read the course (once per course and process)."""
-    if exposed := exposure.warning(Path(course)):
-        log.warning("%s", exposed)
-
-
 class AutograderPreprocessor(NbGraderPreprocessor):
-    """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute. Where a layer of
-    the sandbox is missing it stops nbgrader with one line (exit status 2), unless
-    `c.AutograderPreprocessor.unsafe_no_sandbox = True` or AUTOGRADER_UNSAFE_NO_SANDBOX=1."""
-
-    unsafe_no_sandbox = Bool(False, help="grade even where a layer of the sandbox is missing (the feedback "
-                                         "says so)").tag(config=True)
+    """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute."""
 
     def preprocess(self, nb, resources):
-        warn_if_exposed(self.config.get("CourseDirectory", {}).get("root") or os.getcwd(), self.log)
         info = resources.get("nbgrader") or {}
         name = info.get("notebook") or (resources.get("metadata") or {}).get("name") or "notebook"
         # nbgrader names the assignment it autogrades; a course may call it otherwise: then the notebook's name decides
@@ -271,12 +284,7 @@ class AutograderPreprocessor(NbGraderPreprocessor):
             with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
                 path = Path(tmp) / f"{name}.ipynb"
                 path.write_text(json.dumps(nb), encoding="utf-8")
-                try:
-                    parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang,
-                                                       unsafe_no_sandbox=self.unsafe_no_sandbox)
-                except SandboxUnavailable as exc:  # this machine: nothing is graded, nothing written
-                    print(f"error: {exc}", file=sys.stderr, flush=True)
-                    raise SystemExit(2) from None
+                parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang)
         self.log.info("autograder: %s scored %s", name,
                       ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")
         annotate(nb, parts, notes, lang)

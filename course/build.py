@@ -23,6 +23,7 @@ import asyncio
 import copy
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -95,6 +96,11 @@ SOURCE_DIR, RELEASE_DIR, SOLVED_DIR = TARGETS[0].outputs
 SUPPORT_FILES = TARGETS[0].support
 OUTPUT_DIRS = tuple(d for t in TARGETS for d in t.outputs)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+# What JupyterLab writes into a notebook from the kernel's kernel_info (ipykernel, this Python): a released
+# notebook that already holds it is not "changed" by opening it, so closing it untouched asks nothing.
+LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                 "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                 "pygments_lexer": "ipython3", "version": platform.python_version()}
 
 
 # --------------------------------------------------------------------------- #
@@ -110,7 +116,7 @@ def _cell_id(index: int, cell: Cell) -> str:
 
 def to_notebook(cells: list[Cell], lang: str = spec.DEFAULT_LANGUAGE) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
+    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": copy.deepcopy(LANGUAGE_INFO)}
     if lang != spec.DEFAULT_LANGUAGE:
         nb.metadata[LANG_METADATA_KEY] = {"lang": lang}
     nb.cells = [_node(i, c) for i, c in enumerate(cells)]

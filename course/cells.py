@@ -53,6 +53,18 @@ def hint_text(hint: str | Hint | None, lang: str = "en") -> str | None:
     return english if lang == "en" else chinese
 
 
+def recipe(name: str, recipes: dict[str, Hint]) -> Cell:
+    """The second hint of the stub `name`, folded (`<details>`): the recipe, for a student whom the first
+    hint (in the stub, naming the idea) did not get going. A markdown cell, placed right above the stub."""
+    english, chinese = recipes[name]
+    return md(
+        f"<details><summary>Second hint for <code>{name}</code>, the recipe: open it only if the first hint "
+        f"(in the cell below) is not enough</summary>\n\n{textwrap.dedent(english).strip()}\n\n</details>",
+        f"<details><summary><code>{name}</code> 的第二个提示，具体做法：下面单元格里的第一个提示不够用时再打开"
+        f"</summary>\n\n{textwrap.dedent(chinese).strip()}\n\n</details>",
+    )
+
+
 def demo(code: str) -> Cell:
     """A code cell students may edit and rerun freely (no nbgrader metadata)."""
     return Cell("code", textwrap.dedent(code).strip("\n"))
@@ -62,11 +74,21 @@ def _locked(grade_id: str) -> dict:
     return {"grade": False, "solution": False, "locked": True, "grade_id": grade_id, "schema_version": 3}
 
 
+# The comments of the setup cell in each language: its first line, and the one after the visible checks' import.
+SETUP_COMMENTS = {
+    "en": ("# Setup (read-only). The autograder gives your code exactly these four imports.",
+           "# quick self-checks (see visible_checks.py), graded_part and uses_your_code"),
+    "zh": ("# 环境设置（只读）。自动评分器给你的代码提供的正是这四个导入。",
+           "# 快速自查（见 visible_checks.py）、graded_part 和 uses_your_code"),
+}
+
+
 def setup_source(extra: str = "", lang: str = "en") -> str:
     """The setup cell's code; an edition in another language than English tells the visible checks which."""
-    checks = "from visible_checks import *  # quick self-checks (see visible_checks.py), graded_part and uses_your_code"
+    first, after_checks = SETUP_COMMENTS[lang]
+    checks = f"from visible_checks import *  {after_checks}"
     code = (
-        "# Setup (read-only). The autograder gives your code exactly these four imports.\n"
+        f"{first}\n"
         "import math\n\n"
         "import torch\n"
         "import torch.nn as nn\n"
@@ -75,7 +97,7 @@ def setup_source(extra: str = "", lang: str = "en") -> str:
         f"{checks}\n"
     )
     if lang != "en":
-        code += f'use_language("{lang}")  # the visible checks speak the language of this edition\n'
+        code += f'use_language("{lang}")  # 可见检查和图表使用本版本的语言\n'
     if extra:
         code += textwrap.dedent(extra).strip("\n") + "\n"
     return code.rstrip("\n")
@@ -106,7 +128,12 @@ def graded(part_id: str, points: float) -> Cell:
         "# nbgrader's Validate reruns the visible checks above here and names what fails.\n"
         f'graded_part("{part_id}")'
     )
-    return Cell("code", source, role="graded", nbgrader=meta)
+    chinese = (
+        f"# 评分部分 `{part_id}`，{points:g} 分：由隐藏的自动评分器打分。\n"
+        "# nbgrader 的 Validate 会在这里重新运行上面的可见检查，并指出哪一项没有通过。\n"
+        f'graded_part("{part_id}")'
+    )
+    return Cell("code", source, role="graded", nbgrader=meta, zh=chinese)
 
 
 # --------------------------------------------------------------------------- #

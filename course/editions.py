@@ -1,10 +1,12 @@
 """The cells of a notebook in one language (an edition), from the bilingual content modules.
 
 English is the content as written. Another language takes, cell by cell, the text the content gives
-for it: markdown cells and the setup cell from `Cell.zh`, solution cells from `Cell.zh` (the reference
-code with the hints in that language) with every docstring replaced by the module's DOCSTRINGS_ZH.
-Code cells are shared. A missing text is never filled in with English: `missing_texts` lists it and
-the build stops.
+for it: markdown cells, the setup cell and the graded cells from `Cell.zh`, solution cells from `Cell.zh`
+(the reference code with the hints in that language) with every docstring replaced by the module's
+DOCSTRINGS_ZH, and demo cells with the module's label table DEMO_ZH applied (English text of the code,
+its printed labels, plot titles and comments -> the Chinese text; the code itself is shared). A missing
+text is never filled in with English: `missing_texts` lists it, and a label that matches no demo cell
+any more, and the build stops.
 """
 from __future__ import annotations
 
@@ -61,6 +63,20 @@ def with_docstrings(source: str, docstrings: dict[str, str]) -> str:
     return out
 
 
+def demo_labels(module, lang: str) -> dict[str, str]:
+    """The module's label table for `lang` (DEMO_ZH): English text in its demo cells -> the text in `lang`."""
+    return {} if lang == "en" else getattr(module, f"DEMO_{lang.upper()}", {})
+
+
+def translated_demo(source: str, labels: dict[str, str]) -> str:
+    """A demo cell's code with every label of the table replaced (longest first, so that a label inside a
+    longer one does not cut it); it must still be Python."""
+    for english in sorted(labels, key=len, reverse=True):
+        source = source.replace(english, labels[english])
+    ast.parse(source)
+    return source
+
+
 def missing_texts(module, lang: str) -> list[str]:
     """What `module` lacks for an edition in `lang`: markdown cells, hints and docstrings without a text."""
     if lang == "en":
@@ -74,6 +90,10 @@ def missing_texts(module, lang: str) -> list[str]:
     for name, hint in getattr(module, "HINTS", {}).items():
         if not (hint_text(hint, lang) or "").strip():
             missing.append(f"{where}: hint {name!r} has no {lang} text")
+    demos = [cell.source for cell in module.cells() if cell.role == "demo"]
+    for english in demo_labels(module, lang):
+        if not any(english in code for code in demos):
+            missing.append(f"{where}: the label {english[:60]!r} of DEMO_{lang.upper()} is in no demo cell")
     docstrings = getattr(module, f"DOCSTRINGS_{lang.upper()}", {})
     for cell in module.cells():
         if cell.role == "solution":
@@ -89,9 +109,12 @@ def edition_cells(module, lang: str) -> list[Cell]:
     if lang == "en":
         return cells
     docstrings = getattr(module, f"DOCSTRINGS_{lang.upper()}", {})
+    labels = demo_labels(module, lang)
     out = []
     for cell in cells:
-        if cell.kind == "markdown" or cell.role in ("setup", "solution"):
+        if cell.role == "demo" and labels:
+            cell = dataclasses.replace(cell, source=translated_demo(cell.source, labels))
+        elif cell.kind == "markdown" or cell.role in ("setup", "solution", "graded"):
             if not cell.zh:
                 raise ValueError(f"{module.NAME}: a {cell.role} cell has no {lang} text")
             text = with_docstrings(cell.zh, docstrings) if cell.role == "solution" else cell.zh

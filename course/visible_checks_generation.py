@@ -22,6 +22,7 @@ import math
 import os
 import sysconfig
 import traceback
+import warnings
 
 import torch
 import torch.nn as nn
@@ -59,14 +60,44 @@ def _(message: str) -> str:
     return _translation.gettext(message)
 
 
+# Fonts that draw Chinese, as matplotlib names them (the first one installed is used), and the file
+# names they are installed under (for a font added after matplotlib built its font cache).
+CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC",
+             "Source Han Sans CN", "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "Arial Unicode MS")
+CJK_FONT_FILES = ("wqy-microhei", "wqy-zenhei", "notosanscjk", "sourcehansans", "simhei", "msyh")
+
+
+def _chinese_plots() -> None:
+    """Plots in the Chinese edition draw their titles and labels with a Chinese font when one is installed
+    (Debian: fonts-wqy-microhei); without one, they still draw, quietly (no warning per missing glyph)."""
+    try:
+        import matplotlib
+        from matplotlib import font_manager
+    except ImportError:  # no plots without matplotlib
+        return
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    found = [name for name in CJK_FONTS if name in installed]
+    if not found:
+        for path in font_manager.findSystemFonts():
+            if any(part in os.path.basename(path).lower() for part in CJK_FONT_FILES):
+                font_manager.fontManager.addfont(path)
+        found = [name for name in CJK_FONTS if name in {font.name for font in font_manager.fontManager.ttflist}]
+    if found:
+        matplotlib.rcParams["font.sans-serif"] = [found[0], *matplotlib.rcParams["font.sans-serif"]]
+        matplotlib.rcParams["axes.unicode_minus"] = False  # the CJK fonts may lack the Unicode minus
+    else:
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+
+
 def use_language(lang: str) -> None:
-    """Print the checks' messages in `lang`: "en" (the default) or "zh" (简体中文)."""
+    """Print the checks' messages in `lang`: "en" (the default) or "zh" (简体中文, with a Chinese font for plots)."""
     global _translation
     if lang not in LOCALES:
         raise ValueError(f"use_language({lang!r}): the visible checks speak {' or '.join(map(repr, LOCALES))}")
     if LOCALES[lang] is None:
         _translation = gettext.NullTranslations()
         return
+    _chinese_plots()
     try:
         _translation = gettext.translation(DOMAIN, localedir=_LOCALE_DIR, languages=[LOCALES[lang]], fallback=False)
     except Exception as error:  # noqa: BLE001 - a missing or unreadable catalog: English, and one line that says why
@@ -236,8 +267,9 @@ def check_apply_rope(apply_rope) -> None:
     pair_norms = (x[..., 0::2] ** 2 + x[..., 1::2] ** 2).sqrt()
     out_norms = (out[..., 0::2] ** 2 + out[..., 1::2] ** 2).sqrt()
     assert _close(pair_norms, out_norms, 1e-4), _(
-        "the length of each pair (x[2i], x[2i+1]) changed: rotate neighbouring features together "
-        "(x[..., 0::2] with x[..., 1::2]), by the angle position * 10000^(-2i / head_dim)")
+        "the length of each pair (x[2i], x[2i+1]) changed: this course pairs neighbouring features "
+        "(x[..., 0::2] with x[..., 1::2]), not the half-split pairing (x[i], x[i + head_dim / 2]) of `rotate_half`; "
+        "rotate each pair by the angle position * 10000^(-2i / head_dim)")
     row = torch.randn(1, 8)
     alone = apply_rope(row, torch.tensor([4]))
     among = apply_rope(row.expand(5, 8).contiguous(), torch.arange(5))[4:5]
@@ -369,7 +401,14 @@ def check_cross_attention(CrossAttention) -> None:
     x, context = torch.randn(2, 3, 16), torch.randn(2, 5, 6)
     keep = torch.tensor([[True] * 5, [True, True, False, False, False]])  # True = real context token
     with torch.no_grad():
-        out = _tensor(module(x, context, keep), [2, 3, 16], "forward(x [2, 3, 16], context [2, 5, 6], context_mask)")
+        try:
+            out = module(x, context, keep)
+        except RuntimeError as error:
+            if "mat1 and mat2" in str(error):  # a projection got the other sequence's width
+                error.check_advice = _("Keys and values must come from `context` [B, S_k, d_context] (W_k(context), "
+                                       "W_v(context)); only the queries come from x [B, S_q, d_model].")
+            raise
+        out = _tensor(out, [2, 3, 16], "forward(x [2, 3, 16], context [2, 5, 6], context_mask)")
         assert torch.isfinite(out).all(), _("the output contains NaN or inf (is the context mask inverted?)")
         padded = context.clone()
         padded[1, 2:] = 50.0  # only the padding of sample 1 changes
@@ -464,6 +503,16 @@ PART_CHECKS = {
 }
 
 
+# The notebook of each part (the command that grades one notebook names it).
+PART_NOTEBOOKS = {"positions": "01_positions", "kv_cache": "02_kv_cache", "cross_attention": "03_cross_attention"}
+
+
+def _edition_suffix() -> str:
+    """The folder suffix of the edition the notebook speaks: "_zh" after use_language("zh"), else ""."""
+    return "_zh" if isinstance(_translation, gettext.GNUTranslations) else ""
+
+
 graded_part = graded_part_function(
-    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade <this notebook>.ipynb --assignment generation", _
+    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade workspace/generation{suffix}/{notebook}.ipynb", _,
+    PART_NOTEBOOKS, _edition_suffix,
 )

@@ -42,13 +42,22 @@ def grading(cell) -> dict:
     return {k: v for k, v in cell.metadata.get("nbgrader", {}).items() if k != "checksum"}
 
 
-def without_docstrings_and_comments(source: str) -> str:
+def without_texts(source: str) -> str:
+    """The code of a cell without what an edition translates: docstrings, comments and the text of strings
+    (labels a demo prints, plot titles; the order of an f-string's fields), so that two editions compare
+    equal when they run the same code."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and body and isinstance(body[0], ast.Expr) \
                 and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
             node.body = body[1:] or [ast.Pass()]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            node.value = ""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):  # a translation may put an f-string's fields in another order
+            node.values = sorted((v for v in node.values if isinstance(v, ast.FormattedValue)), key=ast.dump)
     return ast.dump(tree)
 
 
@@ -148,15 +157,19 @@ def test_the_chinese_release_reads_chinese_and_runs_the_same_code(english, chine
             lines = b.source.splitlines()
             at = next(i for i, line in enumerate(lines) if line.startswith("from visible_checks import *"))
             assert lines[at + 1].startswith('use_language("zh")')
-            assert lines[: at + 1] + lines[at + 2:] == a.source.splitlines()
-            assert "use_language" not in a.source
+            assert without_texts("\n".join(lines[: at + 1] + lines[at + 2:])) == without_texts(a.source)
+            assert "use_language" not in a.source and CJK.search(b.source), "the Chinese setup cell speaks Chinese"
         else:
-            assert without_docstrings_and_comments(a.source) == without_docstrings_and_comments(b.source), (
+            assert without_texts(a.source) == without_texts(b.source), (
                 f"{name} {a.id}: the code differs between the editions")
             if role.startswith("solution_"):
                 assert all(CJK.search(e.value.value) for e in docstring_owners(b.source).values()), (
                     f"{name} {b.id}: a stub's docstring is not in Chinese")
                 assert ("# 提示：" in b.source) == ("# Hint:" in a.source) and "# Hint:" not in b.source
+                assert 'raise NotImplementedError("还没有实现' in b.source, f"{name} {b.id}: the stub is not in Chinese"
+                assert "YOUR CODE HERE" in a.source and "YOUR CODE HERE" not in b.source
+            if role in {part.id for part in spec.assignment(english.id).parts}:
+                assert CJK.search(b.source), f"{name} {b.id}: the graded cell's comment is not in Chinese"
 
 
 @pytest.mark.parametrize("english,chinese", PAIRS, ids=PAIR_IDS)
@@ -213,6 +226,38 @@ def test_the_committed_solved_chinese_notebook_holds_executed_outputs_without_er
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), f"{name} was committed unexecuted (run `make release`)"
     assert build.problems_in_outputs(nb) == []
+
+
+def _printing_cells(nb) -> list:
+    """The code cells of an executed notebook that print something (stdout, stderr or an error)."""
+    return [c for c in nb.cells if c.cell_type == "code"
+            and any(o.output_type in ("stream", "error") for o in c.outputs)]
+
+
+def _printed(cell) -> str:
+    return "".join(o.get("text", "") + o.get("evalue", "") for o in cell.outputs)
+
+
+def test_at_least_80_percent_of_the_chinese_notebooks_printing_cells_print_chinese():
+    """Measured on the committed solved Chinese notebooks of both assignments (executed by the build)."""
+    cells = [c for en, zh, name in NOTEBOOKS for c in _printing_cells(read(zh.solved, name))]
+    chinese = [c for c in cells if CJK.search(_printed(c))]
+    english_only = [c.id for c in cells if not CJK.search(_printed(c))]
+    assert cells and len(chinese) / len(cells) >= 0.8, (
+        f"{len(chinese)} of {len(cells)} printing cells print Chinese; English only: {english_only}")
+
+
+_PLOT_TEXT = re.compile(r"""\b(title|xlabel|ylabel|suptitle)\s*[=(]\s*f?(["'])(.*?)\2""")
+
+
+@pytest.mark.parametrize("english,chinese,name", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_every_plot_of_the_chinese_edition_has_chinese_titles_and_axis_labels(english, chinese, name):
+    plots = [c for c in read(chinese.solved, name).cells if c.cell_type == "code"
+             and any("image/png" in o.get("data", {}) for o in c.outputs)]
+    for cell in plots:
+        texts = [m.group(3) for m in _PLOT_TEXT.finditer(cell.source)]
+        english_texts = [t for t in texts if not CJK.search(t) and re.search(r"[A-Za-z]{3}", t)]
+        assert not english_texts, f"{name} {cell.id}: plot text in English: {english_texts}"
 
 
 # --------------------------------------------------------------------------- #

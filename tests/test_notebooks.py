@@ -35,6 +35,7 @@ WRONG_ANSWERS = {
         "    return Q @ K.T / math.sqrt(Q.shape[-1])  # the K.T mistake\n"
     ),
     "solution_attention_weights": "def attention_weights(scores):\n    return torch.softmax(scores, dim=-2)\n",
+    "solution_attend": "def attend(weights, V)\n    return weights @ V\n",  # a SyntaxError: attend is never defined
 }
 
 
@@ -153,13 +154,19 @@ def _error_of(nb, grade_id):
     return errors[0], _ANSI.sub("", "\n".join(errors[0].traceback))
 
 
-def test_a_failing_check_in_a_real_kernel_shows_the_notebook_line_and_one_sentence_without_check_frames(executed):
+def test_a_failing_check_in_a_real_kernel_shows_one_sentence_alone_as_in_the_generation_assignment(executed):
     nb = executed[("wrong", "01_scores")]
     error, shown = _error_of(nb, "check_attention_weights")
     assert error.ename == "AssertionError"
     assert "softmax must run over the key dimension, dim=-1" in error.evalue
-    assert "visible_checks" not in shown and "check_attention_weights(attention_weights)" in shown, shown
-    assert len(shown.splitlines()) <= 8, shown
+    assert shown == f"AssertionError: {error.evalue}", shown
+
+
+def test_a_check_after_a_solution_cell_with_a_syntax_error_says_its_cell_raised_instead_of_a_raw_name_error(executed):
+    nb = executed[("wrong", "01_scores")]
+    error, shown = _error_of(nb, "check_attend")
+    assert error.ename == "NameError"
+    assert shown == "NameError: attend is not defined: its cell raised an error (a SyntaxError?); fix it and run it again", shown
 
 
 def test_a_student_error_in_a_real_kernel_names_the_k_t_mistake_and_the_students_line(executed):
@@ -169,17 +176,59 @@ def test_a_student_error_in_a_real_kernel_names_the_k_t_mistake_and_the_students
     assert error.evalue.startswith("your `scaled_scores` raised RuntimeError on Q [2, 3, 4], K [2, 5, 4], in the line "
                                    "`return Q @ K.T / math.sqrt(Q.shape[-1])  # the K.T mistake`"), error.evalue
     assert "`.T` reverses every axis" in error.evalue and "K.transpose(-2, -1)" in error.evalue
-    assert "visible_checks" not in shown and len(shown.splitlines()) <= 8, shown
+    assert "and PyTorch deprecates it there" in error.evalue
+    assert "visible_checks" not in shown and len(shown.splitlines()) == 1, shown
+    cell = next(c for c in code_cells(nb) if c.metadata.get("nbgrader", {}).get("grade_id") == "check_scaled_scores")
+    assert stream_text(cell, "stderr") == "", "torch's warning for .T must not appear above the check's sentence"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_graded_cells_point_to_the_hidden_autograder_in_both_versions(executed, name):
+def test_graded_cells_point_to_the_hidden_autograder_with_make_grade_and_the_command_for_this_notebook(executed, name):
     for kind in ("solved", "released"):
         graded = list(code_cells(executed[(kind, name)], "graded"))
         assert graded, f"{name} has no graded cell"
         for cell in graded:
-            assert "hidden autograder" in stream_text(cell), f"{kind} {name} cell {cell.id}"
+            text = stream_text(cell)
+            assert "hidden autograder" in text and "    make grade\n" in text, f"{kind} {name} cell {cell.id}"
+            assert f"    .venv/bin/python -m autograder grade workspace/self_attention/{name}.ipynb" in text, text
             assert not any(o.output_type == "error" for o in cell.outputs)
+
+
+# Facts the notebooks' text states, printed by their own cells (regular expressions, on the solved notebooks).
+PRINTED_FACTS = {
+    "01_scores": [
+        r"token (\d+) puts 0\.9\d\d of its weight on token (\d+), token \2 puts 0\.0\d\d on token \1",
+        r"PyTorch's warning for K\.T: The use of `x\.T` on tensors of dimension other than 2 .* is deprecated",
+        r"d_k = 64, 128 keys, unscaled: mean largest weight 0\.[1-5]\d\d",
+        r"mean \|cos\|",
+    ],
+    "02_masks": [
+        re.escape("every key masked, filled with -1e9: [0.25, 0.25, 0.25, 0.25]"),
+        re.escape("every key masked, filled with -inf: [nan, nan, nan, nan]"),
+        re.escape("every key masked, filled with finfo.min: [0.25, 0.25, 0.25, 0.25]"),
+        re.escape("ours passed as key_padding_mask, NaN per sequence: [False, True]"),
+        re.escape("the negation passed to SDPA, sequence 1: NaN False | largest |output| 0.0"),
+    ],
+    "04_multihead": [
+        re.escape("(S = 5, head_dim = 4): RuntimeError: view size is not compatible with input tensor's size and stride"),
+        re.escape("(S = head_dim = 4): the view runs"),
+        r"H = 1: .* 4,096 parameters(.|\n)*H = 8: .* 4,096 parameters",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRINTED_FACTS))
+def test_the_notebook_prints_the_facts_its_text_states(executed, name):
+    text = "".join(stream_text(cell) for cell in code_cells(executed[("solved", name)]))
+    for pattern in PRINTED_FACTS[name]:
+        assert re.search(pattern, text), f"{name} no longer prints {pattern!r}"
+
+
+def test_random_vectors_get_closer_to_orthogonal_as_d_k_grows_while_the_dot_product_spreads(executed):
+    text = "".join(stream_text(cell) for cell in code_cells(executed[("solved", "01_scores")]))
+    rows = [line.split() for line in text.splitlines() if re.match(r"\s*(4|16|64|256|1024)\s+0\.\d+\s", line)]
+    cosines, variances = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
+    assert len(rows) == 5 and cosines == sorted(cosines, reverse=True) and variances == sorted(variances), rows
 
 
 @pytest.mark.parametrize("name", ["01_scores", "02_masks", "04_multihead", "05_long_sequence"])
@@ -471,6 +520,28 @@ def test_visible_check_names_a_taught_mistake_in_one_plain_assertion(vc, capsys,
         "the raw error must not be chained under the sentence"
     )
     assert capsys.readouterr().out == ""
+
+
+def test_visible_check_folds_torchs_dot_t_warning_into_its_sentence_instead_of_printing_it(vc):
+    """torch warns about `.T` once per process: the sentence says it is deprecated whether or not it warned now."""
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(AssertionError) as info:
+        warnings.simplefilter("always")
+        vc.check_scaled_scores(_scores_with_dot_T)
+    assert not caught, [str(w.message) for w in caught]
+    assert "`.T` reverses every axis" in str(info.value) and "and PyTorch deprecates it there" in str(info.value)
+
+
+def _scores_that_warn(Q, K):
+    warnings.warn("a warning of the student's own", UserWarning, stacklevel=2)
+    return S.scaled_scores(Q, K)
+
+
+def test_visible_check_lets_the_other_warnings_of_the_students_code_through(vc, capsys):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        vc.check_scaled_scores(_scores_that_warn)
+    assert capsys.readouterr().out.startswith("✓")
+    assert {str(w.message) for w in caught} == {"a warning of the student's own"}
 
 
 def _returns_a_list(Q, K):

@@ -106,7 +106,8 @@ def test_every_spec_name_has_a_stub_in_its_release_notebook_and_a_definition_in_
     for name in part.names:
         assert hasattr(reference(assignment), name), f"{spec.assignment(assignment).solutions} does not define {name}"
         assert name in defined, f"{part.notebook} has no solution cell defining {name}"
-        assert 'raise NotImplementedError("not implemented yet' in defined[name], f"{name}'s stub has no friendly hint"
+        friendly = ('raise NotImplementedError("not implemented yet', 'raise NotImplementedError("还没有实现')  # en, zh
+        assert any(stub in defined[name] for stub in friendly), f"{name}'s stub has no friendly hint"
         for other in spec.assignment(assignment).notebooks:
             if other != part.notebook:
                 others = {n for c in solution_cells(notebook("release", other, assignment))
@@ -240,3 +241,12 @@ def test_solved_notebooks_have_no_solution_markers_or_hidden_tests(assignment, n
         assert marker not in text
     assert [c.id for c in notebook("solved", name, assignment).cells] == [
         c.id for c in notebook("source", name, assignment).cells]
+
+
+@pytest.mark.parametrize("assignment,name", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_a_released_notebook_holds_the_metadata_jupyterlab_writes_so_closing_it_untouched_asks_nothing(assignment, name):
+    from ipykernel.ipkernel import IPythonKernel
+
+    metadata = notebook("release", name, assignment).metadata
+    assert metadata["kernelspec"] == build.KERNELSPEC
+    assert metadata["language_info"] == IPythonKernel.language_info, "JupyterLab would fill these in and mark it changed"

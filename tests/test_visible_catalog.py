@@ -344,3 +344,25 @@ def test_switching_language_warns_about_nothing(tmp_path):
         finally:
             sys.stdout = saved
     assert caught == [] and stdout.getvalue() == ""
+
+
+@pytest.mark.parametrize("assignment", sorted(CHECK_FILES))
+def test_chinese_plots_draw_without_a_warning_with_or_without_a_chinese_font(tmp_path, assignment, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    module = _load(_release_folder(tmp_path, assignment), f"fonts_{assignment}")
+    for fonts in (module.CJK_FONTS, ()):  # an installed font if the machine has one, then none at all
+        monkeypatch.setattr(module, "CJK_FONTS", fonts)
+        monkeypatch.setattr(module, "CJK_FONT_FILES", module.CJK_FONT_FILES if fonts else ())
+        with warnings.catch_warnings(record=True) as caught, matplotlib.rc_context():
+            warnings.simplefilter("always")
+            module.use_language("zh")  # a Chinese font, or else silence for the glyphs the default font lacks
+            fig, ax = plt.subplots()
+            ax.set(title="注意力权重", xlabel="键 j", ylabel="查询 i")
+            fig.savefig(tmp_path / "plot.png")
+            plt.close(fig)
+        assert [str(w.message) for w in caught] == []
+    module.use_language("en")

@@ -1,5 +1,5 @@
 """Notebook 01: queries, keys, values and the scaled dot-product scores."""
-from course.cells import check, demo, graded_cell, md, setup, solution
+from course.cells import check, demo, graded_cell, md, recipe, setup, solution
 
 NAME = "01_scores"
 
@@ -12,8 +12,16 @@ HINTS = {
                       "d_k 是 Q 最后一个维度的大小。只交换 K 的最后两个维度，\n这样三维和四维输入都能正确处理。"),
     "attention_weights": ("which axis of scores [..., S_q, S_k] indexes the keys?",
                           "scores [..., S_q, S_k] 的哪个维度对应键？"),
-    "attend": ("one batched matrix product.",
-               "一次批量矩阵乘法。"),
+    "attend": ("output i is an average of the value vectors, weighted by row i of the weights.",
+               "输出 i 是各个值向量的加权平均，权重就是权重矩阵的第 i 行。"),
+}
+
+# The second hints, folded above their stubs (course.cells.recipe): the recipe, for after the first hint.
+RECIPES = {
+    "attend": ("All rows at once are one batched matrix product, `weights @ V`: `[..., S_q, S_k] @ [..., S_k, d_v]` "
+               "gives `[..., S_q, d_v]`, whatever the leading axes.",
+               "所有行一起算就是一次批量矩阵乘法 `weights @ V`：`[..., S_q, S_k] @ [..., S_k, d_v]` 得到 "
+               "`[..., S_q, d_v]`，前面有多少个维度都适用。"),
 }
 
 
@@ -87,7 +95,7 @@ def cells():
         | 填充掩码 | padding mask | `mask` `[B, S]`; `key_padding_mask` in `nn.MultiheadAttention` |
         | 因果掩码 | causal mask | `[S, S]`, key `j <= query i`; `is_causal=True` |
         | 多头注意力 / 头 | multi-head attention / head | `H` heads of width `head_dim = d_model // H` |
-        | 交叉注意力 | cross-attention | `S_q != S_k` |
+        | 交叉注意力 | cross-attention | queries from one sequence, keys and values from another (so often, not necessarily, `S_q != S_k`) |
         | 残差连接 | residual connection | `x + attn(x)` |
         | 分块 | chunk | `chunk_size` |
         | 显存 / 内存 | GPU memory / CPU memory | `attention_matrix_bytes` |
@@ -115,7 +123,7 @@ def cells():
         | 填充掩码 | padding mask | `mask` `[B, S]`；`nn.MultiheadAttention` 中的 `key_padding_mask` |
         | 因果掩码 | causal mask | `[S, S]`，键 `j <= 查询 i`；`is_causal=True` |
         | 多头注意力 / 头 | multi-head attention / head | `H` 个头，每个头宽 `head_dim = d_model // H` |
-        | 交叉注意力 | cross-attention | `S_q != S_k` |
+        | 交叉注意力 | cross-attention | 查询来自一个序列，键和值来自另一个序列（所以常常、但不一定有 `S_q != S_k`） |
         | 残差连接 | residual connection | `x + attn(x)` |
         | 分块 | chunk | `chunk_size` |
         | 显存 / 内存 | GPU memory / CPU memory | `attention_matrix_bytes` |
@@ -130,23 +138,23 @@ def cells():
 
         | § | seed section | taught in |
         |---|---|---|
-        | 1.1 | 从"找重点"到"自己找重点" (from being told what matters to finding it) | 01 §1 |
+        | 1.1 | 从"找重点"到"自己找重点" (from attention, which finds what matters, to *self*-attention, where a sequence finds it in its own content) | 01 §1 |
         | 1.2 | Q、K、V 三个角色怎么理解 (the three roles) | 01 §2 |
         | 1.3 | 为什么这套机制能成为主流 (why it won) | 01 §1 |
         | 2.1 | 缩放点积注意力的完整过程 (the whole computation) | 01: the formula above, §3–§5 |
-        | 2.2 | 缩放因子为什么是 sqrt(d_k) (why the scale) | 01 §3 |
+        | 2.2 | 缩放因子为什么是 sqrt(d_k) (why the scale) | 01 §3. **Corrected:** the seed explains the growth of the dot product by high-dimensional vectors becoming *harder* to make orthogonal; the opposite holds (random vectors get closer to orthogonal as `d_k` grows), and the reason is the variance of a sum of `d_k` terms; 01 §3 prints both |
         | 2.3 | Softmax 为什么作用在最后一个维度 (why the last axis) | 01 §4 |
         | 2.4 | Mask 的两种基本类型 (the two kinds of mask) | 02: introduction and §3 |
-        | 3.1 | 输入形状与初始参数 (input shapes and settings) | 01: the shape table after `qkv_projection`, §6 |
+        | 3.1 | 输入形状与初始参数约定 (conventions for the input shapes and settings) | 01: the shape table after `qkv_projection`, §6 |
         | 3.2 | 初始化三个投影层 (three projections) | 01: `make_projections` |
         | 3.3 | 一次性计算 Q、K、V (Q, K, V at once) | 01: `project_qkv` |
         | 3.4 | 计算注意力分数 (the scores) | 01 §3: `scaled_scores` |
-        | 3.5 | Mask 怎么写（以 Padding Mask 为例） (writing a padding mask) | 02 §2: `apply_padding_mask`. **Corrected:** the seed's mask view `[B, 1, 1, S]` on single-head scores `[B, S, S]` broadcasts silently to `[B, B, S, S]`; 02 §2 shows it and uses `[B, 1, S]` |
+        | 3.5 | Mask 怎么写（以 Padding Mask 为例） (writing a padding mask) | 02 §2: `apply_padding_mask`. **Corrected:** the seed's mask view `[B, 1, 1, S]` on single-head scores `[B, S, S]` broadcasts silently to `[B, B, S, S]`; 02 §2 shows it and uses `[B, 1, S]`. **Corrected:** the seed says a `[B, S, 1]` mask (`mask.unsqueeze(-1)`) cannot match the scores; it broadcasts without an error and hides whole query rows instead of keys; 02 §2 shows the rows it hides |
         | 3.6 | Softmax 与注意力输出 (softmax and output) | 01 §4–§5: `attention_weights`, `attend` |
         | 3.7 | 封装成完整模块 (a complete module) | 03 §1: `SelfAttention` |
         | 3.8 | 用内置接口验证手写版本 (checking against the built-in module) | 03 §2–§3: `to_official`, `parity_error`. **Corrected:** the seed copies the weights with `in_proj_weight.view(3, d, d).copy_(...)` of the three weights concatenated along dim 0, and that line raises a RuntimeError; 03 §2 runs it and explains the broadcasting rule of `copy_` |
         | 4.1 | 从输入到输出的维度变化全梳理 (every shape, input to output) | 01 §6, 03 §1, 04 §2 (the shape tables) |
-        | 4.2 | 多头实现时最容易踩的维度坑 (multi-head shape traps) | 04 §1–§2 |
+        | 4.2 | 多头实现时最容易踩的维度坑 (multi-head shape traps) | 04 §1–§2. **Corrected:** the seed says that permuting before the view silently gives wrong heads; written with `.view`, that order raises an error (unless `S` equals `head_dim`), and the silent bug needs `.reshape` or `.contiguous().view`; 04 §1 runs all three |
         | 4.3 | 官方接口里两种 Mask 的区别 (the built-in module's two masks) | 02 §1 |
         | 4.4 | 数值稳定性与显存控制 (numerical stability and memory) | 02 introduction (`-inf`, float16), 05 |
         | 5.1 | 症状一：训练 Loss 完全不下降 (the loss does not move) | 01 §3, §7 |
@@ -165,19 +173,19 @@ def cells():
         | 1.2 | Q、K、V 三个角色怎么理解 | 01 §2 |
         | 1.3 | 为什么这套机制能成为主流 | 01 §1 |
         | 2.1 | 缩放点积注意力的完整过程 | 01：上面的公式，§3–§5 |
-        | 2.2 | 缩放因子为什么是 sqrt(d_k) | 01 §3 |
+        | 2.2 | 缩放因子为什么是 sqrt(d_k) | 01 §3。**订正：** 原文把点积变大归因于高维向量*更难*彼此正交；事实正相反（`d_k` 越大，随机向量越接近正交），真正的原因是 `d_k` 个项之和的方差随 `d_k` 增长；01 §3 把两者都打印出来 |
         | 2.3 | Softmax 为什么作用在最后一个维度 | 01 §4 |
         | 2.4 | Mask 的两种基本类型 | 02：开头与 §3 |
-        | 3.1 | 输入形状与初始参数 | 01：`qkv_projection` 之后的形状表，§6 |
+        | 3.1 | 输入形状与初始参数约定 | 01：`qkv_projection` 之后的形状表，§6 |
         | 3.2 | 初始化三个投影层 | 01：`make_projections` |
         | 3.3 | 一次性计算 Q、K、V | 01：`project_qkv` |
         | 3.4 | 计算注意力分数 | 01 §3：`scaled_scores` |
-        | 3.5 | Mask 怎么写（以 Padding Mask 为例） | 02 §2：`apply_padding_mask`。**订正：** 原文把多头用的掩码视图 `[B, 1, 1, S]` 用在单头分数 `[B, S, S]` 上，会被悄悄广播成 `[B, B, S, S]`；02 §2 演示了这个问题，并改用 `[B, 1, S]` |
+        | 3.5 | Mask 怎么写（以 Padding Mask 为例） | 02 §2：`apply_padding_mask`。**订正：** 原文把多头用的掩码视图 `[B, 1, 1, S]` 用在单头分数 `[B, S, S]` 上，会被悄悄广播成 `[B, B, S, S]`；02 §2 演示了这个问题，并改用 `[B, 1, S]`。**订正：** 原文说 `[B, S, 1]` 的掩码（`mask.unsqueeze(-1)`）与分数无法匹配；其实它能正常广播、不报错，屏蔽的是整行查询而不是键；02 §2 展示了被屏蔽的行 |
         | 3.6 | Softmax 与注意力输出 | 01 §4–§5：`attention_weights`、`attend` |
         | 3.7 | 封装成完整模块 | 03 §1：`SelfAttention` |
         | 3.8 | 用内置接口验证手写版本 | 03 §2–§3：`to_official`、`parity_error`。**订正：** 原文用 `in_proj_weight.view(3, d, d).copy_(...)` 复制沿 dim 0 拼接的三个权重，这一行会抛出 RuntimeError；03 §2 运行了这一行，并讲解 `copy_` 的广播规则 |
         | 4.1 | 从输入到输出的维度变化全梳理 | 01 §6、03 §1、04 §2（各张形状表） |
-        | 4.2 | 多头实现时最容易踩的维度坑 | 04 §1–§2 |
+        | 4.2 | 多头实现时最容易踩的维度坑 | 04 §1–§2。**订正：** 原文说先 permute 再 view 会悄悄得到错误的头；用 `.view` 写时，这个顺序会直接报错（除非 `S` 等于 `head_dim`），只有用 `.reshape` 或 `.contiguous().view` 才会悄无声息地出错；04 §1 把三种情况都运行了一遍 |
         | 4.3 | 官方接口里两种 Mask 的区别 | 02 §1 |
         | 4.4 | 数值稳定性与显存控制 | 02 开头（`-inf`、float16），05 |
         | 5.1 | 症状一：训练 Loss 完全不下降 | 01 §3、§7 |
@@ -258,9 +266,12 @@ def cells():
         Why three separate weight matrices? A token needs to describe *what it is looking for* (query)
         differently from *what it offers to others* (key) and *what it hands over when chosen* (value).
         With one shared matrix for queries and keys, every token's query equals its key, and the score
-        matrix becomes **symmetric**: token `i` scores token `j` exactly as `j` scores `i`, so attention
-        cannot express a one-way relation (a word that looks for its subject without the subject looking
-        back just as much). Each token's score with itself is then $|q_i|^2$, never negative and often,
+        matrix becomes **symmetric** (a Gram matrix): token `i` scores token `j` exactly as `j` scores `i`.
+        That is exact for the *scores* and only for them. The *weights* come from a softmax over each row
+        on its own, so they are not symmetric: if `j` stands out in `i`'s row while `i` is one of many
+        strong keys in `j`'s row, `i` puts most of its weight on `j` and `j` almost none on `i`. What a
+        shared matrix does lose is the freedom to score the two directions differently, which separate
+        `W_q` and `W_k` give. Each token's score with itself is then $|q_i|^2$, never negative and often,
         but not always, the largest of its row.
 
         **Biases.** The projections of this course have no bias, like the seed article's. What would a
@@ -281,13 +292,13 @@ def cells():
 
         ## 2. 每个 token 的三种角色
 
-        想想搜索引擎。你输入一个**查询**（query）；每篇文档都有一条索引，也就是它的**键**（key）；你真正读到的是文档的内容，也就是它的**值**（value）。注意力的工作方式一样，只有一点不同：匹配不是非中即否。每个键都会和查询算出一个相似度分数，结果是所有值的*加权平均*。
+        想想搜索引擎。你输入一个**查询**（query）；每篇文档都有一条索引，也就是它的**键**（key）；你真正读到的是文档的内容，也就是它的**值**（value）。注意力的工作方式一样，只有一点不同：匹配不是"命中/未命中"二选一。每个键都会和查询算出一个相似度分数，结果是所有值的*加权平均*。
 
         在*自*注意力中，查询、键和值都来自同一个序列 `x`，它们是同一组向量的三个线性映射：
 
         $$Q = x W_q^\top,\quad K = x W_k^\top,\quad V = x W_v^\top$$
 
-        为什么要三个独立的权重矩阵？一个 token 需要用不同的方式描述*它在找什么*（查询）、*它能提供什么*（键）以及 *被选中时交出什么*（值）。如果查询和键共用一个矩阵，每个 token 的查询就等于它的键，分数矩阵就变成**对称**的：token `i` 给 token `j` 打的分正好等于 `j` 给 `i` 打的分，注意力因此无法表达单向关系（比如一个词在找它的主语，而主语并不同样程度地回看它）。此时每个 token 与自己的分数是 $|q_i|^2$，永远非负，而且常常（但并不总是）是所在行中最大的。
+        为什么要三个独立的权重矩阵？一个 token 需要用不同的方式描述*它在找什么*（查询）、*它能提供什么*（键）以及 *被选中时交出什么*（值）。如果查询和键共用一个矩阵，每个 token 的查询就等于它的键，分数矩阵就变成**对称**的（一个 Gram 矩阵）：token `i` 给 token `j` 打的分正好等于 `j` 给 `i` 打的分。这一点只对*分数*严格成立。*权重*是对每一行单独做 softmax 得到的，并不对称：如果 `j` 在 `i` 那一行里一枝独秀，而 `i` 在 `j` 那一行里只是众多高分键之一，那么 `i` 会把大部分权重给 `j`，`j` 却几乎不看 `i`。共用矩阵真正失去的，是给两个方向打出不同分数的自由，而独立的 `W_q`、`W_k` 提供了这种自由。此时每个 token 与自己的分数是 $|q_i|^2$，永远非负，而且常常（但并不总是）是所在行中最大的。
 
         **偏置。** 本课程的投影和原文一样不带偏置。偏置会起什么作用？有偏置时，一个分数是
 
@@ -308,6 +319,10 @@ def cells():
         print("shared matrix:    scores symmetric:", torch.allclose(shared, shared.T),
               f"| rows whose largest score is the token itself: {(shared.argmax(-1) == torch.arange(S)).sum().item()} of {S}")
         print("separate matrices: scores symmetric:", torch.allclose(separate, separate.T))
+        shared_weights = torch.softmax(shared / math.sqrt(d_k), dim=-1)  # [S, S], rows sum to 1
+        i, j = divmod((shared_weights - shared_weights.T).argmax().item(), S)  # the most one-sided pair
+        print(f"shared matrix, weights: token {i} puts {shared_weights[i, j]:.3f} of its weight on token {j}, "
+              f"token {j} puts {shared_weights[j, i]:.3f} on token {i}")
 
         def weights_of(Q, K):  # softmax over the keys of one sequence's scaled scores
             return torch.softmax(Q @ K.T / math.sqrt(d_k), dim=-1)
@@ -361,7 +376,9 @@ def cells():
         once this is one matrix product, `Q @ K^T`, with `K` transposed on its **last two** axes:
         `K` is `[..., S_k, d_k]`, `K^T` is `[..., d_k, S_k]` and the product is `[..., S_q, S_k]`:
         row `i` holds query `i`'s scores against every key. Writing `K.T` instead would reverse *all*
-        axes, batch and heads included, which only happens to work for 2-D tensors.
+        axes, batch and heads included, which only happens to work for 2-D tensors; on a tensor of more
+        than two axes PyTorch also warns that `.T` is deprecated there and will become an error. The
+        first cell below shows both.
 
         ### Why divide by $\sqrt{d_k}$?
 
@@ -375,16 +392,27 @@ def cells():
         """, r"""
         ## 3. 分数：每个查询对每个键
 
-        查询 `i` 对键 `j` 的分数就是二者向量的点积。所有配对一起算就是一次矩阵乘法 `Q @ K^T`，其中 `K` 在**最后两个**维度上转置：`K` 是 `[..., S_k, d_k]`，`K^T` 是 `[..., d_k, S_k]`，乘积是 `[..., S_q, S_k]`：第 `i` 行是查询 `i` 对所有键的分数。如果写成 `K.T`，会把*所有*维度（包括批次和头）都反转过来，只有二维张量时才碰巧正确。
+        查询 `i` 对键 `j` 的分数就是二者向量的点积。所有配对一起算就是一次矩阵乘法 `Q @ K^T`，其中 `K` 在**最后两个**维度上转置：`K` 是 `[..., S_k, d_k]`，`K^T` 是 `[..., d_k, S_k]`，乘积是 `[..., S_q, S_k]`：第 `i` 行是查询 `i` 对所有键的分数。如果写成 `K.T`，会把*所有*维度（包括批次和头）都反转过来，只有二维张量时才碰巧正确；对超过两个维度的张量，PyTorch 还会警告：`.T` 在这种用法下已被弃用，将来会直接报错。下面第一个单元格把这两点都展示出来。
 
         ### 为什么要除以 $\sqrt{d_k}$？
 
         如果 `q` 和 `k` 的各个分量相互独立、均值为 0、方差为 1，它们的点积就是 `d_k` 个这样的乘积之和，方差为 `d_k`：原始分数的典型大小按 $\sqrt{d_k}$ 增长。分数太大会让 softmax 饱和：几乎全部权重都落在一个键上，其他键接近 0，经过 softmax 回传的梯度也随之变小，训练就慢下来。除以 $\sqrt{d_k}$ 能让方差回到 1，与宽度无关。下面的实验把三者都测出来：方差、最大的权重，以及经过 softmax 回传的梯度大小。
         """),
         demo("""
+        import warnings
+
+        K = torch.randn(2, 5, 4)  # keys [B, S_k, d_k]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            reversed_keys = K.T
+        print("K", list(K.shape), "-> K.T", list(reversed_keys.shape), "(every axis reversed);",
+              "K.transpose(-2, -1)", list(K.transpose(-2, -1).shape))
+        print("PyTorch's warning for K.T:", str(caught[0].message).split(" and it will")[0])
+        """),
+        demo("""
         # Variance of raw dot products grows with d_k; the softmax saturates unless we scale.
         n_pairs, n_keys = 2000, 8
-        print(f"{'d_k':>5} {'var(q.k)':>9} {'var(q.k/sqrt(d_k))':>19} {'max weight raw':>15} {'max weight scaled':>18} {'grad raw':>9} {'grad scaled':>12}")
+        print(f"{'d_k':>5} {'mean |cos|':>10} {'var(q.k)':>9} {'var(q.k/sqrt(d_k))':>19} {'max weight raw':>15} {'max weight scaled':>18} {'grad raw':>9} {'grad scaled':>12}")
         for d_k in (4, 16, 64, 256, 1024):
             q = torch.randn(n_pairs, 1, d_k)
             k = torch.randn(n_pairs, n_keys, d_k)
@@ -398,19 +426,30 @@ def cells():
                 grads.append(s.grad.abs().mean().item())  # how much reaches the scores
             max_raw = torch.softmax(raw, dim=-1).max(-1).values.mean()
             max_scaled = torch.softmax(scaled, dim=-1).max(-1).values.mean()
-            print(f"{d_k:>5} {raw.var().item():>9.1f} {scaled.var().item():>19.2f} {max_raw.item():>15.3f} {max_scaled.item():>18.3f} {grads[0]:>9.4f} {grads[1]:>12.4f}")
+            cos = F.cosine_similarity(q, k, dim=-1).abs().mean()  # how far from orthogonal q and k are
+            print(f"{d_k:>5} {cos.item():>10.3f} {raw.var().item():>9.1f} {scaled.var().item():>19.2f} {max_raw.item():>15.3f} {max_scaled.item():>18.3f} {grads[0]:>9.4f} {grads[1]:>12.4f}")
         print("With 8 keys a uniform softmax gives 0.125 to each; 1.000 means one key takes everything.")
+        torch.manual_seed(0)
+        x = torch.randn(8, 128, 64)  # 8 sequences of 128 tokens, d_model = d_k = 64
+        W_q, W_k = nn.Linear(64, 64, bias=False), nn.Linear(64, 64, bias=False)  # PyTorch's default initialisation
+        with torch.no_grad():
+            raw = W_q(x) @ W_k(x).transpose(-2, -1)  # [8, 128, 128]
+        for name, s in (("unscaled", raw), ("scaled", raw / math.sqrt(64))):
+            print(f"nn.Linear projections at initialisation, d_k = 64, 128 keys, {name}: "
+                  f"mean largest weight {torch.softmax(s, dim=-1).max(-1).values.mean():.3f} (uniform: {1 / 128:.3f})")
         x = torch.randn(10_000)
         print(f"x / math.sqrt(d_k) and x * d_k ** -0.5 (d_k = 8) differ by at most {(x / math.sqrt(8) - x * 8 ** -0.5).abs().max().item():.1e}: rounding")
         """),
         md(r"""
-        The raw variance tracks `d_k`; as `d_k` grows the unscaled softmax gives more and more of the
+        The raw variance tracks `d_k`, although random vectors get *closer* to orthogonal as `d_k` grows
+        (the `mean |cos|` column falls): the dot product is a sum of `d_k` terms of random sign, and its
+        spread grows like $\sqrt{d_k}$ even though the terms cancel on average. As `d_k` grows the unscaled softmax gives more and more of the
         weight to one key, and the gradient that reaches the scores shrinks. After scaling, the variance
         stays near 1 and the weights and gradients stay the same whatever the width. (Some code
         multiplies by `d_k ** -0.5` instead of dividing by `math.sqrt(d_k)`: the same up to rounding, as
         the last line shows.)
         """, r"""
-        原始方差跟着 `d_k` 走；`d_k` 越大，不缩放的 softmax 就把越来越多的权重交给一个键，传到分数上的梯度也越来越小。缩放之后，方差保持在 1 附近，权重和梯度也不随宽度变化。（有些代码用乘以 `d_k ** -0.5` 代替除以 `math.sqrt(d_k)`：两者只差舍入误差，最后一行就说明了这一点。）
+        原始方差跟着 `d_k` 走，尽管 `d_k` 越大，随机向量反而*越接近*正交（`mean |cos|` 一列在下降）：点积是 `d_k` 个正负随机的项之和，这些项平均起来相互抵消，但和的波动幅度仍按 $\sqrt{d_k}$ 增长。`d_k` 越大，不缩放的 softmax 就把越来越多的权重交给一个键，传到分数上的梯度也越来越小。缩放之后，方差保持在 1 附近，权重和梯度也不随宽度变化。（有些代码用乘以 `d_k ** -0.5` 代替除以 `math.sqrt(d_k)`：两者只差舍入误差，最后一行就说明了这一点。）
         """),
         solution("scaled_scores", HINTS),
         check("check_scaled_scores(scaled_scores)", "check_scaled_scores"),
@@ -454,6 +493,7 @@ def cells():
 
         权重是 `[..., S_q, S_k]`，值是 `[..., S_k, d_v]`，查询 `i` 的输出就是 $\sum_j w_{ij} v_j$：又是一次矩阵乘法，结果为 `[..., S_q, d_v]`。如果 `d_v` 与 `d_model` 不同，最后还有一个输出投影（notebook 03）把它映射回去，这样结果才能在残差连接中与输入相加。
         """),
+        recipe("attend", RECIPES),
         solution("attend", HINTS),
         check("check_attend(attend)", "check_attend"),
         graded_cell("scaled_scores"),
@@ -540,18 +580,21 @@ def cells():
           exactly `1 / S_k`. If not, the softmax axis or the masking is wrong.
         - **Rows sum to 1.** `weights.sum(-1)` must be all ones (up to rounding); a softmax over the wrong
           axis breaks this without raising anything.
-        - **Forgotten scale.** Training that does not move, with weights close to one-hot from the very
-          first step, often means the $1/\sqrt{d_k}$ is missing.
+        - **Forgotten scale.** Training that barely moves, with weights that get peakier the wider `d_k`
+          is, often means the $1/\sqrt{d_k}$ is missing. At initialisation they need not be one-hot yet
+          (PyTorch's default `nn.Linear` gives a largest weight of about a third over 128 keys, as §3's
+          cell prints); how far the softmax saturates depends on the size of the scores.
         - **`K.T` on a batch.** Use `K.transpose(-2, -1)` (or `K.mT`); `.T` reverses every axis. On
-          `[B, S, d_k]` keys it usually raises a size mismatch; the visible check names it.
+          `[B, S, d_k]` keys it usually raises a size mismatch, after PyTorch's deprecation warning; the
+          visible check names the mistake in one sentence.
         """, r"""
         ## 7. 常见陷阱与调试方法
 
         - **先打印张量形状。** 在看具体数值之前，先打印 `Q`、`K`、`V`、分数和权重的形状，并和上面的表格对照。形状一旦出错，后面所有数字都没有意义。
         - **均匀测试。** 查询和键全为 0 时，每个分数都是 0，所以每个权重必须恰好是 `1 / S_k`。如果不是，说明 softmax 的维度或掩码写错了。
         - **每行和为 1。** `weights.sum(-1)` 必须全为 1（允许舍入误差）；softmax 维度选错会破坏这一点，却不会报任何错。
-        - **忘了缩放。** 训练纹丝不动、从第一步起权重就接近 one-hot，往往意味着漏掉了 $1/\sqrt{d_k}$。
-        - **对批次用 `K.T`。** 请用 `K.transpose(-2, -1)`（或 `K.mT`）；`.T` 会反转所有维度。对 `[B, S, d_k]` 的键，它通常会报尺寸不匹配的错误；可见检查会点明这一点。
+        - **忘了缩放。** 训练几乎不动，而且 `d_k` 越大权重越尖锐，往往意味着漏掉了 $1/\sqrt{d_k}$。刚初始化时权重未必已经接近 one-hot（PyTorch 默认初始化的 `nn.Linear` 在 128 个键上给出的最大权重约为三分之一，见 §3 单元格的输出）；softmax 饱和到什么程度，取决于分数有多大。
+        - **对批次用 `K.T`。** 请用 `K.transpose(-2, -1)`（或 `K.mT`）；`.T` 会反转所有维度。对 `[B, S, d_k]` 的键，PyTorch 先发出弃用警告，接着通常会报尺寸不匹配的错误；可见检查会用一句话点明这个错误。
         """),
     ]
 
@@ -563,4 +606,71 @@ DOCSTRINGS_ZH = {
     "scaled_scores": "Q [..., S_q, d_k]，K [..., S_k, d_k] -> 分数 scores [..., S_q, S_k] = Q K^T / sqrt(d_k)。",
     "attention_weights": "在键所在的维度（最后一个维度）上做 softmax：每一行的和为 1。",
     "attend": "权重 weights [..., S_q, S_k] 乘以 V [..., S_k, d_v] -> 输出 out [..., S_q, d_v]。",
+}
+
+# The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
+DEMO_ZH = {
+    "# A recurrent cell: the state of step t needs the state of step t - 1.": "# 循环单元：第 t 步的状态需要第 t - 1 步的状态。",
+    "# One attention layer (PyTorch's fused function): all S positions in one call.":
+        "# 一个注意力层（PyTorch 的融合函数）：一次调用算出全部 S 个位置。",
+    '"size of d(output at the last position) / d(token d positions earlier)"': '"d(最后一个位置的输出) / d(d 个位置之前的 token) 的大小"',
+    "{'distance d':>10} {'recurrent':>10} {'attention':>10}": "{'距离 d':>8} {'循环单元':>6} {'注意力':>7}",
+    "# one sequence of 16 tokens": "# 一个 16 个 token 的序列",
+    "# one matrix for queries and keys": "# 查询和键共用一个矩阵",
+    '"shared matrix:    scores symmetric:"': '"共用矩阵：  分数对称："',
+    'f"| rows whose largest score is the token itself: {': 'f"| 最大分数落在 token 自己身上的行：{',
+    '.sum().item()} of {S}"': '.sum().item()} / {S}"',
+    '"separate matrices: scores symmetric:"': '"独立矩阵：  分数对称："',
+    "# [S, S], rows sum to 1": "# [S, S]，每行和为 1",
+    "# the most one-sided pair": "# 最不对等的一对",
+    'f"shared matrix, weights: token {i} puts {shared_weights[i, j]:.3f} of its weight on token {j}, "':
+        'f"共用矩阵，权重：token {i} 把 {shared_weights[i, j]:.3f} 的权重给了 token {j}，"',
+    'f"token {j} puts {shared_weights[j, i]:.3f} on token {i}"': 'f"token {j} 给 token {i} 的权重是 {shared_weights[j, i]:.3f}"',
+    "# softmax over the keys of one sequence's scaled scores": "# 对一个序列的缩放分数在键上做 softmax",
+    'f"bias on the keys only:    the weights change by at most {': 'f"只给键加偏置：  权重的变化最多为 {',
+    ':.1e} (rounding)"': ':.1e}（舍入误差）"',
+    'f"bias on the queries only: the weights change by up to   {': 'f"只给查询加偏置：权重的变化可达   {',
+    '"nn.MultiheadAttention(16, num_heads=1) has in_proj_bias"': '"nn.MultiheadAttention(16, num_heads=1) 带有 in_proj_bias"',
+    '"and out_proj.bias"': '"和 out_proj.bias"',
+    "# Your projections on a small batch.": "# 用一个小批次试试你的投影。",
+    "# keys [B, S_k, d_k]": "# 键 [B, S_k, d_k]",
+    '"(every axis reversed);"': '"（所有维度都反转了）；"',
+    '"PyTorch\'s warning for K.T:"': '"PyTorch 对 K.T 的警告："',
+    "# Variance of raw dot products grows with d_k; the softmax saturates unless we scale.":
+        "# 原始点积的方差随 d_k 增长；不缩放的话，softmax 会饱和。",
+    "# [n_pairs, n_keys] raw dot products": "# [n_pairs, n_keys] 原始点积",
+    "# some gradient arriving from above": "# 从上游传来的某个梯度",
+    "# how much reaches the scores": "# 有多少传到了分数上",
+    "# how far from orthogonal q and k are": "# q 和 k 离正交有多远",
+    "{'max weight raw':>15} {'max weight scaled':>18} {'grad raw':>9} {'grad scaled':>12}":
+        "{'最大权重(原始)':>11} {'最大权重(缩放)':>11} {'梯度(原始)':>10} {'梯度(缩放)':>10}",
+    "{max_raw.item():>15.3f} {max_scaled.item():>18.3f} {grads[0]:>9.4f} {grads[1]:>12.4f}":
+        "{max_raw.item():>15.3f} {max_scaled.item():>15.3f} {grads[0]:>12.4f} {grads[1]:>12.4f}",
+    '"With 8 keys a uniform softmax gives 0.125 to each; 1.000 means one key takes everything."':
+        '"8 个键时，均匀的 softmax 给每个键 0.125；1.000 表示一个键拿走了全部权重。"',
+    "# 8 sequences of 128 tokens, d_model = d_k = 64": "# 8 个序列，每个 128 个 token，d_model = d_k = 64",
+    "# PyTorch's default initialisation": "# PyTorch 的默认初始化",
+    '(("unscaled", raw), ("scaled", raw / math.sqrt(64)))': '(("不缩放", raw), ("缩放", raw / math.sqrt(64)))',
+    'f"nn.Linear projections at initialisation, d_k = 64, 128 keys, {name}: "': 'f"刚初始化的 nn.Linear 投影，d_k = 64，128 个键，{name}："',
+    'f"mean largest weight {torch.softmax(s, dim=-1).max(-1).values.mean():.3f} (uniform: {1 / 128:.3f})"':
+        'f"最大权重的平均值 {torch.softmax(s, dim=-1).max(-1).values.mean():.3f}（均匀分布：{1 / 128:.3f}）"',
+    'f"x / math.sqrt(d_k) and x * d_k ** -0.5 (d_k = 8) differ by at most {': 'f"x / math.sqrt(d_k) 与 x * d_k ** -0.5（d_k = 8）最多相差 {',
+    ':.1e}: rounding"': ':.1e}：舍入误差"',
+    "# 3 queries, 5 keys": "# 3 个查询，5 个键",
+    "# over the queries: a silent bug": "# 在查询上做：一个不报错的 bug",
+    '"row sums, softmax over keys (dim=-1):   "': '"每行之和，在键上做 softmax（dim=-1）：  "',
+    '"row sums, softmax over queries (dim=-2):"': '"每行之和，在查询上做 softmax（dim=-2）："',
+    '"column sums with dim=-2 (each key\'s weights over the queries):"': '"dim=-2 时每列之和（每个键分给各个查询的权重）："',
+    "# the sequence that asks: 3 tokens": "# 提问的序列：3 个 token",
+    "# the sequence that is read: 5 tokens": "# 被读取的序列：5 个 token",
+    "# [2, 3, 8]: queries from the first sequence": "# [2, 3, 8]：查询来自第一个序列",
+    "# [2, 5, 8]: keys and values from the second": "# [2, 5, 8]：键和值来自第二个序列",
+    '"cross-attention weights"': '"交叉注意力权重"',
+    '"(3 queries x 5 keys), row sums"': '"（3 个查询 x 5 个键），每行之和"',
+    '"output"': '"输出"',
+    '": one vector per token of the asking sequence"': '"：提问序列的每个 token 一个向量"',
+    '"weights"': '"权重"',
+    '"row sums:"': '"每行之和："',
+    'ax.set(xlabel="key j", ylabel="query i", title="attention weights, sequence 0")':
+        'ax.set(xlabel="键 j", ylabel="查询 i", title="注意力权重，序列 0")',
 }

@@ -1,13 +1,13 @@
 """Notebook 02: padding and causal masks."""
-from course.cells import check, demo, graded_cell, md, setup, solution
+from course.cells import check, demo, graded_cell, md, recipe, setup, solution
 
 NAME = "02_masks"
 
 HINTS = {
-    "padding_mask": ("compare a row of positions 0..seq_len-1 with a column of lengths; broadcasting does the rest.",
-                     "用一行位置 0..seq_len-1 和一列长度做比较；剩下的交给广播。"),
-    "causal_mask": ("torch.tril / torch.triu keep the lower / upper triangle of a matrix.",
-                    "torch.tril / torch.triu 分别保留矩阵的下三角 / 上三角。"),
+    "padding_mask": ("position p of sequence b is a real token exactly when p comes before that sequence's length.",
+                     "序列 b 的位置 p 是真实 token，当且仅当 p 小于这个序列的长度。"),
+    "causal_mask": ("query i may read key j exactly when j <= i: which part of an [S, S] table is that?",
+                    "查询 i 能读取键 j，当且仅当 j <= i：这是 [S, S] 表格中的哪一部分？"),
     "apply_padding_mask": ("give the mask singleton axes so that its key axis lines up with the last axis of scores\n"
                            "(3-D and 4-D scores); masked_fill writes a value where its boolean argument is True.",
                            "给掩码插入大小为 1 的维度，使它的键维度与 scores 的最后一个维度对齐\n"
@@ -16,6 +16,20 @@ HINTS = {
                           "[S_q, S_k]: build it from both sizes, since the scores need not be square.",
                           "被禁止的位置（键 j > 查询 i）构成最后两个维度 [S_q, S_k] 上的严格上三角：\n"
                           "要同时用这两个大小来构造，因为 scores 不一定是方阵。"),
+}
+
+
+# The second hints, folded above their stubs (course.cells.recipe): the recipe, for after the first hint.
+RECIPES = {
+    "padding_mask": ("Compare a row of positions, `torch.arange(seq_len)[None, :]` (`[1, seq_len]`), with a column "
+                     "of lengths, `lengths[:, None]` (`[B, 1]`), using `<`: broadcasting gives the `[B, seq_len]` "
+                     "booleans.",
+                     "用 `<` 比较一行位置 `torch.arange(seq_len)[None, :]`（`[1, seq_len]`）和一列长度 "
+                     "`lengths[:, None]`（`[B, 1]`）：广播得到 `[B, seq_len]` 的布尔张量。"),
+    "causal_mask": ("It is the lower triangle, diagonal included: `torch.ones(seq_len, seq_len, dtype=torch.bool).tril()` "
+                    "(`tril` keeps the lower triangle, `triu` the upper one).",
+                    "它就是包含对角线的下三角：`torch.ones(seq_len, seq_len, dtype=torch.bool).tril()`"
+                    "（`tril` 保留下三角，`triu` 保留上三角）。"),
 }
 
 
@@ -35,10 +49,13 @@ def cells():
         Both work the same way: set the forbidden scores to `-inf` **before** the softmax. Since
         $e^{-\infty} = 0$, those keys get weight exactly 0 and the remaining weights still sum to 1.
         Setting weights to 0 *after* the softmax breaks the normalisation. Some code writes a large
-        negative number such as `-1e9` instead of `-inf`: in float32 that gives the same weights, but
-        `masked_fill` with `-1e9` on a float16 tensor raises an error, because float16 cannot hold it
-        (its most negative finite number is -65504). `-inf` exists in every floating type. The cell
-        below shows all of this.
+        negative number such as `-1e9` instead of `-inf`: in float32 that gives the same weights as long
+        as a row keeps at least one key. On a row whose keys are *all* masked they differ: `-1e9`
+        everywhere gives a uniform row (every key equally, padding included), `-inf` everywhere gives
+        `0/0 = NaN`. That is why Hugging Face's models fill with `torch.finfo(dtype).min`, the most
+        negative finite number of the type: no NaN, whatever the row. And `masked_fill` with `-1e9` on a
+        float16 tensor raises an error, because float16 cannot hold it (its most negative finite number
+        is -65504). `-inf` exists in every floating type. The cell below shows all of this.
 
         Part `masks` (four functions): `padding_mask`, `causal_mask`, `apply_padding_mask`,
         `apply_causal_mask`.
@@ -50,7 +67,7 @@ def cells():
         1. **填充。** 一个批次中的序列长度不同；短的序列在末尾用占位 token 补齐（右填充）。这些填充 token 没有任何含义，任何查询都不应该读取它们。
         2. **因果性。** 预测第 `t` 个 token 的解码器不能偷看 `t` 之后的 token。查询 `i` 只能读取 `j <= i` 的键（*前瞻*掩码，也叫*因果*掩码）。
 
-        两者的做法相同：在 softmax **之前**把被禁止的分数设为 `-inf`。因为 $e^{-\infty} = 0$，这些键的权重恰好为 0，其余权重之和仍然是 1。在 softmax *之后*再把权重置 0 会破坏归一化。有些代码用 `-1e9` 这样很大的负数代替 `-inf`：在 float32 下权重完全一样，但在 float16 张量上用 `-1e9` 调用 `masked_fill` 会报错，因为 float16 表示不了这个数（它能表示的最小有限值是 -65504）。`-inf` 在所有浮点类型中都存在。下面的单元格演示了以上所有内容。
+        两者的做法相同：在 softmax **之前**把被禁止的分数设为 `-inf`。因为 $e^{-\infty} = 0$，这些键的权重恰好为 0，其余权重之和仍然是 1。在 softmax *之后*再把权重置 0 会破坏归一化。有些代码用 `-1e9` 这样很大的负数代替 `-inf`：只要每一行至少保留一个键，在 float32 下两者给出的权重完全一样。但如果一行的键*全部*被屏蔽，两者就不同了：全是 `-1e9` 的一行得到均匀分布（每个键一样多，包括填充），全是 `-inf` 的一行得到 `0/0 = NaN`。所以 Hugging Face 的模型用 `torch.finfo(dtype).min`（该类型最小的有限值）来填充：无论哪一行都不会出现 NaN。另外，在 float16 张量上用 `-1e9` 调用 `masked_fill` 会报错，因为 float16 表示不了这个数（它能表示的最小有限值是 -65504）。`-inf` 在所有浮点类型中都存在。下面的单元格演示了以上所有内容。
 
         评分部分 `masks`（四个函数）：`padding_mask`、`causal_mask`、`apply_padding_mask`、`apply_causal_mask`。
         """),
@@ -63,6 +80,9 @@ def cells():
         print("-inf before the softmax:", [round(w, 3) for w in before[0].tolist()], " sum", round(before.sum().item(), 3))
         print("0 after the softmax:    ", [round(w, 3) for w in after[0].tolist()], " sum", round(after.sum().item(), 3))
         print("float32, -1e9 instead of -inf gives the same weights:", torch.equal(torch.softmax(scores.masked_fill(~keep, -1e9), dim=-1), before))
+        none = torch.zeros_like(keep)  # a row whose keys are all masked
+        for name, fill in (("-1e9", -1e9), ("-inf", float("-inf")), ("finfo.min", torch.finfo(scores.dtype).min)):
+            print(f"every key masked, filled with {name}:", [round(w, 3) for w in torch.softmax(scores.masked_fill(~none, fill), dim=-1)[0].tolist()])
         try:
             scores.half().masked_fill(~keep, -1e9)
         except RuntimeError as error:
@@ -83,7 +103,11 @@ def cells():
         | `F.scaled_dot_product_attention` | `attn_mask`, boolean | broadcastable to `[B, H, S_q, S_k]` | **may attend** |
 
         So ours and SDPA's agree (after reshaping), while `key_padding_mask` is the negation of ours.
-        Mixing them up does not raise an error: the model silently reads the padding and ignores the words.
+        Passing our mask where the negation is expected hides the real tokens and keeps the padding. How
+        that shows depends on who receives it: a sequence without padding then has *every* key hidden,
+        and `nn.MultiheadAttention` returns NaN for all of its positions (loud), while
+        `F.scaled_dot_product_attention` on the CPU returns zeros for them (silent). Sequences with
+        padding read only their padding, in both. The cell below shows both.
         Masks are booleans (`torch.bool`): `masked_fill` refuses a mask of 0/1 integers.
         """, r"""
         ## 1. 三种布尔约定，放在一起比较
@@ -97,7 +121,7 @@ def cells():
         | `nn.MultiheadAttention` | `attn_mask`，布尔型 | `[S_q, S_k]` 或 `[B * H, S_q, S_k]` | **屏蔽**（浮点型：加到分数上） |
         | `F.scaled_dot_product_attention` | `attn_mask`，布尔型 | 可广播到 `[B, H, S_q, S_k]` | **可以关注** |
 
-        所以我们的约定和 SDPA 的一致（调整形状之后），而 `key_padding_mask` 正好是我们的取反。混用不会报错：模型会悄悄地去读填充，反而忽略真正的词。掩码是布尔类型（`torch.bool`）：`masked_fill` 不接受由 0/1 整数构成的掩码。
+        所以我们的约定和 SDPA 的一致（调整形状之后），而 `key_padding_mask` 正好是我们的取反。在需要取反的地方传入我们的掩码，会屏蔽真实 token、保留填充。表现如何取决于谁接收它：没有填充的序列的*每一个*键都被屏蔽，`nn.MultiheadAttention` 对它的所有位置返回 NaN（一眼就能发现），而 `F.scaled_dot_product_attention` 在 CPU 上对它们返回全零（悄无声息）。有填充的序列在两者中都只读到填充。下面的单元格把两种情况都展示出来。掩码是布尔类型（`torch.bool`）：`masked_fill` 不接受由 0/1 整数构成的掩码。
         """),
         demo("""
         ours = torch.tensor([[True, True, True, False, False],  # lengths 3 and 5: sequence 0 has 2 pad tokens
@@ -109,6 +133,18 @@ def cells():
             torch.zeros(2, 5).masked_fill(ours.int(), 1.0)
         except RuntimeError as error:
             print("an integer mask: RuntimeError:", error)
+
+        torch.manual_seed(0)
+        x = torch.randn(2, 5, 8)
+        mha = nn.MultiheadAttention(8, num_heads=1, batch_first=True).eval()
+        with torch.no_grad():
+            mixed_up, _ = mha(x, x, x, key_padding_mask=ours)  # the mistake: True = keep where True = ignore is expected
+        print("ours passed as key_padding_mask, NaN per sequence:", mixed_up.isnan().all(-1).all(-1).tolist(),
+              "(sequence 1 has no padding)")
+        q = x[:, None]  # [B, H=1, S, d]
+        sdpa = F.scaled_dot_product_attention(q, q, q, attn_mask=~ours[:, None, None, :])  # the negation passed to SDPA
+        print("the negation passed to SDPA, sequence 1: NaN", sdpa[1].isnan().any().item(),
+              "| largest |output|", sdpa[1].abs().max().item())
         """),
         md(r"""
         `nn.MultiheadAttention` has **two** masks with different jobs, and the seed article warns about
@@ -160,6 +196,7 @@ def cells():
             wrong, _ = mha(x4, x4, x4, attn_mask=~keep4)  # accepted as an [S_q, S_k] mask: no error
         print(f"padding mask as attn_mask, B=S=4: no error, outputs differ by up to {(right - wrong).abs().max().item():.2f}")
         """),
+        recipe("padding_mask", RECIPES),
         solution("padding_mask", HINTS),
         check("check_padding_mask(padding_mask)", "check_padding_mask"),
         md(r"""
@@ -258,6 +295,7 @@ def cells():
 
         `[S, S]` 的掩码不需要任何变形就能与 `[B, S, S]` 和 `[B, H, S, S]` 广播，因为它与最后两个维度对齐。每一行至少保留对角线，所以因果掩码永远不会产生全为 `-inf` 的行；这里的填充也不会，因为每个长度都至少为 1。
         """),
+        recipe("causal_mask", RECIPES),
         solution("causal_mask", HINTS),
         check("check_causal_mask(causal_mask)", "check_causal_mask"),
         solution("apply_causal_mask", HINTS),
@@ -328,4 +366,55 @@ DOCSTRINGS_ZH = {
     "causal_mask": "BoolTensor [S, S]，键 j <= 查询 i（过去和当前）处为 True。",
     "apply_padding_mask": "scores [B, S_q, S_k] 或 [B, H, S_q, S_k]，mask [B, S_k] -> 形状不变，被填充的键处为 -inf。",
     "apply_causal_mask": "凡是键 j > 查询 i 的位置都设为 -inf；前面有多少个维度都适用。",
+}
+
+# The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
+DEMO_ZH = {
+    "# one query, four keys": "# 一个查询，四个键",
+    "# key 3 is padding": "# 键 3 是填充",
+    '"-inf before the softmax:"': '"softmax 之前填 -inf："',
+    '"0 after the softmax:    "': '"softmax 之后置 0：    "',
+    '" sum"': '" 和"',
+    '"float32, -1e9 instead of -inf gives the same weights:"': '"float32 下用 -1e9 代替 -inf，权重相同："',
+    "# a row whose keys are all masked": "# 所有键都被屏蔽的一行",
+    'f"every key masked, filled with {name}:"': 'f"所有键都被屏蔽，填充 {name}："',
+    '"float16, masked_fill with -1e9: RuntimeError:"': '"float16 下用 -1e9 调用 masked_fill：RuntimeError："',
+    '"float16, masked_fill with -inf:"': '"float16 下用 -inf 调用 masked_fill："',
+    '"| most negative finite float16:"': '"| float16 最小的有限值："',
+    "# lengths 3 and 5: sequence 0 has 2 pad tokens": "# 长度为 3 和 5：序列 0 有 2 个填充 token",
+    "# this course: True = real token": "# 本课程：True = 真实 token",
+    '"this course (True = keep):\\n"': '"本课程（True = 保留）：\\n"',
+    '"nn.MultiheadAttention key_padding_mask (True = ignore):\\n"': '"nn.MultiheadAttention 的 key_padding_mask（True = 忽略）：\\n"',
+    '"F.scaled_dot_product_attention attn_mask (True = may attend), shape"': '"F.scaled_dot_product_attention 的 attn_mask（True = 可以关注），形状"',
+    '"an integer mask: RuntimeError:"': '"整数掩码：RuntimeError："',
+    "# the mistake: True = keep where True = ignore is expected": "# 错误：在要求 True = 忽略的地方传入了 True = 保留",
+    '"ours passed as key_padding_mask, NaN per sequence:"': '"把我们的掩码当作 key_padding_mask 传入，各序列是否为 NaN："',
+    '"(sequence 1 has no padding)"': '"（序列 1 没有填充）"',
+    "# the negation passed to SDPA": "# 把取反后的掩码传给 SDPA",
+    '"the negation passed to SDPA, sequence 1: NaN"': '"把取反后的掩码传给 SDPA，序列 1：有 NaN"',
+    '"| largest |output|"': '"| 最大的 |输出|"',
+    "# a structural mask: no token reads itself (True = blocked)": "# 一个结构性掩码：没有 token 读取自己（True = 屏蔽）",
+    "# the same mask as numbers to add": "# 同一个掩码，写成要加上的数",
+    "# [B * H, S_q, S_k], one head": "# [B * H, S_q, S_k]，一个头",
+    '"boolean attn_mask (True = blocked) and float attn_mask (added) agree:"': '"布尔型 attn_mask（True = 屏蔽）与浮点型 attn_mask（相加）结果一致："',
+    '"| the same mask as [B * H, S_q, S_k]:"': '"| 同一个掩码写成 [B * H, S_q, S_k]："',
+    "# [B=2, S=5] from the cell above, True = real token": "# 上一个单元格的 [B=2, S=5]，True = 真实 token",
+    "# the trap: a padding mask passed as attn_mask": "# 陷阱：把填充掩码当作 attn_mask 传入",
+    '"padding mask as attn_mask, B=2, S=5: RuntimeError:"': '"把填充掩码当作 attn_mask，B=2，S=5：RuntimeError："',
+    "# accepted as an [S_q, S_k] mask: no error": "# 被当成 [S_q, S_k] 掩码接受：不报错",
+    'f"padding mask as attn_mask, B=S=4: no error, outputs differ by up to {': 'f"把填充掩码当作 attn_mask，B=S=4：不报错，输出最多相差 {',
+    "# single-head scores [B, S, S]": "# 单头分数 [B, S, S]",
+    '"-> with the [B, 1, 1, S] mask:"': '"-> 用 [B, 1, 1, S] 的掩码："',
+    '" (silently 4-D!)"': '"（悄悄变成了四维！）"',
+    '"-> with the [B, 1, S] mask:   "': '"-> 用 [B, 1, S] 的掩码：   "',
+    '"sequence 0, key 3 is -inf in every row:"': '"序列 0 中，键 3 在每一行都是 -inf："',
+    "# [B, S, 1]: hides query 3": "# [B, S, 1]：屏蔽了查询 3",
+    '"hand-written softmax, sequence 0:"': '"手写 softmax，序列 0："',
+    "# query 3 of sequence 0 may attend nothing": "# 序列 0 的查询 3 什么都不能关注",
+    '}): output of that query:"': '}）：这个查询的输出："',
+    '"scores"': '"分数"',
+    '"plain": scores,': '"不加掩码": scores,',
+    '"padding (length 6)"': '"填充（长度 6）"',
+    '"padding + causal"': '"填充 + 因果"',
+    'ax.set(title=title, xlabel="key j", ylabel="query i")': 'ax.set(title=title, xlabel="键 j", ylabel="查询 i")',
 }

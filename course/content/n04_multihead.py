@@ -36,12 +36,16 @@ def cells():
         - **Arithmetic: the same.** The projections are the same matrices. The scores of one head take
           `S x S x head_dim` multiply-adds, and `H` heads take `S x S x d_model`, exactly what one wide
           head takes.
-        - **Memory of the weights: `H` times more.** Every head has its own `[S, S]` table of weights, so
-          the weights tensor is `[B, H, S, S]` instead of `[B, S, S]`. This is the `B * H * S^2` of
-          notebook 05.
+        - **Parameters: the same.** The projections are the same four `d_model x d_model` matrices,
+          whatever `H` is.
+        - **Memory of the attention-weight matrices: `H` times more.** Every head has its own `[S, S]`
+          table of attention weights, so that tensor is `[B, H, S, S]` instead of `[B, S, S]`. This is
+          the `B * H * S^2` of notebook 05. The elementwise work on the scores (scale, mask, softmax)
+          grows with `H` too, since it touches every entry of those tables.
 
-        The cell below measures both with PyTorch's own `nn.MultiheadAttention`: its FLOP count (PyTorch's
-        `FlopCounterMode` counts the matrix products) and the shape of the per-head weights it returns.
+        The cell below measures all three with PyTorch's own `nn.MultiheadAttention`: its FLOP count
+        (PyTorch's `FlopCounterMode` counts the matrix products only), its number of parameters, and the
+        shape of the per-head attention weights it returns.
 
         Part `multihead`: `split_heads`, `merge_heads`, `class MultiHeadSelfAttention`.
         """, r"""
@@ -52,9 +56,10 @@ def cells():
         和一个宽度为 `d_model` 的单头相比，代价是什么？
 
         - **计算量：相同。** 投影是同样的矩阵。一个头的分数需要 `S x S x head_dim` 次乘加，`H` 个头需要 `S x S x d_model` 次，与一个宽的单头完全一样。
-        - **权重占用的内存：多 `H` 倍。** 每个头都有自己的一张 `[S, S]` 权重表，所以权重张量是 `[B, H, S, S]`，而不是 `[B, S, S]`。这就是 notebook 05 中的 `B * H * S^2`。
+        - **参数量：相同。** 不管 `H` 是多少，投影都是同样四个 `d_model x d_model` 的矩阵。
+        - **注意力权重矩阵的内存：多 `H` 倍。** 每个头都有自己的一张 `[S, S]` 注意力权重表，所以这个张量是 `[B, H, S, S]`，而不是 `[B, S, S]`。这就是 notebook 05 中的 `B * H * S^2`。对分数逐元素进行的运算（缩放、掩码、softmax）也随 `H` 增长，因为它们要处理这些表中的每一个元素。
 
-        下面的单元格用 PyTorch 自带的 `nn.MultiheadAttention` 测量这两点：它的 FLOP 数（PyTorch 的 `FlopCounterMode` 统计矩阵乘法），以及它返回的按头划分的权重的形状。
+        下面的单元格用 PyTorch 自带的 `nn.MultiheadAttention` 把这三点都测出来：它的 FLOP 数（PyTorch 的 `FlopCounterMode` 只统计矩阵乘法）、参数个数，以及它返回的按头划分的注意力权重的形状。
 
         评分部分 `multihead`：`split_heads`、`merge_heads`、`class MultiHeadSelfAttention`。
         """),
@@ -69,8 +74,9 @@ def cells():
             mha = nn.MultiheadAttention(d_model, H, bias=False, batch_first=True)
             with FlopCounterMode(display=False) as counter:
                 _, weights = mha(x, x, x, need_weights=True, average_attn_weights=False)
-            print(f"H = {H}: head_dim {d_model // H:>2}, {counter.get_total_flops():,} FLOPs, "
-                  f"weights {list(weights.shape)} = {weights.numel():,} numbers")
+            parameters = sum(p.numel() for p in mha.parameters())
+            print(f"H = {H}: head_dim {d_model // H:>2}, {counter.get_total_flops():,} FLOPs, {parameters:,} parameters, "
+                  f"attention weights {list(weights.shape)} = {weights.numel():,} numbers")
         """),
         md(r"""
         ## 1. Splitting into heads: view first, then permute
@@ -87,16 +93,21 @@ def cells():
         `view` never moves data: it only reinterprets the flat memory with a new shape. Cutting the last
         axis into `[H, head_dim]` keeps each block inside one token, which is what we want.
 
-        Two shortcuts give the right shape and wrong heads, with no error:
+        Two shortcuts give the right shape and wrong heads:
 
-        - **no transpose at all**, `x.view(B, H, S, head_dim)`: a common one. It cuts each
+        - **no transpose at all**, `x.view(B, H, S, head_dim)`: a common one, and silent. It cuts each
           sequence's memory into `H` consecutive pieces, so head 0 gets the first features of token 0,
           then the rest of token 0, and so on, instead of feature block 0 of every token;
-        - **permute first**, to `[B, d_model, S]`, then view as `[B, H, S, head_dim]`: the view regroups
-          numbers that belong to *different tokens*.
+        - **permute first**, to `[B, d_model, S]`, then view as `[B, H, S, head_dim]`. Written with
+          `.view`, this usually raises (`view size is not compatible with input tensor's size and
+          stride`): after the permute the memory is no longer in order. It runs only when `S` happens to
+          equal `head_dim`, and whenever `.reshape` or `.contiguous().view` is used, which copy instead
+          of refusing; then it is silent, and the heads regroup numbers that belong to *different
+          tokens*.
 
-        The grid below labels every number `t<token>f<feature>` and shows what each head receives all
-        three ways.
+        The first cell below tries `.view` after the permute; the grid then labels every number
+        `t<token>f<feature>` and shows what each head receives all three ways (the permute-first way
+        written with `.reshape`, the form that runs).
         """, r"""
         ## 1. 拆分成多个头：先 view，再 permute
 
@@ -109,12 +120,21 @@ def cells():
 
         `view` 从不移动数据：它只是用新的形状重新解释同一块连续内存。把最后一个维度切成 `[H, head_dim]`，每一块都留在同一个 token 内部，这正是我们想要的。
 
-        有两条捷径能得到正确的形状、错误的头，而且不报错：
+        有两条捷径能得到正确的形状、错误的头：
 
-        - **完全不转置**，`x.view(B, H, S, head_dim)`：很常见。它把每个序列的内存切成 `H` 段连续的片段，于是第 0 个头拿到的是 token 0 的前一部分特征，然后是 token 0 的其余部分，依此类推，而不是每个 token 的第 0 块特征；
-        - **先 permute**，变成 `[B, d_model, S]`，再 view 成 `[B, H, S, head_dim]`：这样 view 会把属于*不同 token* 的数重新组合在一起。
+        - **完全不转置**，`x.view(B, H, S, head_dim)`：很常见，而且不报错。它把每个序列的内存切成 `H` 段连续的片段，于是第 0 个头拿到的是 token 0 的前一部分特征，然后是 token 0 的其余部分，依此类推，而不是每个 token 的第 0 块特征；
+        - **先 permute**，变成 `[B, d_model, S]`，再 view 成 `[B, H, S, head_dim]`。用 `.view` 写，通常会报错（`view size is not compatible with input tensor's size and stride`）：permute 之后内存不再按顺序排列。只有 `S` 恰好等于 `head_dim` 时它才能运行；改用 `.reshape` 或 `.contiguous().view` 时也能运行，因为它们会复制数据而不是拒绝。这时它不报错，而各个头拿到的是属于*不同 token* 的数。
 
-        下面的网格用 `t<token>f<feature>` 标记每个数，展示三种做法下每个头分别拿到了什么。
+        下面第一个单元格在 permute 之后调用 `.view`；接着的网格用 `t<token>f<feature>` 标记每个数，展示三种做法下每个头分别拿到了什么（先 permute 的做法用能运行的 `.reshape` 写）。
+        """),
+        demo("""
+        for B, S, d_model, H in ((2, 5, 16, 4), (2, 4, 16, 4)):
+            x = torch.randn(B, S, d_model)
+            try:
+                x.permute(0, 2, 1).view(B, H, S, d_model // H)  # permute, then view
+                print(f"x {list(x.shape)}, H = {H} (S = head_dim = {S}): the view runs, and mixes tokens silently")
+            except RuntimeError as error:
+                print(f"x {list(x.shape)}, H = {H} (S = {S}, head_dim = {d_model // H}): RuntimeError: {str(error).split(' (')[0]}")
         """),
         demo("""
         B, S, d_model, H = 1, 3, 8, 2
@@ -268,18 +288,20 @@ def cells():
         - **`The size of tensor a (16) must match the size of tensor b (8) at non-singleton dimension 3`**:
           almost always a split/merge problem. Print the shape after every `view`, `transpose` and
           `reshape`, and write the expected shape as a comment next to each line.
-        - **Wrong heads, no error**: `x.view(B, H, S, head_dim)` with no transpose, or permute-then-view. Test `split_heads` on `torch.arange` input as the
-          visible check does, and check `merge_heads(split_heads(x, H)) == x`.
-        - **`view size is not compatible with input tensor's size and stride`**: `view` after a transpose;
-          use `reshape`.
+        - **Wrong heads, no error**: `x.view(B, H, S, head_dim)` with no transpose, or permute first and
+          then `.reshape` (`.view` there raises, unless `S == head_dim`). Test `split_heads` on
+          `torch.arange` input as the visible check does, and check `merge_heads(split_heads(x, H)) == x`.
+        - **`view size is not compatible with input tensor's size and stride`**: `view` after a transpose
+          or permute. In `merge_heads`, where the transpose is right, use `reshape`; in `split_heads` it
+          usually means the permute came before the view: swap them rather than switching to `reshape`.
         - **Mask shape**: single-head scores need `[B, 1, S]`, multi-head scores `[B, 1, 1, S]`.
         - **Scale**: `sqrt(head_dim)`, not `sqrt(d_model)`.
         """, r"""
         ## 4. 常见陷阱与调试方法
 
         - **`The size of tensor a (16) must match the size of tensor b (8) at non-singleton dimension 3`**：几乎总是拆分/合并出了问题。在每次 `view`、`transpose` 和 `reshape` 之后打印形状，并在每行旁边用注释写下预期的形状。
-        - **头错了却不报错**：不转置直接 `x.view(B, H, S, head_dim)`，或者先 permute 再 view。像可见检查那样用 `torch.arange` 作为输入测试 `split_heads`，并检查 `merge_heads(split_heads(x, H)) == x`。
-        - **`view size is not compatible with input tensor's size and stride`**：在转置之后用了 `view`；改用 `reshape`。
+        - **头错了却不报错**：不转置直接 `x.view(B, H, S, head_dim)`，或者先 permute 再 `.reshape`（这里用 `.view` 会报错，除非 `S == head_dim`）。像可见检查那样用 `torch.arange` 作为输入测试 `split_heads`，并检查 `merge_heads(split_heads(x, H)) == x`。
+        - **`view size is not compatible with input tensor's size and stride`**：在转置或 permute 之后用了 `view`。在 `merge_heads` 里（转置本身没错）改用 `reshape`；在 `split_heads` 里，它通常说明 permute 放在了 view 前面：把两者对调，而不是改用 `reshape`。
         - **掩码形状**：单头分数需要 `[B, 1, S]`，多头分数需要 `[B, 1, 1, S]`。
         - **缩放**：`sqrt(head_dim)`，而不是 `sqrt(d_model)`。
         """),
@@ -292,4 +314,39 @@ DOCSTRINGS_ZH = {
     "merge_heads": "[B, H, S, head_dim] -> [B, S, H * head_dim]：split_heads 的逆操作。",
     "MultiHeadSelfAttention": "H 个宽度为 head_dim = d_model // H 的头，并行计算。",
     "MultiHeadSelfAttention.forward": "x [B, S, d_model]，mask [B, S]（True = 真实 token）-> [B, S, d_model]。",
+}
+
+# The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
+DEMO_ZH = {
+    'f"H = {H}: head_dim {d_model // H:>2}, {counter.get_total_flops():,} FLOPs, {parameters:,} parameters, "':
+        'f"H = {H}：head_dim {d_model // H:>2}，{counter.get_total_flops():,} 次浮点运算，{parameters:,} 个参数，"',
+    'f"attention weights {list(weights.shape)} = {weights.numel():,} numbers"':
+        'f"注意力权重 {list(weights.shape)} = {weights.numel():,} 个数"',
+    "# permute, then view": "# 先 permute，再 view",
+    '(S = head_dim = {S}): the view runs, and mixes tokens silently"': '（S = head_dim = {S}）：view 能运行，并且悄悄地混合了 token"',
+    '(S = {S}, head_dim = {d_model // H}): RuntimeError:': '（S = {S}，head_dim = {d_model // H}）：RuntimeError：',
+    "# number n stands for labels[n // d_model][n % d_model]": "# 数 n 代表 labels[n // d_model][n % d_model]",
+    'f"  head {h}: "': 'f"  头 {h}："',
+    '"\\n          "': '"\\n        "',
+    "# view, then permute": "# 先 view，再 permute",
+    "# no permute at all: cuts the flat memory": "# 完全不 permute：直接切分连续内存",
+    "# permute, then view (reshape): mixes tokens": "# 先 permute，再 view（reshape）：混合了 token",
+    '"view then permute (each row is one token\'s own features):"': '"先 view 再 permute（每一行都是同一个 token 自己的特征）："',
+    '"view as [B, H, S, head_dim], no transpose (rows are pieces of the flat memory):"':
+        '"直接 view 成 [B, H, S, head_dim]，不转置（每一行是连续内存的一段）："',
+    '"permute then view (rows mix tokens t0, t1, t2):"': '"先 permute 再 view（每一行混合了 t0、t1、t2 几个 token）："',
+    "# which token each number is from": "# 每个数来自哪个 token",
+    '"view -> permute"': '"先 view 再 permute"',
+    '"view, no transpose"': '"只 view，不转置"',
+    '"permute -> view"': '"先 permute 再 view"',
+    'xlabel="head 0 | head 1 (features)", ylabel="row s"': 'xlabel="头 0 | 头 1（特征）", ylabel="行 s"',
+    '"which token each number of each head comes from"': '"每个头中的每个数来自哪个 token"',
+    "# [B, S, H, head_dim], not contiguous": "# [B, S, H, head_dim]，内存不连续",
+    '"view after transpose:"': '"转置之后 view："',
+    '"reshape works:"': '"reshape 可以："',
+    "# True = real token": "# True = 真实 token",
+    '"largest difference with padding:"': '"有填充时的最大差值："',
+    '"per-head weights"': '"按头划分的权重"',
+    'ax.set(title=f"head {h} (sequence 1, length 4)", xlabel="key j", ylabel="query i")':
+        'ax.set(title=f"头 {h}（序列 1，长度 4）", xlabel="键 j", ylabel="查询 i")',
 }

@@ -1,11 +1,11 @@
 """Notebook 05: long sequences: the S^2 memory wall, SDPA and chunked attention."""
-from course.cells import check, demo, graded_cell, md, setup, solution
+from course.cells import check, demo, graded_cell, md, recipe, setup, solution
 
 NAME = "05_long_sequence"
 
 HINTS = {
-    "attention_matrix_bytes": ("B * H * S * S elements; an empty tensor of the given dtype knows its element size.",
-                               "共 B * H * S * S 个元素；一个给定 dtype 的空张量知道自己每个元素的字节数。"),
+    "attention_matrix_bytes": ("bytes = how many scores the tensor holds x how many bytes one score takes in `dtype`.",
+                               "字节数 = 张量中分数的个数 x 在 `dtype` 下每个分数占用的字节数。"),
     "sdpa_attention": ("SDPA's boolean attn_mask means 'may attend'. Without a padding mask, is_causal=causal keeps the\n"
                        "fast kernels available; with one, fold padding ([B, 1, 1, S]) and causality ([S, S]) into one boolean mask.",
                        "SDPA 的布尔 attn_mask 表示'可以关注'。没有填充掩码时，用 is_causal=causal 可以保留快速内核；\n"
@@ -14,6 +14,17 @@ HINTS = {
                           "absolute positions (block start + row), not positions inside the block.",
                           "按查询块循环；每个块仍然需要所有的键。处理因果性时要比较绝对位置\n"
                           "（块的起点 + 行号），而不是块内的位置。"),
+}
+
+
+# The second hints, folded above their stubs (course.cells.recipe): the recipe, for after the first hint.
+RECIPES = {
+    "attention_matrix_bytes": ("The scores are `[B, H, S, S]`, so `B * H * S * S` elements; "
+                               "`torch.empty(0, dtype=dtype).element_size()` is the size of one (2 for float16, 4 for "
+                               "float32). Multiply the two, in Python integers.",
+                               "分数是 `[B, H, S, S]`，共 `B * H * S * S` 个元素；"
+                               "`torch.empty(0, dtype=dtype).element_size()` 是一个元素的字节数（float16 为 2，float32 为 4）。"
+                               "用 Python 整数把两者相乘。"),
 }
 
 
@@ -35,7 +46,7 @@ def cells():
         """, r"""
         # 05 · 长序列：内存、融合内核与分块
 
-        朴素的注意力会构造完整的分数矩阵 `[B, H, S, S]`，所以它占用的内存随序列长度的**平方**增长。本 notebook 测量这堵墙，以及绕过它的两种办法：
+        朴素的注意力会构造完整的分数矩阵 `[B, H, S, S]`，所以它占用的内存随序列长度的**平方**增长。本 notebook 先实际测出这道内存瓶颈，再介绍绕过它的两种办法：
 
         - `F.scaled_dot_product_attention`（SDPA）：PyTorch 的融合注意力，只要条件允许，就会选用从不存储完整矩阵的内核；
         - **分块注意力**：把查询分成若干块来处理，同一时刻只有 `[B, H, chunk, S]` 的分数存在，结果完全相同。
@@ -64,6 +75,7 @@ def cells():
 
         对 `B = 1`、`H = 16`、float16：`S = 4096` 时为 $16 \cdot 4096^2 \cdot 2$ 字节 = **512 MiB**；`S = 32768` 时为 **32 GiB**，这还只是一层的分数（你的函数之后的单元格会打印这些数）。朴素注意力在峰值时同时保留两个这样的矩阵：分数和它们的 softmax（第 4 节会测量）。序列长度翻倍，这一切都变成四倍。
         """),
+        recipe("attention_matrix_bytes", RECIPES),
         solution("attention_matrix_bytes", HINTS),
         check("check_attention_matrix_bytes(attention_matrix_bytes)", "check_attention_matrix_bytes"),
         demo("""
@@ -99,7 +111,10 @@ def cells():
         (for instance a `[B, 1, 1, S]` padding mask) rules out flash, and SDPA falls back to the
         memory-efficient kernel, slower but still O(S) for its own work. With **both** a padding mask and
         causality, `sdpa_attention` has to fold them into one mask with a query axis, `[B, 1, S, S]`:
-        that mask alone is O(S²). Section 4 measures what it costs and what avoids it.
+        that mask alone is O(S²). Section 4 measures what it costs and what avoids it. Note what the
+        checks compare: every row of the output, the rows of padded *queries* included. `is_causal=True`
+        alone, which section 4 shows is enough for a model's real queries, leaves those rows reading
+        padded keys and fails the checks: fold the two masks.
         """, r"""
         ## 2. `F.scaled_dot_product_attention`
 
@@ -114,7 +129,7 @@ def cells():
 
         在 CPU 上有一个 CPU 版的"flash"内核（它确实接受布尔掩码）和 math 后端；第 4 节会测量这两者。你可以用上下文管理器 `torch.nn.attention.sdpa_kernel` 限定可选的后端；如果允许的后端都不接受这些输入，SDPA 会报错，而不是悄悄回退。
 
-        **掩码约定。** 布尔型 `attn_mask` 表示*可以关注*，与我们的填充掩码含义相同，但它必须能广播到 `[B, H, S_q, S_k]`：`[B, S]` 的掩码变成 `[B, 1, 1, S]`，只有 `B x S` 个布尔值。对于没有填充的因果性，优先用 `is_causal=True`，而不是显式的 `[S, S]` 掩码：完全不需要掩码张量，而且在 GPU 上 flash 内核仍然可用。在 GPU 上，*任何* `attn_mask`（例如 `[B, 1, 1, S]` 的填充掩码）都会排除 flash，SDPA 会回退到 memory-efficient 内核，更慢，但自身工作仍是 O(S)。如果**同时**有填充掩码和因果性，`sdpa_attention` 必须把它们合成一个带查询维度的掩码 `[B, 1, S, S]`：这个掩码本身就是 O(S²)。第 4 节测量它的代价以及避免它的办法。
+        **掩码约定。** 布尔型 `attn_mask` 表示*可以关注*，与我们的填充掩码含义相同，但它必须能广播到 `[B, H, S_q, S_k]`：`[B, S]` 的掩码变成 `[B, 1, 1, S]`，只有 `B x S` 个布尔值。对于没有填充的因果性，优先用 `is_causal=True`，而不是显式的 `[S, S]` 掩码：完全不需要掩码张量，而且在 GPU 上 flash 内核仍然可用。在 GPU 上，*任何* `attn_mask`（例如 `[B, 1, 1, S]` 的填充掩码）都会排除 flash，SDPA 会回退到 memory-efficient 内核，更慢，但自身工作仍是 O(S)。如果**同时**有填充掩码和因果性，`sdpa_attention` 必须把它们合成一个带查询维度的掩码 `[B, 1, S, S]`：这个掩码本身就是 O(S²)。第 4 节测量它的代价以及避免它的办法。注意检查比较的内容：输出的每一行，包括被填充的*查询*所在的行。只用 `is_causal=True`（第 4 节会说明，对模型中真实的查询这已经足够）会让这些行读到被填充的键，因而通不过检查：要把两个掩码合并。
         """),
         solution("sdpa_attention", HINTS),
         check("check_sdpa_attention(sdpa_attention)", "check_sdpa_attention"),
@@ -492,4 +507,69 @@ DOCSTRINGS_ZH = {
     "attention_matrix_bytes": "一个 [B, H, S, S] 分数矩阵的字节数：B * H * S^2 * 每个元素的字节数。",
     "sdpa_attention": "q, k, v [B, H, S, head_dim] -> [B, H, S, head_dim]，经由融合内核计算。",
     "chunked_attention": "精确的注意力，每次处理 chunk_size 个查询组成的一块：同一时刻最多存在 [B, H, chunk, S] 个分数。",
+}
+
+# The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
+DEMO_ZH = {
+    ':8.3f} GiB per score matrix"': ':8.3f} GiB（每个分数矩阵）"',
+    '"plain": plain_attention,': '"朴素": plain_attention,',
+    '"chunked (128)"': '"分块 (128)"',
+    "{'one S x S matrix':>17}": "{'一个 S x S 矩阵':>13}",
+    '"   (MiB)"': '"   （MiB）"',
+    '"(nan: that function is not implemented yet)"': '"（nan：那个函数还没有实现）"',
+    'xlabel="sequence length S", ylabel="peak live memory (MiB)"': 'xlabel="序列长度 S", ylabel="内存峰值（MiB）"',
+    'title=f"CPU, float32, B={B}, H={H}, head_dim={head_dim}"': 'title=f"在 CPU 上，float32，B={B}，H={H}，head_dim={head_dim}"',
+    "# only the measured lengths on the x axis": "# x 轴上只标出测量过的长度",
+    "# [B, S], True = real token": "# [B, S]，True = 真实 token",
+    '(("no mask", None), ("bool mask [B,1,1,S]"': '(("无掩码", None), ("布尔掩码 [B,1,1,S]"',
+    "# SDPA explains refusals through warnings": "# SDPA 用警告说明它为什么拒绝",
+    'result = f"peak {meter.peak_bytes / 2**20:6.2f} MiB"': 'result = f"峰值 {meter.peak_bytes / 2**20:6.2f} MiB"',
+    '"refused: no such kernel for these inputs on this machine"': '"拒绝：这台机器上没有适用于这些输入的内核"',
+    "{'plain attention':<20} {'no mask':<20} peak": "{'朴素注意力':<15} {'无掩码':<17} 峰值",
+    'f"for comparison, one S x S float32 matrix: {': 'f"作为对比，一个 S x S 的 float32 矩阵：{',
+    '"one S x S float16 matrix:"': '"一个 S x S 的 float16 矩阵："',
+    '"fp16/bf16 reduction allowed in the math backend (default):"': '"math 后端允许 fp16/bf16 归约（默认值）："',
+    'f"plain attention, float16:             peak {': 'f"朴素注意力，float16：                峰值 {',
+    "# back to the default": "# 恢复默认值",
+    'f"math backend, float16, allowed={allowed!s:<5}: peak {': 'f"math 后端，float16，allowed={allowed!s:<5}：峰值 {',
+    'f"a [B, 1, S, S] boolean mask: {': 'f"一个 [B, 1, S, S] 的布尔掩码：{',
+    ':.2f} MiB at S = {S}, "': ':.2f} MiB（S = {S}），"',
+    ':.2f} GiB at S = 32768 (B = 1)"': ':.2f} GiB（S = 32768，B = 1）"',
+    "# any boolean mask with a query axis, built beforehand": "# 任意一个带查询维度、事先构造好的布尔掩码",
+    'f"SDPA, padding mask [B, 1, 1, S] only:            peak {': 'f"SDPA，只用填充掩码 [B, 1, 1, S]：           峰值 {',
+    'f"SDPA, is_causal=True only:                       peak {': 'f"SDPA，只用 is_causal=True：                 峰值 {',
+    'f"SDPA, given a ready [B, 1, S, S] boolean mask:   peak {': 'f"SDPA，传入现成的 [B, 1, S, S] 布尔掩码：    峰值 {',
+    ':5.2f} MiB (a float copy of the mask, and the output)"': ':5.2f} MiB（掩码的一份浮点副本，以及输出）"',
+    'f"your sdpa_attention, padding mask and causal:    peak {': 'f"你的 sdpa_attention，填充掩码加因果：       峰值 {',
+    ':5.2f} MiB (it builds the mask, and SDPA copies it)"': ':5.2f} MiB（它构造掩码，SDPA 再复制一份）"',
+    'f"is_causal=True alone vs yours: real query rows differ by {': 'f"只用 is_causal=True 与你的相比：真实查询的行相差 {',
+    'f"padded query rows by {': 'f"被填充查询的行相差 {',
+    "# flex attention's mask_mod: True = may attend": "# flex attention 的 mask_mod：True = 可以关注",
+    'f"block mask, S = {size}, blocks of {block_mask.BLOCK_SIZE}: stored in {stored / 2**10:5.1f} KiB "':
+        'f"块掩码，S = {size}，块大小 {block_mask.BLOCK_SIZE}：存储占 {stored / 2**10:5.1f} KiB "',
+    'f"(a dense boolean mask: {size * size / 2**20:4.0f} MiB); building it here peaked at {peak_build:5.2f} MiB"':
+        'f"（稠密布尔掩码：{size * size / 2**20:4.0f} MiB）；在这里构建它的峰值为 {peak_build:5.2f} MiB"',
+    "# the first 256 positions: all real tokens, so the rule is just causality there": "# 前 256 个位置：全是真实 token，所以那里的规则就是因果性",
+    'f"flex_attention on the first {small} positions equals causal SDPA:"': 'f"前 {small} 个位置上，flex_attention 等于因果 SDPA："',
+    '"| PyTorch\'s warning:"': '"| PyTorch 的警告："',
+    '"(none)"': '"（无）"',
+    "# nested tensors print a 'prototype' warning": "# 嵌套张量会打印一条“原型功能”警告",
+    "# two sequences, lengths 5 and 3, no padding": "# 两个序列，长度为 5 和 3，没有填充",
+    '"nested batch of lengths 5 and 3, no mask: equals each sequence on its own:"': '"长度为 5 和 3 的嵌套批次，不加掩码：等于每个序列单独计算的结果："',
+    'f"two S x S float16 matrices, H=16, S=32768:  {': 'f"两个 S x S 的 float16 矩阵，H=16，S=32768：{',
+    ':5.1f} GiB  (plain attention\'s two buffers)"': ':5.1f} GiB（朴素注意力的两块缓冲区）"',
+    'f"SDPA\'s output [1, 16, 32768, 64], float16:  {': 'f"SDPA 的输出 [1, 16, 32768, 64]，float16：{',
+    'f"two S x S float32 matrices, H=16, S=16384:  {': 'f"两个 S x S 的 float32 矩阵，H=16，S=16384：{',
+    ':5.1f} GiB  (the math backend\'s float32 copies)"': ':5.1f} GiB（math 后端的 float32 副本）"',
+    'f"two S x S float16 matrices, H=16, S=16384:  {': 'f"两个 S x S 的 float16 矩阵，H=16，S=16384：{',
+    ':5.1f} GiB  (plain float16 code)"': ':5.1f} GiB（朴素的 float16 代码）"',
+    "# two identical queries/keys, 64 features of 40": "# 两个相同的查询/键，64 个特征，每个都是 40",
+    '"raw fp16 scores:"': '"fp16 原始分数："',
+    '"softmax of them: "': '"它们的 softmax："',
+    "# split 1/sqrt(d) between q and k before multiplying": "# 相乘之前把 1/sqrt(d) 分摊到 q 和 k 上",
+    '"scaled first:    "': '"先缩放：        "',
+    '"SDPA output finite:"': '"SDPA 的输出是有限值："',
+    "{'gated by self.training' if respect_mode else 'always 0.5     '}: two calls identical = {same}":
+        "{'受 self.training 控制' if respect_mode else '始终为 0.5         '}：两次调用结果相同 = {same}",
+    'f"eval mode, dropout_p ': 'f"评估模式，dropout_p ',
 }

@@ -26,7 +26,7 @@ import os
 import re
 import sysconfig
 import traceback
-import types
+import warnings
 
 import torch
 import torch.nn as nn
@@ -62,14 +62,44 @@ def _(message: str) -> str:
     return _translation.gettext(message)
 
 
+# Fonts that draw Chinese, as matplotlib names them (the first one installed is used), and the file
+# names they are installed under (for a font added after matplotlib built its font cache).
+CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC",
+             "Source Han Sans CN", "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "Arial Unicode MS")
+CJK_FONT_FILES = ("wqy-microhei", "wqy-zenhei", "notosanscjk", "sourcehansans", "simhei", "msyh")
+
+
+def _chinese_plots() -> None:
+    """Plots in the Chinese edition draw their titles and labels with a Chinese font when one is installed
+    (Debian: fonts-wqy-microhei); without one, they still draw, quietly (no warning per missing glyph)."""
+    try:
+        import matplotlib
+        from matplotlib import font_manager
+    except ImportError:  # no plots without matplotlib
+        return
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    found = [name for name in CJK_FONTS if name in installed]
+    if not found:
+        for path in font_manager.findSystemFonts():
+            if any(part in os.path.basename(path).lower() for part in CJK_FONT_FILES):
+                font_manager.fontManager.addfont(path)
+        found = [name for name in CJK_FONTS if name in {font.name for font in font_manager.fontManager.ttflist}]
+    if found:
+        matplotlib.rcParams["font.sans-serif"] = [found[0], *matplotlib.rcParams["font.sans-serif"]]
+        matplotlib.rcParams["axes.unicode_minus"] = False  # the CJK fonts may lack the Unicode minus
+    else:
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+
+
 def use_language(lang: str) -> None:
-    """Print the checks' messages in `lang`: "en" (the default) or "zh" (简体中文)."""
+    """Print the checks' messages in `lang`: "en" (the default) or "zh" (简体中文, with a Chinese font for plots)."""
     global _translation
     if lang not in LOCALES:
         raise ValueError(f"use_language({lang!r}): the visible checks speak {' or '.join(map(repr, LOCALES))}")
     if LOCALES[lang] is None:
         _translation = gettext.NullTranslations()
         return
+    _chinese_plots()
     try:
         _translation = gettext.translation(DOMAIN, localedir=_LOCALE_DIR, languages=[LOCALES[lang]], fallback=False)
     except Exception as error:  # a missing or unreadable catalog: English, and one line that says why
@@ -116,30 +146,18 @@ def _student_line(error: BaseException) -> str:
     return (frames[-1].line or "").strip() if frames else ""
 
 
-def _notebook_traceback(error: BaseException) -> list[str]:
-    """IPython's rendering of `error` with the frames of this file left out (see _plain)."""
-    kept, tb = [], error.__traceback__
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != _HERE:
-        kept.append(tb)
-        tb = tb.tb_next
-    chain = None
-    for entry in reversed(kept):
-        chain = types.TracebackType(chain, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
-    try:
-        from IPython import get_ipython
-
-        return get_ipython().InteractiveTB.structured_traceback(type(error), error, chain)
-    except Exception:  # never let the rendering hide the message
-        return [f"{type(error).__name__}: {error}"]
-
-
 def _plain(failure: AssertionError) -> AssertionError:
-    """Mark a failure so that IPython shows the notebook's frames and the message, not this file's frames.
+    """Mark a failure so that a notebook shows its sentence alone, `AssertionError: ...`, as the generation
+    assignment's checks do (one look for every failed check of the course).
 
     IPython renders an exception through its `_render_traceback_` method when it has one;
     outside IPython (pytest, a script) the attribute is ignored."""
-    failure._render_traceback_ = functools.partial(_notebook_traceback, failure)
+    failure._render_traceback_ = functools.partial(_one_line, failure)
     return failure
+
+
+def _one_line(failure: AssertionError) -> list[str]:
+    return [f"{type(failure).__name__}: {failure}"]
 
 
 # --------------------------------------------------------------------------- #
@@ -208,7 +226,8 @@ def _known_mistake(error: BaseException) -> str:
         code = _student_function_source(error) or code
     if _DOT_T.search(code):
         return _("`.T` reverses every axis of a tensor with more than two (keys [B, S_k, d_k] become "
-                 "[d_k, S_k, B]): transpose only the last two axes, `K.transpose(-2, -1)` or `K.mT`.")
+                 "[d_k, S_k, B]), and PyTorch deprecates it there: transpose only the last two axes, "
+                 "`K.transpose(-2, -1)` or `K.mT`.")
     if _SWAP_1_2.search(code):
         return _("Swapping axes 1 and 2 transposes 3-D keys [B, S_k, d_k] but, on 4-D keys [B, H, S_k, d_k], "
                  "swaps heads and positions: transpose the last two axes, `K.transpose(-2, -1)`.")
@@ -267,34 +286,74 @@ def _stub_name(error: NotImplementedError) -> str:
     return getattr(code, "co_qualname", code.co_name).removesuffix(".__init__")
 
 
+# The start of torch's UserWarning for `.T` on a tensor of more than two dimensions.
+_DOT_T_WARNING = "The use of `x.T` on tensors of dimension other than 2"
+
+
+@contextlib.contextmanager
+def _dot_t_warning_caught(seen: list):
+    """Inside: torch's `.T` deprecation warning is recorded in `seen` instead of printed; other warnings pass
+    (issued again once the block is left)."""
+    caught = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        for entry in caught:
+            if str(entry.message).startswith(_DOT_T_WARNING):
+                seen.append(entry)
+            else:
+                warnings.warn_explicit(entry.message, entry.category, entry.filename, entry.lineno)
+
+
+def _with_dot_t_note(failure: AssertionError, seen: list) -> AssertionError:
+    """The failure, its sentence followed by the note that torch warned about `.T` (when it did, once per
+    process, and the sentence does not say so already)."""
+    if not seen or "deprecat" in str(failure):
+        return failure
+    note = _("(PyTorch also warned that `.T` on a tensor of more than two dimensions is deprecated.)")
+    return _plain(AssertionError(_("{sentence} {advice}").format(sentence=failure, advice=note)))
+
+
 def _friendly(label: str):
     """Run a check: a stub gives one line; a failure ends in one plain AssertionError sentence."""
 
     def wrap(check):
         @functools.wraps(check)
         def run(*args, **kwargs):
+            seen = []
             try:
-                with torch.random.fork_rng():
-                    torch.manual_seed(1234)
-                    check(*args, **kwargs)
-            except NotImplementedError as error:
-                if not _stub_name(error):
-                    raise _check_broke(label, error) from None
-                print(_("{name}: not implemented yet (replace the `raise NotImplementedError` with your code)").format(name=label))
-            except _NotReady as why:
-                print(_("{name}: {reason}").format(name=label, reason=why))
+                with _dot_t_warning_caught(seen):
+                    _run_check(label, check, args, kwargs)
             except AssertionError as failure:
-                if _student_frames(failure):  # an assert in the student's own code
-                    raise _student_raised(label, failure) from None
-                raise _plain(failure)
-            except Exception as error:
-                if _student_frames(error):
-                    raise _student_raised(label, error) from None
-                raise _check_broke(label, error) from None
+                raise _with_dot_t_note(failure, seen) from None
 
         return run
 
     return wrap
+
+
+def _run_check(label: str, check, args, kwargs) -> None:
+    """One check, seeded: a stub prints one line; every failure is raised as one plain AssertionError sentence."""
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(1234)
+            check(*args, **kwargs)
+    except NotImplementedError as error:
+        if not _stub_name(error):
+            raise _check_broke(label, error) from None
+        print(_("{name}: not implemented yet (replace the `raise NotImplementedError` with your code)").format(name=label))
+    except _NotReady as why:
+        print(_("{name}: {reason}").format(name=label, reason=why))
+    except AssertionError as failure:
+        if _student_frames(failure):  # an assert in the student's own code
+            raise _student_raised(label, failure) from None
+        raise _plain(failure)
+    except Exception as error:
+        if _student_frames(error):
+            raise _student_raised(label, error) from None
+        raise _check_broke(label, error) from None
 
 
 @contextlib.contextmanager
@@ -880,4 +939,17 @@ PART_CHECKS = {
 }
 
 
-graded_part = graded_part_function(PART_CHECKS, globals(), ".venv/bin/python -m autograder grade <this notebook>.ipynb", _)
+# The notebook of each part (the command that grades one notebook names it).
+PART_NOTEBOOKS = {"qkv_projection": "01_scores", "scaled_scores": "01_scores", "masks": "02_masks", "module": "03_module",
+                  "official_parity": "03_module", "multihead": "04_multihead", "long_sequence": "05_long_sequence"}
+
+
+def _edition_suffix() -> str:
+    """The folder suffix of the edition the notebook speaks: "_zh" after use_language("zh"), else ""."""
+    return "_zh" if isinstance(_translation, gettext.GNUTranslations) else ""
+
+
+graded_part = graded_part_function(
+    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade workspace/self_attention{suffix}/{notebook}.ipynb", _,
+    PART_NOTEBOOKS, _edition_suffix,
+)

@@ -79,7 +79,7 @@ def cells():
         before the translation starts), so every query may look at every context token. A causal mask here
         would hide part of the source from the first words of the translation.
         """, r"""
-        ## 1. 张量形状：一个长方形的分数矩阵
+        ## 1. 张量形状：分数矩阵不再是方阵
 
         | 张量 | 形状 | 来源 |
         |---|---|---|
@@ -251,3 +251,22 @@ def cells():
         - **一致性**：当 `kdim != d_model` 时，`nn.MultiheadAttention` 的参数是 `q_proj_weight`、`k_proj_weight`、`v_proj_weight`，而不是 `in_proj_weight`。
         """),
     ]
+
+# The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
+DEMO_ZH = {
+    '" context"': '" 上下文 context"',
+    '" scores"': '" 分数"',
+    "# a key projection that ignores d_context": "# 一个忽略了 d_context 的键投影",
+    '"W_k with d_model inputs on the context:"': '"输入宽度为 d_model 的 W_k 作用在上下文上："',
+    "# two contexts of 5 and 2 real tokens, padded to S_k = 5": "# 两段上下文，分别有 5 个和 2 个真实 token，填充到 S_k = 5",
+    "# [B, S_k], True = real token": "# [B, S_k]，True = 真实 token",
+    '"ours, True = real token:                   "': '"本课程，True = 真实 token：                    "',
+    '"nn.MultiheadAttention key_padding_mask, True = ignore:"': '"nn.MultiheadAttention 的 key_padding_mask，True = 忽略："',
+    '"SDPA attn_mask [B, 1, 1, S_k], True = may attend:     "': '"SDPA 的 attn_mask [B, 1, 1, S_k]，True = 可以关注：   "',
+    "# True = real context token": "# True = 真实的上下文 token",
+    'f"largest difference from nn.MultiheadAttention: {': 'f"与 nn.MultiheadAttention 的最大差值：{',
+    '"weights", list(weights.shape), "- sample 1, weight on its padded tokens:"': '"权重", list(weights.shape), "- 样本 1 在它的填充 token 上的权重："',
+    'ax.set(title=f"head {h}, sample 1", xlabel="context token (3 real)", ylabel="query")':
+        'ax.set(title=f"头 {h}，样本 1", xlabel="上下文 token（3 个真实）", ylabel="查询")',
+    'f"queries one at a time vs together: largest difference {': 'f"逐个输入查询与一起输入相比：最大差值 {',
+}

@@ -1,26 +1,26 @@
 """Notebook 02 of `generation`: the KV cache, its causal mask, its memory, and grouped-query attention."""
-from course.cells import check, demo, graded_cell, md, setup, solution
+from course.cells import check, demo, graded_cell, md, recipe, setup, solution
 
 NAME = "02_kv_cache"
 
 HINTS = {
     "decode_causal_mask": (
-        "the first query is position S_k - S_q; a lower triangle can be shifted with tril(diagonal=...).",
-        "第一个查询位于位置 S_k - S_q；下三角可以用 tril(diagonal=...) 平移。",
+        "the S_q queries are the *last* S_q of the S_k positions: each may read every key up to its own position.",
+        "S_q 个查询是 S_k 个位置中的*最后* S_q 个：每个查询能读取直到它自己位置为止的所有键。",
     ),
     "repeat_kv": (
-        "put a new axis of size n_rep right after the head axis, expand it, then merge it with the heads.",
-        "在头的维度紧后面插入一个大小为 n_rep 的新维度，对它 expand，再把它和头的维度合并。",
+        "each kv head must appear n_rep times in a row (kv 0, kv 0, kv 1, kv 1, ...), nothing else changes.",
+        "每个 kv 头要连续出现 n_rep 次（kv 0, kv 0, kv 1, kv 1, ...），其他一概不变。",
     ),
     "KVCache.__init__": (
-        "nothing is cached yet: remember that (for instance with None).",
-        "此时还什么都没有缓存：把这一点记下来（比如用 None）。",
+        "what does the cache hold before the first append, and how will append and len tell?",
+        "第一次 append 之前缓存里有什么？append 和 len 又怎样知道这一点？",
     ),
     "KVCache.append": (
-        "the first call stores k and v; later calls concatenate along the sequence axis of\n"
-        "[B, H, S, head_dim].",
-        "第一次调用直接存下 k 和 v；之后的调用沿\n"
-        "[B, H, S, head_dim] 的序列维度拼接。",
+        "the cached keys and the new ones are one sequence, older positions first: which axis of\n"
+        "[B, H, S, head_dim] grows?",
+        "缓存中的键和新来的键属于同一个序列，旧位置在前：\n"
+        "[B, H, S, head_dim] 的哪个维度在增长？",
     ),
     "KVCache.__len__": (
         "the number of positions, not the number of calls.",
@@ -37,8 +37,8 @@ HINTS = {
         "append 返回的结果；分数 [B, H, S_new, S_k] 用 decode_causal_mask(S_new, S_k) 加掩码。",
     ),
     "kv_cache_bytes": (
-        "keys and values; every layer; every kv head, position and feature; times the element size.",
-        "键和值；每一层；每个 kv 头、每个位置、每个特征；再乘以每个元素的字节数。",
+        "count what the cache stores, as it stores it: which tensors, in how many layers, of which shape, in which dtype.",
+        "按缓存实际存储的方式来数：存了哪些张量、有多少层、每个张量什么形状、用什么 dtype。",
     ),
 }
 
@@ -54,6 +54,39 @@ DOCSTRINGS_ZH = {
     "CachedSelfAttention": """因果多头自注意力，可以借助 KVCache 一次生成一个 token。""",
     "CachedSelfAttention.forward": """x [B, S_new, d_model]（新 token）-> [B, S_new, d_model]；键和值经由 `cache` 存取。""",
     "kv_cache_bytes": """所有层缓存的键和值的字节数：2（K 和 V）* B * layers * H_kv * S * head_dim * 每个元素的字节数。""",
+}
+
+
+# The second hints, folded above their stubs (course.cells.recipe): the recipe, for after the first hint.
+RECIPES = {
+    "decode_causal_mask": (
+        "Query `i` sits at position `S_k - S_q + i`, so it keeps key `j` when `j <= i + (S_k - S_q)`: the lower "
+        "triangle shifted right by `S_k - S_q`, `torch.ones(S_q, S_k, dtype=torch.bool).tril(diagonal=S_k - S_q)`.",
+        "查询 `i` 位于位置 `S_k - S_q + i`，所以当 `j <= i + (S_k - S_q)` 时保留键 `j`：也就是向右平移 `S_k - S_q` "
+        "的下三角，`torch.ones(S_q, S_k, dtype=torch.bool).tril(diagonal=S_k - S_q)`。",
+    ),
+    "KVCache": (
+        "`__init__`: `self.k = self.v = None`. `append`: the first time, store `k` and `v`; afterwards "
+        "`torch.cat([self.k, k], dim=2)` (dim 2 is the sequence axis of `[B, H, S, head_dim]`), the same for `v`; "
+        "return both. `__len__`: 0 while empty, else `self.k.shape[2]`.",
+        "`__init__`：`self.k = self.v = None`。`append`：第一次直接存下 `k` 和 `v`；之后用 "
+        "`torch.cat([self.k, k], dim=2)`（dim 2 是 `[B, H, S, head_dim]` 的序列维度），`v` 也一样；"
+        "返回两者。`__len__`：为空时是 0，否则是 `self.k.shape[2]`。",
+    ),
+    "kv_cache_bytes": (
+        "Keys and values (2) x `layers` x `batch` x `kv_heads` x `seq_len` x `head_dim` elements, times "
+        "`torch.empty(0, dtype=dtype).element_size()` bytes each.",
+        "键和值（2）x `layers` x `batch` x `kv_heads` x `seq_len` x `head_dim` 个元素，每个元素 "
+        "`torch.empty(0, dtype=dtype).element_size()` 字节。",
+    ),
+    "repeat_kv": (
+        "`x[:, :, None]` is `[B, H_kv, 1, S, head_dim]`; `.expand(B, H_kv, n_rep, S, head_dim)` repeats it without "
+        "copying; `.reshape(B, H_kv * n_rep, S, head_dim)` merges the two head axes, kv head `h` first. "
+        "(`torch.repeat_interleave(x, n_rep, dim=1)` does the same in one call.)",
+        "`x[:, :, None]` 是 `[B, H_kv, 1, S, head_dim]`；`.expand(B, H_kv, n_rep, S, head_dim)` 不复制数据就完成重复；"
+        "`.reshape(B, H_kv * n_rep, S, head_dim)` 把两个头的维度合并，kv 头 `h` 的副本排在一起。"
+        "（`torch.repeat_interleave(x, n_rep, dim=1)` 一次调用就能做到同样的事。）",
+    ),
 }
 
 
@@ -180,6 +213,7 @@ def cells():
                               F.scaled_dot_product_attention(q, k, v, attn_mask=top_left))
         print("SDPA with is_causal=True equals SDPA with this mask:", same)
         """),
+        recipe("decode_causal_mask", RECIPES),
         solution("decode_causal_mask", HINTS),
         check("check_decode_causal_mask(decode_causal_mask)", "check_decode_causal_mask"),
         md(r"""
@@ -234,6 +268,7 @@ def cells():
 
         `len(cache)` 是缓存的位置数。（拼接在每一步都会复制整个缓存；推理服务会一次性分配 `[B, H, S_max, head_dim]` 然后往里写，或者把缓存分成若干页。这里用简单版本就够了。）
         """),
+        recipe("KVCache", RECIPES),
         solution("KVCache", HINTS),
         check("check_kv_cache(KVCache)", "check_kv_cache"),
         md(r"""
@@ -267,7 +302,7 @@ def cells():
         | 在 `decode_causal_mask(S_new, S_k)` 为 False 处填 `-inf` | `[2, 4, 1, 6]` |
         | 对键做 softmax，`@ v`，合并多头，`W_o` | `[2, 1, 16]` |
 
-        没有缓存时，它就是普通的因果自注意力（`S_k = S_new`）。它的承诺是：先输入提示，再一次一个 token，全程用同一个缓存，得到的输出与把整条序列一次性算出来的输出完全相同。
+        没有缓存时，它就是普通的因果自注意力（`S_k = S_new`）。它保证：先输入提示，再一次一个 token，全程用同一个缓存，得到的输出与把整条序列一次性算出来的输出完全相同。
         """),
         solution("CachedSelfAttention", HINTS),
         check("check_cached_self_attention(CachedSelfAttention, KVCache)", "check_cached_self_attention"),
@@ -341,6 +376,7 @@ def cells():
 
         （2：键和值；float16 / bfloat16 每个元素 2 字节，float32 为 4 字节。）`kv_cache_bytes` 计算这个值；`dtype` 默认为 float16。
         """),
+        recipe("kv_cache_bytes", RECIPES),
         solution("kv_cache_bytes", HINTS),
         check("check_kv_cache_bytes(kv_cache_bytes)", "check_kv_cache_bytes"),
         md(r"""
@@ -379,7 +415,7 @@ def cells():
         The cache stores $H_{kv}$ heads. At attention time the simplest code repeats each kv head
         $n_\text{rep}$ times, so that the usual `[B, H, S, head_dim]` attention applies:
         `repeat_kv(x, n_rep)` turns `[B, H_kv, S, head_dim]` into `[B, H_kv * n_rep, S, head_dim]`, each
-        head repeated **in place**: kv head $h$ becomes heads $h \cdot n_\text{rep} \dots (h + 1) \cdot n_\text{rep} - 1$.
+        head copied $n_\text{rep}$ times **consecutively**: kv head $h$ becomes heads $h \cdot n_\text{rep} \dots (h + 1) \cdot n_\text{rep} - 1$.
 
         | kv heads in | query heads served (`n_rep = 2`) |
         |---|---|
@@ -396,7 +432,7 @@ def cells():
 
         缓存随**键/值头**的个数 $H_{kv}$ 增长。分组查询注意力（GQA）保留 $H$ 个查询头，但只有 $H_{kv} < H$ 个键/值头；每个 kv 头服务于由 $n_\text{rep} = H / H_{kv}$ 个连续查询头组成的一*组*。$H_{kv} = 1$ 就是多查询注意力（MQA）；$H_{kv} = H$ 就是普通的多头注意力。例如 LLaMA-3-8B 有 32 个查询头和 8 个键/值头，缓存只有同一个模型用 32 个 kv 头时的 1/4。
 
-        缓存里存的是 $H_{kv}$ 个头。计算注意力时，最简单的写法是把每个 kv 头重复 $n_\text{rep}$ 次，这样就能用常规的 `[B, H, S, head_dim]` 注意力：`repeat_kv(x, n_rep)` 把 `[B, H_kv, S, head_dim]` 变成 `[B, H_kv * n_rep, S, head_dim]`，每个头**就地**重复：kv 头 $h$ 变成头 $h \cdot n_\text{rep} \dots (h + 1) \cdot n_\text{rep} - 1$。
+        缓存里存的是 $H_{kv}$ 个头。计算注意力时，最简单的写法是把每个 kv 头重复 $n_\text{rep}$ 次，这样就能用常规的 `[B, H, S, head_dim]` 注意力：`repeat_kv(x, n_rep)` 把 `[B, H_kv, S, head_dim]` 变成 `[B, H_kv * n_rep, S, head_dim]`，每个头**连续复制** $n_\text{rep}$ 份：kv 头 $h$ 变成头 $h \cdot n_\text{rep} \dots (h + 1) \cdot n_\text{rep} - 1$。
 
         | 输入的 kv 头 | 服务的查询头（`n_rep = 2`） |
         |---|---|
@@ -406,6 +442,7 @@ def cells():
 
         顺序很重要：一个按连续头分组训练的模型，如果用平铺顺序 kv 0, 1, 2, 0, 1, 2（`x.repeat(1, n_rep, 1, 1)` 的结果），得到的分数就是错的，而且不会有任何报错。
         """),
+        recipe("repeat_kv", RECIPES),
         solution("repeat_kv", HINTS),
         check("check_repeat_kv(repeat_kv)", "check_repeat_kv"),
         md(r"""
@@ -456,7 +493,7 @@ def cells():
         - **Wrong axis**: the cache grows along the sequence axis, dim 2 of `[B, H, S, head_dim]`.
         - **Attending before appending**: the new tokens must see themselves; append first.
         - **`len(cache)`**: positions, not calls (it is the position of the next token, for RoPE).
-        - **`repeat_kv` order**: each kv head repeated in place (`repeat_interleave`), not tiled (`repeat`).
+        - **`repeat_kv` order**: each kv head copied consecutively (`repeat_interleave`), not tiled (`repeat`).
         - **Memory**: 2 x layers x kv heads x head_dim x bytes per token; it is usually the cache, not the
           weights, that limits the batch size and the context length.
         """, r"""
@@ -467,7 +504,46 @@ def cells():
         - **维度错了**：缓存沿序列维度增长，即 `[B, H, S, head_dim]` 的 dim 2。
         - **先做注意力再追加**：新 token 必须能看到自己；要先追加。
         - **`len(cache)`**：是位置数，不是调用次数（它就是下一个 token 的位置，RoPE 要用）。
-        - **`repeat_kv` 的顺序**：每个 kv 头就地重复（`repeat_interleave`），而不是平铺（`repeat`）。
+        - **`repeat_kv` 的顺序**：每个 kv 头连续复制（`repeat_interleave`），而不是平铺（`repeat`）。
         - **显存**：每个 token 占 2 x 层数 x kv 头数 x head_dim x 每元素字节数；限制批大小和上下文长度的，通常是缓存而不是权重。
         """),
     ]
+
+# The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
+DEMO_ZH = {
+    "# True = may NOT attend (nn.MultiheadAttention)": "# True = 不能关注（nn.MultiheadAttention）",
+    'f"outputs of tokens 0..3, with and without tokens 4 and 5 after them: largest difference {gap:.1e}"':
+        'f"token 0..3 的输出，后面有和没有 token 4、5 时：最大差值 {gap:.1e}"',
+    "# step t recomputes the keys and values of all t tokens": "# 第 t 步要重新计算全部 t 个 token 的键和值",
+    'f"{T:>5} generated tokens: {without:>10,} token projections without a cache, {T:>5,} with one "':
+        'f"生成 {T:>5} 个 token：不用缓存要做 {without:>10,} 次 token 投影，用缓存只要 {T:>5,} 次"',
+    'f"({without / T:,.0f}x fewer)"': 'f"（少 {without / T:,.0f} 倍）"',
+    "# True = may attend": "# True = 可以关注",
+    '"the mask of is_causal=True for S_q=2, S_k=5 (top-left aligned):"': '"S_q=2、S_k=5 时 is_causal=True 的掩码（左上对齐）："',
+    '"SDPA with is_causal=True equals SDPA with this mask:"': '"is_causal=True 的 SDPA 等于用这个掩码的 SDPA："',
+    '"your decode_causal_mask(2, 5):"': '"你的 decode_causal_mask(2, 5)："',
+    'f"SDPA with your mask vs causal_lower_right: largest difference {': 'f"用你的掩码的 SDPA 与 causal_lower_right 相比：最大差值 {',
+    'f"SDPA with is_causal=True vs causal_lower_right: largest difference {': 'f"is_causal=True 的 SDPA 与 causal_lower_right 相比：最大差值 {',
+    """f"prompt of {prompt}, then {8 - prompt} token{'s' if prompt < 7 else ''} one at a time: \"""":
+        """f"先输入 {prompt} 个 token 的提示，再逐个输入 {8 - prompt} 个 token{'' if prompt < 7 else ''}：\"""",
+    'f"largest difference from the full pass {gap:.1e}, len(cache) = {len(cache)}"': 'f"与一次性计算相比最大差值 {gap:.1e}，len(cache) = {len(cache)}"',
+    '# a stand-in for "embed the predicted token": the last output, rescaled': "# 代替“嵌入预测出的 token”：把最后一个输出重新缩放",
+    "# no cache: the whole prefix again at every step": "# 不用缓存：每一步都重新计算整个前缀",
+    "# with the cache: only the newest token": "# 用缓存：只计算最新的 token",
+    'f"{steps} steps without a cache: {no_cache:.2f} s; with the cache: {with_cache:.2f} s "':
+        'f"{steps} 步，不用缓存：{no_cache:.2f} 秒；用缓存：{with_cache:.2f} 秒"',
+    'f"({no_cache / with_cache:.1f}x faster)"': 'f"（快 {no_cache / with_cache:.1f} 倍）"',
+    'f"same tokens both ways: largest difference {': 'f"两种方式得到的 token 相同：最大差值 {',
+    "# attention, MLP, two norms": "# 注意力、MLP、两个归一化层",
+    "# embeddings in and out, layers, final norm": "# 输入输出嵌入、各层、最后的归一化层",
+    'f"weights: {parameters / 1e9:.2f} billion parameters = {parameters * 2 / GiB:.1f} GiB in float16"':
+        'f"权重：{parameters / 1e9:.2f} 十亿个参数 = float16 下 {parameters * 2 / GiB:.1f} GiB"',
+    'f"KV cache per token: {': 'f"每个 token 的 KV 缓存：{',
+    'f"KV cache, batch {batch}, {seq_len:>7,} tokens: {size / GiB:5.1f} GiB "': 'f"KV 缓存，批大小 {batch}，{seq_len:>7,} 个 token：{size / GiB:5.1f} GiB"',
+    'f"({size / (parameters * 2):.2f}x the weights)"': 'f"（权重的 {size / (parameters * 2):.2f} 倍）"',
+    'f"attention with your repeat_kv vs SDPA\'s enable_gqa=True: largest difference "': 'f"用你的 repeat_kv 的注意力与 SDPA 的 enable_gqa=True 相比：最大差值 "',
+    "# 1k ... 128k tokens": "# 1k ... 128k 个 token",
+    'f"{label:<20} at {lengths[-1]:,} tokens: {sizes[-1]:6.2f} GiB"': 'f"{label:<20} {lengths[-1]:,} 个 token 时：{sizes[-1]:6.2f} GiB"',
+    'xlabel="context length (tokens)", ylabel="KV cache (GiB)"': 'xlabel="上下文长度（token 数）", ylabel="KV 缓存（GiB）"',
+    'title="32 layers, head_dim 128, float16, batch 1"': 'title="32 层，head_dim 128，float16，批大小 1"',
+}

@@ -59,6 +59,50 @@ def cells():
         """),
         setup(),
         md(r"""
+        ### Glossary
+
+        The terms of this assignment in both editions (`generation` and `generation_zh`), with the symbols
+        and names of the code (the first assignment's glossary, in its notebook 01, has the basic ones):
+
+        | 中文 | English | symbol / code |
+        |---|---|---|
+        | 位置编码 | position encoding | added to the input: `x + PE[:S]` |
+        | 正弦位置编码 | sinusoidal position encoding | `sinusoidal_positions(seq_len, d_model)`, `[S, d_model]` |
+        | 置换等变性 | permutation equivariance | shuffled input, output shuffled the same way |
+        | 旋转位置编码 | rotary position embedding (RoPE) | `apply_rope(x, positions)`, angle $m \cdot \theta_i$ |
+        | 交错配对 / 前后半配对 | interleaved / half-split pairing | $(x_{2i}, x_{2i+1})$ / $(x_i, x_{i + \text{head\_dim}/2})$, `rotate_half` |
+        | 自回归生成、解码 | autoregressive generation, decoding | one new token per step |
+        | 预填充 | prefill | the prompt in one pass, filling the cache |
+        | KV 缓存（键值缓存） | KV cache (key/value cache) | `KVCache`, `[B, H_kv, S, head_dim]` per layer |
+        | 右下对齐 / 左上对齐 | bottom-right / top-left alignment (of a causal mask) | `decode_causal_mask(S_q, S_k)` / `is_causal=True` |
+        | 分组查询注意力 | grouped-query attention (GQA) | `H` query heads, `H_kv < H` key/value heads, `repeat_kv` |
+        | 多查询注意力 | multi-query attention (MQA) | `H_kv = 1` |
+        | 交叉注意力 | cross-attention | queries from `x`, keys and values from `context` |
+        | 上下文、上下文掩码 | context, context mask | `context [B, S_k, d_context]`, `context_mask [B, S_k]` |
+        | 编码器 / 解码器 | encoder / decoder | the sequence that is read / the one that writes |
+        """, r"""
+        ### 术语表
+
+        本作业两个版本（`generation` 和 `generation_zh`）共用的术语，以及代码里对应的符号和名字（基础术语见第一个作业 notebook 01 的术语表）：
+
+        | 中文 | English | 符号 / 代码 |
+        |---|---|---|
+        | 位置编码 | position encoding | 加到输入上：`x + PE[:S]` |
+        | 正弦位置编码 | sinusoidal position encoding | `sinusoidal_positions(seq_len, d_model)`，`[S, d_model]` |
+        | 置换等变性 | permutation equivariance | 输入打乱，输出按同样方式打乱 |
+        | 旋转位置编码 | rotary position embedding (RoPE) | `apply_rope(x, positions)`，角度 $m \cdot \theta_i$ |
+        | 交错配对 / 前后半配对 | interleaved / half-split pairing | $(x_{2i}, x_{2i+1})$ / $(x_i, x_{i + \text{head\_dim}/2})$，`rotate_half` |
+        | 自回归生成、解码 | autoregressive generation, decoding | 每一步生成一个新 token |
+        | 预填充 | prefill | 一次处理整段提示，同时填满缓存 |
+        | KV 缓存（键值缓存） | KV cache (key/value cache) | `KVCache`，每层 `[B, H_kv, S, head_dim]` |
+        | 右下对齐 / 左上对齐 | bottom-right / top-left alignment（因果掩码的） | `decode_causal_mask(S_q, S_k)` / `is_causal=True` |
+        | 分组查询注意力 | grouped-query attention (GQA) | `H` 个查询头，`H_kv < H` 个键/值头，`repeat_kv` |
+        | 多查询注意力 | multi-query attention (MQA) | `H_kv = 1` |
+        | 交叉注意力 | cross-attention | 查询来自 `x`，键和值来自 `context` |
+        | 上下文、上下文掩码 | context, context mask | `context [B, S_k, d_context]`，`context_mask [B, S_k]` |
+        | 编码器 / 解码器 | encoder / decoder | 被读取的序列 / 负责生成的序列 |
+        """),
+        md(r"""
         ## 1. Attention does not see order
 
         A score is a dot product between a query and a key, and both are computed from a token's vector
@@ -254,7 +298,9 @@ def cells():
 
         $$t = m \cdot \theta_i, \qquad \theta_i = 10000^{-2i/\text{head\_dim}}$$
 
-        (the same speeds as the sinusoidal encoding). The score of a query at $m$ and a key at $n$ is a sum
+        (the sinusoidal encoding's formula with `head_dim` in place of `d_model`, so the speeds are not
+        the same: a head is narrower than the model, and every pair but the first turns faster than its
+        namesake in the sinusoidal encoding; the next cell prints pair 1 for both). The score of a query at $m$ and a key at $n$ is a sum
         over pairs of dot products of rotated pairs, so it depends on the positions only through $m - n$.
         The values are *not* rotated: positions shape who attends to whom, not what is passed along.
 
@@ -270,6 +316,11 @@ def cells():
         model, RoPE is applied to the queries and keys *after* the projections and the split into heads,
         right before the scores.
 
+        **Which features form a pair.** This course pairs *neighbours*, $(x_{2i}, x_{2i+1})$, as the paper
+        does. Much code you will find online (GPT-NeoX, Hugging Face's `rotate_half`) pairs the first half
+        with the second half instead, $(x_i, x_{i + \text{head\_dim}/2})$: the *half-split* pairing of §4.
+        It is just as valid a RoPE, but it is not this one, and the checks tell them apart.
+
         Compute the angles in float32 (or float64 for float64 input) even when `x` is float16, and convert
         the result back to `x`'s dtype. float16 cannot hold large positions exactly:
         """, r"""
@@ -279,7 +330,7 @@ def cells():
 
         $$t = m \cdot \theta_i, \qquad \theta_i = 10000^{-2i/\text{head\_dim}}$$
 
-        （转速与正弦位置编码相同）。位置 $m$ 的查询与位置 $n$ 的键之间的分数，是各对旋转后点积之和，因此它只通过 $m - n$ 依赖于位置。值*不*旋转：位置决定的是谁关注谁，而不是传递什么内容。
+        （公式与正弦位置编码相同，只是用 `head_dim` 代替了 `d_model`，所以转速并不相同：一个头比整个模型窄，除第 0 对以外，每一对都比正弦位置编码中同编号的那一对转得快；下一个单元格打印两者第 1 对的转速）。位置 $m$ 的查询与位置 $n$ 的键之间的分数，是各对旋转后点积之和，因此它只通过 $m - n$ 依赖于位置。值*不*旋转：位置决定的是谁关注谁，而不是传递什么内容。
 
         | 步骤 | 形状 |
         |---|---|
@@ -290,9 +341,13 @@ def cells():
 
         `positions` 是一个 LongTensor `[S]`：对整条序列是 `0, 1, ..., S - 1`，而对正在生成的模型的新 token 则是 `len(cache), len(cache) + 1, ...`（notebook 02）。在模型里，RoPE 作用于查询和键，时机是在投影和拆分成多头*之后*、计算分数之前。
 
+        **哪些特征配成一对。** 本课程和论文一样，把*相邻*特征配成一对：$(x_{2i}, x_{2i+1})$。网上能找到的很多代码（GPT-NeoX、Hugging Face 的 `rotate_half`）则把前一半和后一半配对：$(x_i, x_{i + \text{head\_dim}/2})$，也就是 §4 里的*前后半配对*。它同样是合格的 RoPE，但不是本课程要求的这一种，检查会把两者区分开。
+
         即使 `x` 是 float16，也要用 float32 计算角度（float64 输入则用 float64），最后再把结果转回 `x` 的 dtype。float16 无法精确表示较大的位置：
         """),
         demo("""
+        for width in (64, 512):  # pair 1's speed: head_dim = 64 (RoPE) and d_model = 512 (sinusoidal)
+            print(f"10000 ** (-2 * 1 / {width}) = {10000 ** (-2 * 1 / width):.2f} rad per position")
         for position in (1000, 2049, 4097, 40001):
             stored = torch.tensor(float(position), dtype=torch.float16).item()
             print(f"position {position:>6} stored as float16: {stored:>8.0f}  "
@@ -389,7 +444,7 @@ def cells():
 
         ## 5. Pitfalls and how to debug them
 
-        - **Pairing**: the spec pairs neighbours, `x[..., 0::2]` with `x[..., 1::2]`; code copied from a
+        - **Pairing**: this course pairs neighbours, `x[..., 0::2]` with `x[..., 1::2]`; code copied from a
           `rotate_half` implementation pairs halves. Check one pair's length before and after: a rotation
           keeps it.
         - **Frequencies**: $\theta_i = 10000^{-2i/\text{head\_dim}}$, with `head_dim` (the width of one head),
@@ -403,7 +458,7 @@ def cells():
 
         ## 5. 常见错误与调试方法
 
-        - **配对**：规范要求相邻特征配对，`x[..., 0::2]` 与 `x[..., 1::2]`；从 `rotate_half` 实现里抄来的代码配对的是前后两半。检查某一对在旋转前后的长度：旋转不改变长度。
+        - **配对**：本课程的约定是相邻特征配对，`x[..., 0::2]` 与 `x[..., 1::2]`；从 `rotate_half` 实现里抄来的代码配对的是前后两半。检查某一对在旋转前后的长度：旋转不改变长度。
         - **频率**：$\theta_i = 10000^{-2i/\text{head\_dim}}$，用的是 `head_dim`（一个头的宽度）而不是 `d_model`，$i$ 数的是对。
         - **有缓存时的位置**：生成模型的新 token 位于位置 `len(cache)`，而不是 0。
         - **dtype**：角度用 float32 或 float64 计算，返回 `x` 的 dtype。
@@ -411,3 +466,51 @@ def cells():
         - **正弦位置编码**：在输入处加一次，`[S, d_model]`，float32；正弦放在偶数特征上。
         """),
     ]
+
+# The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
+DEMO_ZH = {
+    "# one sequence of 6 token vectors [B, S, d_model]": "# 一个由 6 个 token 向量组成的序列 [B, S, d_model]",
+    "# a shuffle of the six positions": "# 六个位置的一种打乱方式",
+    '"shuffle:"': '"打乱顺序："',
+    'f"largest |attention(shuffled x) - shuffled attention(x)|: {': 'f"最大的 |attention(打乱的 x) - 打乱的 attention(x)|：{',
+    'f"largest |attention(shuffled x) - attention(x)|:          {': 'f"最大的 |attention(打乱的 x) - attention(x)|：        {',
+    "# A causal mask (a decoder) breaks the symmetry a little: token i sees i + 1 tokens.":
+        "# 因果掩码（解码器）稍稍打破了这种对称：token i 能看到 i + 1 个 token。",
+    "# True = may NOT attend, in nn.MultiheadAttention": "# 在 nn.MultiheadAttention 中 True = 不能关注",
+    'f"with a causal mask, largest |shuffled - shuffled original|: {': 'f"加因果掩码时，最大的 |打乱后的输出 - 打乱的原输出|：{',
+    "# radians per position": "# 每个位置转过的弧度",
+    'f"pair {i} (features {2 * i}, {2 * i + 1}): angle = p x {omega:<7.4g} "': 'f"第 {i} 对（特征 {2 * i}、{2 * i + 1}）：角度 = p x {omega:<7.4g} "',
+    'f"-> one full turn every {2 * math.pi / omega:>9,.1f} positions"': 'f"-> 每 {2 * math.pi / omega:>9,.1f} 个位置转一整圈"',
+    ':.4f}   (same offset, same value)"': ':.4f}   （偏移相同，值也相同）"',
+    'title="sinusoidal PE [64 positions, 64 features]", xlabel="feature", ylabel="position p"':
+        'title="正弦位置编码 PE [64 个位置, 64 个特征]", xlabel="特征", ylabel="位置 p"',
+    'xlabel="position q", ylabel="dot product"': 'xlabel="位置 q", ylabel="点积"',
+    "# one 2-D vector (a, b) turned by the angle t (radians)": "# 把一个二维向量 (a, b) 旋转角度 t（弧度）",
+    '"(1, 0) turned by 90 degrees:"': '"(1, 0) 旋转 90 度："',
+    'f"query at m={m:>2}, key at n={n:>2} (m - n = {m - n:>2}): score {score.item():+.4f}"':
+        'f"查询在 m={m:>2}，键在 n={n:>2}（m - n = {m - n:>2}）：分数 {score.item():+.4f}"',
+    "# pair 1's speed: head_dim = 64 (RoPE) and d_model = 512 (sinusoidal)": "# 第 1 对的转速：head_dim = 64（RoPE）与 d_model = 512（正弦位置编码）",
+    ':.2f} rad per position"': ':.2f} 弧度/位置"',
+    'f"position {position:>6} stored as float16: {stored:>8.0f}  "': 'f"位置 {position:>6} 存成 float16：{stored:>8.0f}  "',
+    'f"-> pair 0\'s angle is off by {abs(stored - position):.0f} rad"': 'f"-> 第 0 对的角度偏差 {abs(stored - position):.0f} 弧度"',
+    "# one query and one key vector, head_dim = 16": "# 一个查询向量和一个键向量，head_dim = 16",
+    "# row m: q placed at position m": "# 第 m 行：q 放在位置 m",
+    "# row n: k placed at position n": "# 第 n 行：k 放在位置 n",
+    ':+.4f}   (same offset)"': ':+.4f}   （偏移相同）"',
+    ':+.4f}   (opposite offset)"': ':+.4f}   （偏移相反）"',
+    'f"spread of every diagonal: {': 'f"每条对角线上的最大差值：{',
+    'plt.title("RoPE score of q at m and k at n")': 'plt.title("q 在位置 m、k 在位置 n 时的 RoPE 分数")',
+    'plt.xlabel("key position n")': 'plt.xlabel("键的位置 n")',
+    'plt.ylabel("query position m")': 'plt.ylabel("查询的位置 m")',
+    '"perm puts half-split partners next to each other:"': '"perm 把前后半配对的两个成员放到相邻位置："',
+    "# the rotate_half convention, from your interleaved apply_rope: reorder, rotate, reorder back":
+        "# rotate_half 的约定，由你的交错配对 apply_rope 得到：重排、旋转、再排回去",
+    "# one query vector and one key vector of a checkpoint trained with half-split RoPE, placed at every position":
+        "# 一个按前后半配对 RoPE 训练的 checkpoint 的一个查询向量和一个键向量，放到每个位置上",
+    "# what the model was trained with": "# 模型训练时用的方式",
+    "# the other pairing, same weights": "# 另一种配对，同样的权重",
+    "# weights permuted": "# 置换过的权重",
+    'f"scores with the other pairing:        off by up to {': 'f"用另一种配对的分数：        最多相差 {',
+    'f"scores with permuted W_q, W_k:        off by up to {': 'f"用置换后的 W_q、W_k 的分数：最多相差 {',
+    '"the wrong pairing is still relative:"': '"错误的配对仍然只依赖相对位置："',
+}
