@@ -98,7 +98,8 @@ def test_a_generation_bundle_grades_the_second_assignment_like_the_grader(grader
     expected = grader.grade(sub, assignment=spec.GENERATION)
     assert doc["score"] == pytest.approx(expected.score, abs=1e-3) and expected.score < 100
     failed = [t["name"] for t in doc["tests"] if t["score"] < t["max_score"]]
-    assert failed and all(name.startswith("kv_cache: ") for name in failed), failed
+    # (decoder too: in a .py submission DecoderAttention calls the file's own decode_causal_mask)
+    assert failed and all(name.startswith(("kv_cache: ", "decoder: ")) for name in failed), failed
     assert sum(t["max_score"] for t in doc["tests"]) == pytest.approx(100)
 
 

@@ -434,17 +434,16 @@ class _Recorder:
     """A KV cache that remembers the shape of what was appended (the check's own, so only your layer is tested)."""
 
     def __init__(self):
-        self.k = self.v = None
-        self.shapes = []
+        self.keys, self.values, self.shapes = [], [], []
 
     def append(self, k, v):
         self.shapes.append(list(k.shape))
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
-        return self.k, self.v
+        self.keys.append(k)
+        self.values.append(v)
+        return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
 
     def __len__(self):
-        return 0 if self.k is None else self.k.shape[2]
+        return sum(k.shape[2] for k in self.keys)
 
 
 @_friendly("DecoderAttention")
