@@ -23,7 +23,10 @@ Enable it in nbgrader_config.py:
 from __future__ import annotations
 
 import atexit
+import functools
 import json
+import os
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -31,10 +34,13 @@ from pathlib import Path
 import nbformat
 from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
+from traitlets import Bool
 
-from . import i18n, spec
+from . import exposure, i18n, spec
 from .extract import SubmissionError, parse_json
 from .gradebook import cell_score
+from .limits import Limits, unsafe_from_env
+from .pool import SandboxUnavailable
 from .readfile import Unreadable, read_bytes
 from .scoring import zeros
 
@@ -97,14 +103,16 @@ _GRADER = None
 _LOCK = threading.Lock()
 
 
-def shared_grader():
-    """The process-wide warm Grader (its zygote has imported torch once)."""
+def shared_grader(unsafe_no_sandbox: bool = False):
+    """The process-wide warm Grader (its zygote has imported torch once). It refuses to grade where a layer
+    of the sandbox is missing, unless `unsafe_no_sandbox` or AUTOGRADER_UNSAFE_NO_SANDBOX=1 said otherwise
+    (when it is first made)."""
     global _GRADER
     with _LOCK:
         if _GRADER is None:
             from .grade import Grader  # noqa: PLC0415 - imports torch; only when grading starts
 
-            _GRADER = Grader().warm()
+            _GRADER = Grader(Limits(unsafe_no_sandbox=unsafe_no_sandbox or unsafe_from_env())).warm()
             atexit.register(_close)
         return _GRADER
 
@@ -171,7 +179,7 @@ def grade_outputs(report: str, score: float | None, points: float, error: str | 
 
 
 def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignment | None = None,
-                        lang: str | None = None):
+                        lang: str | None = None, unsafe_no_sandbox: bool = False):
     """Grade one notebook with only its own code and its own parts: ({part_id: PartResult}, notes).
     Without `assignment`, the assignment that has a notebook of this name. Messages in `lang` (default:
     the notebook's own language, from its metadata)."""
@@ -181,7 +189,7 @@ def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignme
     if not ids:
         return {}, [_("{name} is not a notebook of this course: nothing in it is graded").format(
             name=path.name).render(lang or spec.DEFAULT_LANGUAGE)]
-    grader = grader or shared_grader()
+    grader = grader or shared_grader(unsafe_no_sandbox)
     try:
         result = grader.grade(path, part_ids=ids, assignment=assignment, lang=lang)
     except SubmissionError as exc:
@@ -268,10 +276,23 @@ class TolerantNotebookExporter(NotebookExporter):
         return nb
 
 
+@functools.cache
+def warn_if_exposed(course: str, log) -> None:
+    """The instructor's one-line warning when other users can read the course (once per course and process)."""
+    if exposed := exposure.warning(Path(course)):
+        log.warning("%s", exposed)
+
+
 class AutograderPreprocessor(NbGraderPreprocessor):
-    """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute."""
+    """nbgrader autograde preprocessor: the hidden checks in a sandbox, in place of Execute. Where a layer of
+    the sandbox is missing it stops nbgrader with one line (exit status 2), unless
+    `c.AutograderPreprocessor.unsafe_no_sandbox = True` or AUTOGRADER_UNSAFE_NO_SANDBOX=1."""
+
+    unsafe_no_sandbox = Bool(False, help="grade even where a layer of the sandbox is missing (the feedback "
+                                         "says so)").tag(config=True)
 
     def preprocess(self, nb, resources):
+        warn_if_exposed(self.config.get("CourseDirectory", {}).get("root") or os.getcwd(), self.log)
         info = resources.get("nbgrader") or {}
         name = info.get("notebook") or (resources.get("metadata") or {}).get("name") or "notebook"
         # nbgrader names the assignment it autogrades; a course may call it otherwise: then the notebook's name decides
@@ -284,7 +305,12 @@ class AutograderPreprocessor(NbGraderPreprocessor):
             with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
                 path = Path(tmp) / f"{name}.ipynb"
                 path.write_text(json.dumps(nb), encoding="utf-8")
-                parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang)
+                try:
+                    parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang,
+                                                       unsafe_no_sandbox=self.unsafe_no_sandbox)
+                except SandboxUnavailable as exc:  # this machine: nothing is graded, nothing written
+                    print(f"error: {exc}", file=sys.stderr, flush=True)
+                    raise SystemExit(2) from None
         self.log.info("autograder: %s scored %s", name,
                       ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")
         annotate(nb, parts, notes, lang)

@@ -1,7 +1,7 @@
 """The generation notebooks run: solved ones cleanly, untouched released ones to the end without any error,
 and their visible checks pass on the reference, report stubs in one line and name common bugs.
 
-The six notebooks (three solved, three released) are executed once, concurrently, by a module fixture.
+The eight notebooks (four solved, four released) are executed once, concurrently, by a module fixture.
 """
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from course.build import REPO, TARGET_BY_ID, execute_notebooks
+from autograder.spec import GENERATION
 from solutions import generation as G
+from tests import release_import
 
 TARGET = TARGET_BY_ID["generation"]
 NOTEBOOKS = [m.NAME for m in TARGET.modules]
@@ -94,10 +96,25 @@ def test_the_kv_cache_notebook_prints_the_claims_it_makes(executed):
     assert "GQA, H_kv = H/4 = 8  at 131,072 tokens:  16.00 GiB" in text
 
 
+def test_the_decoder_notebook_prints_the_claims_it_makes(executed):
+    """the two position bugs are visible, the cache holds H_kv heads, GQA's memory, the wavelengths, Meta's form, the
+    two causal conventions and the left-padded batch equal to each prompt alone"""
+    text = "".join(stream_text(c) for c in code_cells(executed[("solved", "04_decoder")]))
+    lines = {line.split(":")[0].strip(): line for line in text.splitlines()}
+    assert float(lines["positions len(cache), len(cache) + 1"].split()[-1]) < 1e-5
+    assert float(lines["every new token at position 0"].split()[-1]) > 1e-2
+    assert float(lines["cached keys rotated again"].split()[-1]) > 1e-2
+    assert "the cache receives keys of shape [1, 2, 5, 4]" in text
+    assert "(repeat after reading): 1.00 GiB" in text and "(repeat before appending): 4.00 GiB" in text
+    assert "base    10,000: the slowest pair turns once every       54,410 positions" in text
+    assert float(lines["Meta's form vs your apply_rope"].split()[-1]) < 1e-5
+    assert text.count("equal: True") == 3 and "equal: False" not in text
+
+
 @pytest.mark.parametrize("kind", ["solved", "released"])
 def test_generation_graded_cells_point_to_the_hidden_autograder(executed, kind):
     graded = [c for name in NOTEBOOKS for c in code_cells(executed[(kind, name)], "graded")]
-    assert len(graded) == 3
+    assert len(graded) == len(GENERATION.parts)
     for cell in graded:
         text = stream_text(cell)
         assert "hidden autograder" in text and "    make grade\n" in text, text
@@ -111,12 +128,11 @@ def test_generation_graded_cells_point_to_the_hidden_autograder(executed, kind):
 
 @pytest.fixture(scope="module")
 def vc():
-    sys.path.insert(0, str(REPO / TARGET.release))
+    sys.modules.pop("visible_checks", None)
     try:
-        sys.modules.pop("visible_checks", None)
-        import visible_checks
+        with release_import.importable(REPO / TARGET.release):
+            import visible_checks
     finally:
-        sys.path.remove(str(REPO / TARGET.release))
         sys.modules.pop("visible_checks", None)  # the first assignment's tests import their own
     return visible_checks
 
@@ -130,6 +146,7 @@ CHECK_ARGS = {
     "check_kv_cache_bytes": (G.kv_cache_bytes,),
     "check_repeat_kv": (G.repeat_kv,),
     "check_cross_attention": (G.CrossAttention,),
+    "check_decoder_attention": (G.DecoderAttention,),
 }
 
 
@@ -201,6 +218,30 @@ class _CausalCross(G.CrossAttention):
         return torch.cat(rows, 1)
 
 
+class _DecoderAtZero(G.DecoderAttention):
+    """The new tokens rotated from position 0, whatever the cache holds."""
+
+    def forward(self, x, cache=None, positions=None, key_mask=None):
+        return super().forward(x, cache, torch.arange(x.shape[1]) if positions is None else positions, key_mask)
+
+
+class _DecoderCachesAllHeads(G.DecoderAttention):
+    """repeat_kv before appending: the cache holds H heads (the outputs stay right)."""
+
+    def forward(self, x, cache=None, positions=None, key_mask=None):
+        n_rep = self.num_heads // self.num_kv_heads
+
+        class Repeating:  # hands the cache H heads, gives the layer back its H_kv
+            def append(self, k, v):
+                k_all, v_all = cache.append(G.repeat_kv(k, n_rep), G.repeat_kv(v, n_rep))
+                return k_all[:, ::n_rep], v_all[:, ::n_rep]
+
+            def __len__(self):
+                return len(cache)
+
+        return super().forward(x, None if cache is None else Repeating(), positions, key_mask)
+
+
 class _KeysFromX(G.CrossAttention):
     def forward(self, x, context, context_mask=None):
         return super().forward(x, x, None)  # keys and values projected from x, not from the context
@@ -216,6 +257,8 @@ BUGS = [
     ("check_kv_cache", (_CacheOnHeads,), "append along dim=2"),
     ("check_cached_self_attention", (_TopLeftModule, G.KVCache), "differs from the full pass"),
     ("check_cross_attention", (_CausalCross,), "no causal mask"),
+    ("check_decoder_attention", (_DecoderAtZero,), "not 0"),
+    ("check_decoder_attention", (_DecoderCachesAllHeads,), "4 heads"),
 ]
 
 

@@ -356,3 +356,34 @@ def cells():
         - 左填充的批次需要按序列计算的位置（`cumsum - 1`），以及覆盖历史和新 token 的键掩码。
         """),
     ]
+
+# The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
+DEMO_ZH = {
+    "# what a layer that rotates every key it reads from the cache computes": "# 一个把从缓存读出的每个键都再旋转一次的层，算出来的是这个",
+    '"positions len(cache), len(cache) + 1"': '"位置为 len(cache)、len(cache) + 1"',
+    '"every new token at position 0"': '"每个新 token 都放在位置 0"',
+    '"cached keys rotated again"': '"缓存里的键被再次旋转"',
+    'f"{label:>38}: largest difference from the full pass {gap:.2e}"': 'f"{label:>30}：与一次性计算相比最大差值 {gap:.2e}"',
+    'f"H = 8 query heads, H_kv = 2: the cache receives keys of shape {list(k.shape)}"':
+        'f"H = 8 个查询头，H_kv = 2：缓存收到的键形状为 {list(k.shape)}"',
+    '"H_kv = 8 heads cached (repeat after reading)"': '"缓存 H_kv = 8 个头（读出后再复制）"',
+    '"H = 32 heads cached (repeat before appending)"': '"缓存 H = 32 个头（追加前就复制）"',
+    "# keys and values, every layer": "# 键和值，所有层",
+    'f"{label}: {total / 2**30:.2f} GiB per sequence"': 'f"{label}：每条序列 {total / 2**30:.2f} GiB"',
+    "# the exponent 2i / head_dim of the last pair": "# 最后一对的指数 2i / head_dim",
+    'f"base {base:>9,.0f}: the slowest pair turns once every {wavelength:>12,.0f} positions"':
+        'f"base {base:>9,.0f}：转得最慢的那一对每 {wavelength:>12,.0f} 个位置转一圈"',
+    'f"Meta\'s form vs your apply_rope: largest difference ': 'f"Meta 的复数写法与你的 apply_rope 相比：最大差值 ',
+    '"top-left (is_causal=True, tril()):\\n"': '"左上对齐（is_causal=True，tril()）：\\n"',
+    '"bottom-right (flash-attn, causal_lower_right):\\n"': '"右下对齐（flash-attn，causal_lower_right）：\\n"',
+    'f"the two outputs differ by up to ': 'f"两种输出最多相差 ',
+    "# [B, S]: 0 at each first real token": "# [B, S]：每条序列第一个真实 token 处为 0",
+    "# [B, 1]: greedy": "# [B, 1]：贪心解码",
+    "# one more than each sequence's last position": "# 每条序列上一个位置加一",
+    "# past and new keys": "# 过去的键和新的键",
+    "# 0 as the pad token": "# 用 0 作填充 token",
+    "# left padding": "# 左填充",
+    'f"prompt of {len(p)}: batched {batched[b].tolist()}, alone {alone[0].tolist()}, "':
+        'f"长度为 {len(p)} 的提示：批量生成 {batched[b].tolist()}，单独生成 {alone[0].tolist()}，"',
+    'f"equal: {torch.equal(batched[b], alone[0])}"': 'f"相同：{torch.equal(batched[b], alone[0])}"',
+}
