@@ -504,7 +504,8 @@ PART_CHECKS = {
 
 
 # The notebook of each part (the command that grades one notebook names it).
-PART_NOTEBOOKS = {"positions": "01_positions", "kv_cache": "02_kv_cache", "cross_attention": "03_cross_attention"}
+PART_NOTEBOOKS = {"positions": "01_positions", "kv_cache": "02_kv_cache", "cross_attention": "03_cross_attention",
+                  "decoder": "04_decoder"}
 
 
 def _edition_suffix() -> str:

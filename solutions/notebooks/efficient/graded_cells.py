@@ -31,6 +31,36 @@ def english(message: str) -> str:
     return message
 
 
+def _missing(name: str, _: Callable[[str], str]) -> str:
+    return _("{name} is not defined: its cell raised an error (a SyntaxError?); fix it and run it again").format(name=name)
+
+
+def explain_missing_names(part_checks: dict[str, tuple[str, ...]], _: Callable[[str], str] = english) -> None:
+    """In a notebook (IPython), a NameError for a name that a solution cell defines is shown as the one
+    sentence Validate prints, instead of a raw traceback: its cell raised (a SyntaxError, usually), so the
+    name was never defined. Other NameErrors look as usual. Outside IPython: nothing."""
+    names = {arg.id for calls in part_checks.values() for call in calls for arg in ast.parse(call, mode="eval").body.args}
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def handler(shell, etype, value, tb, tb_offset=None):
+        """IPython's custom exception handler: it shows the error itself (IPython ignores what it returns)."""
+        name = getattr(value, "name", None)
+        if name in names:
+            shown = [f"{etype.__name__}: " + _missing(name, _)]
+        else:
+            shown = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+        shell._showtraceback(etype, value, shown)
+        return shown
+
+    shell.set_custom_exc((NameError,), handler)
+
+
 def rerun(call: str, checks: dict, namespace: dict, _: Callable[[str], str] = english) -> str | None:
     """Run one check cell's `call` (e.g. "check_attend(attend)") on the student's `namespace`.
 
@@ -39,8 +69,7 @@ def rerun(call: str, checks: dict, namespace: dict, _: Callable[[str], str] = en
     names = [arg.id for arg in node.args]
     missing = [name for name in names if name not in namespace]
     if missing:
-        return _("{name} is not defined: its cell raised an error (a SyntaxError?); fix it and run it again").format(
-            name=missing[0])
+        return _missing(missing[0], _)
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
@@ -66,11 +95,22 @@ def validate(part_id: str, calls: tuple[str, ...], checks: dict, namespace: dict
     print("\n".join(lines), file=sys.stderr)
 
 
+def grade_commands(grade_command: str, notebook: str, suffix: str = "") -> str:
+    """`grade_command` (with `{suffix}` and `{notebook}` in it) for one notebook of the edition whose folder
+    name ends in `suffix` ("" for English, "_zh" for the Chinese edition)."""
+    return grade_command.format(suffix=suffix, notebook=notebook)
+
+
 def graded_part_function(part_checks: dict[str, tuple[str, ...]], checks: dict, grade_command: str,
-                         _: Callable[[str], str] = english) -> Callable[[str], None]:
+                         _: Callable[[str], str] = english, part_notebooks: dict[str, str] | None = None,
+                         edition_suffix: Callable[[], str] = str) -> Callable[[str], None]:
     """The `graded_part` of an assignment: its check cells per part, the namespace of its check
-    functions, the command that grades one notebook, and its gettext function (called when a
-    message is printed, so that it follows use_language)."""
+    functions, the command that grades one notebook (`{suffix}` and `{notebook}` in it are the
+    edition's folder suffix and the part's notebook), its gettext function (called when a message is
+    printed, so that it follows use_language), the notebook of each part, and the folder suffix of
+    the edition the notebook speaks. In a notebook, it also explains a NameError for one of the
+    part's names (explain_missing_names)."""
+    explain_missing_names(part_checks, _)
 
     def graded_part(part_id: str) -> None:
         """What a graded cell does (see graded_cells.py): point to the hidden autograder, or under
@@ -79,10 +119,13 @@ def graded_part_function(part_checks: dict[str, tuple[str, ...]], checks: dict, 
         if mode == "validate":
             validate(part_id, part_checks[part_id], checks, sys._getframe(1).f_globals, _)
             return
+        notebook = (part_notebooks or {}).get(part_id, "<this notebook>")
+        command = grade_commands(grade_command, notebook, edition_suffix())
         print(_(
             "Part `{part}` is scored by the course's hidden autograder, not by this cell.\n"
-            "Self-learners: from the repository root run\n    {command}"
-        ).format(part=part_id, command=grade_command))
+            "Self-learners: from the repository root run\n    make grade\n"
+            "(every notebook of your workspace), or for this notebook alone\n    {command}"
+        ).format(part=part_id, command=command))
         if mode == "autograde":
             print(_(
                 "{part}: this course must be autograded with the course's own preprocessor "
