@@ -8,6 +8,11 @@ peak extra device memory and time per implementation, mode and S), checks what m
 (the reference earns every point; the full matrix fails every memory check; the inverted
 mask fails the padding cases, naming the convention), and writes device_check.md and
 device_check.json to $OUT (or the current folder). Exit status 1 if an expectation fails.
+
+Then the `efficient` assignment's rows (scripts/device_check_efficient.py, not a graded part):
+the reference flash_attention (no mask, causal) and sliding_window_attention at the same S, next
+to a dense S x S baseline, with peak memory, time and correctness (SDPA / a masked reference).
+DEVICE_CHECK_PARTS=gpu_stage or =efficient runs only one of the two (default: both).
 """
 from __future__ import annotations
 
@@ -33,10 +38,13 @@ from autograder.gpu.known_submissions import write_variants  # noqa: E402
 from autograder.limits import Limits  # noqa: E402
 from autograder.pool import Zygote  # noqa: E402
 
+import device_check_efficient as efficient  # noqa: E402 - scripts/, next to this file
+
 SEQ_LENS = tuple(int(s) for s in os.environ.get("DEVICE_CHECK_SEQ_LENS", "4096,16384,32768").split(","))
 DEVICE = os.environ.get("DEVICE_CHECK_DEVICE", "cuda")  # "cpu": a dry run of this script at small sizes
 GRADED_S = GpuConfig().seq_lens[-1] if DEVICE != "cpu" else max(SEQ_LENS)
 SUBMISSIONS = ("reference", "full_matrix", "inverted_mask")
+PARTS = tuple(os.environ.get("DEVICE_CHECK_PARTS", "gpu_stage,efficient").split(","))
 OUT = Path(os.environ.get("OUT") or ".")
 
 
@@ -111,9 +119,9 @@ def main() -> int:
     runner = "pytest (as graded)" if have_pytest else "direct calls (pytest is not installed here)"
     log(f"checks run through {runner}")
     header["runner"] = runner
-    zygote = Zygote()
+    zygote = Zygote() if "gpu_stage" in PARTS else None
     try:
-        for name in SUBMISSIONS:
+        for name in SUBMISSIONS if zygote else ():
             t0 = time.perf_counter()
             log(f"\n== {name} ({paths[name].name}) ...")
             run = grade(zygote, limits, paths[name], cfg)
@@ -138,10 +146,23 @@ def main() -> int:
                 diagnose_sandbox(paths[name], cfg, limits, results)
             write(header, rows, results, verdicts, time.perf_counter() - started)  # partial results survive a kill
     finally:
-        zygote.close()
+        if zygote:
+            zygote.close()
+    if "efficient" in PARTS:
+        efficient_rows(rows, verdicts)
     write(header, rows, results, verdicts, time.perf_counter() - started)
     log("\n" + (OUT / "device_check.md").read_text())
     return 0 if verdicts and all(ok for ok, _ in verdicts) else 1
+
+
+def efficient_rows(rows: list, verdicts: list) -> None:
+    """The efficient assignment's rows, in this process (reference code only), added to the same table."""
+    cfg = efficient.DRY_RUN if DEVICE == "cpu" else efficient.EfficientConfig()
+    log(f"\n== efficient: flash_attention and sliding_window_attention (block {cfg.block}, chunk_size "
+        f"{cfg.chunk_size}, window {cfg.window}) ...")
+    found = efficient.rows(cfg, SEQ_LENS, log)
+    rows += found
+    verdicts += efficient.expectations(found, max(SEQ_LENS))
 
 
 def write(header, rows, results, verdicts, seconds) -> None:
@@ -153,7 +174,7 @@ def write(header, rows, results, verdicts, seconds) -> None:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         correct = "OOM" if r["oom"] else ("yes" if r["correct"] else ("error" if r["error"] else "no"))
-        lines.append(f"| {r['submission']} | {r['function']} | {MODE_LABEL[r['mode']]} | {r['S']} | {r['peak']} "
+        lines.append(f"| {r['submission']} | {r['function']} | {MODE_LABEL.get(r['mode'], r['mode'])} | {r['S']} | {r['peak']} "
                      f"| {r['budget']} | {r['ms'] if r['ms'] is not None else '-'} | {correct} |")
     lines += ["", "Expectations:"] + [f"- {'PASS' if ok else 'FAIL'}: {what}" for ok, what in verdicts]
     (OUT / "device_check.md").write_text("\n".join(lines) + "\n")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU stage (long_sequence_gpu) on a CUDA machine: one prepared run, ~5 minutes at most.
+# The GPU stage (long_sequence_gpu) and the efficient rows on a CUDA machine: one prepared run, ~5 minutes at most.
 #
 #   bash scripts/device_check.sh            # from the repository root; writes to $OUT (or ./device_check_out)
 #
@@ -7,6 +7,9 @@
 # 2. runs scripts/device_check.py: the reference solution and two broken submissions (the
 #    full S x S matrix; an inverted padding mask) through the GPU stage at S = 4096, 16384
 #    and 32768 (the graded size), and prints the table of peak device memory and time;
+#    then the `efficient` rows (not graded): the reference flash_attention (out and lse) and
+#    sliding_window_attention at the same S, next to a dense S x S baseline
+#    (DEVICE_CHECK_PARTS=efficient or =gpu_stage runs only one of the two);
 # 3. leaves device_check.md, device_check.json and device_check.log in $OUT.
 # Needs no internet and no virtual environment: any python3 with torch (pytest optional).
 set -u

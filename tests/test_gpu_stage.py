@@ -418,10 +418,57 @@ def test_device_check_script_dry_run_on_cpu_meets_every_expectation(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = (tmp_path / "device_check.md").read_text()
     assert "DRY RUN on the CPU" in table
-    assert table.count("- PASS:") == 5 and "- FAIL:" not in table, table
+    assert table.count("- PASS:") == 5 + 3 and "- FAIL:" not in table, table  # the GPU stage's, the efficient rows'
     rows = json.loads((tmp_path / "device_check.json").read_text())["rows"]
-    assert len(rows) == 3 * 2 * 3  # submissions x functions x modes, at one S
-    assert {r["submission"] for r in rows} == {"reference", "full_matrix", "inverted_mask"}
+    stage_rows = [r for r in rows if not r["submission"].startswith("efficient")]
+    assert len(stage_rows) == 3 * 2 * 3  # submissions x functions x modes, at one S
+    assert {r["submission"] for r in stage_rows} == {"reference", "full_matrix", "inverted_mask"}
+    assert len(rows) - len(stage_rows) == 2 * 3  # efficient: reference and dense x (flash twice, sliding window)
+
+
+def test_device_check_dry_run_of_the_efficient_rows_checks_flash_and_sliding_window_at_long_s(tmp_path):
+    """DEVICE_CHECK_PARTS=efficient: the reference flash_attention (its out and lse) and sliding_window_attention
+    are right and within their budgets, and the dense S x S baseline misses every budget."""
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path), "DEVICE_CHECK_DEVICE": "cpu", "DEVICE_CHECK_SEQ_LENS": "256",
+           "DEVICE_CHECK_PARTS": "efficient"}
+    proc = subprocess.run([PY, "scripts/device_check.py"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = (tmp_path / "device_check.md").read_text()
+    assert table.count("- PASS:") == 3 and "- FAIL:" not in table, table
+    assert "| efficient reference | flash_attention | causal | 256 |" in table
+    assert "| efficient reference | sliding_window_attention | window=48 | 256 |" in table
+    rows = json.loads((tmp_path / "device_check.json").read_text())["rows"]
+    mine = [r for r in rows if r["submission"] == "efficient reference"]
+    dense = [r for r in rows if r["submission"] == "efficient dense"]
+    assert [(r["function"], r["mode"]) for r in mine] == [("flash_attention", "none"), ("flash_attention", "causal"),
+                                                          ("sliding_window_attention", "window=48")]
+    assert all(r["correct"] and r["peak_bytes"] <= r["budget_bytes"] for r in mine)
+    assert all(r["lse_error"] < 1e-4 for r in mine if r["function"] == "flash_attention")
+    assert all(r["correct"] and r["peak_bytes"] > 2 * r["budget_bytes"] for r in dense)
+
+
+def test_device_check_efficient_expectations_fail_on_a_wrong_output_or_a_peak_over_budget():
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import device_check_efficient as efficient
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+
+    def row(submission, function, correct=True, peak=1):
+        return {"submission": submission, "function": function, "S": 256, "correct": correct, "peak_bytes": peak,
+                "budget_bytes": 10, "oom": None}
+
+    def table(**change):
+        mine = [row("efficient reference", f) for f in ("flash_attention", "flash_attention", "sliding_window_attention")]
+        mine[-1].update(change)
+        dense = [row("efficient dense", f, peak=100) for f in ("flash_attention", "flash_attention",
+                                                                "sliding_window_attention")]
+        return [ok for ok, _ in efficient.expectations(mine + dense, 256)]
+
+    assert table() == [True, True, True]
+    assert table(correct=False) == [False, True, True]
+    assert table(peak_bytes=11) == [True, False, True]
 
 
 def test_device_check_shell_script_stops_with_a_clear_result_without_cuda(tmp_path):
