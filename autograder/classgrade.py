@@ -181,8 +181,9 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
                  stopper, outcomes, folders, reports, state, keys) -> None:
     """The gradebook read, the queue made (changed or never recorded), each submission graded and written."""
     the_assignment = spec.assignment(assignment)
-    gradebook.load_nbgrader()
-    location = gradebook.locate(course)
+    with stopper.eager():  # (seconds of imports on a busy machine: a stop signal needs no wait here)
+        gradebook.load_nbgrader()
+        location = gradebook.locate(course)
     if location.missing:
         raise FileNotFoundError(f"no gradebook at {location.shown}: run `nbgrader generate_assignment {assignment}` "
                                 f"in {course} first")
