@@ -60,6 +60,8 @@ DEMO_TEXT = (
     N_('PyTorch warned: {text}'),
     N_('flex_attention with the causal mask_mod vs SDPA is_causal=True: largest difference {gap:.1e}'),
     N_('causal mask_mod'),
+    N_('key position kv_idx'),
+    N_('query position q_idx'),
     N_('(nothing)'),
     N_('packed with your mask_mod vs each document alone: largest difference {gap:.1e}'),
     N_('packed documents 5 + 3 + 8'),

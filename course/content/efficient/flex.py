@@ -101,7 +101,7 @@ def cells():
             fig, axes = plt.subplots(1, len(masks), figsize=(3.2 * len(masks), 3.2), squeeze=False)
             for ax, mask, title in zip(axes[0], masks, titles):
                 ax.imshow(mask.int(), cmap="Greens", vmin=0, vmax=1)
-                ax.set(title=title, xlabel="kv_idx", ylabel="q_idx")
+                ax.set(title=title, xlabel=say("key position kv_idx"), ylabel=say("query position q_idx"))
             plt.show()
 
 
@@ -212,7 +212,7 @@ def cells():
             fig, ax = plt.subplots(figsize=(5.5, 3.4))
             for head in range(H):
                 ax.plot(range(S), bias[head, S - 1], label=say("head {h}", h=head))
-            ax.set(xlabel="kv_idx", ylabel=say("bias added to the score"), title=say("ALiBi, query 31"))
+            ax.set(xlabel=say("key position kv_idx"), ylabel=say("bias added to the score"), title=say("ALiBi, query 31"))
             ax.legend(fontsize=7, ncol=2)
             plt.show()
             causal_mask = create_block_mask(causal, None, None, S, S, device="cpu")
