@@ -8,7 +8,7 @@
 
 Outputs, for each edition of each assignment (self_attention, generation, efficient; English, and Chinese
 as self_attention_zh, generation_zh, efficient_zh):
-  source/<edition>/*.ipynb           nbgrader instructor notebooks (+ visible_checks.py, memory_meter.py)
+  source/<edition>/*.ipynb           nbgrader instructor notebooks (+ the support files, course/targets.py)
   assignments/<edition>/             the student release, made by the real `nbgrader generate_assignment`
   solutions/notebooks/[generation/][zh/]  solved notebooks for self-learners, executed headless with nbclient
                                      (the first assignment's English ones directly in solutions/notebooks/)
@@ -19,7 +19,6 @@ cell, hint or docstring without its Chinese text stops the build with the list o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import copy
 import json
 import os
@@ -28,73 +27,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
 from autograder import spec
-from course import content
 from course.catalogs import compile_catalog
 from course.cells import BEGIN, END, Cell
-from course.content import efficient, generation
+from course.drift import diff_trees
 from course.editions import LANG_METADATA_KEY, edition_cells, missing_texts
+from course.run_notebooks import coalesce_streams, execute_notebooks, problems_in_outputs
+from course.targets import OUTPUT_DIRS, RELEASE_DIR, REPO, SOLVED_DIR, SOURCE_DIR, TARGET_BY_ID, TARGETS, Target
 
-REPO = Path(__file__).resolve().parent.parent
+# Names the tests and scripts read from here (the build's public face).
+__all__ = ["OUTPUT_DIRS", "RELEASE_DIR", "REPO", "SOLVED_DIR", "SOURCE_DIR", "TARGETS", "TARGET_BY_ID", "Target",
+           "build", "check", "diff_trees", "execute_notebooks", "main", "problems_in_outputs"]
 
-
-@dataclass(frozen=True)
-class Target:
-    """One nbgrader assignment's notebooks: their content modules, support files and output folders."""
-    id: str
-    modules: tuple
-    support: dict = field(default_factory=dict)  # generated file name -> origin in the repository
-    solved: Path = Path("solutions") / "notebooks"
-    lang: str = spec.DEFAULT_LANGUAGE
-    catalogs: dict = field(default_factory=dict)  # compiled .mo file name -> its .po source in the repository
-
-    @property
-    def source(self) -> Path:
-        return Path("source") / self.id
-
-    @property
-    def release(self) -> Path:
-        return Path("assignments") / self.id
-
-    @property
-    def outputs(self) -> tuple[Path, Path, Path]:
-        return (self.source, self.release, self.solved)
-
-
-_SELF_ATTENTION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks.py",
-                           "graded_cells.py": REPO / "course" / "graded_cells.py",
-                           "memory_meter.py": REPO / "autograder" / "worker" / "meter.py"}
-_GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_generation.py",
-                       "graded_cells.py": REPO / "course" / "graded_cells.py"}
-_EFFICIENT_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_efficient.py",
-                      "check_harness.py": REPO / "course" / "check_harness.py",
-                      **{name: _SELF_ATTENTION_SUPPORT[name] for name in ("graded_cells.py", "memory_meter.py")}}
-# The visible checks' messages in Chinese (one catalog for both assignments' visible_checks.py).
-_ZH_CATALOGS = {"locale/zh_CN/LC_MESSAGES/visible_checks.mo":
-                REPO / "course" / "locale" / "zh_CN" / "LC_MESSAGES" / "visible_checks.po"}
-_SOLVED = Path("solutions") / "notebooks"
-
-TARGETS = (
-    Target(spec.ASSIGNMENT, content.MODULES, _SELF_ATTENTION_SUPPORT),
-    Target("generation", generation.MODULES, _GENERATION_SUPPORT, _SOLVED / "generation"),
-    Target(spec.edition_id(spec.ASSIGNMENT, "zh"), content.MODULES, _SELF_ATTENTION_SUPPORT, _SOLVED / "zh",
-           "zh", _ZH_CATALOGS),
-    Target(spec.edition_id("generation", "zh"), generation.MODULES, _GENERATION_SUPPORT, _SOLVED / "generation" / "zh",
-           "zh", _ZH_CATALOGS),
-    Target("efficient", efficient.MODULES, _EFFICIENT_SUPPORT, _SOLVED / "efficient"),
-    Target(spec.edition_id("efficient", "zh"), efficient.MODULES, _EFFICIENT_SUPPORT, _SOLVED / "efficient" / "zh",
-           "zh", _ZH_CATALOGS),
-)
-TARGET_BY_ID = {t.id: t for t in TARGETS}
-# The first assignment's folders, under the names the tests and the demo use.
-SOURCE_DIR, RELEASE_DIR, SOLVED_DIR = TARGETS[0].outputs
-SUPPORT_FILES = TARGETS[0].support
-OUTPUT_DIRS = tuple(d for t in TARGETS for d in t.outputs)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 # What JupyterLab writes into a notebook from the kernel's kernel_info (ipykernel, this Python): a released
 # notebook that already holds it is not "changed" by opening it, so closing it untouched asks nothing.
@@ -226,69 +174,6 @@ def generate_release(root: Path, target: Target = TARGETS[0]) -> None:
             path.chmod(0o644)
 
 
-def problems_in_outputs(nb: nbformat.NotebookNode) -> list[str]:
-    """Errors and stderr output of an executed notebook."""
-    found = []
-    for index, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if out.output_type == "error":
-                found.append(f"cell {index} ({cell.id}): {out.ename}: {out.evalue}")
-            elif out.output_type == "stream" and out.name == "stderr":
-                found.append(f"cell {index} ({cell.id}) wrote to stderr: {out.text[:300]!r}")
-    return found
-
-
-def coalesce_streams(nb: nbformat.NotebookNode) -> None:
-    """Merge consecutive stdout/stderr chunks, so the saved outputs do not depend on timing."""
-    for cell in nb.cells:
-        merged = []
-        for out in cell.get("outputs", []):
-            if out.output_type == "stream" and merged and merged[-1].output_type == "stream" and merged[-1].name == out.name:
-                merged[-1].text += out.text
-            else:
-                merged.append(out)
-        if "outputs" in cell:
-            cell.outputs = merged
-
-
-def warm_matplotlib() -> None:
-    """Build matplotlib's font cache now, so that no kernel prints the 'building the font cache' note."""
-    subprocess.run([sys.executable, "-c", "import matplotlib.pyplot"], capture_output=True, check=False)
-
-
-def execute_notebooks(paths: list[Path], allow_errors: bool = False, timeout: int = 600) -> dict[Path, nbformat.NotebookNode]:
-    """Execute notebooks headless and concurrently (one kernel each), each in its own folder.
-
-    The kernels talk over Unix sockets in a private folder (ZeroMQ's ipc transport), not TCP:
-    with TCP, a port picked as free can be taken by another process before the kernel binds
-    it ("Address already in use"), and one kernel that fails to start fails the whole run."""
-    from jupyter_client.manager import AsyncKernelManager
-    from nbclient import NotebookClient
-
-    warm_matplotlib()
-
-    async def run_one(path: Path, sockets: str) -> nbformat.NotebookNode:
-        nb = nbformat.read(path, as_version=4)
-        client = NotebookClient(
-            nb,
-            km=AsyncKernelManager(kernel_name="python3", transport="ipc", ip=sockets),
-            timeout=timeout,
-            kernel_name="python3",
-            allow_errors=allow_errors,
-            record_timing=False,
-            extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no transport warnings on the terminal
-            resources={"metadata": {"path": str(path.parent)}},
-        )
-        await client.async_execute()
-        return nb
-
-    async def run_all(folder: str):
-        return await asyncio.gather(*(run_one(p, os.path.join(folder, f"kernel{i}")) for i, p in enumerate(paths)))
-
-    with tempfile.TemporaryDirectory(prefix="kernels-") as folder:
-        return dict(zip(paths, asyncio.run(run_all(folder))))
-
-
 # --------------------------------------------------------------------------- #
 # The build
 # --------------------------------------------------------------------------- #
@@ -338,56 +223,6 @@ def build(root: Path, execute: bool = True, targets: tuple[Target, ...] = TARGET
 # --------------------------------------------------------------------------- #
 # Drift check
 # --------------------------------------------------------------------------- #
-
-_VOLATILE_CELL_KEYS = ("execution", "collapsed", "scrolled", "ExecuteTime")
-
-
-def _normalise(nb: dict, structure_only: bool) -> dict:
-    nb = copy.deepcopy(nb)
-    nb.get("metadata", {}).pop("language_info", None)
-    for cell in nb.get("cells", []):
-        for key in _VOLATILE_CELL_KEYS:
-            cell.get("metadata", {}).pop(key, None)
-        if isinstance(cell.get("source"), list):
-            cell["source"] = "".join(cell["source"])
-        if structure_only and cell.get("cell_type") == "code":
-            cell["outputs"] = []
-            cell["execution_count"] = None
-    return nb
-
-
-def diff_trees(committed: Path, fresh: Path, targets: tuple[Target, ...] = TARGETS) -> list[str]:
-    """Differences between the committed build outputs (under `committed`) and a fresh build."""
-    problems = []
-    for sub in (d for t in targets for d in t.outputs):
-        a_dir, b_dir = committed / sub, fresh / sub
-        a_files = _generated_files(a_dir, sub)
-        b_files = _generated_files(b_dir, sub)
-        for name in sorted(a_files ^ b_files):
-            where = "only in the committed tree" if name in a_files else "missing from the committed tree"
-            problems.append(f"{sub}/{name}: {where}")
-        for name in sorted(a_files & b_files):
-            a, b = a_dir / name, b_dir / name
-            if name.endswith(".ipynb"):
-                structure_only = any(sub == t.solved for t in TARGETS)  # executed outputs vary from run to run
-                na = _normalise(json.loads(a.read_text(encoding="utf-8")), structure_only)
-                nb_ = _normalise(json.loads(b.read_text(encoding="utf-8")), structure_only)
-                if na != nb_:
-                    problems.append(f"{sub}/{name}: differs from a fresh build")
-            elif a.read_bytes() != b.read_bytes():
-                problems.append(f"{sub}/{name}: differs from a fresh build")
-    return problems
-
-
-def _generated_files(folder: Path, sub: Path) -> set[str]:
-    """The files under `folder` (the output folder `sub`), without caches and other assignments' nested folders."""
-    if not folder.exists():
-        return set()
-    nested = [other.relative_to(sub) for other in OUTPUT_DIRS if sub in other.parents]
-    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts
-            and not any(n in p.relative_to(folder).parents for n in nested)}
-
 
 def check(committed: Path = REPO, targets: tuple[Target, ...] = TARGETS) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="course-build-") as tmp:
