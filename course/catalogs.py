@@ -1,16 +1,16 @@
 """The visible checks' message catalogs: read a translation, say what is wrong with it, compile it.
 
 The source of truth of a translation is its .po file, course/locale/<locale>/LC_MESSAGES/visible_checks.po
-(gettext domain `visible_checks`: the messages of course/visible_checks.py, visible_checks_generation.py
-and graded_cells.py). `make messages-visible` extracts the messages into course/locale/visible_checks.pot
+(gettext domain `visible_checks`: the messages of the files course/babel.cfg lists, every assignment's
+visible checks, check_harness.py and graded_cells.py). `make messages-visible` extracts the messages into course/locale/visible_checks.pot
 (map: course/babel.cfg) and merges the template into each .po; a translator fills in the new entries.
 The build puts the compiled catalog into each folder of the edition in that language:
 
     write_release_catalogs(folder, "zh")   # folder/locale/zh_CN/LC_MESSAGES/visible_checks.mo
 
-where the released visible_checks.py finds it when the notebook calls `use_language("zh")`.
+where the released check_harness.py finds it when the notebook calls `use_language("zh")`.
 
-A third language (say French, fr_FR): add it to LOCALES here and in both visible_checks files (and to
+A third language (say French, fr_FR): add it to LOCALES here and in check_harness.py (and to
 autograder/spec.py's LANGUAGES), run `.venv/bin/pybabel init -i course/locale/visible_checks.pot
 -d course/locale -D visible_checks -l fr_FR`, translate the new .po, then `make release`;
 tests/test_visible_catalog.py holds every catalog to the same rules.
