@@ -14,15 +14,22 @@ from pathlib import Path
 
 @contextlib.contextmanager
 def importable(folder: Path):
-    """`folder` first on sys.path for the block, with bytecode writing off."""
+    """`folder` first on sys.path for the block, with bytecode writing off, and its modules imported afresh:
+    a module of the same name imported earlier (another folder's visible_checks_scores_masks.py, whose harness
+    reads that folder's catalog) is set aside for the block and put back after it."""
     before = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
+    names = {path.stem for path in Path(folder).glob("*.py")}
+    earlier = {name: sys.modules.pop(name) for name in names if name in sys.modules}
     sys.path.insert(0, str(folder))
     try:
         yield
     finally:
         sys.path.remove(str(folder))
         sys.dont_write_bytecode = before
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(earlier)
 
 
 def load(folder: Path, module_name: str, file_name: str = "visible_checks.py"):

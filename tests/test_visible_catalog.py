@@ -20,13 +20,14 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.frontend import parse_mapping_cfg
 
 from course import catalogs
+from course.targets import TARGET_BY_ID
 from tests import release_import
 
 REPO = Path(__file__).resolve().parent.parent
 COURSE = REPO / "course"
 CATALOGUE = REPO / "tests" / "catalogue" / "submissions"
 CHINESE = re.compile(r"[\u4e00-\u9fff]")
-CHECK_FILES = {"self_attention": "visible_checks.py", "generation": "visible_checks_generation.py"}
+CHECK_FILES = {"self_attention": "visible_checks.py", "generation": "visible_checks_generation.py"}  # the assignments tested here
 
 
 def zh_catalog():
@@ -73,8 +74,8 @@ def test_the_template_and_the_translation_hold_exactly_the_messages_of_the_sourc
 
 def test_every_message_extracted_is_marked_in_the_released_files_and_the_demo_text():
     locations = {Path(path).name for m in catalogs.read_catalog(catalogs.TEMPLATE) for path, _ in m.locations}
-    assert locations == {"visible_checks.py", "visible_checks_generation.py", "visible_checks_efficient.py",
-                         "check_harness.py", "graded_cells.py", "efficient_demo_text.py"}
+    assert locations == {"visible_checks.py", "visible_checks_scores_masks.py", "visible_checks_generation.py",
+                         "visible_checks_efficient.py", "check_harness.py", "graded_cells.py", "efficient_demo_text.py"}
 
 
 def _sample(name: str, conversion: str, spec: str):
@@ -134,8 +135,8 @@ def test_release_catalogs_are_written_for_chinese_only(tmp_path):
 def _release_folder(root: Path, assignment: str, with_catalog: bool = True) -> Path:
     folder = root / assignment
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(COURSE / CHECK_FILES[assignment], folder / "visible_checks.py")
-    shutil.copy(COURSE / "graded_cells.py", folder / "graded_cells.py")
+    for name, origin in TARGET_BY_ID[assignment].support.items():  # the files the build ships beside the notebooks
+        shutil.copy(origin, folder / name)
     if with_catalog:
         catalogs.write_release_catalogs(folder, "zh")
     return folder
@@ -354,9 +355,10 @@ def test_chinese_plots_draw_without_a_warning_with_or_without_a_chinese_font(tmp
     import matplotlib.pyplot as plt
 
     module = _load(_release_folder(tmp_path, assignment), f"fonts_{assignment}")
-    for fonts in (module.CJK_FONTS, ()):  # an installed font if the machine has one, then none at all
-        monkeypatch.setattr(module, "CJK_FONTS", fonts)
-        monkeypatch.setattr(module, "CJK_FONT_FILES", module.CJK_FONT_FILES if fonts else ())
+    harness = type(module.harness).use_language.__globals__  # check_harness.py's, whose fonts these are
+    for fonts in (harness["CJK_FONTS"], ()):  # an installed font if the machine has one, then none at all
+        monkeypatch.setitem(harness, "CJK_FONTS", fonts)
+        monkeypatch.setitem(harness, "CJK_FONT_FILES", harness["CJK_FONT_FILES"] if fonts else ())
         with warnings.catch_warnings(record=True) as caught, matplotlib.rc_context():
             warnings.simplefilter("always")
             module.use_language("zh")  # a Chinese font, or else silence for the glyphs the default font lacks
