@@ -1,5 +1,6 @@
 """The grader's shape, read from its source: a tree of imports from the CLI down, private names that
-stay private, no state that functions keep in module globals, the worker apart, modules of a size to read.
+stay private, no state that functions keep in module globals, the worker apart, modules of a size to read;
+and the course's (outside course/content/): no import cycle, private names private, modules of a size to read.
 
 Every import counts, also one inside a function: a cycle that only works because an import was
 moved into a function is still a cycle.
@@ -172,3 +173,72 @@ def test_no_function_keeps_state_in_module_globals():
 def test_every_grader_module_is_at_most_400_lines():
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}
+
+
+# --------------------------------------------------------------------------- #
+# course/: the same rules, outside course/content/ (whose cells are long text by nature). The files shipped
+# beside the notebooks (check_harness.py, graded_cells.py, ...) import each other by their bare names.
+# --------------------------------------------------------------------------- #
+
+COURSE = PACKAGE.parent / "course"
+COURSE_MODULES = {f"course.{path.stem}": path for path in sorted(COURSE.glob("*.py")) if path.stem != "__init__"}
+COURSE_TREES = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in COURSE_MODULES.items()}
+
+
+def _course_module(name: str) -> str:
+    """`course.x` for `course.x` or for the bare name `x` of a course module (as a shipped file imports it)."""
+    return f"course.{name}" if f"course.{name}" in COURSE_MODULES else name
+
+
+def course_imports(module: str) -> list[tuple[str, str | None, int]]:
+    """(imported course module, name taken from it or None, line) for every import in `module`, at any depth."""
+    out = []
+    for node in ast.walk(COURSE_TREES[module]):
+        if isinstance(node, ast.Import):
+            out += [(_course_module(alias.name), None, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert not node.level, f"{module}:{node.lineno}: a relative import (the shipped files cannot use one)"
+            base = _course_module(node.module or "")
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.append((sub, None, node.lineno) if sub in COURSE_MODULES else (base, alias.name, node.lineno))
+    return [(m, n, line) for m, n, line in out if m in COURSE_MODULES]
+
+
+def course_graph() -> dict[str, set[str]]:
+    return {m: {t for t, _, _ in course_imports(m) if t != m} for m in COURSE_MODULES}
+
+
+def test_the_course_import_reader_sees_the_bare_name_imports_of_the_shipped_files():
+    edges = course_graph()
+    assert "course.graded_cells" in edges["course.check_harness"]
+    assert "course.check_harness" in edges["course.visible_checks_generation"]
+    assert "course.visible_checks_scores_masks" in edges["course.visible_checks"]
+    assert "course.targets" in edges["course.build"]
+
+
+def test_no_import_cycle_in_the_course_counting_imports_inside_functions():
+    edges = course_graph()
+    assert len(edges) > 10
+    assert cycles(edges) == []
+
+
+def test_no_private_name_crosses_a_course_module_boundary():
+    found = []
+    for module, tree in COURSE_TREES.items():
+        found += [f"{module}:{line} imports {target}.{name}" for target, name, line in course_imports(module)
+                  if name is not None and name.startswith("_") and not name.startswith("__")]
+        bound = {alias.asname or alias.name: f"course.{alias.name}" for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module == "course" for alias in node.names
+                 if f"course.{alias.name}" in COURSE_MODULES}
+        bound |= {alias.asname or alias.name: _course_module(alias.name) for node in ast.walk(tree)
+                  if isinstance(node, ast.Import) for alias in node.names if _course_module(alias.name) in COURSE_MODULES}
+        found += [f"{module}:{node.lineno} uses {bound[node.value.id]}.{node.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                  and node.attr.startswith("_") and not node.attr.startswith("__")]
+    assert found == []
+
+
+def test_every_course_module_outside_the_content_is_at_most_400_lines():
+    long = {m: n for m, p in COURSE_MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert len(COURSE_MODULES) > 10 and long == {}
