@@ -18,7 +18,8 @@ A visible_checks.py holds its assignment's checks only, on one `Harness`:
         assert close(out, w @ V), _("attend: ...")     # a failed assert: that sentence, alone
         ok(_("attend: ..."))                           # the ✓ line
 
-    graded_part = harness.graded_part(PART_CHECKS, globals(), "make grade")
+    graded_part = harness.graded_part(PART_CHECKS, globals(), "... workspace/<assignment>{suffix}/{notebook}.ipynb",
+                                      PART_NOTEBOOKS)   # {suffix}: "_zh" after use_language("zh")
 
 What a check wrapped by `Harness.check` does with what happens inside it:
   * returns: the check printed its ✓ line;
@@ -29,6 +30,9 @@ What a check wrapped by `Harness.check` does with what happens inside it:
     when `watch` saw them, and the mistake it points to (`Harness(explain=...)`, `advice(...)`);
   * anything else: "the check of <label> could not use what your code returned (...)".
 A plain AssertionError renders as its one sentence in a notebook (IPython's `_render_traceback_`).
+`Harness(folded_warning=..., warning_note=...)` keeps one warning (torch's about `.T`) out of the output while
+a check runs and words it into the failure's sentence instead. An assignment with more checks than one file
+holds splits them by notebook: the harness lives in the file the others import (self_attention's does so).
 
 Language: messages are English msgids of the gettext domain `visible_checks` (course/locale; the
 build compiles the catalog into locale/ next to this file). `use_language("zh")` switches the
@@ -53,10 +57,11 @@ from graded_cells import graded_part_function  # next to this file in the assign
 
 DOMAIN = "visible_checks"
 LOCALES = {"en": None, "zh": "zh_CN"}  # the course's languages and their catalog's locale (None: the msgids)
-CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Source Han Sans SC", "SimHei",
-             "Microsoft YaHei", "PingFang SC")  # Debian: fonts-wqy-microhei
-CJK_FONT_FILES = ("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
-                  "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
+# Fonts that draw Chinese, as matplotlib names them (the first one installed is used; Debian: fonts-wqy-microhei),
+# and parts of the file names they are installed under (for a font added after matplotlib built its font cache).
+CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC",
+             "Source Han Sans CN", "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "Arial Unicode MS")
+CJK_FONT_FILES = ("wqy-microhei", "wqy-zenhei", "notosanscjk", "sourcehansans", "simhei", "msyh")
 _LIBRARY_DIRS = tuple(
     {os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "") for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     | {os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__))), "")}
@@ -69,9 +74,7 @@ class NotReady(Exception):
     """Something the check needs (another of your functions) is not written yet: one line, no failure."""
 
 
-# --------------------------------------------------------------------------- #
 # Values (no language state: the caller words the message)
-# --------------------------------------------------------------------------- #
 
 
 def ok(message: str) -> None:
@@ -105,21 +108,22 @@ def plain(message: str) -> AssertionError:
 class Harness:
     """One assignment's visible checks: their language, and how a failure becomes one sentence."""
 
-    def __init__(self, *support_files: str, explain=None) -> None:
+    def __init__(self, *support_files: str, explain=None, folded_warning: str = "", warning_note=None) -> None:
         """support_files: files whose frames are never the student's, the checks file first (its folder holds
-        the catalog, locale/); explain(error) -> a sentence naming a mistake the course teaches, or '' (optional)."""
+        the catalog, locale/); explain(error) -> a sentence naming a mistake the course teaches, or '' (optional);
+        folded_warning: the start of a warning (torch's about `.T`, say) that is not printed while a check runs:
+        when the check fails after it, warning_note(sentence) -> what follows the sentence ('' for nothing)."""
         # the catalog lies next to the checks file (this harness may have been imported from another folder)
         home = os.path.dirname(os.path.abspath(support_files[0] if support_files else __file__))
         self.locale_dir = os.path.join(home, "locale")
         self.support = {os.path.abspath(f) for f in support_files}
         self.support_names = set(_SUPPORT_NAMES) | {os.path.basename(f) for f in support_files}
         self.explain = explain
+        self.folded_warning, self.warning_note = folded_warning, warning_note
         self.language = "en"
         self.translation = gettext.NullTranslations()
 
-    # ----------------------------------------------------------------------- #
-    # Language
-    # ----------------------------------------------------------------------- #
+    # --- Language
 
     def gettext(self, message: str) -> str:
         """`message` in the language chosen with use_language (English until then)."""
@@ -153,9 +157,7 @@ class Harness:
         if lang == "zh":
             use_cjk_font()
 
-    # ----------------------------------------------------------------------- #
-    # Whose code raised
-    # ----------------------------------------------------------------------- #
+    # --- Whose code raised
 
     def is_student_file(self, filename: str) -> bool:
         """A notebook cell or a file of the student's: not a shipped file, not torch, not the standard library."""
@@ -195,9 +197,7 @@ class Harness:
         code = frames[-1].tb_frame.f_code
         return getattr(code, "co_qualname", code.co_name).removesuffix(".__init__")
 
-    # ----------------------------------------------------------------------- #
-    # Sentences
-    # ----------------------------------------------------------------------- #
+    # --- Sentences
 
     def describe_call(self, fn, args, kwargs) -> str:
         """'q [2, 3, 4], window=3': the arguments by the names of the student's own signature."""
@@ -255,9 +255,7 @@ class Harness:
                 return fn(*args, **kwargs)
             except (NotImplementedError, NotReady):
                 raise
-            except Exception as error:
-                if not self.student_frames(error):
-                    raise
+            except Exception as error:  # noqa: BLE001 - raised by calling your function (a bad signature too)
                 advice = advise(error, args) if advise else ""
                 raise self.raised(name, error, self.describe_call(fn, args, kwargs), advice) from None
 
@@ -274,9 +272,7 @@ class Harness:
             error.check_advice = sentence
             raise
 
-    # ----------------------------------------------------------------------- #
-    # The wrapper of every check, the demo guard, the graded cell
-    # ----------------------------------------------------------------------- #
+    # --- The wrapper of every check, the demo guard, the graded cell
 
     def check(self, label: str):
         """Decorator of a check function: a stub gives one line; any failure one plain AssertionError sentence."""
@@ -285,30 +281,62 @@ class Harness:
             @functools.wraps(check_function)
             def run(*args, **kwargs):
                 __tracebackhide__ = True  # pytest and IPython leave this frame out
-                _ = self.gettext
+                seen = []
                 try:
-                    with torch.random.fork_rng():
-                        torch.manual_seed(1234)
-                        check_function(*args, **kwargs)
-                except NotImplementedError as error:
-                    if not self.stub_name(error):
-                        raise self.check_broke(label, error) from None
-                    print(_("{name}: not implemented yet (replace the `raise NotImplementedError` with your code)").format(
-                        name=label))
-                except NotReady as why:
-                    print(_("{name}: {reason}").format(name=label, reason=why))
+                    with self.warnings_folded(seen):
+                        self.run_check(label, check_function, args, kwargs)
                 except AssertionError as failure:
-                    if self.student_frames(failure):  # an assert in the student's own code
-                        raise self.raised(label, failure) from None
-                    raise plain(str(failure)) from None
-                except Exception as error:  # noqa: BLE001 - every failure becomes one sentence
-                    if self.student_frames(error):
-                        raise self.raised(label, error) from None
-                    raise self.check_broke(label, error) from None
+                    note = self.warning_note(str(failure)) if seen and self.warning_note else ""
+                    if not note:
+                        raise
+                    raise plain(self.gettext("{sentence} {advice}").format(sentence=failure, advice=note)) from None
 
             return run
 
         return wrap
+
+    def run_check(self, label: str, check_function, args, kwargs) -> None:
+        """One check, seeded: a stub prints one line; every failure is raised as one plain AssertionError sentence."""
+        __tracebackhide__ = True
+        _ = self.gettext
+        try:
+            with torch.random.fork_rng():
+                torch.manual_seed(1234)
+                check_function(*args, **kwargs)
+        except NotImplementedError as error:
+            if not self.stub_name(error):
+                raise self.check_broke(label, error) from None
+            print(_("{name}: not implemented yet (replace the `raise NotImplementedError` with your code)").format(
+                name=label))
+        except NotReady as why:
+            print(_("{name}: {reason}").format(name=label, reason=why))
+        except AssertionError as failure:
+            if self.student_frames(failure):  # an assert in the student's own code
+                raise self.raised(label, failure) from None
+            raise plain(str(failure)) from None
+        except Exception as error:  # noqa: BLE001 - every failure becomes one sentence
+            if self.student_frames(error):
+                raise self.raised(label, error) from None
+            raise self.check_broke(label, error) from None
+
+    @contextlib.contextmanager
+    def warnings_folded(self, seen: list):
+        """Inside: a warning starting with `folded_warning` is recorded in `seen` instead of printed; the others
+        are issued again once the block is left."""
+        if not self.folded_warning:
+            yield
+            return
+        caught = []
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                yield
+        finally:
+            for entry in caught:
+                if str(entry.message).startswith(self.folded_warning):
+                    seen.append(entry)
+                else:
+                    warnings.warn_explicit(entry.message, entry.category, entry.filename, entry.lineno)
 
     @contextlib.contextmanager
     def uses_your_code(self):
@@ -322,9 +350,16 @@ class Harness:
             print(self.gettext("This demo needs your `{name}`, which is not implemented yet: fill it in above, "
                                "then run this cell again.").format(name=name))
 
-    def graded_part(self, part_checks: dict[str, tuple[str, ...]], checks: dict, grade_command: str):
-        """The `graded_part` of an assignment (see graded_cells.py), speaking this harness's language."""
-        return graded_part_function(part_checks, checks, grade_command, self.gettext)
+    def graded_part(self, part_checks: dict[str, tuple[str, ...]], checks: dict, grade_command: str,
+                    part_notebooks: dict[str, str] | None = None):
+        """The `graded_part` of an assignment (see graded_cells.py), speaking this harness's language; `{suffix}`
+        in grade_command is the edition's folder suffix ("_zh" after use_language("zh")), `{notebook}` the part's."""
+        return graded_part_function(part_checks, checks, grade_command, self.gettext, part_notebooks,
+                                    self.edition_suffix)
+
+    def edition_suffix(self) -> str:
+        """The folder suffix of the edition the notebook speaks: "_zh" after use_language("zh"), else ""."""
+        return "" if LOCALES[self.language] is None else "_" + self.language
 
 
 def _short_repr(value) -> str:
@@ -345,11 +380,10 @@ def use_cjk_font() -> str | None:
     warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from (current )?font", category=UserWarning)
     installed = {font.name for font in font_manager.fontManager.ttflist}
     if not any(name in installed for name in CJK_FONTS):  # installed after matplotlib cached its font list?
-        for path in CJK_FONT_FILES:
-            if os.path.exists(path):
+        for path in font_manager.findSystemFonts():
+            if any(part in os.path.basename(path).lower() for part in CJK_FONT_FILES):
                 font_manager.fontManager.addfont(path)
-                installed = {font.name for font in font_manager.fontManager.ttflist}
-                break
+        installed = {font.name for font in font_manager.fontManager.ttflist}
     found = next((name for name in CJK_FONTS if name in installed), None)
     if found:
         families = [name for name in matplotlib.rcParams["font.sans-serif"] if name != found]

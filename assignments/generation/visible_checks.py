@@ -11,23 +11,16 @@ Passing these checks is necessary, not sufficient: the hidden autograder runs ma
 still a stub, the cell prints one line saying which, instead of stopping Run All.
 
 `use_language("zh")` prints every message in Simplified Chinese (the Chinese edition's first
-cell calls it); `use_language("en")` switches back. The translations are the gettext catalog
-locale/zh_CN/LC_MESSAGES/visible_checks.mo next to this file.
+cell calls it); `use_language("en")` switches back. The machinery (one sentence per failure, your
+own line, the language) is check_harness.py's.
 """
 from __future__ import annotations
 
-import contextlib
-import functools
-import gettext
 import math
-import os
-import sysconfig
-import traceback
-import warnings
 
 import torch
 import torch.nn as nn
-from graded_cells import graded_part_function  # next to this file in the assignment's folder
+from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
 
 __all__ = [
     "check_sinusoidal_positions", "check_apply_rope",
@@ -38,194 +31,9 @@ __all__ = [
     "graded_part", "uses_your_code", "use_language",
 ]
 
-_HERE = os.path.abspath(__file__)
-_LIBRARIES = tuple({os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "")
-                    for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-                   | {os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__))), "")})
-
-
-class _NotReady(Exception):
-    """Something the check needs (another of your functions) is not written yet."""
-
-
-# The language of the messages (gettext; the catalog is course/locale/zh_CN/LC_MESSAGES/visible_checks.po,
-# shared with the first assignment's visible_checks.py)
-DOMAIN = "visible_checks"
-LOCALES = {"en": None, "zh": "zh_CN"}  # the course's languages and their catalog's locale (None: the msgids)
-_LOCALE_DIR = os.path.join(os.path.dirname(_HERE), "locale")
-_translation = gettext.NullTranslations()  # the language use_language chose (student side only)
-
-
-def _(message: str) -> str:
-    """`message` in the language chosen with use_language (English until then)."""
-    return _translation.gettext(message)
-
-
-# Fonts that draw Chinese, as matplotlib names them (the first one installed is used), and the file
-# names they are installed under (for a font added after matplotlib built its font cache).
-CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC",
-             "Source Han Sans CN", "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "Arial Unicode MS")
-CJK_FONT_FILES = ("wqy-microhei", "wqy-zenhei", "notosanscjk", "sourcehansans", "simhei", "msyh")
-
-
-def _chinese_plots() -> None:
-    """Plots in the Chinese edition draw their titles and labels with a Chinese font when one is installed
-    (Debian: fonts-wqy-microhei); without one, they still draw, quietly (no warning per missing glyph)."""
-    try:
-        import matplotlib
-        from matplotlib import font_manager
-    except ImportError:  # no plots without matplotlib
-        return
-    installed = {font.name for font in font_manager.fontManager.ttflist}
-    found = [name for name in CJK_FONTS if name in installed]
-    if not found:
-        for path in font_manager.findSystemFonts():
-            if any(part in os.path.basename(path).lower() for part in CJK_FONT_FILES):
-                font_manager.fontManager.addfont(path)
-        found = [name for name in CJK_FONTS if name in {font.name for font in font_manager.fontManager.ttflist}]
-    if found:
-        matplotlib.rcParams["font.sans-serif"] = [found[0], *matplotlib.rcParams["font.sans-serif"]]
-        matplotlib.rcParams["axes.unicode_minus"] = False  # the CJK fonts may lack the Unicode minus
-    else:
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
-
-
-def use_language(lang: str) -> None:
-    """Print the checks' messages in `lang`: "en" (the default) or "zh" (简体中文, with a Chinese font for plots)."""
-    global _translation
-    if lang not in LOCALES:
-        raise ValueError(f"use_language({lang!r}): the visible checks speak {' or '.join(map(repr, LOCALES))}")
-    if LOCALES[lang] is None:
-        _translation = gettext.NullTranslations()
-        return
-    _chinese_plots()
-    try:
-        _translation = gettext.translation(DOMAIN, localedir=_LOCALE_DIR, languages=[LOCALES[lang]], fallback=False)
-    except Exception as error:  # noqa: BLE001 - a missing or unreadable catalog: English, and one line that says why
-        _translation = gettext.NullTranslations()
-        catalog = os.path.join(_LOCALE_DIR, LOCALES[lang], "LC_MESSAGES", DOMAIN + ".mo")
-        why = "is missing" if isinstance(error, FileNotFoundError) else f"cannot be read ({type(error).__name__})"
-        print(f"use_language({lang!r}): the message catalog {catalog} {why}, so the visible checks speak English "
-              "(找不到中文消息目录，检查信息将以英文显示).")
-
-
-def _yours(filename: str) -> bool:
-    """A notebook cell or a file of yours: not this file, not torch, not the standard library."""
-    path = os.path.abspath(filename)
-    return not filename.startswith("<frozen") and path != _HERE and not path.startswith(_LIBRARIES)
-
-
-def _your_frames(error: BaseException) -> list:
-    return [f for f in traceback.extract_tb(error.__traceback__) if _yours(f.filename)]
-
-
-def _stub_name(error: NotImplementedError) -> str:
-    """The function or class of yours that raised ('KVCache' for its __init__), or ''."""
-    tb, name = error.__traceback__, ""
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if _yours(code.co_filename):
-            name = getattr(code, "co_qualname", code.co_name).removesuffix(".__init__")
-        tb = tb.tb_next
-    return name
-
-
-def _sentence(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0].rstrip(".") if text else _("(no message)")
-
-
-def _plain(message: str) -> AssertionError:
-    """One AssertionError whose notebook rendering is that sentence alone (IPython calls
-    `_render_traceback_` when an exception has it; elsewhere the attribute is ignored)."""
-    failure = AssertionError(message)
-    failure._render_traceback_ = lambda: [f"AssertionError: {message}"]
-    return failure
-
-
-def _friendly(label: str):
-    """Run a check: a stub gives one line; any failure ends in one plain AssertionError sentence."""
-
-    def wrap(check):
-        @functools.wraps(check)
-        def run(*args, **kwargs):
-            __tracebackhide__ = True  # pytest and IPython leave this frame out
-            try:
-                with torch.random.fork_rng():
-                    torch.manual_seed(1234)
-                    check(*args, **kwargs)
-            except NotImplementedError as error:
-                if not _your_frames(error):
-                    raise _plain(_("the check of `{name}` stopped: {text}.").format(name=label, text=_sentence(error))) from None
-                print(_("{name}: not implemented yet (replace the `raise NotImplementedError` with your code)").format(name=label))
-            except _NotReady as why:
-                print(_("{name}: {reason}").format(name=label, reason=why))
-            except Exception as error:  # noqa: BLE001 - every failure becomes one sentence
-                frames = _your_frames(error)
-                if isinstance(error, AssertionError) and not frames:
-                    raise _plain(str(error)) from None
-                kind, text = type(error).__name__, _sentence(error)
-                if frames:
-                    line = (frames[-1].line or "").strip()
-                    if line:
-                        sentence = _("your `{name}` raised {kind} in the line `{line}`: {text}.")
-                    else:
-                        sentence = _("your `{name}` raised {kind}: {text}.")
-                    sentence = sentence.format(name=label, kind=kind, line=line, text=text)
-                    if hasattr(error, "check_advice"):
-                        sentence = _("{sentence} {advice}").format(sentence=sentence, advice=error.check_advice)
-                    raise _plain(sentence) from None
-                raise _plain(_("the check of `{name}` could not use what your code returned ({kind}: {text}).").format(
-                    name=label, kind=kind, text=text)) from None
-
-        return run
-
-    return wrap
-
-
-@contextlib.contextmanager
-def _advice(sentence: str):
-    """An error your code raises inside this block is reported with this sentence after it."""
-    try:
-        yield
-    except (NotImplementedError, _NotReady, AssertionError):
-        raise
-    except Exception as error:  # annotated, then passed on to _friendly
-        error.check_advice = sentence
-        raise
-
-
-@contextlib.contextmanager
-def uses_your_code():
-    """`with uses_your_code():` around a demo: while a function it calls is a stub, print one line instead of an error."""
-    try:
-        yield
-    except NotImplementedError as error:
-        name = _stub_name(error)
-        if not name:
-            raise
-        print(_("This demo needs your `{name}`, which is not implemented yet: fill it in above, then run this cell again.").format(
-            name=name))
-
-
-def _ok(message: str) -> None:
-    print(f"✓ {message}")
-
-
-def _shape(t) -> str:
-    return str(list(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
-
-
-def _tensor(value, shape, what: str) -> torch.Tensor:
-    assert isinstance(value, torch.Tensor), _("{what} should be a torch.Tensor, got {type}").format(
-        what=what, type=type(value).__name__)
-    assert list(value.shape) == list(shape), _("{what} has shape {shape}, expected {expected}").format(
-        what=what, shape=_shape(value), expected=list(shape))
-    return value
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> bool:
-    return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=tol, rtol=tol)
+harness = Harness(__file__)
+_ = harness.gettext
+use_language, uses_your_code = harness.use_language, harness.uses_your_code
 
 
 def _linear(module, name: str, d_in: int, d_out: int, owner: str) -> None:
@@ -242,39 +50,39 @@ def _linear(module, name: str, d_in: int, d_out: int, owner: str) -> None:
 # --------------------------------------------------------------------------- #
 
 
-@_friendly("sinusoidal_positions")
+@harness.check("sinusoidal_positions")
 def check_sinusoidal_positions(sinusoidal_positions) -> None:
-    pe = _tensor(sinusoidal_positions(6, 8), [6, 8], "sinusoidal_positions(6, 8)")
+    pe = harness.expect_shape(sinusoidal_positions(6, 8), [6, 8], "sinusoidal_positions(6, 8)")
     assert pe.dtype == torch.float32, _("sinusoidal_positions should return float32, got {dtype}").format(dtype=pe.dtype)
     start = torch.tensor([0.0, 1.0] * 4)
-    assert _close(pe[0], start), _(
+    assert close(pe[0], start), _(
         "PE[0] is {row}: at position 0 every angle is 0, so the even features "
         "(sin) are 0 and the odd ones (cos) are 1").format(row=[round(v, 3) for v in pe[0].tolist()])
-    assert _close(pe[:, 0], torch.sin(torch.arange(6.0))), _(
+    assert close(pe[:, 0], torch.sin(torch.arange(6.0))), _(
         "feature 0 should be sin(p): pair i = 0 has the angle p / 10000^0 = p")
-    assert _close(pe[:, 1], torch.cos(torch.arange(6.0))), _("feature 1 should be cos(p), the same angle as feature 0")
+    assert close(pe[:, 1], torch.cos(torch.arange(6.0))), _("feature 1 should be cos(p), the same angle as feature 0")
     slowest = 5 / 10000 ** (6 / 8)
     assert math.isclose(pe[5, 6].item(), math.sin(slowest), abs_tol=1e-5), _(
         "PE[5, 6] should be sin(5 / 10000^(6 / 8)): pair i = 3 turns 10000^(6/8) = 1000 times slower than pair 0")
-    _ok(_("sinusoidal_positions: [6, 8] float32, sin on even and cos on odd features, slower pairs to the right"))
+    ok(_("sinusoidal_positions: [6, 8] float32, sin on even and cos on odd features, slower pairs to the right"))
 
 
-@_friendly("apply_rope")
+@harness.check("apply_rope")
 def check_apply_rope(apply_rope) -> None:
     x = torch.randn(2, 3, 5, 8)
-    out = _tensor(apply_rope(x, torch.arange(5)), x.shape, _("apply_rope(x [2, 3, 5, 8], positions 0..4)"))
+    out = harness.expect_shape(apply_rope(x, torch.arange(5)), x.shape, _("apply_rope(x [2, 3, 5, 8], positions 0..4)"))
     assert out.dtype == x.dtype, _("apply_rope should keep x's dtype {dtype}, got {got}").format(dtype=x.dtype, got=out.dtype)
-    assert _close(out[:, :, 0], x[:, :, 0]), _("position 0 is a rotation by angle 0: row 0 of x must come out unchanged")
+    assert close(out[:, :, 0], x[:, :, 0]), _("position 0 is a rotation by angle 0: row 0 of x must come out unchanged")
     pair_norms = (x[..., 0::2] ** 2 + x[..., 1::2] ** 2).sqrt()
     out_norms = (out[..., 0::2] ** 2 + out[..., 1::2] ** 2).sqrt()
-    assert _close(pair_norms, out_norms, 1e-4), _(
+    assert close(pair_norms, out_norms, 1e-4), _(
         "the length of each pair (x[2i], x[2i+1]) changed: this course pairs neighbouring features "
         "(x[..., 0::2] with x[..., 1::2]), not the half-split pairing (x[i], x[i + head_dim / 2]) of `rotate_half`; "
         "rotate each pair by the angle position * 10000^(-2i / head_dim)")
     row = torch.randn(1, 8)
     alone = apply_rope(row, torch.tensor([4]))
     among = apply_rope(row.expand(5, 8).contiguous(), torch.arange(5))[4:5]
-    assert _close(alone, among), _("apply_rope(row, positions=[4]) should rotate the row by position 4: use `positions`")
+    assert close(alone, among), _("apply_rope(row, positions=[4]) should rotate the row by position 4: use `positions`")
     q, k = torch.randn(1, 8), torch.randn(1, 8)
 
     def score(m, n):
@@ -284,7 +92,7 @@ def check_apply_rope(apply_rope) -> None:
     assert math.isclose(near, far, rel_tol=1e-4, abs_tol=1e-4), _(
         "the score of (query at 3, key at 1) is {near:.4f} but of (query at 23, key at 21) is {far:.4f}: with RoPE "
         "it may depend only on the offset m - n").format(near=near, far=far)
-    _ok(_("apply_rope: shape and dtype kept, pair lengths kept, score(3, 1) = score(23, 21) = {score:.4f}").format(score=near))
+    ok(_("apply_rope: shape and dtype kept, pair lengths kept, score(3, 1) = score(23, 21) = {score:.4f}").format(score=near))
 
 
 # --------------------------------------------------------------------------- #
@@ -292,9 +100,9 @@ def check_apply_rope(apply_rope) -> None:
 # --------------------------------------------------------------------------- #
 
 
-@_friendly("decode_causal_mask")
+@harness.check("decode_causal_mask")
 def check_decode_causal_mask(decode_causal_mask) -> None:
-    mask = _tensor(decode_causal_mask(2, 5), [2, 5], "decode_causal_mask(2, 5)")
+    mask = harness.expect_shape(decode_causal_mask(2, 5), [2, 5], "decode_causal_mask(2, 5)")
     assert mask.dtype == torch.bool, _("the mask should be torch.bool, got {dtype}").format(dtype=mask.dtype)
     if mask.tolist() == torch.ones(2, 5, dtype=torch.bool).tril().tolist():
         raise AssertionError(_("query 0 sees only key 0 and query 1 keys 0 and 1: that is top-left alignment; the 2 "
@@ -302,31 +110,31 @@ def check_decode_causal_mask(decode_causal_mask) -> None:
     assert mask[-1].all(), _("the last query is the newest position: it may see every key, so its row is all True")
     assert mask[0].tolist() == [True, True, True, True, False], _(
         "row 0 is {row}: query 0 is position 3 of 5, it sees keys 0..3 and not key 4").format(row=mask[0].int().tolist())
-    square = _tensor(decode_causal_mask(4, 4), [4, 4], "decode_causal_mask(4, 4)")
+    square = harness.expect_shape(decode_causal_mask(4, 4), [4, 4], "decode_causal_mask(4, 4)")
     assert torch.equal(square, torch.ones(4, 4, dtype=torch.bool).tril()), _(
         "with S_q == S_k the mask should be the usual causal mask (lower triangle, diagonal included)")
-    _ok(_("decode_causal_mask: [S_q, S_k] bool, bottom-right aligned: the last query sees every key"))
+    ok(_("decode_causal_mask: [S_q, S_k] bool, bottom-right aligned: the last query sees every key"))
 
 
-@_friendly("KVCache")
+@harness.check("KVCache")
 def check_kv_cache(KVCache) -> None:
     cache = KVCache()
     assert len(cache) == 0, _("a new KVCache should hold 0 positions, len() gave {length}").format(length=len(cache))
     k1, v1 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)  # [B, H, S_new, head_dim]
     got = cache.append(k1, v1)
     assert isinstance(got, tuple) and len(got) == 2, _("append should return the tuple (k_all, v_all)")
-    assert _close(got[0], k1) and _close(got[1], v1), _("the first append should return exactly the k and v it got")
+    assert close(got[0], k1) and close(got[1], v1), _("the first append should return exactly the k and v it got")
     k2, v2 = torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5)
-    with _advice(_("The cache grows along the positions: append along dim=2 of [B, H, S, head_dim].")):
+    with harness.advice(_("The cache grows along the positions: append along dim=2 of [B, H, S, head_dim].")):
         k_all, v_all = cache.append(k2, v2)
-    _tensor(k_all, [2, 3, 5, 5], _("the keys after appending 4 positions, then 1 (append along dim=2, the positions)"))
-    assert _close(k_all, torch.cat([k1, k2], 2)) and _close(v_all, torch.cat([v1, v2], 2)), _(
+    harness.expect_shape(k_all, [2, 3, 5, 5], _("the keys after appending 4 positions, then 1 (append along dim=2, the positions)"))
+    assert close(k_all, torch.cat([k1, k2], 2)) and close(v_all, torch.cat([v1, v2], 2)), _(
         "append should return the cached keys/values followed by the new ones (old first)")
     assert len(cache) == 5, _("after 4 + 1 positions len(cache) should be 5, got {length}").format(length=len(cache))
-    _ok(_("KVCache: append concatenates along the positions and returns everything; len() counts positions"))
+    ok(_("KVCache: append concatenates along the positions and returns everything; len() counts positions"))
 
 
-@_friendly("CachedSelfAttention")
+@harness.check("CachedSelfAttention")
 def check_cached_self_attention(CachedSelfAttention, KVCache) -> None:
     module = CachedSelfAttention(16, 4)
     _linear(module, "W_qkv", 16, 48, "CachedSelfAttention")
@@ -334,18 +142,18 @@ def check_cached_self_attention(CachedSelfAttention, KVCache) -> None:
     module.eval()
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
-        full = _tensor(module(x), [2, 5, 16], "CachedSelfAttention(16, 4)(x [2, 5, 16])")
+        full = harness.expect_shape(module(x), [2, 5, 16], "CachedSelfAttention(16, 4)(x [2, 5, 16])")
         changed = x.clone()
         changed[:, 3:] = 7.0
-        assert _close(module(changed)[:, :3], full[:, :3], 1e-5), _(
+        assert close(module(changed)[:, :3], full[:, :3], 1e-5), _(
             "without a cache, forward must be causal: outputs 0..2 changed when only tokens 3 and 4 did")
         try:
             cache = KVCache()
             len(cache)
         except NotImplementedError:
-            raise _NotReady(_("write KVCache first: this check decodes through a cache")) from None
+            raise NotReady(_("write KVCache first: this check decodes through a cache")) from None
         steps = [module(x[:, :3], cache), module(x[:, 3:4], cache), module(x[:, 4:5], cache)]
-    decoded = torch.cat([_tensor(s, [2, n, 16], _translation.ngettext(
+    decoded = torch.cat([harness.expect_shape(s, [2, n, 16], harness.ngettext(
                             "the output for {count} new token", "the output for {count} new tokens", n).format(count=n))
                          for s, n in zip(steps, (3, 1, 1))], dim=1)
     gap = (decoded - full).abs().max().item()
@@ -355,11 +163,11 @@ def check_cached_self_attention(CachedSelfAttention, KVCache) -> None:
     ).format(gap=gap)
     assert len(cache) == 5, _("after 3 + 1 + 1 tokens the cache should hold 5 positions, it holds {length}").format(
         length=len(cache))
-    _ok(_("CachedSelfAttention: causal, and a prompt of 3 then 2 tokens one at a time equals the full pass "
+    ok(_("CachedSelfAttention: causal, and a prompt of 3 then 2 tokens one at a time equals the full pass "
           "(largest difference {gap:.1e})").format(gap=gap))
 
 
-@_friendly("kv_cache_bytes")
+@harness.check("kv_cache_bytes")
 def check_kv_cache_bytes(kv_cache_bytes) -> None:
     got = kv_cache_bytes(1, 1, 1, 1, 1)
     assert got == 4, (_("one key and one value of one float16 number take 2 x 2 = 4 bytes, got {got!r}: count the values too")
@@ -370,20 +178,20 @@ def check_kv_cache_bytes(kv_cache_bytes) -> None:
         "kv_cache_bytes(2, 3, 4, 8, 10, torch.float32) should be 2 x 2 x 3 x 4 x 8 x 10 x 4 bytes = 15360, got {got!r}"
     ).format(got=got)
     assert isinstance(got, int), _("return a Python int (a number of bytes), got {type}").format(type=type(got).__name__)
-    _ok(_("kv_cache_bytes: 2 (keys and values) x batch x layers x kv_heads x head_dim x seq_len x bytes per element"))
+    ok(_("kv_cache_bytes: 2 (keys and values) x batch x layers x kv_heads x head_dim x seq_len x bytes per element"))
 
 
-@_friendly("repeat_kv")
+@harness.check("repeat_kv")
 def check_repeat_kv(repeat_kv) -> None:
     x = torch.arange(3.0).reshape(1, 3, 1, 1).expand(1, 3, 2, 4).contiguous()  # head h is filled with h
-    out = _tensor(repeat_kv(x, 2), [1, 6, 2, 4], "repeat_kv(x [1, 3, 2, 4], n_rep=2)")
+    out = harness.expect_shape(repeat_kv(x, 2), [1, 6, 2, 4], "repeat_kv(x [1, 3, 2, 4], n_rep=2)")
     heads = [int(out[0, h, 0, 0].item()) for h in range(6)]
     if heads == [0, 1, 2, 0, 1, 2]:
         raise AssertionError(_("the heads come out as kv 0, 1, 2, 0, 1, 2 (tiled): repeat each head in place, "
                                "0, 0, 1, 1, 2, 2, so that query heads 0 and 1 share kv head 0"))
     assert heads == [0, 0, 1, 1, 2, 2], _("query heads 0..5 got kv heads {heads}, expected [0, 0, 1, 1, 2, 2]").format(heads=heads)
     assert torch.equal(repeat_kv(x, 1), x), _("with n_rep=1 repeat_kv should return the heads unchanged")
-    _ok(_("repeat_kv: [1, 3, 2, 4] -> [1, 6, 2, 4], query heads 2h and 2h+1 share kv head h"))
+    ok(_("repeat_kv: [1, 3, 2, 4] -> [1, 6, 2, 4], query heads 2h and 2h+1 share kv head h"))
 
 
 # --------------------------------------------------------------------------- #
@@ -391,7 +199,7 @@ def check_repeat_kv(repeat_kv) -> None:
 # --------------------------------------------------------------------------- #
 
 
-@_friendly("CrossAttention")
+@harness.check("CrossAttention")
 def check_cross_attention(CrossAttention) -> None:
     module = CrossAttention(16, 4, d_context=6)
     for name, d_in in (("W_q", 16), ("W_k", 6), ("W_v", 6), ("W_o", 16)):
@@ -409,19 +217,19 @@ def check_cross_attention(CrossAttention) -> None:
                 error.check_advice = _("Keys and values must come from `context` [B, S_k, d_context] (W_k(context), "
                                        "W_v(context)); only the queries come from x [B, S_q, d_model].")
             raise
-        out = _tensor(out, [2, 3, 16], "forward(x [2, 3, 16], context [2, 5, 6], context_mask)")
+        out = harness.expect_shape(out, [2, 3, 16], "forward(x [2, 3, 16], context [2, 5, 6], context_mask)")
         assert torch.isfinite(out).all(), _("the output contains NaN or inf (is the context mask inverted?)")
         padded = context.clone()
         padded[1, 2:] = 50.0  # only the padding of sample 1 changes
-        assert _close(module(x, padded, keep), out), _(
+        assert close(module(x, padded, keep), out), _(
             "the output changed when only padded context tokens did: -inf where context_mask is False, "
             "as context_mask[:, None, None, :] against [B, H, S_q, S_k] scores")
         last = context.clone()
         last[0, 4] = 3.0  # the last real context token of sample 0
-        assert not _close(module(x, last, keep)[0, 0], out[0, 0]), _(
+        assert not close(module(x, last, keep)[0, 0], out[0, 0]), _(
             "query 0 did not react to the last context token: cross-attention has no causal mask, every query "
             "sees the whole context")
-    _ok(_("CrossAttention: W_q 16->16, W_k and W_v 6->16, W_o 16->16; [2, 3, 16] x context [2, 5, 6] -> [2, 3, 16]; "
+    ok(_("CrossAttention: W_q 16->16, W_k and W_v 6->16, W_o 16->16; [2, 3, 16] x context [2, 5, 6] -> [2, 3, 16]; "
           "padding ignored"))
 
 
@@ -446,7 +254,7 @@ class _Recorder:
         return sum(k.shape[2] for k in self.keys)
 
 
-@_friendly("DecoderAttention")
+@harness.check("DecoderAttention")
 def check_decoder_attention(DecoderAttention) -> None:
     layer = DecoderAttention(16, 4, 2)
     for name, d_out in (("W_q", 16), ("W_k", 8), ("W_v", 8), ("W_o", 16)):
@@ -454,10 +262,10 @@ def check_decoder_attention(DecoderAttention) -> None:
     layer.eval()
     x = torch.randn(2, 6, 16)
     with torch.no_grad():
-        full = _tensor(layer(x), [2, 6, 16], "DecoderAttention(16, 4, 2)(x [2, 6, 16])")
+        full = harness.expect_shape(layer(x), [2, 6, 16], "DecoderAttention(16, 4, 2)(x [2, 6, 16])")
         changed = x.clone()
         changed[:, 4:] = 5.0
-        assert _close(layer(changed)[:, :4], full[:, :4]), _(
+        assert close(layer(changed)[:, :4], full[:, :4]), _(
             "without a cache, forward must be causal: outputs 0..3 changed when only tokens 4 and 5 did")
         cache = _Recorder()
         outs = [layer(x[:, :3], cache), layer(x[:, 3:5], cache), layer(x[:, 5:6], cache)]
@@ -477,10 +285,10 @@ def check_decoder_attention(DecoderAttention) -> None:
     with torch.no_grad():
         batched = layer(xs, _Recorder(), positions, mask)[0, 2:]
         alone = layer(xs[:1, 2:])[0]
-    assert _close(batched, alone), _(
+    assert close(batched, alone), _(
         "a left-padded sequence (2 pads, then 3 tokens, positions from mask.cumsum(-1) - 1) differs from the same 3 "
         "tokens alone: hide the padded keys with key_mask[:, None, None, :] and rotate at the positions given")
-    _ok(_("DecoderAttention: W_k, W_v of H_kv heads; the cache gets [B, H_kv, S_new, head_dim]; prompt, chunk and "
+    ok(_("DecoderAttention: W_k, W_v of H_kv heads; the cache gets [B, H_kv, S_new, head_dim]; prompt, chunk and "
           "token equal the full pass; a left-padded sequence equals itself alone"))
 
 
@@ -508,12 +316,6 @@ PART_NOTEBOOKS = {"positions": "01_positions", "kv_cache": "02_kv_cache", "cross
                   "decoder": "04_decoder"}
 
 
-def _edition_suffix() -> str:
-    """The folder suffix of the edition the notebook speaks: "_zh" after use_language("zh"), else ""."""
-    return "_zh" if isinstance(_translation, gettext.GNUTranslations) else ""
-
-
-graded_part = graded_part_function(
-    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade workspace/generation{suffix}/{notebook}.ipynb", _,
-    PART_NOTEBOOKS, _edition_suffix,
-)
+graded_part = harness.graded_part(
+    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade workspace/generation{suffix}/{notebook}.ipynb",
+    PART_NOTEBOOKS)
