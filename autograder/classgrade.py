@@ -17,7 +17,7 @@ Design
   a grading process that dies is replaced and the rest of the class goes on; one that does not
   answer within the submission's deadline (Limits.submission_deadline) is killed and the
   submission recorded as 0 with the reason (classpool.py).
-* Where the sandbox is incomplete, nothing is graded: one line, exit status 2 (pool.SandboxUnavailable),
+* Where the sandbox is incomplete, nothing is graded: one line, exit status 2 (limits.SandboxUnavailable),
   unless --unsafe-no-sandbox.
 Reports (the student's messages, the JSON document of document.py) go to
 COURSE_DIR/autograder_reports/<assignment>/<student>.json; the command then writes the class report
@@ -41,8 +41,7 @@ from . import classpool, courselock, document, exposure, gradebook, i18n, spec
 from .classpage import write_class_report
 from .classreport import DEFAULT_THRESHOLD
 from .lifetime import Interrupted, Stopper
-from .limits import Limits
-from .pool import SandboxUnavailable
+from .limits import Limits, SandboxUnavailable
 from .report import summary_table
 from .resume import State, atomic_write, grader_fingerprint
 from .results import CheckResult, GradeResult, PartResult

@@ -28,8 +28,7 @@ import sys
 import time
 
 from .lifetime import STOP_SIGNALS
-from .limits import Limits
-from .pool import SandboxUnavailable
+from .limits import Limits, SandboxUnavailable
 from .prestart import PACKAGE_PARENT
 
 FRAME = struct.Struct("!Q")

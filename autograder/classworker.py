@@ -11,7 +11,7 @@ import sys
 
 from . import classpool, prestart
 from .lifetime import STOP_SIGNALS, init_pool_process
-from .pool import SandboxUnavailable
+from .limits import SandboxUnavailable
 
 
 def main(tasks: int, results: int, parent: int) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import limits, spec
 from .extract import SubmissionError, extract, recognise
-from .pool import SandboxUnavailable
+from .limits import SandboxUnavailable
 
 DEMO_COURSE = Path(__file__).resolve().parent.parent / "build" / "demo-course"
 

@@ -2,6 +2,8 @@
 
 Every command that grades (grade, grade-class) adds the same flags with `add_flags` and reads
 them back with `from_args`; each flag's help text states its default from `Limits` itself.
+Also the refusal to grade where the sandbox is incomplete (`SandboxUnavailable`), which the commands
+catch: nothing here imports torch, so a command's process does not before it starts its worker pool.
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         help=f"address-space limit of the worker (default {_g(d.memory_bytes / GIB)})")
     parser.add_argument("--no-namespaces", action="store_true", help="do not use Linux namespaces (weaker sandbox; "
                         "needs --unsafe-no-sandbox)")
-    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+    parser.add_argument(UNSAFE_FLAG, action="store_true",
                         help="grade even when a layer of the sandbox cannot be had on this machine (default: refuse, "
                              "naming it); student code may then read the solutions. Every report says so")
     parser.add_argument("--load-seconds", type=float, help="limit for starting a worker and running the top-level "
@@ -72,6 +74,7 @@ def from_args(args: argparse.Namespace) -> Limits:
                   extra_hidden=tuple(args.hide or ()), submission_seconds=args.submission_seconds)
 
 
+UNSAFE_FLAG = "--unsafe-no-sandbox"
 UNSAFE_ENV = "AUTOGRADER_UNSAFE_NO_SANDBOX"
 
 
@@ -79,3 +82,16 @@ def unsafe_from_env() -> bool:
     """Whether the environment allows grading without a complete sandbox (nbgrader's autograde and Gradescope's
     run_autograder, which take no flags of ours): AUTOGRADER_UNSAFE_NO_SANDBOX=1."""
     return os.environ.get(UNSAFE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+class SandboxUnavailable(Exception):
+    """A layer of the sandbox could not be had on this machine and the instructor did not allow grading
+    without it: no student code runs. str() is the one line every command prints."""
+
+
+def refusal(off: dict) -> str:
+    """The one line that says which layers are missing (and why the first is) and how to grade anyway."""
+    first = min(off)
+    return (f"refusing to grade: the sandbox is incomplete on this machine, missing {', '.join(sorted(off))} "
+            f"({first}: {off[first]}); student code could read the solutions and the gradebook. To grade anyway, "
+            f"pass {UNSAFE_FLAG} (nbgrader: {UNSAFE_ENV}=1)")

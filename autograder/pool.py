@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from . import prestart
 from .extract import Source
+from .limits import SandboxUnavailable, refusal
 from .worker import protocol
 from .worker.sandbox import SandboxConfig
 
@@ -25,22 +26,6 @@ class WorkerGone(Exception):
 
 class SandboxFailed(WorkerGone):
     """The sandboxed worker did not come up at all: a problem of this machine, not of the student's code."""
-
-
-class SandboxUnavailable(Exception):
-    """A layer of the sandbox could not be had on this machine and the instructor did not allow grading
-    without it: no student code runs. str() is the one line every command prints."""
-
-
-UNSAFE_FLAG = "--unsafe-no-sandbox"
-
-
-def refusal(off: dict) -> str:
-    """The one line that says which layers are missing (and why the first is) and how to grade anyway."""
-    first = min(off)
-    return (f"refusing to grade: the sandbox is incomplete on this machine, missing {', '.join(sorted(off))} "
-            f"({first}: {off[first]}); student code could read the solutions and the gradebook. To grade anyway, "
-            f"pass {UNSAFE_FLAG} (nbgrader: AUTOGRADER_UNSAFE_NO_SANDBOX=1)")
 
 
 class WorkerTimeout(Exception):
