@@ -70,9 +70,7 @@ def score_part(part: Part, records: list[CheckRecord], session, seconds: float,
     submission lacks (in `lang`)."""
     total = sum(r.weight for r in records) or 1.0
     state = session.parts.get(part.id)
-    calls = set(state.calls) if state else set()
-    if state and state.forbidden and not calls:  # (a reply without callers: the call is the student's code's)
-        calls = {("code", label) for label in state.forbidden}
+    calls = state.calls if state else set()
     notes = []
     missing = [n for n in part.names if not session.defines(n, part.id)]
     if missing:
