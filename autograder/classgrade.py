@@ -51,12 +51,13 @@ from .results import CheckResult, GradeResult, PartResult
 # --------------------------------------------------------------------------- one submission, in a grading process
 _ = i18n.message
 NOT_SUBMITTED = _("{notebook} was not submitted")
+WAS_GRADED = _("your notebook was graded")  # a check's name: English in the results, translated in the reports
 OVERDUE = _("not graded: grading your submission did not finish within {seconds:.0f} s and was stopped (an endless "
             "loop, or code that blocks the grader?)")
 
 
 def missing_part(part: spec.Part, why: str) -> PartResult:
-    return PartResult(part.id, part.points, (CheckResult("your notebook was graded", False, 0.0, part.points, why),),
+    return PartResult(part.id, part.points, (CheckResult(WAS_GRADED.msgid, False, 0.0, part.points, why),),
                       (why,))
 
 

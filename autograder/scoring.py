@@ -97,8 +97,13 @@ def unreadable(extracted, parts, lang: str = DEFAULT_LANGUAGE) -> list[PartResul
     return zeros(parts, reason)
 
 
+# The name of the one check of a part that could not be graded: English in the results, as every check's name is;
+# the reports show it in the student's language (i18n.check_title finds it in the catalog).
+CAN_BE_READ = _("your submission can be read")
+
+
 def zeros(parts, reason) -> list[PartResult]:
     """Each part 0 points, with the reason (already in the student's language) as its one failed check and its
-    note. The check's name stays English in every language, as every check's name does."""
-    return [PartResult(p.id, p.points, (CheckResult("your submission can be read", False, 0.0, p.points, reason),),
-                       (reason,)) for p in parts]
+    note."""
+    return [PartResult(p.id, p.points, (CheckResult(CAN_BE_READ.msgid, False, 0.0, p.points, reason),), (reason,))
+            for p in parts]
