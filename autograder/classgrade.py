@@ -288,11 +288,16 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = N
         print(f"grade-class: {gradebook.redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     _summary(console, course, assignment, outcomes, time.perf_counter() - started)
-    course_dir = Path(course).resolve()
-    page = write_class_report(course_dir, assignment, [o.result for o in outcomes if o.result is not None],
-                              reports_dir(course_dir, assignment), report_below)
-    console.print(f"class report: {page}", soft_wrap=True)
+    console.print(f"class report: {class_report(course, assignment, outcomes, report_below)}", soft_wrap=True)
     return 0
+
+
+def class_report(course: str | Path, assignment: str, outcomes: list[Outcome],
+                 threshold: float = DEFAULT_THRESHOLD) -> Path:
+    """The class report of a graded class (classpage.py), written next to the students' reports; its path."""
+    course = Path(course).resolve()
+    return write_class_report(course, assignment, [o.result for o in outcomes if o.result is not None],
+                              reports_dir(course, assignment), threshold)
 
 
 def _console(file=None) -> Console:
