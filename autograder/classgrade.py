@@ -50,12 +50,13 @@ from .results import CheckResult, GradeResult, PartResult
 # --------------------------------------------------------------------------- one submission, in a grading process
 _ = i18n.message
 NOT_SUBMITTED = _("{notebook} was not submitted")
+WAS_GRADED = _("your notebook was graded")  # a check's name: English in the results, translated in the reports
 OVERDUE = _("not graded: grading your submission did not finish within {seconds:.0f} s and was stopped (an endless "
             "loop, or code that blocks the grader?)")
 
 
 def missing_part(part: spec.Part, why: str) -> PartResult:
-    return PartResult(part.id, part.points, (CheckResult("your notebook was graded", False, 0.0, part.points, why),),
+    return PartResult(part.id, part.points, (CheckResult(WAS_GRADED.msgid, False, 0.0, part.points, why),),
                       (why,))
 
 
@@ -286,11 +287,16 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = N
         print(f"grade-class: {gradebook.redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     _summary(console, course, assignment, outcomes, time.perf_counter() - started)
-    course_dir = Path(course).resolve()
-    page = write_class_report(course_dir, assignment, [o.result for o in outcomes if o.result is not None],
-                              reports_dir(course_dir, assignment), report_below)
-    console.print(f"class report: {page}", soft_wrap=True)
+    console.print(f"class report: {class_report(course, assignment, outcomes, report_below)}", soft_wrap=True)
     return 0
+
+
+def class_report(course: str | Path, assignment: str, outcomes: list[Outcome],
+                 threshold: float = DEFAULT_THRESHOLD) -> Path:
+    """The class report of a graded class (classpage.py), written next to the students' reports; its path."""
+    course = Path(course).resolve()
+    return write_class_report(course, assignment, [o.result for o in outcomes if o.result is not None],
+                              reports_dir(course, assignment), threshold)
 
 
 def _console(file=None) -> Console:

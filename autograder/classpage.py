@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import i18n
 from .classreport import DEFAULT_THRESHOLD, ClassReport, PartScores, summarize
+from .resume import atomic_write
 
 _ = i18n.message
 FILE_NAME = "class_report.html"
@@ -187,11 +188,8 @@ def write(report: ClassReport, course: Path, reports: Path) -> Path:
     """Write the page into `reports` (COURSE/autograder_reports/<assignment>/); return its path."""
     links = report_links(reports, Path(course), report.assignment, [s.id for s in report.students])
     reports.mkdir(parents=True, exist_ok=True)
-    path = reports / FILE_NAME
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(page(report, links), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    atomic_write(reports / FILE_NAME, page(report, links))
+    return reports / FILE_NAME
 
 
 def write_class_report(course: Path, assignment: str, results, reports: Path,

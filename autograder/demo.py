@@ -26,8 +26,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import gradebook, spec
-from .classgrade import Stopped, grade_class, reports_dir
-from .classpage import write_class_report
+from .classgrade import Stopped, class_report, grade_class, reports_dir
 from .report import render, summary_table
 from .results import CheckResult, GradeResult, PartResult
 
@@ -86,7 +85,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
                 print(f"demo: {exc}", file=sys.stderr)
                 return exc.exit_code
             rows = [o.result for o in outcomes if o.result is not None]
-            pages[name] = write_class_report(course, name, rows, reports_dir(course, name))
+            pages[name] = class_report(course, name, outcomes)
         console.print(summary_table(rows, title=f"example class, {name}"))
         scored[name] = rows
     differ = [f"{name}: {row}" for a, lang, name in editions if lang != spec.DEFAULT_LANGUAGE

@@ -61,7 +61,7 @@ def atomic_write(path: Path, text: str) -> None:
     """The file as it was or with `text`, never half written (a full disk leaves no .tmp behind)."""
     tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -81,10 +81,10 @@ def mentions_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.par
     """Static look at the student's code: which parts mention a torch function they may not call, and where
     ({part: {(the student's definition, torch's name)}}).
 
-    For each from-scratch part, the definitions of its names and of every helper they refer
-    to (transitively) are searched for torch's fused kernel or official module, public or
-    private. A helper of the student's own is followed, never flagged for its name: a
-    from-scratch function may well be called scaled_dot_product_attention.
+    For each part that forbids torch functions (spec.Part.forbidden), the definitions of its names
+    and of every helper they refer to (transitively) are searched for them, public or private. A
+    helper of the student's own is followed, never flagged for its name: a from-scratch function
+    may well be called scaled_dot_product_attention.
     """
     found: dict[str, set[tuple[str, str]]] = {}
     for source in extracted.sources:

@@ -10,22 +10,24 @@ from dataclasses import dataclass
 from . import i18n
 from .failures import CheckFailure
 from .results import CheckResult, PartResult
-from .spec import DEFAULT_LANGUAGE, Part
-from .worker.names import FLEX_ATTENTION, WATCH_OFF
+from .spec import DEFAULT_LANGUAGE, FROM_SCRATCH_FORBIDS, Part
+from .worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE, WATCH_OFF
 
 _ = i18n.message
-# What a part with forbidden names asks, in the student's words (the start of the note that says so).
-FROM_SCRATCH = _("this part must compute attention from scratch")  # (scan.py looks for it in the part's notes)
-NOT_THE_OFFICIAL_MODULE = _("this part must compute its attention itself, not with torch's nn.MultiheadAttention")
-BY_ITS_OWN_ALGORITHM = _("this part must build its attention itself, without torch's fused attention "
-                         "(F.scaled_dot_product_attention) or flex_attention")
+# What a part's forbidden torch functions (spec.Part.forbidden) ask of it, in the student's words (the start of
+# the note that says the part earns nothing). A part that forbids another group needs its sentence here
+# (tests/test_assignments.py checks that every registered part has one).
+RULES: dict[tuple[str, ...], i18n.Message] = {
+    FROM_SCRATCH_FORBIDS: _("this part must compute attention from scratch"),
+    OFFICIAL_MODULE: _("this part must compute its attention itself, not with torch's nn.MultiheadAttention"),
+    FUSED_KERNEL + FLEX_ATTENTION: _("this part must build its attention itself, without torch's fused attention "
+                                     "(F.scaled_dot_product_attention) or flex_attention"),
+}
 
 
 def rule_of(part: Part) -> i18n.Message:
     """The rule that a part's forbidden names break (spec.Part.forbidden)."""
-    if part.from_scratch:
-        return FROM_SCRATCH
-    return BY_ITS_OWN_ALGORITHM if set(FLEX_ATTENTION) <= set(part.forbids) else NOT_THE_OFFICIAL_MODULE
+    return RULES[part.forbidden]
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,7 @@ def score_part(part: Part, records: list[CheckRecord], session, seconds: float,
     submission lacks (in `lang`)."""
     total = sum(r.weight for r in records) or 1.0
     state = session.parts.get(part.id)
-    calls = set(state.calls) if state else set()
-    if state and state.forbidden and not calls:  # (a reply without callers: the call is the student's code's)
-        calls = {("code", label) for label in state.forbidden}
+    calls = state.calls if state else set()
     notes = []
     missing = [n for n in part.names if not session.defines(n, part.id)]
     if missing:
@@ -97,8 +97,13 @@ def unreadable(extracted, parts, lang: str = DEFAULT_LANGUAGE) -> list[PartResul
     return zeros(parts, reason)
 
 
+# The name of the one check of a part that could not be graded: English in the results, as every check's name is;
+# the reports show it in the student's language (i18n.check_title finds it in the catalog).
+CAN_BE_READ = _("your submission can be read")
+
+
 def zeros(parts, reason) -> list[PartResult]:
     """Each part 0 points, with the reason (already in the student's language) as its one failed check and its
-    note. The check's name stays English in every language, as every check's name does."""
-    return [PartResult(p.id, p.points, (CheckResult("your submission can be read", False, 0.0, p.points, reason),),
-                       (reason,)) for p in parts]
+    note."""
+    return [PartResult(p.id, p.points, (CheckResult(CAN_BE_READ.msgid, False, 0.0, p.points, reason),), (reason,))
+            for p in parts]

@@ -30,7 +30,6 @@ class PartState:
     id: str
     deadline: float
     stopped: i18n.Message | None = None
-    forbidden: set = field(default_factory=set)  # the forbidden torch functions called while graded
     calls: set = field(default_factory=set)  # (the student's function, the forbidden torch function it called)
     outputs: list = field(default_factory=list)
 
@@ -253,14 +252,9 @@ class Session:
         part = self.part
         if not isinstance(reply, dict):
             raise self._failure(protocol.ProtocolError("the reply is not a message"), what)
-        forbidden = reply.get("forbidden")
         patterns = self.assignment.part(part.id).forbidden
-        if forbidden and patterns and isinstance(forbidden, list):
-            part.forbidden.update(wire.clean_text(f, 100) for f in forbidden
-                                  if isinstance(f, str) and is_forbidden_name(f, patterns))
-            calls = forbidden_calls(reply.get("callers"), patterns)
-            part.calls.update(calls)
-            part.forbidden.update(label for _, label in calls)
+        if patterns:  # (the reply's "forbidden" is its callers' torch functions again: the checks read it, not this)
+            part.calls.update(forbidden_calls(reply.get("callers"), patterns))
         if reply.get("stdout") and len(part.outputs) < 20:
             part.outputs.append(wire.clean_text(reply["stdout"]))
         if not reply.get("ok"):

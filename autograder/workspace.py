@@ -59,25 +59,29 @@ def changed_notebooks(folder: Path, release: Path) -> tuple[str, ...]:
     return tuple(changed)
 
 
+def editions(workspace: Path, release: Path = RELEASE) -> list[str]:
+    """The released assignments (edition ids) that have a folder in the workspace, in the release's order."""
+    return [r.name for r in sorted(release.iterdir()) if r.is_dir() and (workspace / r.name).is_dir()]
+
+
 def folders(workspace: Path, release: Path = RELEASE) -> list[Folder]:
-    """The workspace's folders of released assignments, in the release's order."""
-    return [Folder(workspace / r.name, r.name, changed_notebooks(workspace / r.name, r))
-            for r in sorted(release.iterdir()) if r.is_dir() and (workspace / r.name).is_dir()]
+    """The workspace's folders of released assignments, in the release's order, with the notebooks changed."""
+    return [Folder(workspace / name, name, changed_notebooks(workspace / name, release / name))
+            for name in editions(workspace, release)]
 
 
 def choose(workspace: Path, assignment: str | None = None, release: Path = RELEASE) -> list[Folder]:
     """The folders to grade: the named one, else the ones the student worked in (SubmissionError: one line)."""
     if not workspace.is_dir():
         raise SubmissionError(f"{workspace}/ does not exist yet: run `make lab` first (it copies the release there)")
-    present = folders(workspace, release)
     if assignment is None:
-        return [f for f in present if f.changed]
+        return [f for f in folders(workspace, release) if f.changed]
     spec.assignment(assignment)  # an unknown name: one line naming the known ones
-    named = [f for f in present if f.edition == assignment]
-    if not named:
+    present = editions(workspace, release)
+    if assignment not in present:
         raise SubmissionError(f"{workspace / assignment}/ does not exist: run `make lab` first, or name one of "
-                              f"{', '.join(f.edition for f in present) or 'the released assignments'}")
-    return named
+                              f"{', '.join(present) or 'the released assignments'}")
+    return [Folder(workspace / assignment, assignment, changed_notebooks(workspace / assignment, release / assignment))]
 
 
 def release_files(release: Path, edition: str) -> tuple[str, ...]:
@@ -93,7 +97,7 @@ def main(workspace: str | Path, assignment: str | None = None, full: bool = Fals
     chosen = choose(workspace, assignment, release)
     console = Console()
     if not chosen:
-        names = ", ".join(f.edition for f in folders(workspace, release))
+        names = ", ".join(editions(workspace, release))
         console.print(f"Nothing to grade yet: no solution cell in {workspace}/ ({names}) differs from the release.\n"
                       "Write a solution, save the notebook and run `make grade` again, or grade one folder as it "
                       "is: make grade ASSIGNMENT=self_attention", soft_wrap=True)

@@ -14,6 +14,7 @@ import pytest
 
 from autograder import spec
 from autograder.nbgrader_plugin import grade_notebook_file
+from autograder.scoring import RULES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,6 +28,11 @@ def test_every_registered_assignment_has_its_checks_and_its_reference_solutions(
     missing = [name for name in assignment.api_names if not hasattr(reference, name)]
     assert missing == []
     assert len({p.id for p in assignment.all_parts}) == len(assignment.all_parts)
+
+
+@pytest.mark.parametrize("assignment", list(spec.ASSIGNMENTS.values()), ids=list(spec.ASSIGNMENTS))
+def test_every_part_that_forbids_torch_functions_has_a_rule_the_student_reads(assignment):
+    assert [p.id for p in assignment.all_parts if p.forbidden and p.forbidden not in RULES] == []
 
 
 def test_points_that_do_not_sum_to_100_are_refused():

@@ -7,6 +7,7 @@ import dataclasses
 import re
 
 from autograder import classpage, classreport, spec
+from autograder.scoring import zeros
 from autograder.results import CheckResult, GradeResult, PartResult
 
 PARTS = spec.assignment("self_attention").parts
@@ -88,3 +89,10 @@ def test_the_chinese_editions_page_has_its_headings_in_chinese(tmp_path):
         chinese = classpage.i18n.message(heading).render("zh")
         assert chinese != heading and chinese in page
     assert "most common failing checks" not in page
+
+
+def test_an_unreadable_submissions_check_is_named_in_chinese_on_the_chinese_page():
+    unreadable = GradeResult("eve", tuple(zeros(PARTS, "02_scores.ipynb 无法作为 notebook 读取")), lang="zh")
+    page = classpage.page(classreport.summarize("self_attention_zh", [unreadable, result("ada")]), {})
+    assert "your submission can be read" not in page
+    assert classpage.i18n.check_title("your submission can be read", "zh") in page
