@@ -17,7 +17,7 @@ import torch
 from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded, send, smallest_failure, weights_taken
-from autograder.checks.generation.common import D_MODEL, H, HEAD_DIM
+from autograder.checks.generation.common import D_MODEL, H, HEAD_DIM, ROPE_HALF_SPLIT, rope_differs
 from autograder.checks.generation.decoder_variants import decoder_variant, left_padded, rotated_keys
 
 _ = i18n.message
@@ -41,9 +41,7 @@ def common_mistakes(v, d_model: int = D_MODEL, head_dim: int = HEAD_DIM):
         _("you rotated the queries only: RoPE rotates the queries AND the keys"): v(rope_on="queries"),
         _("no RoPE at all: rotate q and k with apply_rope(..., positions, base=self.rope_base) before the scores"):
             v(rope_on="none"),
-        _("you rotated the pairs (x[i], x[i + head_dim/2]) (the half-split pairing of Hugging Face's "
-          "rotate_half): the spec pairs neighbours, (x[2i], x[2i + 1]), as Meta's Llama code does"):
-            v(pairs="halves"),
+        rope_differs(ROPE_HALF_SPLIT): v(pairs="halves"),
         _("you tiled the key/value heads (kv0, kv1, kv0, kv1, ...): repeat each one in place, as repeat_kv does, "
           "so that query heads h * n_rep ... (h + 1) * n_rep - 1 share kv head h"): v(tiled=True),
         _("the attention is not causal: a token must not see the tokens after it"): v(align="none"),
