@@ -109,6 +109,14 @@ def rope_differs(*differences: str) -> str:
 # kv_cache
 # --------------------------------------------------------------------------- #
 
+# The mistakes of attention through a cache, named by the checks of kv_cache and of decoder
+TOP_LEFT = _("your causal mask is top-left aligned (tril() of [S_q, S_k], or is_causal=True in "
+             "F.scaled_dot_product_attention): the S_q new queries are the LAST S_q of the S_k positions, so "
+             "query i may see keys j <= i + (S_k - S_q): decode_causal_mask(S_q, S_k), or "
+             "torch.nn.attention.bias.causal_lower_right")
+ONLY_THEMSELVES = _("the new tokens attend only to themselves: append their keys and values to the cache first and "
+                    "attend over everything it returns")
+
 
 def decode_variant(w_qkv: torch.Tensor, w_o: torch.Tensor, x: torch.Tensor, chunks, *, align: str = "bottom_right",
                    mask_cached: bool = True, use_cache: bool = True, diagonal: bool = True, scale: float | None = None,
