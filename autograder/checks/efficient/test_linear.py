@@ -15,7 +15,8 @@ from autograder import i18n
 from autograder.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, seeded, send, smallest_failure
-from autograder.checks.efficient.common import RESIDENT_ROOM, FEATURES, D, D_V, S, B, H, linear_variant, mib, qkv, recurrent_variant
+from autograder.checks.efficient.common import FEATURES, D, D_V, S, B, H, linear_variant, mib, qkv, recurrent_variant, \
+    within_memory
 from autograder.worker import wire
 from autograder.worker.meter import LiveMemoryMeter
 from solutions import efficient as ref
@@ -246,11 +247,4 @@ def test_linear_attention_memory(student, causal):
     how = (_("use running sums over the sequence (torch.cumsum of phi(k_j) v_j^T and of phi(k_j)) instead of "
              "masking phi(q) phi(k)^T") if causal else
            _("compute phi(k)^T v [B, H, D, D_v] first, then phi(q) (phi(k)^T v): associativity avoids phi(q) phi(k)^T"))
-    if run.peak_bytes is None or run.peak_bytes > bound:
-        raise expect.CheckFailure(_("{what}: your linear_attention held {peak} of tensors at once; {sizes}: {how}").format(
-            what=what, peak=mib(run.peak_bytes), sizes=sizes, how=how))
-    if run.resident_growth is not None and run.resident_growth > RESIDENT_ROOM * bound:
-        raise expect.CheckFailure(_(
-            "{what}: the tensor meter saw only {peak}, but the memory of your process grew by {growth} while "
-            "linear_attention ran; {sizes}: the grader counts memory taken where the meter cannot see it").format(
-            what=what, peak=mib(run.peak_bytes), growth=mib(run.resident_growth), sizes=sizes))
+    within_memory(run, what, "linear_attention", bound, sizes, how)
