@@ -4,6 +4,9 @@ a student's FlexAttention mod runs through flex_attention in the worker, traced 
 importable there)."""
 from __future__ import annotations
 
+import re
+
+import pytest
 import torch
 
 from autograder import spec
@@ -11,9 +14,10 @@ from autograder.batch import Call
 from autograder.checks.efficient import common as C
 from autograder.checks.efficient import test_flash, test_linear, test_sliding_window
 from autograder.extract import Source
+from autograder.failures import CheckFailure
 from autograder.limits import Limits
 from autograder.session import Session
-from autograder.student import Student
+from autograder.student import MeasuredCall, Student
 from solutions import efficient as E
 
 
@@ -122,6 +126,22 @@ def test_memory_bounds_are_below_the_memory_only_mistakes():
     assert window_bound < 2 * W.MEM_B * W.MEM_H * W.MEM_CHUNK * W.MEM_S * 4
     for causal in (False, True):
         assert 2 * L.ROOM * L.reference_peak(causal) < L.MEM_B * L.MEM_H * L.MEM_S * L.MEM_S * 4
+
+
+def test_the_memory_checks_fail_past_the_bound_then_past_resident_room_times_it():
+    """within the meter's bound, a resident growth up to RESIDENT_ROOM x the bound passes (the allocator's own pages);
+    beyond it, or past the bound on the meter, the check fails and names the function"""
+    bound = 2**20
+
+    def check(peak, growth):
+        C.within_memory(MeasuredCall(None, peak, growth), "f at S=9", "f", bound, "sizes", "how")
+
+    check(bound, C.RESIDENT_ROOM * bound)
+    check(bound, None)  # no resident figure (a GPU run): the meter alone decides
+    for peak, growth, said in ((bound + 1, 0, "your f held 1.00 MiB of tensors at once"), (None, 0, "held 0.00 MiB"),
+                               (bound, C.RESIDENT_ROOM * bound + 1, "grew by 3.00 MiB while f ran")):
+        with pytest.raises(CheckFailure, match=re.escape(said)):
+            check(peak, growth)
 
 
 SUBMISSION = '''

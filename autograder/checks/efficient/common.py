@@ -16,6 +16,11 @@ import math
 import torch
 import torch.nn.functional as F
 
+from autograder import i18n
+from autograder.checks import expect
+
+_ = i18n.message
+
 B, H = 2, 3
 S_Q, S_K = 11, 17  # queries, keys: different, and neither a multiple of the blocks below
 D, D_V = 8, 5  # the width of queries and keys, and of values
@@ -290,3 +295,18 @@ def softcap_variant(q, k, v, cap: float, kind: str = "exact") -> torch.Tensor:
 
 def mib(n: int | None) -> str:
     return f"{(n or 0) / 2**20:.2f} MiB"
+
+
+def within_memory(run, what: str, name: str, bound: int, sizes: str, how: str) -> None:
+    """A measured call (student.call_measured) of the function `name` within `bound` bytes: the tensor meter's peak,
+    then the worker's resident growth (allowed RESIDENT_ROOM x the bound). Each excess is named with the `sizes` that
+    put it in scale and `how` to stay within."""
+    if run.peak_bytes is None or run.peak_bytes > bound:
+        raise expect.CheckFailure(_("{what}: your {name} held {peak} of tensors at once; {sizes}: {how}").format(
+            what=what, name=name, peak=mib(run.peak_bytes), sizes=sizes, how=how))
+    if run.resident_growth is not None and run.resident_growth > RESIDENT_ROOM * bound:
+        raise expect.CheckFailure(_(
+            "{what}: the tensor meter saw only {peak}, but the memory of your process grew by {growth} while {name} "
+            "ran; {sizes}: the grader also counts the memory the meter cannot see (numpy arrays, a child process, "
+            "...)").format(what=what, peak=mib(run.peak_bytes), growth=mib(run.resident_growth), name=name,
+                           sizes=sizes))

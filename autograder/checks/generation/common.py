@@ -68,15 +68,17 @@ def sinusoidal_variant(seq_len: int, d_model: int, *, layout: str = "interleaved
 
 def rope_variant(x: torch.Tensor, positions: torch.Tensor, *, pairs: str = "interleaved", base: float = BASE,
                  direction: int = 1, exponent: str = "2i", use_positions: bool = True) -> torch.Tensor:
-    """RoPE of x [..., S, d] in x's dtype. pairs "halves": (x[i], x[i + d/2]) as in rotate_half code;
-    direction -1: rotated the other way; exponent "i": 10000^(-i / d) for pair i (the factor 2 forgotten);
-    use_positions False: positions 0, 1, 2, ... whatever was passed."""
+    """RoPE of x [..., S, d] at positions [S] or [B, S] (x [B, S, d] or [B, H, S, d]), in x's dtype. pairs "halves":
+    (x[i], x[i + d/2]) as in rotate_half code; direction -1: rotated the other way; exponent "i": 10000^(-i / d)
+    for pair i (the factor 2 forgotten); use_positions False: positions 0, 1, 2, ... whatever was passed."""
     d = x.shape[-1]
     work = x.double()
     pos = positions.double() if use_positions else torch.arange(x.shape[-2], dtype=torch.float64)
     i = torch.arange(d // 2, dtype=torch.float64)
     theta = base ** (-(i if exponent == "i" else 2 * i) / d)
-    angle = direction * pos[:, None] * theta  # [S, d / 2]
+    angle = direction * pos[..., None] * theta  # [S, d / 2] or [B, S, d / 2]
+    if pos.dim() == 2 and x.dim() == 4:
+        angle = angle[:, None]  # [B, 1, S, d / 2]
     cos, sin = angle.cos(), angle.sin()
     if pairs == "halves":
         a, b = work[..., : d // 2], work[..., d // 2:]
@@ -87,9 +89,33 @@ def rope_variant(x: torch.Tensor, positions: torch.Tensor, *, pairs: str = "inte
     return out.to(x.dtype)
 
 
+# The ways a public RoPE may differ from the contract's, each named in a check's message by rope_differs.
+ROPE_HALF_SPLIT = _("the half-split pairing (x[i], x[i + head_dim/2]) of rotate_half code, where the contract pairs "
+                    "neighbours (x[2i], x[2i + 1]), as in x[..., 0::2] with x[..., 1::2]")
+ROPE_DIRECTION = _("the other rotation direction: the contract rotates (a, b) -> (a cos t - b sin t, a sin t + b cos t)")
+ROPE_BASE = _("base {base:g} (Llama 3 uses 500000, nanochat 100000), where the contract's default is base=10000.0: "
+              "use the `base` argument")
+
+
+def rope_differs(*differences: str) -> str:
+    """"your RoPE differs from the contract's: a; b; c", in the student's language."""
+    said = differences[0]
+    for more in differences[1:]:
+        said = _("{first}; {second}").format(first=said, second=more)
+    return _("your RoPE differs from the contract's: {differences}").format(differences=said)
+
+
 # --------------------------------------------------------------------------- #
 # kv_cache
 # --------------------------------------------------------------------------- #
+
+# The mistakes of attention through a cache, named by the checks of kv_cache and of decoder
+TOP_LEFT = _("your causal mask is top-left aligned (tril() of [S_q, S_k], or is_causal=True in "
+             "F.scaled_dot_product_attention): the S_q new queries are the LAST S_q of the S_k positions, so "
+             "query i may see keys j <= i + (S_k - S_q): decode_causal_mask(S_q, S_k), or "
+             "torch.nn.attention.bias.causal_lower_right")
+ONLY_THEMSELVES = _("the new tokens attend only to themselves: append their keys and values to the cache first and "
+                    "attend over everything it returns")
 
 
 def decode_variant(w_qkv: torch.Tensor, w_o: torch.Tensor, x: torch.Tensor, chunks, *, align: str = "bottom_right",

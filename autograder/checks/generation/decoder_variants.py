@@ -13,27 +13,7 @@ import math
 
 import torch
 
-from autograder.checks.generation.common import split
-
-BASE = 10000.0
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor, base: float = BASE, pairs: str = "interleaved") -> torch.Tensor:
-    """RoPE of x [..., S, d] at positions [S] or [B, S] (x [B, S, d] or [B, H, S, d]), in float64. pairs "halves":
-    (x[i], x[i + d/2])."""
-    d = x.shape[-1]
-    i = torch.arange(d // 2, dtype=torch.float64)
-    angle = positions.double()[..., None] * base ** (-2 * i / d)  # [S, d/2] or [B, S, d/2]
-    if positions.dim() == 2 and x.dim() == 4:
-        angle = angle[:, None]  # [B, 1, S, d/2]
-    cos, sin = angle.cos(), angle.sin()
-    work = x.double()
-    if pairs == "halves":
-        a, b = work[..., : d // 2], work[..., d // 2:]
-        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
-    a, b = work[..., 0::2], work[..., 1::2]
-    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
-
+from autograder.checks.generation.common import BASE, rope_variant, split
 
 def repeat(t: torch.Tensor, n_rep: int, tiled: bool = False) -> torch.Tensor:
     """[B, H_kv, S, d] -> [B, H_kv * n_rep, S, d]: each head in place (kv0, kv0, kv1, ...), or tiled (kv0, kv1, kv0, ...)."""
@@ -89,14 +69,14 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
         pos = chunk_positions(start, n, positions, B, offset, use_positions)
         q, k, v = q_all[:, :, start:stop], k_all[:, :, start:stop], v_all[:, :, start:stop]
         if rope_on in ("both", "queries"):
-            q = rope(q, pos, base, pairs)
+            q = rope_variant(q, pos, base=base, pairs=pairs)
         if rope_on in ("both", "keys"):
-            k = rope(k, pos, base, pairs)
+            k = rope_variant(k, pos, base=base, pairs=pairs)
         cached_k, cached_v = (cached_k + [k], cached_v + [v]) if use_cache else ([k], [v])
         K, V = torch.cat(cached_k, dim=-2), torch.cat(cached_v, dim=-2)  # [B, H_kv, S_k, hd]
         S_k = K.shape[-2]
         if rotate_again:
-            K = rope(K, torch.arange(S_k), base, pairs)
+            K = rope_variant(K, torch.arange(S_k), base=base, pairs=pairs)
         K, V = repeat(K, heads // kv_heads, tiled), repeat(V, heads // kv_heads, tiled)
         allowed = causal(n, S_k, align)  # [n, S_k]
         if key_mask is not None and use_key_mask:
@@ -114,7 +94,7 @@ def rotated_keys(w: dict, x: torch.Tensor, heads: int, kv_heads: int, positions:
     """The keys a decoder appends for the tokens x at `positions`: [B, H_kv, S, hd] rotated (rotate False: not
     rotated; repeated: already repeated to H heads), in x's dtype."""
     _, k, _ = project(w, x, heads, kv_heads)
-    k = rope(k, positions, base) if rotate else k
+    k = rope_variant(k, positions, base=base) if rotate else k
     return (repeat(k, heads // kv_heads) if repeated else k).to(x.dtype)
 
 

@@ -17,7 +17,8 @@ import torch
 from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded, send, smallest_failure, weights_taken
-from autograder.checks.generation.common import D_MODEL, H, HEAD_DIM
+from autograder.checks.generation.common import D_MODEL, H, HEAD_DIM, ONLY_THEMSELVES, ROPE_HALF_SPLIT, TOP_LEFT, \
+    rope_differs
 from autograder.checks.generation.decoder_variants import decoder_variant, left_padded, rotated_keys
 
 _ = i18n.message
@@ -28,10 +29,6 @@ SMALL_BASE = 50.0  # a base far from 10000 so that every pair's angle differs at
 LENGTHS = (5, 2, 3)  # the left-padded batch: three prompts of different lengths
 PER_ROW = torch.tensor([[0, 1, 2, 6, 7, 11], [4, 5, 9, 10, 15, 16]])  # positions [B, 6]: no row a shift of another
 
-TOP_LEFT = _("your causal mask is top-left aligned (tril() of [S_new, S_k], or is_causal=True in "
-             "F.scaled_dot_product_attention): the new tokens are the LAST S_new of the S_k positions, so use "
-             "decode_causal_mask(S_new, S_k) (bottom-right, as flash-attn aligns it)")
-
 
 def common_mistakes(v, d_model: int = D_MODEL, head_dim: int = HEAD_DIM):
     """The mistakes of the layer itself, any cache or none: v(**keywords) is the variant's output."""
@@ -41,9 +38,7 @@ def common_mistakes(v, d_model: int = D_MODEL, head_dim: int = HEAD_DIM):
         _("you rotated the queries only: RoPE rotates the queries AND the keys"): v(rope_on="queries"),
         _("no RoPE at all: rotate q and k with apply_rope(..., positions, base=self.rope_base) before the scores"):
             v(rope_on="none"),
-        _("you rotated the pairs (x[i], x[i + head_dim/2]) (the half-split pairing of Hugging Face's "
-          "rotate_half): the spec pairs neighbours, (x[2i], x[2i + 1]), as Meta's Llama code does"):
-            v(pairs="halves"),
+        rope_differs(ROPE_HALF_SPLIT): v(pairs="halves"),
         _("you tiled the key/value heads (kv0, kv1, kv0, kv1, ...): repeat each one in place, as repeat_kv does, "
           "so that query heads h * n_rep ... (h + 1) * n_rep - 1 share kv head h"): v(tiled=True),
         _("the attention is not causal: a token must not see the tokens after it"): v(align="none"),
@@ -62,8 +57,7 @@ def cached_mistakes(v):
         _("the keys returned by the cache were rotated again: the cache already holds rotated keys, so rotate only "
           "the new keys, once, before appending them"): v(rotate_again=True),
         TOP_LEFT: v(align="top_left"),
-        _("the new tokens attend only to themselves: append their keys and values to the cache first and attend "
-          "over everything it returns"): v(use_cache=False),
+        ONLY_THEMSELVES: v(use_cache=False),
     }
 
 

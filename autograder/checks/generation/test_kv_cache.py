@@ -16,17 +16,12 @@ import torch
 from autograder import i18n
 from autograder.checks import expect
 from autograder.checks.cases import Ran, seeded, send, smallest_failure, weights_taken
-from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, HEAD_SHAPES, HEADS_S, S, decode_variant, \
-    head_mistakes, heads_label
+from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, HEAD_SHAPES, HEADS_S, ONLY_THEMSELVES, S, \
+    TOP_LEFT, decode_variant, head_mistakes, heads_label
 from autograder.failures import StudentRaised
 from solutions import generation as ref
 
 _ = i18n.message
-
-TOP_LEFT = (_("your causal mask is top-left aligned (tril() of [S_q, S_k], or is_causal=True in "
-              "F.scaled_dot_product_attention): the S_q new queries are the LAST S_q of the S_k positions, so "
-              "query i may see keys j <= i + (S_k - S_q): decode_causal_mask(S_q, S_k), or "
-              "torch.nn.attention.bias.causal_lower_right"))
 
 
 # --------------------------------------------------------------------------- #
@@ -193,8 +188,7 @@ def decode_mistakes(w_qkv, w_o, x, chunks):
         out[_("for several new tokens after a cache your causal mask is top-left aligned (is_causal = q_len > 1, as in "
               "Hugging Face's SDPA attention: right for a prompt and for one token, wrong for a chunk): new query i "
               "may see keys j <= i + (S_k - S_q), decode_causal_mask(S_q, S_k)")] = v(align="top_left_chunks")
-        out[_("the new tokens attend only to themselves: append their keys and values to the cache first and "
-              "attend over everything it returns")] = v(use_cache=False)
+        out[ONLY_THEMSELVES] = v(use_cache=False)
         out[_("once the cache holds positions you drop the causal mask, but several new tokens must still not "
               "see each other's future: mask with decode_causal_mask(S_new, S_k)")] = v(mask_cached=False)
     out[_("the attention is not causal: a token must not see the tokens after it")] = v(align="none")

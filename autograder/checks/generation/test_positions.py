@@ -2,7 +2,9 @@
 
 RoPE is checked three ways: values against the reference on positions 0, 1, 2, ...; values
 on unsorted positions that do not start at 0 (a decoder's positions after a cache); and the
-property that defines it: a query's score against a key depends only on their offset.
+property that defines it: a query's score against a key depends only on their offset. Then what
+a decoder needs of it: its own `base` (Llama 3: 500000) and, for a left-padded batch, one row of
+positions per sequence [B, S].
 """
 import pytest
 import torch
@@ -11,13 +13,19 @@ from autograder import i18n
 from autograder.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases
-from autograder.checks.generation.common import B, H, ROPE_DIM, rope_variant, sinusoidal_variant
+from autograder.checks.generation.common import (B, H, ROPE_BASE, ROPE_DIM, ROPE_DIRECTION, ROPE_HALF_SPLIT,
+                                                 rope_differs, rope_variant, sinusoidal_variant)
 from solutions import generation as ref
 
 _ = i18n.message
 
 PE_LEN, PE_DIM = 50, 16  # long enough that a wrong frequency shows in every pair
 PAIRS = [(3, 1), (10, 8), (40, 38), (1, 3), (21, 23), (5, 5), (17, 17)]  # (m, n): query and key positions
+POSITIONS = torch.tensor([7, 3, 12, 0, 29])
+PER_ROW = torch.tensor([[0, 1, 2, 3, 4], [9, 4, 17, 2, 30]])  # [B, 5]: rows neither equal nor shifts of each other
+BASES = (100.0, 500000.0)  # a small base (every pair turns fast), and Llama 3's
+HEAD_AXIS = _("with positions [B, S] and x [B, H, S, head_dim], the angles [B, S, head_dim/2] need a head axis: "
+              "angle[:, None] is [B, 1, S, head_dim/2], the same positions for every head of a sequence")
 
 
 def _rope_x4(g):
@@ -45,11 +53,15 @@ CALLS = Cases("generation positions", {
     "rope 3-D": lambda g: Call("apply_rope", _rope_x3(g), torch.arange(5)),
     "rope values": lambda g: Call("apply_rope", torch.randn(B, H, 6, ROPE_DIM, generator=g), torch.arange(6)),
     "rope positions": lambda g: Call("apply_rope", torch.randn(B, 5, ROPE_DIM, generator=g),
-                                     torch.tensor([7, 3, 12, 0, 29])),
+                                     POSITIONS),
     "rope q": lambda g: _rotated(g, 0),
     "rope k": lambda g: _rotated(g, 1),
-    "rope half": lambda g: Call("apply_rope", torch.randn(B, 5, ROPE_DIM, generator=g).half(),
-                                torch.tensor([7, 3, 12, 0, 29])),
+    "rope half": lambda g: Call("apply_rope", torch.randn(B, 5, ROPE_DIM, generator=g).half(), POSITIONS),
+    **{f"base {base}": (lambda g, base=base: Call("apply_rope", torch.randn(B, 5, ROPE_DIM, generator=g, dtype=torch.float64),
+                                                   POSITIONS, base=base)) for base in BASES},
+    "per row 3-D": lambda g: Call("apply_rope", torch.randn(B, 5, ROPE_DIM, generator=g, dtype=torch.float64), PER_ROW),
+    "per row 4-D": lambda g: Call("apply_rope", torch.randn(B, H, 5, ROPE_DIM, generator=g, dtype=torch.float64),
+                                  PER_ROW),
 })
 
 
@@ -89,21 +101,6 @@ def test_sinusoidal_values(student):
 
 
 OTHER_BASES = (500000.0, 100000.0, 1000000.0, 1000.0)  # Llama 3, nanochat (and Code Llama), 10^6, a typo
-DIFFERENCES = {
-    "pairs": _("the half-split pairing (x[i], x[i + head_dim/2]) of rotate_half code, where the contract pairs "
-               "neighbours (x[2i], x[2i + 1]), as in x[..., 0::2] with x[..., 1::2]"),
-    "direction": _("the other rotation direction: the contract rotates (a, b) -> (a cos t - b sin t, a sin t + b cos t)"),
-}
-BASE_DIFFERENCE = _("base {base:g} (Llama 3 uses 500000, nanochat 100000), where the contract's default is "
-                    "base=10000.0: use the `base` argument")
-
-
-def _joined(differences):
-    """The differences named one after another ("a; b; c"), in the student's language."""
-    said = differences[0]
-    for more in differences[1:]:
-        said = _("{first}; {second}").format(first=said, second=more)
-    return said
 
 
 def rope_mistakes(x, positions):
@@ -119,12 +116,11 @@ def rope_mistakes(x, positions):
     for base in (ref_base := 10000.0,) + OTHER_BASES:
         for pairs in ("interleaved", "halves"):
             for direction in (1, -1):
-                named = ([DIFFERENCES["pairs"]] if pairs == "halves" else []) + \
-                        ([DIFFERENCES["direction"]] if direction == -1 else []) + \
-                        ([BASE_DIFFERENCE.format(base=base)] if base != ref_base else [])
+                named = ([ROPE_HALF_SPLIT] if pairs == "halves" else []) + \
+                        ([ROPE_DIRECTION] if direction == -1 else []) + \
+                        ([ROPE_BASE.format(base=base)] if base != ref_base else [])
                 if named:
-                    mistakes[_("your RoPE differs from the contract's: {differences}").format(
-                        differences=_joined(named))] = v(pairs=pairs, direction=direction, base=base)
+                    mistakes[rope_differs(*named)] = v(pairs=pairs, direction=direction, base=base)
     return mistakes
 
 
@@ -198,5 +194,43 @@ def test_rope_scores_depend_only_on_the_offset(student):
                                     "the offset (rotate (a, b) to (a cos t - b sin t, a sin t + b cos t))"))
 
 
-# apply_rope's base and per-sequence positions [B, S] (the decoder's needs): checks of this part, kept in their own file
-from autograder.checks.generation.test_positions_rope import test_rope_positions_per_sequence, test_rope_uses_the_base  # noqa: E402,F401
+def base_mistakes(x, positions, base):
+    return {
+        _("the base argument was ignored: the angle of pair i is position * base^(-2i / head_dim), with the base "
+          "you were given (10000 only by default)"): lambda: rope_variant(x, positions),
+        rope_differs(ROPE_HALF_SPLIT): lambda: rope_variant(x, positions, base=base, pairs="halves"),
+    }
+
+
+def row_mistakes(x, positions):
+    return {
+        _("every sequence was rotated at the first row of positions: with positions [B, S], row b holds the "
+          "positions of sequence b"): lambda: rope_variant(x, positions[:1].expand_as(positions)),
+        _("the positions were ignored: rotate each token at the position you were given, row b of positions "
+          "[B, S] for sequence b"): lambda: rope_variant(x, positions, use_positions=False),
+        rope_differs(ROPE_HALF_SPLIT): lambda: rope_variant(x, positions, pairs="halves"),
+    }
+
+
+@pytest.mark.points(3)
+def test_rope_uses_the_base(student):
+    """apply_rope(x, positions, base) rotates pair i by position * base^(-2i / head_dim), for base 100 and 500000"""
+    for base in BASES:
+        call, outcome = CALLS.get(student, f"base {base}")
+        x, positions = call.args
+        what = f"apply_rope(x [{B}, 5, {ROPE_DIM}], positions {positions.tolist()}, base={base:g})"
+        got = expect.value(outcome)
+        expect.close(got, ref.apply_rope(x, positions, base), what, atol=1e-6, rtol=1e-5,
+                     mistakes=base_mistakes(x, positions, base))
+
+
+@pytest.mark.points(4)
+def test_rope_positions_per_sequence(student):
+    """apply_rope(x, positions [B, S]) rotates sequence b at row b of positions, for x [B, S, head_dim] and [B, H, S, head_dim]"""
+    for case in ("per row 3-D", "per row 4-D"):
+        call, outcome = CALLS.get(student, case)
+        x, positions = call.args
+        shown = "x [" + ", ".join(map(str, x.shape)) + f"], positions {positions.tolist()}"
+        got = expect.value(outcome, hint=HEAD_AXIS if x.dim() == 4 else "")
+        expect.close(got, ref.apply_rope(x, positions), f"apply_rope({shown})", atol=1e-6, rtol=1e-5,
+                     mistakes=row_mistakes(x, positions))
