@@ -15,7 +15,6 @@ import math
 import os
 import re
 import shutil
-import sys
 
 import nbformat
 import pytest
@@ -26,6 +25,7 @@ from course.build import REPO, TARGET_BY_ID, execute_notebooks
 from course.content import efficient
 from course.efficient_demo_text import DEMO_TEXT
 from solutions import efficient as E
+from tests import release_import
 
 EDITIONS = {"en": TARGET_BY_ID["efficient"], "zh": TARGET_BY_ID["efficient_zh"]}
 NOTEBOOKS = [m.NAME for m in efficient.MODULES]
@@ -156,15 +156,7 @@ def test_every_say_text_of_the_demos_is_listed_for_the_catalog_and_nothing_else(
 
 
 def _load(folder, lang):
-    sys.path.insert(0, str(folder))
-    try:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(f"visible_checks_efficient_{lang}", folder / "visible_checks.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(folder))
+    module = release_import.load(folder, f"visible_checks_efficient_{lang}")
     if lang == "zh":
         module.use_language("zh")
     return module
