@@ -26,6 +26,7 @@ from course.content import efficient
 from course.efficient_demo_text import DEMO_TEXT
 from solutions import efficient as E
 from tests import release_import
+from tests.notebook_outputs import code_cells, stream_text
 
 EDITIONS = {"en": TARGET_BY_ID["efficient"], "zh": TARGET_BY_ID["efficient_zh"]}
 NOTEBOOKS = [m.NAME for m in efficient.MODULES]
@@ -52,20 +53,6 @@ def executed(tmp_path_factory):
     notebooks.update({("zh", "solved", name): nbformat.read(REPO / committed / f"{name}.ipynb", as_version=4)
                       for name in NOTEBOOKS})
     return notebooks
-
-
-def code_cells(nb, role=None):
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        meta = cell.metadata.get("nbgrader", {})
-        gid = meta.get("grade_id", "")
-        if role is None or (role == "check" and gid.startswith("check_")) or (role == "graded" and meta.get("grade")):
-            yield cell
-
-
-def stream_text(cell, name="stdout"):
-    return "".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == name)
 
 
 @pytest.mark.parametrize("lang,kind", [("en", "solved"), ("zh", "solved"), ("en", "released")])
