@@ -16,6 +16,7 @@ from course.build import REPO, TARGET_BY_ID, execute_notebooks
 from autograder.spec import GENERATION
 from solutions import generation as G
 from tests import release_import
+from tests.notebook_outputs import code_cells, stream_text
 
 TARGET = TARGET_BY_ID["generation"]
 NOTEBOOKS = [m.NAME for m in TARGET.modules]
@@ -29,20 +30,6 @@ def executed(tmp_path_factory):
     paths = [tmp / kind / f"{name}.ipynb" for kind in ("solved", "released") for name in NOTEBOOKS]
     results = execute_notebooks(paths, allow_errors=True, timeout=300)
     return {(path.parent.name, path.stem): nb for path, nb in results.items()}
-
-
-def code_cells(nb, role=None):
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        meta = cell.metadata.get("nbgrader", {})
-        gid = meta.get("grade_id", "")
-        if role is None or (role == "check" and gid.startswith("check_")) or (role == "graded" and meta.get("grade")):
-            yield cell
-
-
-def stream_text(cell, name="stdout"):
-    return "".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == name)
 
 
 @pytest.mark.parametrize("kind", ["solved", "released"])

@@ -23,6 +23,7 @@ import solutions as S
 from autograder.spec import NOTEBOOKS
 from course.build import REPO, RELEASE_DIR, SOLVED_DIR, execute_notebooks
 from tests import release_import
+from tests.notebook_outputs import code_cells, stream_text
 
 SOLVED = [REPO / SOLVED_DIR / f"{name}.ipynb" for name in NOTEBOOKS]
 RELEASED = [REPO / RELEASE_DIR / f"{name}.ipynb" for name in NOTEBOOKS]
@@ -60,20 +61,6 @@ def executed(tmp_path_factory):
     paths.append(tmp / "wrong" / "01_scores.ipynb")
     results = execute_notebooks(paths, allow_errors=True, timeout=300)
     return {(path.parent.name, path.stem): nb for path, nb in results.items()}
-
-
-def code_cells(nb, role=None):
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        meta = cell.metadata.get("nbgrader", {})
-        gid = meta.get("grade_id", "")
-        if role is None or (role == "check" and gid.startswith("check_")) or (role == "graded" and meta.get("grade")):
-            yield cell
-
-
-def stream_text(cell, name="stdout"):
-    return "".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == name)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
