@@ -33,7 +33,7 @@ import pytest
 from .results import PartResult
 from .scoring import CheckRecord, failure_message, score_part
 from .session import Session
-from .spec import CHECKS_ROOT, Assignment, Part
+from .spec import CHECKS_ROOT, DEFAULT_LANGUAGE, Assignment, Part
 from .student import Student
 
 REPO_ROOT = str(CHECKS_ROOT.parent.parent)
@@ -197,8 +197,9 @@ class Checks:
         finally:
             torch.set_num_threads(threads)
 
-    def run(self, session: Session, fixtures: Mapping[str, object] | None = None) -> list[PartResult]:
-        """Every check against `session`: one PartResult per part, its messages in the session's language."""
+    def run(self, session: Session, fixtures: Mapping[str, object] | None = None,
+            lang: str = DEFAULT_LANGUAGE) -> list[PartResult]:
+        """Every check against `session`: one PartResult per part, its messages in `lang` (the edition's)."""
         given = {"student": Student(session), **(fixtures or {})}
         records: dict[str, list[CheckRecord]] = defaultdict(list)
         seconds: dict[str, float] = defaultdict(float)
@@ -208,9 +209,9 @@ class Checks:
             for check in self.checks:
                 session.enter_part(check.part)
                 started = time.perf_counter()
-                records[check.part].append(self._run_one(check, given, wide, per_submission, session.lang))
+                records[check.part].append(self._run_one(check, given, wide, per_submission, lang))
                 seconds[check.part] += time.perf_counter() - started
-        return [score_part(p, records.get(p.id, []), session, seconds.get(p.id, 0.0), session.lang)
+        return [score_part(p, records.get(p.id, []), session, seconds.get(p.id, 0.0), lang)
                 for p in self.parts]
 
     def _run_one(self, check: Check, given: dict, wide: dict, per_submission: contextlib.ExitStack,
@@ -254,9 +255,11 @@ def _finish(gen) -> None:
 
 
 def run_checks(session: Session, parts: Sequence[Part], fixtures: Mapping[str, object] | None = None,
-               params: Mapping[str, Sequence] | None = None, checks: Checks | None = None) -> list[PartResult]:
+               params: Mapping[str, Sequence] | None = None, checks: Checks | None = None,
+               lang: str = DEFAULT_LANGUAGE) -> list[PartResult]:
     """Run the hidden checks of `parts` (of the session's assignment) against the session; one PartResult
-    per part. The checks get `student` and each of `fixtures` as fixtures; each of `params` parametrizes
-    the checks that take an argument of that name. `checks`: the same checks, collected before."""
+    per part, its messages in `lang`. The checks get `student` and each of `fixtures` as fixtures; each of
+    `params` parametrizes the checks that take an argument of that name. `checks`: the same checks, collected
+    before."""
     checks = checks or Checks(session.assignment, parts, tuple(fixtures or ()), params)
-    return checks.run(session, fixtures)
+    return checks.run(session, fixtures, lang)

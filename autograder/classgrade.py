@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import classpool, courselock, document, exposure, gradebook, i18n, spec
+from . import classpool, courselock, document, edition, exposure, gradebook, i18n, spec
 from .classpage import write_class_report
 from .classreport import DEFAULT_THRESHOLD
 from .lifetime import Interrupted, Stopper
@@ -217,7 +217,7 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
         gradebook.retrying(location, write, gradebook_wait, stopper.check)
 
     def overdue(student: str, seconds: float) -> None:
-        lang = spec.split_edition(assignment)[1]  # (the edition's language: self_attention_zh is graded in zh)
+        lang = edition.resolve(assignment).lang  # (the edition's language: self_attention_zh is graded in zh)
         why = OVERDUE.format(seconds=seconds).render(lang)
         record(student, {"parts": [missing_part(p, why) for p in the_assignment.parts], "notes": [why],
                          "seconds": seconds, "lang": lang})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import spec
+from . import edition
 from .results import GradeResult
 
 DEFAULT_THRESHOLD = 0.6  # a student below this fraction of the points is listed as needing help
@@ -104,9 +104,10 @@ def common_failures(results: list[GradeResult], most: int = MOST_COMMON) -> tupl
 
 def summarize(assignment: str, results: list[GradeResult], threshold: float = DEFAULT_THRESHOLD) -> ClassReport:
     """The class report of `assignment` (an edition id) from its students' results (their `submission`: the id)."""
-    contract = spec.assignment(assignment)
+    graded = edition.resolve(assignment)
+    contract = graded.assignment
     results = sorted(results, key=lambda r: r.submission)
     parts = tuple(PartScores(p.id, p.points, tuple(r.part(p.id).score for r in results)) for p in contract.parts)
     students = tuple(Student(r.submission, r.score, r.max_score or contract.max_score, weakest_parts(r)) for r in results)
-    return ClassReport(assignment, spec.split_edition(assignment)[1], float(contract.max_score), students, parts,
+    return ClassReport(assignment, graded.lang, float(contract.max_score), students, parts,
                        common_failures(results), threshold)

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import limits, spec
+from . import edition, limits, spec
 from .extract import SubmissionError, extract, recognise
 from .limits import SandboxUnavailable
 
@@ -45,19 +45,21 @@ def _one_writer(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_grade(args) -> int:
-    named = spec.assignment(args.assignment) if args.assignment else None  # an unknown name: exit 2 first
-    extract(args.submission)  # no submission: exit 2 at once, before torch is even imported
+    if args.assignment:
+        spec.assignment(args.assignment)  # an unknown name: exit 2 first
+    extracted = extract(args.submission)  # no submission: exit 2 at once, before torch is even imported
     # nbgrader notebooks say which assignment they belong to; anything else is graded as the default's
-    assignment = named or recognise(args.submission) or spec.DEFAULT
-    if args.gpu and assignment.gpu_part is None:
-        raise SubmissionError(f"assignment {assignment.id} has no GPU stage")
+    graded = edition.resolve(args.assignment, args.lang, notebooks=extracted.lang, folder=extracted.path,
+                             default=None if args.assignment else recognise(args.submission))
+    if args.gpu and graded.assignment.gpu_part is None:
+        raise SubmissionError(f"assignment {graded.assignment.id} has no GPU stage")
     from .prestart import prestart  # noqa: PLC0415 - the commands' modules load only when they run
 
     prestart()  # the worker pool imports torch while this process does
     from . import document, grade  # noqa: PLC0415
 
-    result = grade.grade(args.submission, gpu=args.gpu, limits=limits.from_args(args), assignment=assignment,
-                         lang=args.lang or edition_language(args.assignment))
+    result = grade.grade(args.submission, gpu=args.gpu, limits=limits.from_args(args), assignment=graded.assignment,
+                         lang=graded.lang)
     if args.json:
         sys.stdout.write(document.dumps(result) + "\n")
     else:
@@ -67,12 +69,6 @@ def cmd_grade(args) -> int:
     return 0
 
 
-def edition_language(name: str | None) -> str | None:
-    """The language an edition's name says (--assignment self_attention_zh: zh); None for an English name."""
-    lang = spec.split_edition(name)[1] if name else spec.DEFAULT_LANGUAGE
-    return None if lang == spec.DEFAULT_LANGUAGE else lang
-
-
 def cmd_grade_workspace(args) -> int:
     from . import workspace  # noqa: PLC0415
 
@@ -80,30 +76,30 @@ def cmd_grade_workspace(args) -> int:
 
 
 def cmd_grade_class(args) -> int:
-    spec.assignment(args.assignment)  # an unknown name: exit 2 before anything is imported
+    graded = edition.resolve(args.assignment)  # an unknown name: exit 2 before anything is imported
     from . import classgrade  # noqa: PLC0415
 
-    return classgrade.main(args.course, args.assignment, args.workers, args.force, limits=limits.from_args(args),
+    return classgrade.main(args.course, graded.id, args.workers, args.force, limits=limits.from_args(args),
                            lock_wait=args.wait, gradebook_wait=args.gradebook_wait,
                            report_below=args.report_below / 100)
 
 
 def cmd_grade_gpu(args) -> int:
-    assignment = spec.assignment(args.assignment)
-    if assignment.gpu_part is None:
-        raise SubmissionError(f"assignment {assignment.id} has no GPU stage")
+    graded = edition.resolve(args.assignment)  # self_attention_zh: its own folders and gradebook, in Chinese
+    if graded.assignment.gpu_part is None:
+        raise SubmissionError(f"assignment {graded.assignment.id} has no GPU stage")
     from .gpu import course  # noqa: PLC0415
 
-    return course.main(args.course_dir, assignment, csv=args.csv, gradebook_url=args.gradebook,
+    return course.main(args.course_dir, graded, csv=args.csv, gradebook_url=args.gradebook,
                        no_gradebook=args.no_gradebook, from_csv=args.from_csv, students=args.student,
                        lock_wait=args.wait, gradebook_wait=args.gradebook_wait)
 
 
 def cmd_gradescope_bundle(args) -> int:
-    assignment = spec.assignment(args.assignment)
+    graded = edition.resolve(args.assignment)
     from . import gradescope  # noqa: PLC0415
 
-    return gradescope.main(args.out, assignment, spec.split_edition(args.assignment)[1], args.unsafe_no_sandbox)
+    return gradescope.main(args.out, graded, args.unsafe_no_sandbox)
 
 
 def cmd_demo(args) -> int:
@@ -198,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[limits.UNSAFE_ENV] = "1"  # (the pool's and nbgrader's processes inherit it)
     try:
         return args.func(args)
-    except (SubmissionError, spec.UnknownAssignment, SandboxUnavailable) as exc:
+    except (SubmissionError, spec.UnknownAssignment, edition.UnknownLanguage, SandboxUnavailable) as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

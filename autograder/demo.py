@@ -27,6 +27,7 @@ from rich.console import Console
 
 from . import gradebook, spec
 from .classgrade import Stopped, class_report, grade_class, reports_dir
+from .edition import Edition
 from .report import render, summary_table
 from .results import CheckResult, GradeResult, PartResult
 
@@ -49,7 +50,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
     )
 
     assignments = tuple(spec.ASSIGNMENTS.values())
-    editions = [(a, lang, spec.edition_id(a.id, lang)) for a in assignments for lang in spec.LANGUAGES]
+    editions = [Edition(a, lang) for a in assignments for lang in spec.LANGUAGES]
     console = Console()
     course = Path(course).resolve()
     if fresh and course.exists():
@@ -57,14 +58,15 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
     t0 = time.perf_counter()
     console.rule("1. release")
     make_course(course, assignments=tuple(a.id for a in assignments))
-    for assignment, lang, name in editions:
-        if lang != spec.DEFAULT_LANGUAGE:
-            make_course(course, edition_source(course, assignment, lang, repo_source), assignments=(name,))
-    for _a, _lang, name in editions:
-        console.print(f"nbgrader generate_assignment {name} -> {course / 'release' / name}")
+    for ed in editions:
+        if ed.lang != spec.DEFAULT_LANGUAGE:
+            make_course(course, edition_source(course, ed, repo_source), assignments=(ed.id,))
+    for ed in editions:
+        console.print(f"nbgrader generate_assignment {ed.id} -> {course / 'release' / ed.id}")
     scored: dict[str, list[GradeResult]] = {}
     pages: dict[str, Path] = {}  # the class report of each edition (grade-class mode)
-    for assignment, _lang, name in editions:
+    for ed in editions:
+        assignment, name = ed.assignment, ed.id
         console.rule(f"2. collect {name}")
         students = example_class(name)
         collect(course, students, name)
@@ -88,26 +90,27 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
             pages[name] = class_report(course, name, outcomes)
         console.print(summary_table(rows, title=f"example class, {name}"))
         scored[name] = rows
-    differ = [f"{name}: {row}" for a, lang, name in editions if lang != spec.DEFAULT_LANGUAGE
-              for row in differences(scored[a.id], scored[name])]
+    differ = [f"{ed.id}: {row}" for ed in editions if ed.lang != spec.DEFAULT_LANGUAGE
+              for row in differences(scored[ed.assignment.id], scored[ed.id])]
     console.rule("both editions")
     if differ:
         console.print("[red]the editions scored these students differently:\n" + "\n".join(differ))
         return 1
     console.print("every student scored the same in the English and the Chinese edition, part by part")
-    example = chinese_example(scored.get(spec.edition_id(spec.DEFAULT.id, "zh"), []))
+    chinese = Edition(spec.DEFAULT, "zh")
+    example = chinese_example(scored.get(chinese.id, []))
     if example is not None and not use_nbgrader:
-        console.rule(f"one Chinese feedback report ({spec.edition_id(spec.DEFAULT.id, 'zh')})")
+        console.rule(f"one Chinese feedback report ({chinese.id})")
         render(example, console)
     console.rule("4. export")
     nbgrader(course, "export", "--to", str(course / "grades.csv"))
     console.print(f"gradebook: {course / 'gradebook.db'}")
     console.print(f"CSV:       {course / 'grades.csv'} (one row per student and assignment)")
-    for _a, _lang, name in editions:
+    for ed in editions:
         if use_nbgrader:
-            console.print(f"feedback:  {course / 'feedback'}/<student>/{name}/*.html")
+            console.print(f"feedback:  {course / 'feedback'}/<student>/{ed.id}/*.html")
         else:
-            console.print(f"feedback:  {reports_dir(course, name)}/<student>.json "
+            console.print(f"feedback:  {reports_dir(course, ed.id)}/<student>.json "
                           "(HTML feedback: run again with --nbgrader)")
     for name, page in pages.items():
         console.print(f"class report ({name}): {page}", soft_wrap=True)
@@ -115,10 +118,10 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
     return 0
 
 
-def edition_source(course: Path, assignment: spec.Assignment, lang: str, repo_source) -> Path | None:
+def edition_source(course: Path, edition: Edition, repo_source) -> Path | None:
     """The instructor notebooks of an edition: the course build's (source/<id>_<lang>/), or until it has built
     them, a stand-in: the English ones marked with the edition's language (metadata course.lang), in `course`."""
-    name = spec.edition_id(assignment.id, lang)
+    assignment, lang, name = edition.assignment, edition.lang, edition.id
     built, english = repo_source(assignment=name), repo_source(assignment=assignment.id)
     if built is not None or english is None:
         return built

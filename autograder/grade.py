@@ -7,9 +7,8 @@ the assignment's business (spec.py); nothing here depends on one assignment.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-from . import check, i18n, spec
+from . import check, edition, i18n, spec
 from .extract import extract
 from .gpu import stage as gpu_stage
 from .limits import Limits
@@ -65,11 +64,11 @@ class Grader:
               assignment: spec.Assignment | None = None, lang: str | None = None) -> GradeResult:
         """Grade one submission against `assignment` (default: spec.DEFAULT): its parts `part_ids`
         (default: all its CPU parts), and with `gpu` its GPU stage too. Its messages in `lang`, by default
-        the language of the submission (submission_language); the scores never depend on it."""
+        the language the submission says (edition.resolve); the scores never depend on it."""
         started = time.perf_counter()
-        assignment = assignment or spec.DEFAULT
-        extracted = extract(path, assignment)
-        lang = i18n.check_language(lang or submission_language(extracted))
+        extracted = extract(path, assignment or spec.DEFAULT)
+        ed = edition.resolve(lang=lang, notebooks=extracted.lang, folder=extracted.path, default=assignment)
+        assignment, lang = ed.assignment, ed.lang
         parts = [assignment.part(pid) for pid in part_ids] if part_ids else list(assignment.parts)
         notes = [i18n.render(n, lang) for n in extracted.notes]
         for source in extracted.sources:
@@ -82,11 +81,11 @@ class Grader:
             results = unreadable(extracted, parts, lang)
         else:
             checks = self.checks(assignment, parts)  # (the first time: while the worker pool may import torch)
-            session = Session(self.zygote, extracted.sources, self.limits, assignment, lang=lang)
+            session = Session(self.zygote, extracted.sources, self.limits, assignment)
             try:
                 session.start()
                 notes.extend(i18n.render(n, lang) for n in session.load_notes())
-                results = check.run_checks(session, parts, checks=checks)
+                results = check.run_checks(session, parts, checks=checks, lang=lang)
                 protections_off = tuple(f"{k}: {v}" for k, v in sorted(session.protections.get("off", {}).items()))
                 if protections_off:  # (only with --unsafe-no-sandbox: else the session refused to start)
                     notes.append(UNSAFE_NOTE.format(layers=", ".join(sorted(session.protections["off"]))).render(lang))
@@ -101,17 +100,9 @@ class Grader:
                    for part, r in zip(parts, results)]
         gpu_result = None
         if gpu and assignment.gpu_part is not None:
-            gpu_result = gpu_stage.run(self.zygote, self.limits, extracted, assignment).part
+            gpu_result = gpu_stage.run(self.zygote, self.limits, extracted, ed).part
         return GradeResult(str(path), tuple(results), gpu_result, tuple(dict.fromkeys(notes)), protections_off,
                            round(time.perf_counter() - started, 3), lang)
-
-
-def submission_language(extracted) -> str:
-    """The language a submission is graded in: the one its notebooks' metadata names (course.lang), else
-    the edition its folder's name says (self_attention_zh: zh), else the default (English)."""
-    if extracted.lang:
-        return extracted.lang
-    return spec.split_edition(Path(extracted.path).resolve().name)[1]
 
 
 def grade(path, gpu: bool = False, limits: Limits | None = None,

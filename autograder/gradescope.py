@@ -22,7 +22,7 @@ import zipfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from . import spec
+from .edition import Edition, resolve
 from .extract import SubmissionError
 from .limits import UNSAFE_ENV
 from .pool import SandboxUnavailable
@@ -76,16 +76,15 @@ def _files():
                 yield path, rel.as_posix()
 
 
-def build_bundle(out: str | Path, assignment: spec.Assignment = spec.DEFAULT,
-                 lang: str = spec.DEFAULT_LANGUAGE, unsafe_no_sandbox: bool = False) -> Path:
-    """Write the Gradescope autograder zip that grades `assignment` (its edition in `lang`: the same checks and
-    points, the feedback in that language); returns its path. With `unsafe_no_sandbox`, its run_autograder
+def build_bundle(out: str | Path, edition: Edition | None = None, unsafe_no_sandbox: bool = False) -> Path:
+    """Write the Gradescope autograder zip that grades `edition` (default: the default assignment's English one;
+    every edition has the same checks and points, its feedback in its language); returns its path. With `unsafe_no_sandbox`, its run_autograder
     grades even where the sandbox is incomplete (a Docker container without user namespaces); else it refuses
     there with one line and no results.json."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        run_autograder = RUN_AUTOGRADER.replace("ASSIGNMENT", spec.edition_id(assignment.id, lang)).replace(
+        run_autograder = RUN_AUTOGRADER.replace("ASSIGNMENT", (edition or resolve()).id).replace(
             "UNSAFE\n", f"export {UNSAFE_ENV}=1\n" if unsafe_no_sandbox else "")
         for name, text in (("setup.sh", SETUP_SH), ("run_autograder", run_autograder)):
             info = zipfile.ZipInfo(name)
@@ -132,40 +131,38 @@ def results_json(result) -> dict:
     return out
 
 
-def run(root: str | Path, assignment: spec.Assignment = spec.DEFAULT, lang: str | None = None) -> dict:
-    """Grade ROOT/submission against `assignment`; write ROOT/results/results.json (Gradescope's contract).
-    The feedback in `lang` (default: the submission's own language)."""
+def run(root: str | Path, edition: Edition | None = None) -> dict:
+    """Grade ROOT/submission as `edition` (default: the default assignment's English one); write
+    ROOT/results/results.json (Gradescope's contract). The feedback in the edition's language."""
     from .grade import Grader  # noqa: PLC0415 - imports torch: not needed to build a bundle
 
+    edition = edition or resolve()
     root = Path(root)
     (root / "results").mkdir(parents=True, exist_ok=True)
     try:
         with Grader() as grader:
-            doc = results_json(grader.grade(_submission_target(root / "submission"), assignment=assignment,
-                                            lang=lang))
+            doc = results_json(grader.grade(_submission_target(root / "submission"), assignment=edition.assignment,
+                                            lang=edition.lang))
     except SubmissionError as exc:
         doc = {"score": 0.0, "output": f"your submission could not be graded: {exc}",
                "tests": [{"name": p.id, "score": 0.0, "max_score": p.points, "output": str(exc),
-                          "visibility": "visible"} for p in assignment.parts]}
+                          "visibility": "visible"} for p in edition.assignment.parts]}
     (root / "results" / "results.json").write_text(json.dumps(doc, indent=1))
     return doc
 
 
-def main(out: str, assignment: spec.Assignment = spec.DEFAULT, lang: str = spec.DEFAULT_LANGUAGE,
-         unsafe_no_sandbox: bool = False) -> int:
+def main(out: str, edition: Edition | None = None, unsafe_no_sandbox: bool = False) -> int:
     """The command: write the bundle and say what to do with it."""
-    path = build_bundle(out, assignment, lang, unsafe_no_sandbox)
+    path = build_bundle(out, edition, unsafe_no_sandbox)
     print(f"wrote {path} ({path.stat().st_size // 1024} KiB): upload it as the Gradescope autograder "
           f"(Ubuntu base image); setup.sh installs torch=={TORCH_VERSION} CPU")
     return 0
 
 
 if __name__ == "__main__":  # run_autograder: python -m autograder.gradescope ROOT [ASSIGNMENT]
-    edition = sys.argv[2] if len(sys.argv) > 2 else spec.DEFAULT.id
-    lang = spec.split_edition(edition)[1]
     try:
         run(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("AUTOGRADER_ROOT", "/autograder"),
-            spec.assignment(edition), None if lang == spec.DEFAULT_LANGUAGE else lang)
+            resolve(sys.argv[2] if len(sys.argv) > 2 else None))
     except SandboxUnavailable as exc:  # no results.json: Gradescope shows the instructor a failed autograder
         print(f"error: {exc} (gradescope-bundle --unsafe-no-sandbox)", file=sys.stderr)
         sys.exit(2)

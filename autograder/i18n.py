@@ -26,7 +26,7 @@ import io
 import re
 from pathlib import Path
 
-from .spec import DEFAULT_LANGUAGE, LANGUAGES
+from .spec import DEFAULT_LANGUAGE
 
 DOMAIN = "autograder"
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
@@ -122,16 +122,11 @@ def catalog_path(lang: str) -> Path:
     return LOCALE_DIR / LOCALES[lang] / "LC_MESSAGES" / f"{DOMAIN}.po"
 
 
-def check_language(lang: str) -> str:
-    if lang not in LANGUAGES:
-        raise ValueError(f"unknown language {lang!r}: the course's languages are {', '.join(LANGUAGES)}")
-    return lang
-
-
 @functools.lru_cache(maxsize=None)
 def translations(lang: str) -> gettext.NullTranslations:
-    """The compiled catalog of `lang` (English: the msgids themselves)."""
-    if check_language(lang) == DEFAULT_LANGUAGE:
+    """The compiled catalog of `lang` (English: the msgids themselves). The language was checked where the edition
+    was resolved (edition.py)."""
+    if lang == DEFAULT_LANGUAGE:
         return gettext.NullTranslations()
     from babel.messages.mofile import write_mo  # noqa: PLC0415 - Babel only for a language with a catalog
     from babel.messages.pofile import read_po  # noqa: PLC0415

@@ -36,8 +36,8 @@ from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Bool
 
-from . import exposure, i18n, spec
-from .extract import SubmissionError, parse_json
+from . import edition, exposure, i18n, spec
+from .extract import SubmissionError, notebook_language, parse_json
 from .gradebook import cell_score
 from .limits import Limits, unsafe_from_env
 from .pool import SandboxUnavailable
@@ -197,16 +197,6 @@ def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignme
     return {p.id: p for p in result.parts}, list(result.notes)
 
 
-def feedback_language(nb, assignment_id: str | None) -> str:
-    """The language of a notebook's feedback: its metadata's course.lang (the Chinese edition's notebooks say
-    zh), else the edition nbgrader's assignment id names (self_attention_zh), else English."""
-    course = (nb.get("metadata") or {}).get("course") if isinstance(nb, dict) else None
-    lang = course.get("lang") if isinstance(course, dict) else None
-    if lang in spec.LANGUAGES:
-        return lang
-    return spec.split_edition(assignment_id or "")[1]
-
-
 def annotate(nb: dict, parts: dict, notes: list[str], lang: str = spec.DEFAULT_LANGUAGE) -> dict:
     """Give every graded cell of `nb` (a notebook as a dict) its report and score, in place (the report's
     own words in `lang`)."""
@@ -297,7 +287,8 @@ class AutograderPreprocessor(NbGraderPreprocessor):
         name = info.get("notebook") or (resources.get("metadata") or {}).get("name") or "notebook"
         # nbgrader names the assignment it autogrades; a course may call it otherwise: then the notebook's name decides
         assignment = spec.assignment_of_notebook(name, info.get("assignment"))
-        lang = feedback_language(nb, info.get("assignment"))  # the zh edition: the same checks, feedback in Chinese
+        # the zh edition (its id, or its notebooks' metadata): the same checks, the feedback in Chinese
+        lang = edition.resolve(notebooks=notebook_language(nb), folder=info.get("assignment"), default=assignment).lang
         reason = nb.metadata.pop(UNREADABLE_KEY, None)
         if reason and assignment:
             parts, notes = {p.id: p for p in zeros(assignment.parts_of(name), reason)}, []

@@ -35,13 +35,11 @@ class PartState:
 
 
 class Session:
-    """One submission's code, loaded in a sandboxed worker that is replaced after a crash or timeout.
-    `lang`: the language of the submission's messages (the check runner renders them in it)."""
+    """One submission's code, loaded in a sandboxed worker that is replaced after a crash or timeout."""
 
     def __init__(self, zygote: Zygote, sources: tuple[Source, ...], limits: Limits,
-                 assignment: spec.Assignment | None = None, device: str = "cpu", lang: str = spec.DEFAULT_LANGUAGE):
+                 assignment: spec.Assignment | None = None, device: str = "cpu"):
         self.zygote = zygote
-        self.lang = i18n.check_language(lang)
         self.sources = tuple(s for s in sources if s.error is None)
         self.limits = limits
         self.assignment = assignment or spec.DEFAULT

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import report, spec
+from . import edition, report
 from .extract import SubmissionError
 from .limits import Limits
 
@@ -76,7 +76,7 @@ def choose(workspace: Path, assignment: str | None = None, release: Path = RELEA
         raise SubmissionError(f"{workspace}/ does not exist yet: run `make lab` first (it copies the release there)")
     if assignment is None:
         return [f for f in folders(workspace, release) if f.changed]
-    spec.assignment(assignment)  # an unknown name: one line naming the known ones
+    edition.resolve(assignment)  # an unknown name: one line naming the known ones
     present = editions(workspace, release)
     if assignment not in present:
         raise SubmissionError(f"{workspace / assignment}/ does not exist: run `make lab` first, or name one of "
@@ -109,7 +109,8 @@ def main(workspace: str | Path, assignment: str | None = None, full: bool = Fals
 
     with Grader(limits) as grader:
         for folder in chosen:
-            result = grader.grade(folder.path, assignment=spec.assignment(folder.edition))
+            graded = edition.resolve(folder.edition)
+            result = grader.grade(folder.path, assignment=graded.assignment, lang=graded.lang)
             if full:
                 report.render(result, console)
             else:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import gradebook
+from autograder import edition, gradebook
 from autograder.document import to_json
 from autograder.extract import extract
 from autograder.gpu import config as gpu_config, course as gpu_course, reference as gpu_reference, stage as gpu_stage
@@ -78,7 +78,7 @@ def test_without_cuda_grade_reports_the_gpu_part_not_run_with_the_reason_outside
 
 def test_without_cuda_grade_gpu_command_refuses_with_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(gpu_stage, "cuda_available", lambda: False)
-    assert gpu_course.main(str(tmp_path), SELF_ATTENTION) == 2
+    assert gpu_course.main(str(tmp_path), edition.resolve(SELF_ATTENTION.id)) == 2
     err = capsys.readouterr().err
     assert "no CUDA device" in err and "--from-csv" in err
 

@@ -81,9 +81,9 @@ def test_results_json_scores_equal_the_graders(bundle, grader, private_tmp, bugg
 
 def test_a_generation_bundle_grades_the_second_assignment_like_the_grader(grader, private_tmp):
     """gradescope-bundle --assignment generation: run_autograder grades its three parts, scores as Grader().grade"""
-    from autograder import spec
+    from autograder import edition, spec
 
-    bundle = build_bundle(private_tmp / "generation-bundle" / "autograder.zip", spec.GENERATION)
+    bundle = build_bundle(private_tmp / "generation-bundle" / "autograder.zip", edition.resolve("generation"))
     with zipfile.ZipFile(bundle) as z:
         assert z.read("run_autograder").decode().rstrip().endswith('-m autograder.gradescope "$ROOT" generation')
         assert {f"autograder/checks/generation/test_{p.id}.py" for p in spec.GENERATION.parts} | {
@@ -106,10 +106,10 @@ def test_a_generation_bundle_grades_the_second_assignment_like_the_grader(grader
 def test_an_efficient_bundle_grades_the_third_assignment_like_the_grader(grader, private_tmp):
     """gradescope-bundle --assignment efficient: run_autograder grades its four parts (FlexAttention's mods in the
     bundle's own worker), scores as Grader().grade; a top-left causal flash_attention loses only flash"""
-    from autograder import spec
+    from autograder import edition, spec
 
     efficient = spec.assignment("efficient")
-    bundle = build_bundle(private_tmp / "efficient-bundle" / "autograder.zip", efficient)
+    bundle = build_bundle(private_tmp / "efficient-bundle" / "autograder.zip", edition.resolve("efficient"))
     with zipfile.ZipFile(bundle) as z:
         assert z.read("run_autograder").decode().rstrip().endswith('-m autograder.gradescope "$ROOT" efficient')
         assert {f"autograder/checks/efficient/test_{p.id}.py" for p in efficient.parts} | {

@@ -12,8 +12,7 @@ import pytest
 from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 
-from autograder import cli, document, i18n, spec
-from autograder.grade import submission_language
+from autograder import cli, document, edition, i18n, spec
 from autograder.extract import extract
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +110,7 @@ def test_check_names_are_translated_for_reports_and_keep_their_parameters():
 
 def test_an_unknown_language_is_refused_in_one_line():
     with pytest.raises(ValueError, match="unknown language 'fr'"):
-        i18n.translations("fr")
+        edition.resolve(spec.DEFAULT.id, "fr")  # (where the edition is resolved: nothing below checks it again)
 
 
 SCOPES = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -150,7 +149,7 @@ def test_no_grader_function_rebinds_the_message_function():
 def test_grade_takes_a_language_and_the_json_says_which():
     args = cli.build_parser().parse_args(["grade", "x.ipynb", "--lang", "zh"])
     assert args.lang == "zh"
-    assert cli.edition_language("self_attention_zh") == "zh" and cli.edition_language("self_attention") is None
+    assert edition.resolve("self_attention_zh").lang == "zh" and edition.resolve("self_attention").lang == "en"
 
 
 # --------------------------------------------------------------------------- graded, in both languages
@@ -166,6 +165,9 @@ def chinese_notebook(folder: Path, name: str = "02_masks", lang: str | None = "z
 
 
 def test_the_language_comes_from_the_notebooks_metadata_else_the_editions_folder_name(private_tmp):
+    def submission_language(extracted):
+        return edition.resolve(notebooks=extracted.lang, folder=extracted.path).lang
+
     marked = chinese_notebook(private_tmp / "anywhere")
     assert extract(marked).lang == "zh" and submission_language(extract(marked)) == "zh"
     plain = chinese_notebook(private_tmp / spec.edition_id("self_attention", "zh"), lang=None)
@@ -188,8 +190,12 @@ def test_the_untouched_chinese_release_scores_zero_with_chinese_messages(grader,
 
 
 def test_nbgrader_feedback_speaks_the_editions_language():
-    from autograder.nbgrader_plugin import feedback_language, part_report
+    from autograder.extract import notebook_language
+    from autograder.nbgrader_plugin import part_report
     from autograder.results import CheckResult, PartResult
+
+    def feedback_language(nb, assignment_id):  # (as the preprocessor resolves it)
+        return edition.resolve(notebooks=notebook_language(nb), folder=assignment_id).lang
 
     assert feedback_language({"metadata": {"course": {"lang": "zh"}}}, "self_attention") == "zh"
     assert feedback_language({"metadata": {}}, spec.edition_id("generation", "zh")) == "zh"
@@ -206,7 +212,7 @@ def test_the_gradescope_bundle_of_a_chinese_edition_carries_the_catalog(private_
 
     from autograder.gradescope import build_bundle
 
-    path = build_bundle(private_tmp / "zh-bundle.zip", spec.DEFAULT, "zh")
+    path = build_bundle(private_tmp / "zh-bundle.zip", edition.resolve(spec.DEFAULT.id, "zh"))
     with zipfile.ZipFile(path) as z:
         assert "autograder/locale/zh_CN/LC_MESSAGES/autograder.po" in z.namelist()
         assert "Babel==" in z.read("requirements.txt").decode()

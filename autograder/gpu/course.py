@@ -1,6 +1,7 @@
 """`python -m autograder grade-gpu COURSE_DIR`: the GPU stage for a whole nbgrader course (docs/gpu.md).
 
-Grades every submitted/<student>/<assignment>/ on the GPU, writes the results to a CSV, and
+Grades every submitted/<student>/<edition>/ on the GPU (the edition's nbgrader id, e.g. self_attention_zh; its
+feedback in the edition's language), writes the results to a CSV, and
 records each score in nbgrader's gradebook as the extra credit of the cell of the part the
 GPU part credits (spec.Part.credit_to): nbgrader has no place for a grade without a cell, and
 the GPU stage is outside the 100 points, which is what extra credit is. Where the gradebook
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import courselock, gradebook, spec
+from ..edition import Edition, resolve
 from ..extract import extract
 from ..limits import Limits
 from ..pool import SandboxUnavailable, Zygote
@@ -43,12 +45,12 @@ def credited_cell(assignment: spec.Assignment) -> tuple[str, str]:
     return part.id, part.notebook
 
 
-def submissions(course_dir: Path, assignment: str = spec.ASSIGNMENT) -> dict[str, Path]:
-    """student id -> the folder of notebooks the student submitted (nbgrader's submitted/ layout)."""
+def submissions(course_dir: Path, edition_id: str = spec.ASSIGNMENT) -> dict[str, Path]:
+    """student id -> the folder of notebooks the student submitted (nbgrader's submitted/<student>/<edition id>)."""
     base = Path(course_dir) / "submitted"
     if not base.is_dir():
         return {}
-    return {d.name: d / assignment for d in sorted(base.iterdir()) if (d / assignment).is_dir()}
+    return {d.name: d / edition_id for d in sorted(base.iterdir()) if (d / edition_id).is_dir()}
 
 
 def result_row(student_id: str, part: PartResult) -> dict:
@@ -77,12 +79,14 @@ def read_csv(path: Path, assignment: spec.Assignment = spec.DEFAULT) -> list[dic
 
 
 def record_in_gradebook(location: gradebook.Location, rows: list[dict],
-                        assignment: spec.Assignment = spec.DEFAULT) -> tuple[list[str], list[str]]:
-    """Write each student's GPU score as extra credit (gradebook.set_extra_credit). A row that did
-    not run clears nothing and writes nothing. Returns (recorded, skipped with the reason), in row order."""
-    cell, notebook = credited_cell(assignment)
+                        edition: Edition | None = None) -> tuple[list[str], list[str]]:
+    """Write each student's GPU score as extra credit (gradebook.set_extra_credit) of the edition's gradebook
+    assignment (default: the default assignment's). A row that did not run clears nothing and writes nothing.
+    Returns (recorded, skipped with the reason), in row order."""
+    edition = edition or resolve()
+    cell, notebook = credited_cell(edition.assignment)
     ran = {str(r["student_id"]): r["score"] for r in rows if str(r.get("ran")).lower() in ("true", "1")}
-    outcome = gradebook.set_extra_credit(location, assignment.id, notebook, cell, ran) if ran else {}
+    outcome = gradebook.set_extra_credit(location, edition.id, notebook, cell, ran) if ran else {}
     recorded, skipped = [], []
     for row in rows:
         sid = str(row["student_id"])
@@ -97,12 +101,15 @@ def record_in_gradebook(location: gradebook.Location, rows: list[dict],
 
 def grade_course(course_dir, *, location: gradebook.Location | None = None, csv_path=None, students=None,
                  limits: Limits | None = None, config: GpuConfig | None = None,
-                 assignment: spec.Assignment = spec.DEFAULT, zygote: Zygote | None = None,
+                 edition: Edition | None = None, zygote: Zygote | None = None,
                  gradebook_wait: float = 60.0) -> CourseResult:
-    """Grade every submitted notebook folder of a course on the GPU, write the CSV, update the gradebook
-    at `location` (none: only the CSV). `zygote`: a running worker pool to use (else one of its own)."""
+    """Grade every submitted notebook folder of the edition (default: the default assignment's English one)
+    on the GPU, write the CSV, update the gradebook at `location` (none: only the CSV). `zygote`: a running
+    worker pool to use (else one of its own)."""
     course_dir = Path(course_dir)
-    found = submissions(course_dir, assignment.id)
+    edition = edition or resolve()
+    assignment = edition.assignment
+    found = submissions(course_dir, edition.id)
     if students:
         found = {s: p for s, p in found.items() if s in set(students)}
     out, limits, inputs = CourseResult(), limits or Limits(), Inputs()
@@ -110,7 +117,7 @@ def grade_course(course_dir, *, location: gradebook.Location | None = None, csv_
     try:
         for sid, folder in found.items():
             try:
-                part = stage.run(pool, limits, extract(folder, assignment), assignment, config, inputs).part
+                part = stage.run(pool, limits, extract(folder, assignment), edition, config, inputs).part
             except SandboxUnavailable:
                 raise  # this machine, not the student: nothing is graded
             except Exception as exc:  # noqa: BLE001 - one broken submission must not stop the class
@@ -124,11 +131,11 @@ def grade_course(course_dir, *, location: gradebook.Location | None = None, csv_
     out.csv_path = write_csv(out.rows, Path(csv_path) if csv_path else course_dir / csv_name(assignment))
     if location:
         out.recorded, out.skipped = gradebook.retrying(
-            location, lambda: record_in_gradebook(location, out.rows, assignment), gradebook_wait)
+            location, lambda: record_in_gradebook(location, out.rows, edition), gradebook_wait)
     return out
 
 
-def main(course_dir: str, assignment: spec.Assignment, csv: str | None = None, gradebook_url: str | None = None,
+def main(course_dir: str, edition: Edition, csv: str | None = None, gradebook_url: str | None = None,
          no_gradebook: bool = False, from_csv: str | None = None, students: list[str] | None = None,
          lock_wait: float = 0.0, gradebook_wait: float = 60.0) -> int:
     """The command: grade (or, with `from_csv`, only record) and print what was done. One run per course
@@ -138,8 +145,8 @@ def main(course_dir: str, assignment: spec.Assignment, csv: str | None = None, g
         print(f"error: {course} is not a directory", file=sys.stderr)
         return 2
     try:
-        with courselock.hold(course, f"grade-gpu {assignment.id}", lock_wait):
-            return _main(course, assignment, csv, gradebook_url, no_gradebook, from_csv, students, gradebook_wait)
+        with courselock.hold(course, f"grade-gpu {edition.id}", lock_wait):
+            return _main(course, edition, csv, gradebook_url, no_gradebook, from_csv, students, gradebook_wait)
     except courselock.CourseBusy as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -148,14 +155,15 @@ def main(course_dir: str, assignment: spec.Assignment, csv: str | None = None, g
         return 1
 
 
-def _main(course, assignment, csv, gradebook_url, no_gradebook, from_csv, students, gradebook_wait) -> int:
+def _main(course, edition: Edition, csv, gradebook_url, no_gradebook, from_csv, students, gradebook_wait) -> int:
+    assignment = edition.assignment
     location = _location(course, gradebook_url, no_gradebook)
     if from_csv:
         if not location:
             print(f"error: no gradebook: {course}/gradebook.db does not exist (give --gradebook URL)", file=sys.stderr)
             return 2
         rows = read_csv(Path(from_csv), assignment)
-        _print_recorded(assignment, *gradebook.retrying(location, lambda: record_in_gradebook(location, rows, assignment),
+        _print_recorded(assignment, *gradebook.retrying(location, lambda: record_in_gradebook(location, rows, edition),
                                                         gradebook_wait))
         return 0
     if not stage.cuda_available():
@@ -163,10 +171,10 @@ def _main(course, assignment, csv, gradebook_url, no_gradebook, from_csv, studen
               f"machine, then `grade-gpu COURSE_DIR --from-csv {csv_name(assignment)}` where the gradebook is",
               file=sys.stderr)
         return 2
-    if not submissions(course, assignment.id):
-        print(f"error: no submissions under {course}/submitted/*/{assignment.id}", file=sys.stderr)
+    if not submissions(course, edition.id):
+        print(f"error: no submissions under {course}/submitted/*/{edition.id}", file=sys.stderr)
         return 2
-    result = grade_course(course, location=location, csv_path=csv, students=students, assignment=assignment,
+    result = grade_course(course, location=location, csv_path=csv, students=students, edition=edition,
                           gradebook_wait=gradebook_wait)
     for row in result.rows:
         state = f"{row['score']}/{row['max_score']}" if str(row["ran"]) == "True" else "not run"

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .. import i18n, spec
+from ..edition import Edition, resolve
 from ..extract import Extracted
 from ..failures import CheckFailure, StudentRaised
 from ..limits import Limits
@@ -37,7 +38,9 @@ from ..student import Student
 from .config import MODE_LABEL, Case, GpuConfig, budget, cases, fmt_bytes, memory_message, oom_message
 from .reference import Inputs, close_enough, diagnose, max_error, reference_rows, sample_rows
 
-NO_CUDA = "not run: no CUDA device on this machine (torch.cuda.is_available() is False)"
+_ = i18n.message
+NOT_RUN_WITHOUT_CUDA = _("not run: no CUDA device on this machine (torch.cuda.is_available() is False)")
+NO_CUDA = NOT_RUN_WITHOUT_CUDA.msgid  # (in English)
 
 
 @dataclass
@@ -194,45 +197,49 @@ def torch_paths() -> tuple[str, ...]:
     return (site,)
 
 
-def run(zygote: Zygote, limits: Limits, extracted: Extracted, assignment: spec.Assignment | None = None,
+def run(zygote: Zygote, limits: Limits, extracted: Extracted, edition: Edition | None = None,
         config: GpuConfig | None = None, inputs: Inputs | None = None) -> StageRun:
-    """The GPU stage for one extracted submission; the result is the returned run's `part`.
+    """The GPU stage for one extracted submission of `edition` (default: the default assignment's English
+    one), its messages in the edition's language; the result is the returned run's `part`.
     `config` defaults to the graded sizes on CUDA; `inputs` may be shared by the runs of a course."""
-    part = (assignment or spec.DEFAULT).gpu_part
+    edition = edition or resolve()
+    part, lang = edition.assignment.gpu_part, edition.lang
     cfg = config or GpuConfig()
     stage = StageRun(cfg, cases(cfg, part.names), inputs or Inputs())
     if cfg.device.startswith("cuda") and not cuda_available():
-        stage.part = not_run(part)
+        stage.part = not_run(part, NOT_RUN_WITHOUT_CUDA.render(lang))
         return stage
     if not any(s.error is None for s in extracted.sources):
-        [stage.part] = unreadable(extracted, [part])
+        [stage.part] = unreadable(extracted, [part], lang)
         return stage
-    session = Session(zygote, extracted.sources, gpu_limits(limits, cfg.device), assignment, device=cfg.device)
+    session = Session(zygote, extracted.sources, gpu_limits(limits, cfg.device), edition.assignment,
+                      device=cfg.device)
     if cfg.device != "cpu":  # CUDA loads torch's libraries (libcudart, cuBLAS, ...) only now, in the worker
         session.config = replace(session.config, expose=tuple(dict.fromkeys(session.config.expose + torch_paths())))
     try:
         session.start()
-        result = _run_checks(session, part, stage)
+        result = _run_checks(session, part, stage, lang)
         notes = result.notes + measurement_notes(stage.measurements.values())
         if session.load_failure:
-            notes = (i18n.render(session.load_failure, session.lang),) + notes
+            notes = (i18n.render(session.load_failure, lang),) + notes
         stage.part = replace(result, notes=tuple(dict.fromkeys(notes)))
     finally:
         session.close()
     return stage
 
 
-def _run_checks(session: Session, part: spec.Part, stage: StageRun) -> PartResult:
-    """The part's checks through pytest, as graded; on a device machine without pytest, directly."""
+def _run_checks(session: Session, part: spec.Part, stage: StageRun, lang: str) -> PartResult:
+    """The part's checks through pytest, as graded; on a device machine without pytest, directly. In `lang`."""
     if importlib.util.find_spec("pytest") is None:
-        return _run_without_pytest(session, part, stage)
+        return _run_without_pytest(session, part, stage, lang)
     from .. import check  # noqa: PLC0415 - check imports pytest, which a device machine may lack
 
-    [result] = check.run_checks(session, [part], fixtures={"gpu_run": stage}, params={"case": stage.cases})
+    [result] = check.run_checks(session, [part], fixtures={"gpu_run": stage}, params={"case": stage.cases},
+                                lang=lang)
     return result
 
 
-def _run_without_pytest(session: Session, part: spec.Part, stage: StageRun) -> PartResult:
+def _run_without_pytest(session: Session, part: spec.Part, stage: StageRun, lang: str) -> PartResult:
     """What check.run_checks does for this part, for a check file that needs no pytest: each test_*
     function over each case, in file order, named by its docstring, weight 1."""
     module_spec = importlib.util.spec_from_file_location("autograder_gpu_checks", session.assignment.check_file(part))
@@ -248,5 +255,5 @@ def _run_without_pytest(session: Session, part: spec.Part, stage: StageRun) -> P
                 test(student=student, case=case, gpu_run=stage)
                 records.append(CheckRecord(f"{name} [{case.id}]", 1.0, True, ""))
             except Exception as exc:  # noqa: BLE001 - as pytest would: any failure is the check's failure
-                records.append(CheckRecord(f"{name} [{case.id}]", 1.0, False, failure_message(exc)))
-    return score_part(part, records, session, time.perf_counter() - started)
+                records.append(CheckRecord(f"{name} [{case.id}]", 1.0, False, failure_message(exc, lang)))
+    return score_part(part, records, session, time.perf_counter() - started, lang)
