@@ -40,6 +40,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import classpool, courselock, document, exposure, gradebook, i18n, spec
 from .classpage import write_class_report
 from .classreport import DEFAULT_THRESHOLD
+from .extract import extract
 from .lifetime import Interrupted, Stopper
 from .limits import Limits, SandboxUnavailable
 from .report import summary_table
@@ -69,7 +70,7 @@ def grade_folder(folder: str, assignment_id: str, grader) -> dict:
     """
     assignment = spec.assignment(assignment_id)
     started = time.perf_counter()
-    result = grader.grade(folder, assignment=assignment)
+    result = grader.grade(extract(folder), assignment=assignment)  # (read once, here in the grading process)
     parts = {p.id: p for p in result.parts}
     for nb in assignment.notebooks:  # (one that could not be read scored 0 with its reason in grade())
         if not os.path.lexists(Path(folder) / f"{nb}.ipynb"):

@@ -46,9 +46,9 @@ def _one_writer(parser: argparse.ArgumentParser) -> None:
 
 def cmd_grade(args) -> int:
     named = spec.assignment(args.assignment) if args.assignment else None  # an unknown name: exit 2 first
-    extract(args.submission)  # no submission: exit 2 at once, before torch is even imported
+    submission = extract(args.submission)  # read once; no submission: exit 2 at once, before torch is imported
     # nbgrader notebooks say which assignment they belong to; anything else is graded as the default's
-    assignment = named or recognise(args.submission) or spec.DEFAULT
+    assignment = named or recognise(submission) or spec.DEFAULT
     if args.gpu and assignment.gpu_part is None:
         raise SubmissionError(f"assignment {assignment.id} has no GPU stage")
     from .prestart import prestart  # noqa: PLC0415 - the commands' modules load only when they run
@@ -56,7 +56,7 @@ def cmd_grade(args) -> int:
     prestart()  # the worker pool imports torch while this process does
     from . import document, grade  # noqa: PLC0415
 
-    result = grade.grade(args.submission, gpu=args.gpu, limits=limits.from_args(args), assignment=assignment,
+    result = grade.grade(submission, gpu=args.gpu, limits=limits.from_args(args), assignment=assignment,
                          lang=args.lang or edition_language(args.assignment))
     if args.json:
         sys.stdout.write(document.dumps(result) + "\n")

@@ -23,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from . import spec
-from .extract import SubmissionError
+from .extract import SubmissionError, extract
 from .limits import UNSAFE_ENV
 from .pool import SandboxUnavailable
 
@@ -140,9 +140,9 @@ def run(root: str | Path, assignment: spec.Assignment = spec.DEFAULT, lang: str 
     root = Path(root)
     (root / "results").mkdir(parents=True, exist_ok=True)
     try:
+        submission = extract(_submission_target(root / "submission"))  # (nothing to grade: no worker pool started)
         with Grader() as grader:
-            doc = results_json(grader.grade(_submission_target(root / "submission"), assignment=assignment,
-                                            lang=lang))
+            doc = results_json(grader.grade(submission, assignment=assignment, lang=lang))
     except SubmissionError as exc:
         doc = {"score": 0.0, "output": f"your submission could not be graded: {exc}",
                "tests": [{"name": p.id, "score": 0.0, "max_score": p.points, "output": str(exc),

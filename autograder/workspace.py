@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import report, spec
-from .extract import SubmissionError
+from .extract import SubmissionError, extract
 from .limits import Limits
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def main(workspace: str | Path, assignment: str | None = None, full: bool = Fals
 
     with Grader(limits) as grader:
         for folder in chosen:
-            result = grader.grade(folder.path, assignment=spec.assignment(folder.edition))
+            result = grader.grade(extract(folder.path), assignment=spec.assignment(folder.edition))
             if full:
                 report.render(result, console)
             else:

@@ -38,12 +38,13 @@ class MemoGrader:
         self.grader = grader
         self.seen: dict = {}
 
-    def grade(self, path, **kwargs):
+    def grade(self, submission, **kwargs):
         from autograder.resume import submission_hash
 
-        key = (Path(path).name, submission_hash(Path(path)), repr(sorted(kwargs.items(), key=str)))
+        path = Path(submission.path)  # (grade_folder hands over the submission it extracted)
+        key = (path.name, submission_hash(path), repr(sorted(kwargs.items(), key=str)))
         if key not in self.seen:
-            self.seen[key] = self.grader.grade(path, **kwargs)
+            self.seen[key] = self.grader.grade(submission, **kwargs)
         return self.seen[key]
 
 
