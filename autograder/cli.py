@@ -83,9 +83,10 @@ def cmd_grade_class(args) -> int:
     spec.assignment(args.assignment)  # an unknown name: exit 2 before anything is imported
     from . import classgrade  # noqa: PLC0415
 
-    return classgrade.main(args.course, args.assignment, args.workers, args.force, limits=limits.from_args(args),
-                           lock_wait=args.wait, gradebook_wait=args.gradebook_wait,
-                           report_below=args.report_below / 100)
+    settings = classgrade.Settings(workers=args.workers, force=args.force, limits=limits.from_args(args),
+                                   lock_wait=args.wait, gradebook_wait=args.gradebook_wait,
+                                   report_below=args.report_below / 100)
+    return classgrade.main(args.course, args.assignment, settings)
 
 
 def cmd_grade_gpu(args) -> int:

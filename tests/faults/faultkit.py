@@ -50,6 +50,6 @@ class MemoGrader:
 
 def resume(course: Path, grader) -> list:
     """Run grade-class again, as an instructor does after a fault (a warm grader, in this process)."""
-    from autograder.classgrade import grade_class
+    from autograder.classgrade import Settings, grade_class
 
-    return grade_class(course, progress=False, grader=grader)
+    return grade_class(course, settings=Settings(progress=False), grader=grader)
