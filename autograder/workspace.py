@@ -102,14 +102,15 @@ def main(workspace: str | Path, assignment: str | None = None, full: bool = Fals
                       "Write a solution, save the notebook and run `make grade` again, or grade one folder as it "
                       "is: make grade ASSIGNMENT=self_attention", soft_wrap=True)
         return 0
+    submissions = [extract(folder.path) for folder in chosen]  # each read once, here: one to refuse, before the pool
     from .prestart import prestart  # noqa: PLC0415 - the worker pool imports torch while this process does
 
     prestart()
     from .grade import Grader  # noqa: PLC0415
 
     with Grader(limits) as grader:
-        for folder in chosen:
-            result = grader.grade(extract(folder.path), assignment=spec.assignment(folder.edition))
+        for folder, submission in zip(chosen, submissions):
+            result = grader.grade(submission, assignment=spec.assignment(folder.edition))
             if full:
                 report.render(result, console)
             else:
