@@ -36,7 +36,6 @@ class Source:
     graded_ids: frozenset[str] = frozenset()  # the grade_ids of the notebook's nbgrader graded cells
     lang: str | None = None  # the edition's language its metadata names (metadata.course.lang), if any
 
-
     def notes_against(self, assignment: spec.Assignment) -> tuple:
         """What is said about this file when it is graded against `assignment`: its notes, and last, when its
         graded cells are all another assignment's, which one (or that none of them is this one's)."""
