@@ -40,6 +40,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import classpool, courselock, document, edition, exposure, gradebook, i18n, spec
 from .classpage import write_class_report
 from .classreport import DEFAULT_THRESHOLD
+from .extract import extract
 from .lifetime import Interrupted, Stopper
 from .limits import Limits, SandboxUnavailable
 from .report import summary_table
@@ -69,7 +70,7 @@ def grade_folder(folder: str, assignment_id: str, grader) -> dict:
     """
     assignment = spec.assignment(assignment_id)
     started = time.perf_counter()
-    result = grader.grade(folder, assignment=assignment)
+    result = grader.grade(extract(folder), assignment=assignment)  # (read once, here in the grading process)
     parts = {p.id: p for p in result.parts}
     for nb in assignment.notebooks:  # (one that could not be read scored 0 with its reason in grade())
         if not os.path.lexists(Path(folder) / f"{nb}.ipynb"):
@@ -81,6 +82,18 @@ def grade_folder(folder: str, assignment_id: str, grader) -> dict:
 
 
 # --------------------------------------------------------------------------- the class
+@dataclass(frozen=True)
+class Settings:
+    """What grade-class was asked to do (its command line, or the demo's), built once and passed down."""
+    workers: int | None = None  # grading processes (None: one per core)
+    force: bool = False  # regrade the submissions that have not changed too
+    limits: Limits = field(default_factory=Limits)  # the sandbox's limits, and the deadline of one submission
+    lock_wait: float = 0.0  # seconds to wait for another run grading the course (courselock)
+    gradebook_wait: float = 60.0  # seconds to retry while another writer holds the gradebook
+    report_below: float = DEFAULT_THRESHOLD  # the class report lists the students below this share of the points
+    progress: bool = True  # a progress bar on the terminal
+
+
 @dataclass
 class Outcome:
     student: str
@@ -118,26 +131,26 @@ class Stopped(Exception):
         self.exit_code = exit_code
 
 
-def grade_class(course: str | Path, assignment: str = spec.ASSIGNMENT, workers: int | None = None,
-                force: bool = False, limits: Limits | None = None, progress: bool = True, console=None,
-                grader=None, lock_wait: float = 0.0, gradebook_wait: float = 60.0) -> list[Outcome]:
-    """Grade every submitted/<student>/<assignment>/ of the course; write the gradebook; return outcomes.
+def grade_class(course: str | Path, assignment: str = spec.ASSIGNMENT, settings: Settings | None = None,
+                console=None, grader=None) -> list[Outcome]:
+    """Grade every submitted/<student>/<assignment>/ of the course as `settings` say; write the gradebook;
+    return outcomes.
 
     With `grader` (a warm Grader), grading runs in this process, one submission at a time,
     instead of in a pool (tests, and machines where starting processes is the bottleneck).
-    One run at a time per course (courselock: CourseBusy after `lock_wait` seconds); a gradebook
-    held by another writer is waited for up to `gradebook_wait` seconds. SIGINT/SIGTERM, a
+    One run at a time per course (courselock: CourseBusy after `settings.lock_wait` seconds); a gradebook
+    held by another writer is waited for up to `settings.gradebook_wait` seconds. SIGINT/SIGTERM, a
     gradebook that stays busy or a full disk raise Stopped with what was written.
     """
+    settings = settings or Settings()
     course = Path(course).resolve()
     if not (course / "submitted").is_dir():
         raise FileNotFoundError(f"{course}: no submitted/ folder (is this an nbgrader course directory?)")
     outcomes: dict[str, Outcome] = {}
     with Stopper() as stopper:
         try:
-            with courselock.hold(course, f"grade-class {assignment}", lock_wait):
-                _grade_course(course, assignment, workers, force, limits, progress, console, grader,
-                              gradebook_wait, stopper, outcomes)
+            with courselock.hold(course, f"grade-class {assignment}", settings.lock_wait):
+                _grade_course(course, assignment, settings, console, grader, stopper, outcomes)
         except Interrupted as exc:
             raise Stopped(f"{exc}: {_written(outcomes)}; run the same command again to grade the rest",
                           list(outcomes.values()), exc.exit_code) from None
@@ -156,8 +169,7 @@ def _written(outcomes: dict[str, Outcome]) -> str:
     return f"{graded} submission{'s' * (graded != 1)} graded and written to the gradebook before it stopped"
 
 
-def _grade_course(course, assignment, workers, force, limits, progress, console, grader, gradebook_wait,
-                  stopper, outcomes) -> None:
+def _grade_course(course, assignment, settings: Settings, console, grader, stopper, outcomes) -> None:
     the_assignment = spec.assignment(assignment)
     console = console or Console(stderr=True)
     root = course / "submitted"
@@ -165,20 +177,20 @@ def _grade_course(course, assignment, workers, force, limits, progress, console,
     reports = reports_dir(course, assignment)
     state = State(reports, grader_fingerprint(the_assignment))
     keys = {student: state.key(folder) for student, folder in folders.items()}
-    changed = [s for s in folders if force or not state.unchanged(s, keys[s])]
+    changed = [s for s in folders if settings.force or not state.unchanged(s, keys[s])]
     # The grading processes start now, to import torch while this process reads the gradebook.
-    pool = _start_pool(workers, len(changed), limits) if grader is None and changed else None
+    pool = _start_pool(settings, len(changed)) if grader is None and changed else None
     try:
-        _grade_queue(pool, course, assignment, workers, force, limits, progress, console, grader, gradebook_wait,
-                    stopper, outcomes, folders, reports, state, keys)
+        _grade_queue(pool, course, assignment, settings, console, grader, stopper, outcomes, folders, reports, state,
+                     keys)
     except BaseException:
         if pool is not None:
             pool.close()
         raise
 
 
-def _grade_queue(pool, course, assignment, workers, force, limits, progress, console, grader, gradebook_wait,
-                 stopper, outcomes, folders, reports, state, keys) -> None:
+def _grade_queue(pool, course, assignment, settings: Settings, console, grader, stopper, outcomes, folders, reports,
+                 state, keys) -> None:
     """The gradebook read, the queue made (changed or never recorded), each submission graded and written."""
     the_assignment = spec.assignment(assignment)
     with stopper.eager():  # (seconds of imports on a busy machine: a stop signal needs no wait here)
@@ -188,7 +200,7 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
         raise FileNotFoundError(f"no gradebook at {location.shown}: run `nbgrader generate_assignment {assignment}` "
                                 f"in {course} first")
     reports.mkdir(parents=True, exist_ok=True)
-    known = gradebook.retrying(location, lambda: gradebook.submitted(location, assignment), gradebook_wait,
+    known = gradebook.retrying(location, lambda: gradebook.submitted(location, assignment), settings.gradebook_wait,
                                stopper.check)
     if known is None:
         raise FileNotFoundError(f"assignment {assignment!r} is not in the gradebook {location.shown}: run "
@@ -197,7 +209,7 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
     todo: dict[str, str] = {}
     for student in folders:
         key = keys[student]
-        if not force and state.unchanged(student, key) and student in known:
+        if not settings.force and state.unchanged(student, key) and student in known:
             outcomes[student] = Outcome(student, "skipped", _load_report(reports / f"{student}.json", student))
         else:
             todo[student] = key
@@ -214,7 +226,7 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
                 state.record(student, todo[student], result.score)  # (written last: a rerun regrades if it is not)
                 outcomes[student] = Outcome(student, "graded", result, seconds=result.seconds)
 
-        gradebook.retrying(location, write, gradebook_wait, stopper.check)
+        gradebook.retrying(location, write, settings.gradebook_wait, stopper.check)
 
     def overdue(student: str, seconds: float) -> None:
         lang = edition.resolve(assignment).lang  # (the edition's language: self_attention_zh is graded in zh)
@@ -228,7 +240,7 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
                              notes=(f"not graded: {why}",))
         outcomes[student] = Outcome(student, "error", result, why)
 
-    with _progress(console, progress) as bar:
+    with _progress(console, settings.progress) as bar:
         task = bar.add_task("", total=len(todo))
 
         def done(student: str) -> None:
@@ -238,8 +250,8 @@ def _grade_queue(pool, course, assignment, workers, force, limits, progress, con
         if grader is not None:
             _grade_here(todo, folders, assignment, grader, record, failed, done, stopper.check)
         elif todo:
-            pool = pool or _start_pool(workers, len(todo), limits)
-            deadline = (limits or Limits()).submission_deadline(len(the_assignment.parts))
+            pool = pool or _start_pool(settings, len(todo))
+            deadline = settings.limits.submission_deadline(len(the_assignment.parts))
             pool.run({s: (str(folders[s]), assignment) for s in todo}, deadline, record, failed, overdue, done,
                      stopper.check)
     if pool is not None:
@@ -260,24 +272,22 @@ def _grade_here(todo, folders, assignment, grader, record, failed, done, check) 
         done(student)
 
 
-def _start_pool(workers: int | None, tasks: int, limits: Limits | None) -> classpool.Pool:
+def _start_pool(settings: Settings, tasks: int) -> classpool.Pool:
     """min(workers, tasks) grading processes, started now (each imports torch while this process goes on)."""
-    return classpool.Pool(max(1, min(workers or os.cpu_count() or 1, tasks or 1)), limits or Limits())
+    return classpool.Pool(max(1, min(settings.workers or os.cpu_count() or 1, tasks or 1)), settings.limits)
 
 
-def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = None, force: bool = False,
-         limits: Limits | None = None, lock_wait: float = 0.0, gradebook_wait: float = 60.0,
-         report_below: float = DEFAULT_THRESHOLD) -> int:
-    """The command: grade the class, print the summary table and where the results are.
+def main(course: str, assignment: str = spec.ASSIGNMENT, settings: Settings | None = None) -> int:
+    """The command: grade the class as `settings` say, print the summary table and where the results are.
     Exit status: 0 done; 2 cannot start (one line); 1 stopped by the gradebook or a full disk
     (what was written, then one line); 128 + the signal when interrupted (one line)."""
+    settings = settings or Settings()
     console = _console()
     started = time.perf_counter()
     if exposed := exposure.warning(Path(course)):
         print(exposed, file=sys.stderr)
     try:
-        outcomes = grade_class(course, assignment, workers, force, limits=limits, lock_wait=lock_wait,
-                               gradebook_wait=gradebook_wait)
+        outcomes = grade_class(course, assignment, settings)
     except (FileNotFoundError, courselock.CourseBusy, SandboxUnavailable) as exc:
         console.print(f"error: {gradebook.redact(str(exc))}", style="red", soft_wrap=True, markup=False)
         return 2
@@ -287,7 +297,8 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, workers: int | None = N
         print(f"grade-class: {gradebook.redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     _summary(console, course, assignment, outcomes, time.perf_counter() - started)
-    console.print(f"class report: {class_report(course, assignment, outcomes, report_below)}", soft_wrap=True)
+    console.print(f"class report: {class_report(course, assignment, outcomes, settings.report_below)}",
+                  soft_wrap=True)
     return 0
 
 

@@ -47,10 +47,10 @@ def _one_writer(parser: argparse.ArgumentParser) -> None:
 def cmd_grade(args) -> int:
     if args.assignment:
         spec.assignment(args.assignment)  # an unknown name: exit 2 first
-    extracted = extract(args.submission)  # no submission: exit 2 at once, before torch is even imported
+    submission = extract(args.submission)  # read once; no submission: exit 2 at once, before torch is imported
     # nbgrader notebooks say which assignment they belong to; anything else is graded as the default's
-    graded = edition.resolve(args.assignment, args.lang, notebooks=extracted.lang, folder=extracted.path,
-                             default=None if args.assignment else recognise(args.submission))
+    graded = edition.resolve(args.assignment, args.lang, notebooks=submission.lang, folder=submission.path,
+                             default=None if args.assignment else recognise(submission))
     if args.gpu and graded.assignment.gpu_part is None:
         raise SubmissionError(f"assignment {graded.assignment.id} has no GPU stage")
     from .prestart import prestart  # noqa: PLC0415 - the commands' modules load only when they run
@@ -58,7 +58,7 @@ def cmd_grade(args) -> int:
     prestart()  # the worker pool imports torch while this process does
     from . import document, grade  # noqa: PLC0415
 
-    result = grade.grade(args.submission, gpu=args.gpu, limits=limits.from_args(args), assignment=graded.assignment,
+    result = grade.grade(submission, gpu=args.gpu, limits=limits.from_args(args), assignment=graded.assignment,
                          lang=graded.lang)
     if args.json:
         sys.stdout.write(document.dumps(result) + "\n")
@@ -79,9 +79,10 @@ def cmd_grade_class(args) -> int:
     graded = edition.resolve(args.assignment)  # an unknown name: exit 2 before anything is imported
     from . import classgrade  # noqa: PLC0415
 
-    return classgrade.main(args.course, graded.id, args.workers, args.force, limits=limits.from_args(args),
-                           lock_wait=args.wait, gradebook_wait=args.gradebook_wait,
-                           report_below=args.report_below / 100)
+    settings = classgrade.Settings(workers=args.workers, force=args.force, limits=limits.from_args(args),
+                                   lock_wait=args.wait, gradebook_wait=args.gradebook_wait,
+                                   report_below=args.report_below / 100)
+    return classgrade.main(args.course, graded.id, settings)
 
 
 def cmd_grade_gpu(args) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import gradebook, spec
-from .classgrade import Stopped, class_report, grade_class, reports_dir
+from .classgrade import Settings, Stopped, class_report, grade_class, reports_dir
 from .edition import Edition
 from .report import render, summary_table
 from .results import CheckResult, GradeResult, PartResult
@@ -82,7 +82,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
             rows = _rows_from_gradebook(course, students, assignment, name)
         else:
             try:
-                outcomes = grade_class(course, name, workers=workers, force=True)
+                outcomes = grade_class(course, name, Settings(workers=workers, force=True))
             except Stopped as exc:  # Ctrl-C, a full disk: one line, as grade-class says it
                 print(f"demo: {exc}", file=sys.stderr)
                 return exc.exit_code

@@ -36,10 +36,23 @@ class Source:
     graded_ids: frozenset[str] = frozenset()  # the grade_ids of the notebook's nbgrader graded cells
     lang: str | None = None  # the edition's language its metadata names (metadata.course.lang), if any
 
+    def notes_against(self, assignment: spec.Assignment) -> tuple:
+        """What is said about this file when it is graded against `assignment`: its notes, and last, when its
+        graded cells are all another assignment's, which one (or that none of them is this one's)."""
+        ids = frozenset(p.id for p in assignment.all_parts)
+        if not self.graded_ids or self.graded_ids & ids:
+            return self.notes
+        owner, name = _owner(self.graded_ids), Path(self.path).name
+        shown = ", ".join(sorted(self.graded_ids))[:80]
+        return self.notes + (OWNED.format(name=name, owner=owner.id, ids=shown) if owner else
+                             OTHER_ASSIGNMENT.format(name=name, ids=shown),)
+
 
 @dataclass(frozen=True)
 class Extracted:
-    path: str
+    """A submission read once, at the command's entry point, and passed down: every stage of grading takes its
+    code, its notes and what its notebooks say about themselves (graded cells, language) from here."""
+    path: str  # as the user named it (the JSON document's "submission")
     sources: tuple[Source, ...]
     notes: tuple = field(default=())  # i18n.Message or text
 
@@ -138,9 +151,8 @@ def _cells_note(template: i18n.Message, name: str, cells: list[int]) -> list[i18
             ] if cells else []
 
 
-def read_notebook(path: Path, part_ids: frozenset[str] = frozenset()) -> Source:
-    """A notebook's solution cells (every code cell without nbgrader metadata); `part_ids`: the
-    graded cells of the assignment, for a note when the notebook has graded cells but none of them.
+def read_notebook(path: Path) -> Source:
+    """A notebook's solution cells (every code cell without nbgrader metadata) and its graded cells' ids.
     A file that is not a notebook gives a Source with `error` (its parts then score 0, with the reason)."""
     try:
         nb = parse_json(read_bytes(path), path.name)
@@ -167,11 +179,6 @@ def read_notebook(path: Path, part_ids: frozenset[str] = frozenset()) -> Source:
     graded = [(i, meta.get("grade_id")) for i, _, meta in code_cells if meta.get("grade")]
     notes += _cells_note(BAD_GRADE_ID, path.name, [i for i, gid in graded if not isinstance(gid, str)])
     grade_ids = frozenset(gid for _, gid in graded if isinstance(gid, str))
-    if grade_ids and part_ids and not grade_ids & part_ids:
-        owner = _owner(grade_ids)
-        shown = ", ".join(sorted(grade_ids))[:80]
-        notes.append(OWNED.format(name=path.name, owner=owner.id, ids=shown) if owner else
-                     OTHER_ASSIGNMENT.format(name=path.name, ids=shown))
     return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution), graded_ids=grade_ids,
                   lang=notebook_language(nb))
 
@@ -191,10 +198,10 @@ def _owner(grade_ids: frozenset[str]) -> spec.Assignment | None:
     return owners[0] if len(owners) == 1 else None
 
 
-def recognise(path: str | Path) -> spec.Assignment | None:
+def recognise(extracted: Extracted) -> spec.Assignment | None:
     """The assignment a submission's notebooks belong to, by their nbgrader graded cells (None for a .py
     file, a notebook without nbgrader metadata, or notebooks of several assignments)."""
-    graded = frozenset().union(*(s.graded_ids for s in extract(path, part_ids=frozenset()).sources))
+    graded = frozenset().union(*(s.graded_ids for s in extracted.sources))
     return _owner(graded) if graded else None
 
 
@@ -212,20 +219,17 @@ def read_python(path: Path) -> Source:
     return Source(path.stem, str(path), tuple(cells))
 
 
-def extract(path: str | Path, assignment: spec.Assignment | None = None,
-            part_ids: frozenset[str] | None = None) -> Extracted:
-    """The code of a submission, one Source per notebook or file, in name order (for grading against
-    `assignment`, default spec.DEFAULT; `part_ids`: the graded cells to expect instead, none for no note).
-    SubmissionError (one line) when there is nothing to grade."""
-    if part_ids is None:
-        part_ids = frozenset(p.id for p in (assignment or spec.DEFAULT).all_parts)
+def extract(path: str | Path) -> Extracted:
+    """The code of a submission, one Source per notebook or file, in name order: read once, whatever
+    assignment it is then graded against (Source.notes_against). SubmissionError (one line) when there is
+    nothing to grade."""
     p = Path(path)
     kind = entry_kind(p)
     if kind == "file":
         if p.suffix == ".ipynb":
-            return Extracted(str(p), (read_notebook(p, part_ids),))
+            return Extracted(str(path), (read_notebook(p),))
         if p.suffix == ".py":
-            return Extracted(str(p), (read_python(p),))
+            return Extracted(str(path), (read_python(p),))
         raise SubmissionError(f"{p}: not a submission (expected a .ipynb notebook, a .py file or a folder)")
     if kind != "dir":
         raise SubmissionError(MISSING_PATH.format(path=p) if not os.path.lexists(p) else f"{p}: {kind}")
@@ -242,10 +246,10 @@ def extract(path: str | Path, assignment: spec.Assignment | None = None,
             if child.name not in ("__pycache__",):
                 notes.append(_("ignored folder {name}/").format(name=child.name))
         elif child.suffix == ".ipynb":
-            sources.append(read_notebook(child, part_ids) if kind == "file"
+            sources.append(read_notebook(child) if kind == "file"
                            else Source(child.stem, str(child), (), error=kind))
         elif child.suffix != ".py" or child.name not in ("visible_checks.py", "memory_meter.py"):
             notes.append(_("ignored {name}: only notebooks are graded in a folder").format(name=child.name))
     if not sources:
         raise SubmissionError(f"{p}: no gradable notebook in this folder")
-    return Extracted(str(p), tuple(sources), tuple(notes))
+    return Extracted(str(path), tuple(sources), tuple(notes))

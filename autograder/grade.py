@@ -7,9 +7,10 @@ the assignment's business (spec.py); nothing here depends on one assignment.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from . import check, edition, i18n, spec
-from .extract import extract
+from .extract import Extracted, extract
 from .gpu import stage as gpu_stage
 from .limits import Limits
 from .pool import Zygote
@@ -60,19 +61,20 @@ class Grader:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def grade(self, path, gpu: bool = False, part_ids: list[str] | None = None,
+    def grade(self, submission: Extracted | str | Path, gpu: bool = False, part_ids: list[str] | None = None,
               assignment: spec.Assignment | None = None, lang: str | None = None) -> GradeResult:
-        """Grade one submission against `assignment` (default: spec.DEFAULT): its parts `part_ids`
-        (default: all its CPU parts), and with `gpu` its GPU stage too. Its messages in `lang`, by default
-        the language the submission says (edition.resolve); the scores never depend on it."""
+        """Grade one submission, as extracted at the command's entry point (a path is extracted here, once),
+        against `assignment` (default: spec.DEFAULT): its parts `part_ids` (default: all its CPU parts), and
+        with `gpu` its GPU stage too. Its messages in `lang`, by default the language the submission says
+        (edition.resolve); the scores never depend on it."""
         started = time.perf_counter()
-        extracted = extract(path, assignment or spec.DEFAULT)
+        extracted = submission if isinstance(submission, Extracted) else extract(submission)
         ed = edition.resolve(lang=lang, notebooks=extracted.lang, folder=extracted.path, default=assignment)
         assignment, lang = ed.assignment, ed.lang
         parts = [assignment.part(pid) for pid in part_ids] if part_ids else list(assignment.parts)
         notes = [i18n.render(n, lang) for n in extracted.notes]
         for source in extracted.sources:
-            notes.extend(f"{source.name}: {i18n.render(n, lang)}" for n in source.notes)
+            notes.extend(f"{source.name}: {i18n.render(n, lang)}" for n in source.notes_against(assignment))
             if source.error:
                 notes.append(i18n.render(source.error, lang))
         readable = [s for s in extracted.sources if s.error is None]
@@ -101,14 +103,14 @@ class Grader:
         gpu_result = None
         if gpu and assignment.gpu_part is not None:
             gpu_result = gpu_stage.run(self.zygote, self.limits, extracted, ed).part
-        return GradeResult(str(path), tuple(results), gpu_result, tuple(dict.fromkeys(notes)), protections_off,
+        return GradeResult(extracted.path, tuple(results), gpu_result, tuple(dict.fromkeys(notes)), protections_off,
                            round(time.perf_counter() - started, 3), lang)
 
 
-def grade(path, gpu: bool = False, limits: Limits | None = None,
+def grade(submission: Extracted, gpu: bool = False, limits: Limits | None = None,
           assignment: spec.Assignment | None = None, lang: str | None = None) -> GradeResult:
-    """Grade one submission (a notebook, a folder of notebooks or a .py file), its messages in `lang`
-    (default: the submission's own language)."""
-    extract(path)  # a path that is no submission fails here, before the worker pool starts
+    """Grade one extracted submission (a notebook, a folder of notebooks or a .py file: extract.extract, which
+    fails on a path that is no submission before the worker pool starts), its messages in `lang` (default:
+    the submission's own language)."""
     with Grader(limits) as grader:
-        return grader.grade(path, gpu=gpu, assignment=assignment, lang=lang)
+        return grader.grade(submission, gpu=gpu, assignment=assignment, lang=lang)

@@ -23,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from .edition import Edition, resolve
-from .extract import SubmissionError
+from .extract import SubmissionError, extract
 from .limits import UNSAFE_ENV
 from .pool import SandboxUnavailable
 
@@ -140,9 +140,9 @@ def run(root: str | Path, edition: Edition | None = None) -> dict:
     root = Path(root)
     (root / "results").mkdir(parents=True, exist_ok=True)
     try:
+        submission = extract(_submission_target(root / "submission"))  # (nothing to grade: no worker pool started)
         with Grader() as grader:
-            doc = results_json(grader.grade(_submission_target(root / "submission"), assignment=edition.assignment,
-                                            lang=edition.lang))
+            doc = results_json(grader.grade(submission, assignment=edition.assignment, lang=edition.lang))
     except SubmissionError as exc:
         doc = {"score": 0.0, "output": f"your submission could not be graded: {exc}",
                "tests": [{"name": p.id, "score": 0.0, "max_score": p.points, "output": str(exc),

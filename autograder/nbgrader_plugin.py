@@ -37,7 +37,7 @@ from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Bool
 
 from . import edition, exposure, i18n, spec
-from .extract import SubmissionError, notebook_language, parse_json
+from .extract import SubmissionError, extract, notebook_language, parse_json
 from .gradebook import cell_score
 from .limits import Limits, unsafe_from_env
 from .pool import SandboxUnavailable
@@ -191,7 +191,7 @@ def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignme
             name=path.name).render(lang or spec.DEFAULT_LANGUAGE)]
     grader = grader or shared_grader(unsafe_no_sandbox)
     try:
-        result = grader.grade(path, part_ids=ids, assignment=assignment, lang=lang)
+        result = grader.grade(extract(path), part_ids=ids, assignment=assignment, lang=lang)
     except SubmissionError as exc:
         return {}, [i18n.render(exc.args[0] if exc.args else str(exc), lang or spec.DEFAULT_LANGUAGE)]
     return {p.id: p for p in result.parts}, list(result.notes)

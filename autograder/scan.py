@@ -32,11 +32,10 @@ def _parsed(cell: str) -> ast.Module | None:
         return None
 
 
-def _torch_bindings(cells) -> tuple[set[str], dict[str, str]]:
+def _torch_bindings(trees) -> tuple[set[str], dict[str, str]]:
     """(names bound to torch modules, {local name: torch's name} imported from torch), from the imports."""
     roots, imported = set(TORCH_ROOTS), {}
-    for cell in cells:
-        tree = _parsed(cell)
+    for tree in trees:
         for node in ast.walk(tree) if tree else ():
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -88,10 +87,10 @@ def mentions_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.par
     """
     found: dict[str, set[tuple[str, str]]] = {}
     for source in extracted.sources:
-        roots, imported = _torch_bindings(source.cells)
+        trees = [_parsed(cell) for cell in source.cells]  # (each cell parsed once)
+        roots, imported = _torch_bindings(trees)
         defs: dict[str, ast.AST] = {}
-        for cell in source.cells:
-            tree = _parsed(cell)
+        for tree in trees:
             for node in tree.body if tree else ():
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     defs[node.name] = node

@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import edition, report
-from .extract import SubmissionError
+from .extract import SubmissionError, extract
 from .limits import Limits
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,15 +102,16 @@ def main(workspace: str | Path, assignment: str | None = None, full: bool = Fals
                       "Write a solution, save the notebook and run `make grade` again, or grade one folder as it "
                       "is: make grade ASSIGNMENT=self_attention", soft_wrap=True)
         return 0
+    submissions = [extract(folder.path) for folder in chosen]  # each read once, here: one to refuse, before the pool
     from .prestart import prestart  # noqa: PLC0415 - the worker pool imports torch while this process does
 
     prestart()
     from .grade import Grader  # noqa: PLC0415
 
     with Grader(limits) as grader:
-        for folder in chosen:
+        for folder, submission in zip(chosen, submissions):
             graded = edition.resolve(folder.edition)
-            result = grader.grade(folder.path, assignment=graded.assignment, lang=graded.lang)
+            result = grader.grade(submission, assignment=graded.assignment, lang=graded.lang)
             if full:
                 report.render(result, console)
             else:

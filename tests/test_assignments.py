@@ -145,9 +145,9 @@ def test_grade_recognises_the_assignment_of_nbgrader_notebooks_by_their_graded_c
     from autograder.extract import extract, recognise
 
     generation = REPO / "assignments" / "generation"
-    assert recognise(generation) is spec.GENERATION
-    assert recognise(generation / "02_kv_cache.ipynb") is spec.GENERATION
-    assert recognise(REPO / "assignments" / "self_attention" / "03_module.ipynb") is spec.SELF_ATTENTION
-    assert recognise(REPO / "solutions" / "generation.py") is None
-    notes = extract(generation / "02_kv_cache.ipynb").sources[0].notes  # read as the default assignment's
+    assert recognise(extract(generation)) is spec.GENERATION
+    assert recognise(extract(generation / "02_kv_cache.ipynb")) is spec.GENERATION
+    assert recognise(extract(REPO / "assignments" / "self_attention" / "03_module.ipynb")) is spec.SELF_ATTENTION
+    assert recognise(extract(REPO / "solutions" / "generation.py")) is None
+    notes = extract(generation / "02_kv_cache.ipynb").sources[0].notes_against(spec.DEFAULT)  # graded as the default
     assert any("notebook of assignment generation" in str(n) and "--assignment generation" in str(n) for n in notes), notes

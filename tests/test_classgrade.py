@@ -60,19 +60,19 @@ def test_bad_submissions_get_zeros_with_a_message_and_the_rest_full_marks(course
 
 
 def test_unchanged_submissions_are_skipped_changed_ones_regraded_and_force_regrades_all(course, grader):
-    from autograder.classgrade import grade_class
+    from autograder.classgrade import Settings, grade_class
 
     before = auto_scores(course)
-    again = grade_class(course, progress=False, grader=grader)
+    again = grade_class(course, settings=Settings(progress=False), grader=grader)
     assert {o.status for o in again} == {"skipped"}
     assert auto_scores(course) == before
     # jo fixes the corrupt notebook: only jo is graded again
     good = course / "submitted" / "good" / ASSIGNMENT / "02_masks.ipynb"
     (course / "submitted" / "jo" / ASSIGNMENT / "02_masks.ipynb").write_bytes(good.read_bytes())
-    third = {o.student: o.status for o in grade_class(course, progress=False, grader=grader)}
+    third = {o.student: o.status for o in grade_class(course, settings=Settings(progress=False), grader=grader)}
     assert third == {"good": "skipped", "jo": "graded", "miss": "skipped"}
     assert auto_scores(course)[("jo", "masks")] == next(p.points for p in PARTS if p.id == "masks")
-    forced = grade_class(course, progress=False, grader=grader, force=True)
+    forced = grade_class(course, settings=Settings(progress=False, force=True), grader=grader)
     assert {o.status for o in forced} == {"graded"}
 
 

@@ -106,7 +106,7 @@ def test_export_writes_the_totals_of_both_assignments(course, cli_results):
 
 
 def test_grade_class_writes_the_same_rows_as_nbgrader_autograde(course, grader, private_tmp):
-    from autograder.classgrade import grade_class
+    from autograder.classgrade import Settings, grade_class
 
     copy = private_tmp / "copy" / "course"
     shutil.copytree(course, copy, ignore=shutil.ignore_patterns("autograded", "feedback", "gradebook.db"))
@@ -114,7 +114,7 @@ def test_grade_class_writes_the_same_rows_as_nbgrader_autograde(course, grader, 
     cfg = copy / "nbgrader_config.py"
     cfg.write_text(cfg.read_text().replace(str(course), str(copy)))
     for assignment in ASSIGNMENTS:
-        outcomes = grade_class(copy, assignment, progress=False, grader=grader)
+        outcomes = grade_class(copy, assignment, settings=Settings(progress=False), grader=grader)
         assert {o.student: o.status for o in outcomes} == {s: "graded" for s in STUDENTS[assignment]}
         assert rows(copy / "gradebook.db", assignment) == rows(course / "gradebook.db", assignment)
 

@@ -117,7 +117,7 @@ def grade_course(course_dir, *, location: gradebook.Location | None = None, csv_
     try:
         for sid, folder in found.items():
             try:
-                part = stage.run(pool, limits, extract(folder, assignment), edition, config, inputs).part
+                part = stage.run(pool, limits, extract(folder), edition, config, inputs).part
             except SandboxUnavailable:
                 raise  # this machine, not the student: nothing is graded
             except Exception as exc:  # noqa: BLE001 - one broken submission must not stop the class

@@ -51,8 +51,8 @@ def memo(grader) -> MemoGrader:
 @pytest.fixture(scope="session")
 def clean(copy_course, memo) -> dict:
     """The gradebook after one clean, uninterrupted run."""
-    from autograder.classgrade import grade_class
+    from autograder.classgrade import Settings, grade_class
 
     course = copy_course("clean")
-    grade_class(course, progress=False, grader=memo)
+    grade_class(course, settings=Settings(progress=False), grader=memo)
     return dump(sqlite_url(course))

@@ -38,17 +38,18 @@ class MemoGrader:
         self.grader = grader
         self.seen: dict = {}
 
-    def grade(self, path, **kwargs):
+    def grade(self, submission, **kwargs):
         from autograder.resume import submission_hash
 
-        key = (Path(path).name, submission_hash(Path(path)), repr(sorted(kwargs.items(), key=str)))
+        path = Path(submission.path)  # (grade_folder hands over the submission it extracted)
+        key = (path.name, submission_hash(path), repr(sorted(kwargs.items(), key=str)))
         if key not in self.seen:
-            self.seen[key] = self.grader.grade(path, **kwargs)
+            self.seen[key] = self.grader.grade(submission, **kwargs)
         return self.seen[key]
 
 
 def resume(course: Path, grader) -> list:
     """Run grade-class again, as an instructor does after a fault (a warm grader, in this process)."""
-    from autograder.classgrade import grade_class
+    from autograder.classgrade import Settings, grade_class
 
-    return grade_class(course, progress=False, grader=grader)
+    return grade_class(course, settings=Settings(progress=False), grader=grader)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from autograder import gradebook
-from autograder.classgrade import Stopped, grade_class
+from autograder.classgrade import Settings, Stopped, grade_class
 from examples.make_class import nbgrader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -126,12 +126,12 @@ def test_a_class_graded_into_postgres_resumes_after_a_signal_and_matches_a_clean
 
     monkeypatch.setattr(gradebook, "write_part_grades", write_then_interrupt)
     with pytest.raises(Stopped) as stopped:
-        grade_class(pg_course, progress=False, grader=memo)
+        grade_class(pg_course, settings=Settings(progress=False), grader=memo)
     assert stopped.value.exit_code == 130 and "interrupted by SIGINT: 1 submission graded" in str(stopped.value)
     assert list(dump(postgres_url)) == [(writes[0], "self_attention")]  # that student whole, nobody else
 
-    again = {o.student: o.status for o in grade_class(pg_course, progress=False, grader=memo)}
+    again = {o.student: o.status for o in grade_class(pg_course, settings=Settings(progress=False), grader=memo)}
     assert again == {s: "skipped" if s == writes[0] else "graded" for s in STUDENTS}
     assert dump(postgres_url) == clean
-    third = grade_class(pg_course, progress=False, grader=memo)
+    third = grade_class(pg_course, settings=Settings(progress=False), grader=memo)
     assert {o.status for o in third} == {"skipped"}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from autograder import courselock
-from autograder.classgrade import Stopped, grade_class
+from autograder.classgrade import Settings, Stopped, grade_class
 from autograder.spec import ASSIGNMENT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -68,7 +68,7 @@ def test_a_second_run_refuses_with_one_line_naming_the_first(copy_course):
     """
     with holder(code) as first:
         with pytest.raises(courselock.CourseBusy) as busy:
-            grade_class(course, progress=False, grader=object())  # (refused before it grades anything)
+            grade_class(course, settings=Settings(progress=False), grader=object())  # (refused before it grades anything)
         assert one_line(str(busy.value)) and f"pid {first.pid}" in str(busy.value)
         proc = subprocess.run([sys.executable, "-m", "autograder", "grade-class", str(course)], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
@@ -90,7 +90,7 @@ def test_a_second_run_told_to_wait_grades_once_the_first_is_done(copy_course, me
     """
     with holder(code):
         started = time.monotonic()
-        outcomes = grade_class(course, progress=False, grader=memo, lock_wait=60)
+        outcomes = grade_class(course, settings=Settings(progress=False, lock_wait=60), grader=memo)
     assert time.monotonic() - started >= 0.5
     assert {o.status for o in outcomes} == {"graded"}
     assert dump(sqlite_url(course)) == clean
@@ -101,7 +101,7 @@ def test_a_gradebook_held_too_long_stops_the_run_with_one_line_naming_the_holder
     before = dump(sqlite_url(course))
     with holder(sqlite_writer(course, 60)) as other:
         with pytest.raises(Stopped) as stopped:
-            grade_class(course, progress=False, grader=memo, gradebook_wait=1.0)
+            grade_class(course, settings=Settings(progress=False, gradebook_wait=1.0), grader=memo)
     message = str(stopped.value)
     assert one_line(message) and "stayed locked" in message and f"pid {other.pid}" in message
     assert stopped.value.exit_code == 1
@@ -113,7 +113,7 @@ def test_a_gradebook_held_too_long_stops_the_run_with_one_line_naming_the_holder
 def test_a_gradebook_held_for_a_while_is_waited_for(copy_course, memo, clean):
     course = copy_course("busy-waited")
     with holder(sqlite_writer(course, 2.0)):
-        outcomes = grade_class(course, progress=False, grader=memo, gradebook_wait=60)
+        outcomes = grade_class(course, settings=Settings(progress=False, gradebook_wait=60), grader=memo)
     assert {o.status for o in outcomes} == {"graded"}
     assert dump(sqlite_url(course)) == clean
 
@@ -148,7 +148,7 @@ def test_a_full_disk_stops_with_one_line_and_a_consistent_gradebook(small_disk, 
     course = copy_course("course", where=small_disk)
     filler = fill(small_disk, 24 * 1024)
     with pytest.raises(Stopped) as stopped:
-        grade_class(course, progress=False, grader=memo)
+        grade_class(course, settings=Settings(progress=False), grader=memo)
     assert one_line(str(stopped.value)) and "full" in str(stopped.value) and stopped.value.exit_code == 1
     db = sqlite3.connect(course / "gradebook.db")
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -57,7 +57,7 @@ def grade(path, limits: Limits | None = None, part_ids=None) -> tuple[GradeResul
     g.limits = limits or LIMITS
     try:
         started = time.perf_counter()
-        result = g.grade(str(path), part_ids=part_ids)
+        result = g.grade(path, part_ids=part_ids)
         return result, time.perf_counter() - started
     finally:
         g.limits = LIMITS
