@@ -70,7 +70,7 @@ class Step:
 class Queued:
     message: dict
     what: str
-    kind: str  # what the reply's value is: "value", "object", "describe", "state" or "none"
+    kind: str  # what the reply's value is: "value", "object", "describe", "state", "device" or "none"
     wrapped: str | None = None  # must be an object (a handle), named so in the failure
 
 
@@ -123,15 +123,32 @@ class Job:
         """An object built by the student's class `name` (torch seeded with `seed` first)."""
         return self._call(name, args, kwargs, seed=seed, kind="object")
 
-    def _call(self, name: str, args, kwargs, seed, kind: str) -> Step:
+    def measured(self, name: str, *args, **kwargs) -> Step:
+        """The call, its tensors metered by the worker (reply["peak_bytes"]): `Student.call_measured` sends it
+        alone, sampling the worker's resident memory around it."""
+        return self._call(name, args, kwargs, seed=None, kind="value", measure=True)
+
+    def on_device(self, name: str, args, kwargs, device: str, rows) -> Step:
+        """(the GPU stage) The student's function run on `device`: the worker moves the CPU tensors there and
+        replies with what is graded (runtime.Worker.handle_device_call), `rows` of the output among it. A name
+        the code lacks fails as missing, even after a failed load."""
+        ns = self._namespace(name, say_why=False)
+        return self._add({"kind": "device_call", "ns": ns, "target": name, **self._arguments(args, kwargs),
+                          "device": device, "rows": wire.encode(rows)}, name, "device")
+
+    def _namespace(self, name: str, say_why: bool = True) -> str:
+        """The source defining `name`; if there is none, the job cannot be sent and fails here, saying why."""
         try:
-            ns = self.student.namespace_of(name)
+            return self.student.namespace_of(name, say_why)
         except CheckFailure as exc:
             if self.unsendable is None:
                 self.unsendable = (len(self.steps), exc)
-            ns = ""
+            return ""
+
+    def _call(self, name: str, args, kwargs, seed, kind: str, measure: bool = False) -> Step:
+        ns = self._namespace(name)
         return self._add({"kind": "call", "ns": ns, "target": name, **self._arguments(args, kwargs),
-                          "measure": False, "seed": seed}, name, kind)
+                          "measure": measure, "seed": seed}, name, kind)
 
     def builtin(self, name: str, *args) -> Step:
         """A grader-built object in the worker (autograder/worker/standins.py)."""
@@ -234,8 +251,21 @@ def forbidden_in(reply: dict) -> frozenset[str]:
     return frozenset(wire.clean_text(f, 100) for f in used) if isinstance(used, list) else frozenset()
 
 
+def as_object(value, label: str) -> wire.Handle:
+    """`value`, an object that stays in the worker (a handle), or the failure naming `label` as what returned it."""
+    if not isinstance(value, wire.Handle):
+        raise CheckFailure(_("{label} returned {kind}, not an object such as a module").format(
+            label=label, kind=type(value).__name__))
+    return value
+
+
 def value_of(session, reply: dict, step: Queued):
-    """A step's reply as the matching single request gives it (the same checks, the same failures)."""
+    """A step's reply checked, the same whether the step was sent alone (`Student.send`) or in a batch."""
+    if step.kind == "device":
+        info = dict(reply["value"])
+        if "rows" in info:
+            info["rows"] = session.decode(info["rows"])
+        return info
     value = reply.get("value")
     if step.kind == "describe":
         if not isinstance(value, dict):
@@ -250,9 +280,8 @@ def value_of(session, reply: dict, step: Queued):
     value = session.decode(value)
     if step.kind == "object" and not isinstance(value, wire.Handle):
         raise CheckFailure(_("{name}(...) did not build an object").format(name=step.what))
-    if step.wrapped is not None and not isinstance(value, wire.Handle):
-        raise CheckFailure(_("{label} returned {kind}, not an object such as a module").format(
-            label=step.wrapped, kind=type(value).__name__))
+    if step.wrapped is not None:
+        as_object(value, step.wrapped)
     return value
 
 

@@ -3,8 +3,8 @@
 A `Session` starts the worker (and a fresh one after a crash or a timeout), keeps the part
 that is being graded with its deadline, and sends requests within that deadline. Every
 failure of the student's code arrives as a `CheckFailure` (failures.py) whose message is
-written for the student. What the requests say (call a function, build a module, ...) is
-student.py's concern; what the values on the wire look like is worker/wire.py's.
+written for the student. What the requests say (call a function, build a module, ...) and
+how their replies are checked is batch.py's concern; what the values on the wire look like is worker/wire.py's.
 """
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def hinted_message(message, hint):
 
 def submodules(info: dict, layers: dict, dropout: float | None, call: str, roles: dict | None = None) -> None:
     """A module's bias-free nn.Linear layers {name: (d_in, d_out)} and its nn.Dropout(p=dropout) (none
-    asked for when dropout is None), read from Remote.describe(); each gap is named in the student's terms."""
+    asked for when dropout is None), read from Job.describe(); each gap is named in the student's terms."""
     children = info.get("children", {})
     if not info.get("is_module"):
         raise CheckFailure(_("{call} is not an nn.Module").format(call=call))

@@ -1,7 +1,7 @@
 """Hidden checks for part official_parity: to_official, parity_error.
 
 Both functions take a SelfAttention. So that this part's score depends only on them, they
-receive the grader's stand-in module (student.standin), never the student's own class:
+receive the grader's stand-in module (job.standin), never the student's own class:
 a correct one, and deliberately broken ones that a working parity_error must expose.
 """
 import math
