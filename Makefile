@@ -60,7 +60,7 @@ release: $(STAMP)
 check: $(STAMP)
 	$(PY) -m course.build --check
 
-# The autograder's message catalog (autograder/i18n.py): extract every _("...") of autograder/ into the
+# The autograder's message catalog (autograder/foundation/i18n.py): extract every _("...") of autograder/ into the
 # template, then merge it into each language's .po (new or changed messages come in empty or fuzzy:
 # translate them; tests/test_i18n.py fails until every one is). The .po is compiled when the grader loads it.
 AUTOGRADER_POT = autograder/locale/autograder.pot

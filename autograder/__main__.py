@@ -1,7 +1,7 @@
 import os
 import sys
 
-from .cli import main
+from .commands.cli import main
 
 status = main()
 if sys.argv[1:2] == ["grade"]:

@@ -36,13 +36,14 @@ from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Bool
 
-from . import edition, exposure, i18n, spec
-from .extract import SubmissionError, extract, notebook_language, parse_json
-from .gradebook import cell_score
-from .limits import Limits, unsafe_from_env
-from .pool import SandboxUnavailable
-from .readfile import Unreadable, read_bytes
-from .scoring import zeros
+from .foundation import edition, i18n, spec
+from .commands import exposure
+from .foundation.extract import SubmissionError, extract, notebook_language, parse_json
+from .commands.gradebook import cell_score
+from .foundation.limits import Limits, unsafe_from_env
+from .sandbox.pool import SandboxUnavailable
+from .foundation.readfile import Unreadable, read_bytes
+from .grading.scoring import zeros
 
 _ = i18n.message
 
@@ -110,7 +111,7 @@ def shared_grader(unsafe_no_sandbox: bool = False):
     global _GRADER
     with _LOCK:
         if _GRADER is None:
-            from .grade import Grader  # noqa: PLC0415 - imports torch; only when grading starts
+            from .grading.grade import Grader  # noqa: PLC0415 - imports torch; only when grading starts
 
             _GRADER = Grader(Limits(unsafe_no_sandbox=unsafe_no_sandbox or unsafe_from_env())).warm()
             atexit.register(_close)

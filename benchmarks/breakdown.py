@@ -28,8 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autograder import check, pool  # noqa: E402
-from autograder.grade import Grader  # noqa: E402
+from autograder.grading import check  # noqa: E402
+from autograder.sandbox import pool  # noqa: E402
+from autograder.grading.grade import Grader  # noqa: E402
 from autograder.worker import protocol  # noqa: E402
 from autograder.worker.proctree import descendants  # noqa: E402
 
@@ -124,7 +125,7 @@ def instrumented(tally: Tally):
     patch(protocol, "recv_exact", counting_recv_exact)
     patch(protocol, "encode", counted_encode)
     patch(pool, "start_worker", timed("starting a worker, loading the code", pool.start_worker))
-    from autograder import session  # noqa: PLC0415 - patched where it is looked up
+    from autograder.sandbox import session  # noqa: PLC0415 - patched where it is looked up
 
     patch(session, "start_worker", timed("starting a worker, loading the code", session.start_worker))
     patch(check, "run_checks", timed("run_checks", check.run_checks))

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from examples.make_class import collect, make_course, synthetic_class  # noqa: E402
-from autograder.spec import ASSIGNMENT  # noqa: E402
+from autograder.foundation.spec import ASSIGNMENT  # noqa: E402
 from autograder.worker.proctree import descendants  # noqa: E402
 
 PY = sys.executable

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import spec
+from autograder.foundation import spec
 from course.catalogs import compile_catalog
 from course.cells import BEGIN, END, Cell
 from course.drift import diff_trees
@@ -84,7 +84,7 @@ def _node(index: int, cell: Cell) -> nbformat.NotebookNode:
 
 
 def source_notebooks(target: Target = TARGETS[0]) -> dict[str, nbformat.NotebookNode]:
-    """name -> instructor notebook of one assignment's edition, checked against autograder/spec.py."""
+    """name -> instructor notebook of one assignment's edition, checked against autograder/foundation/spec.py."""
     untranslated = [line for module in target.modules for line in missing_texts(module, target.lang)]
     if untranslated:
         raise SystemExit(f"{target.id}: {len(untranslated)} text(s) have no {target.lang} version, so this edition "

@@ -11,7 +11,7 @@ The build puts the compiled catalog into each folder of the edition in that lang
 where the released check_harness.py finds it when the notebook calls `use_language("zh")`.
 
 A third language (say French, fr_FR): add it to LOCALES here and in check_harness.py (and to
-autograder/spec.py's LANGUAGES), run `.venv/bin/pybabel init -i course/locale/visible_checks.pot
+autograder/foundation/spec.py's LANGUAGES), run `.venv/bin/pybabel init -i course/locale/visible_checks.pot
 -d course/locale -D visible_checks -l fr_FR`, translate the new .po, then `make release`;
 tests/test_visible_catalog.py holds every catalog to the same rules.
 """

@@ -14,7 +14,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.spec import ASSIGNMENTS
+from autograder.foundation.spec import ASSIGNMENTS
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "solutions" / "attention.py"
@@ -250,6 +250,6 @@ def reference_body_lines(name: str) -> list[str]:
 
 
 def graded_cell(part_id: str) -> Cell:
-    """The graded cell of a part (of any assignment); its points come from autograder/spec.py."""
+    """The graded cell of a part (of any assignment); its points come from autograder/foundation/spec.py."""
     part = next(p for a in ASSIGNMENTS.values() for p in a.parts if p.id == part_id)
     return graded(part_id, part.points)

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import exposure
+from autograder.commands import exposure
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASE = REPO / "assignments"  # nbgrader's release directory: one folder per assignment

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import spec
+from autograder.foundation import spec
 from course import content
 from course.content import efficient, generation
 

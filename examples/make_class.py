@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from autograder import spec  # noqa: E402
-from autograder.spec import ASSIGNMENT  # noqa: E402
+from autograder.foundation import spec  # noqa: E402
+from autograder.foundation.spec import ASSIGNMENT  # noqa: E402
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 TIMESTAMP = "2026-11-30 09:00:00.000000 UTC"

@@ -31,12 +31,12 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from autograder.extract import extract  # noqa: E402
-from autograder.gpu import stage  # noqa: E402
-from autograder.gpu.config import MODE_LABEL, GpuConfig, fmt_bytes  # noqa: E402
-from autograder.gpu.known_submissions import write_variants  # noqa: E402
-from autograder.limits import Limits  # noqa: E402
-from autograder.pool import Zygote  # noqa: E402
+from autograder.foundation.extract import extract  # noqa: E402
+from autograder.grading.gpu import stage  # noqa: E402
+from autograder.grading.gpu.config import MODE_LABEL, GpuConfig, fmt_bytes  # noqa: E402
+from autograder.grading.gpu.known_submissions import write_variants  # noqa: E402
+from autograder.foundation.limits import Limits  # noqa: E402
+from autograder.sandbox.pool import Zygote  # noqa: E402
 
 import device_check_efficient as efficient  # noqa: E402 - scripts/, next to this file
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from autograder.gpu.config import fmt_bytes
+from autograder.grading.gpu.config import fmt_bytes
 from autograder.worker.meter import LiveMemoryMeter
 from solutions import efficient as ref
 

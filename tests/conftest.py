@@ -11,7 +11,7 @@ import pytest
 @pytest.fixture(scope="session")
 def grader():
     """One warm grader (one zygote, torch imported once) for every test that grades with default limits."""
-    from autograder.grade import Grader
+    from autograder.grading.grade import Grader
 
     with Grader() as g:
         yield g

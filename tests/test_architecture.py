@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "autograder"
 MAX_LINES = 400
 # Process-wide resources a module may rebind with `global`, each for a reason that is not a check's business.
 GLOBALS_ALLOWED = {
-    "autograder.prestart": {"_started"},  # the zygote started before torch is imported, taken once
+    "autograder.sandbox.prestart": {"_started"},  # the zygote started before torch is imported, taken once
     "autograder.nbgrader_plugin": {"_GRADER"},  # nbgrader's process's warm Grader
     "autograder.worker.standins": {"_sdpa", "_flex_attention"},  # the worker's unwatched fused kernel and flex_attention
 }
@@ -242,3 +242,43 @@ def test_no_private_name_crosses_a_course_module_boundary():
 def test_every_course_module_outside_the_content_is_at_most_400_lines():
     long = {m: n for m, p in COURSE_MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert len(COURSE_MODULES) > 10 and long == {}
+
+
+# --------------------------------------------------------------------------- #
+# The layers, top to bottom (README's package map): a module imports only its own layer and those below.
+# The hidden checks, which only pytest loads, sit with the grading pipeline; the worker is at the bottom.
+# --------------------------------------------------------------------------- #
+LAYERS = [
+    ("entry points", ("autograder", "autograder.__main__", "autograder.nbgrader_plugin")),
+    ("commands", ("autograder.commands",)),
+    ("grading", ("autograder.grading", "autograder.checks")),
+    ("sandbox", ("autograder.sandbox",)),
+    ("foundation", ("autograder.foundation",)),
+    ("worker", ("autograder.worker",)),
+]
+
+
+def layer(module: str) -> int | None:
+    """The index in LAYERS of the layer `module` belongs to (the longest matching prefix), or None."""
+    best = None, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best[1]:
+                best = i, len(p)
+    return best[0]
+
+
+def test_every_grader_module_belongs_to_a_layer_and_no_layer_folder_is_missing():
+    assert [m for m in MODULES if layer(m) is None] == []
+    assert all(any(m == p for m in MODULES) for _, prefixes in LAYERS for p in prefixes)
+
+
+def test_the_layer_of_a_module_is_its_longest_prefix():
+    assert layer("autograder") == 0 and layer("autograder.commands.cli") == 1
+    assert layer("autograder.checks.self_attention.common") == 2 and layer("autograder.worker.names") == 5
+
+
+def test_no_lower_layer_imports_a_higher_one():
+    found = [f"{m}:{line} ({LAYERS[layer(m)][0]}) imports {t} ({LAYERS[layer(t)][0]})"
+             for m in MODULES for t, _, line in imports(m) if t in MODULES and layer(t) < layer(m)]
+    assert found == []

@@ -1,4 +1,4 @@
-"""The grader is driven by the assignments in autograder/spec.py: each registered assignment is
+"""The grader is driven by the assignments in autograder/foundation/spec.py: each registered assignment is
 complete, a name the grader does not know is refused in one line, and a part added the way
 docs/adding-a-part.md says is graded without a change to the grader's code."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import spec
+from autograder.foundation import spec
 from autograder.nbgrader_plugin import grade_notebook_file
-from autograder.scoring import RULES
+from autograder.grading.scoring import RULES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -142,7 +142,7 @@ def test_the_added_part_goes_through_the_nbgrader_plugin_and_the_from_scratch_ru
 
 def test_grade_recognises_the_assignment_of_nbgrader_notebooks_by_their_graded_cells():
     """`grade` without --assignment grades generation notebooks as generation; a .py file stays the default's"""
-    from autograder.extract import extract, recognise
+    from autograder.foundation.extract import extract, recognise
 
     generation = REPO / "assignments" / "generation"
     assert recognise(extract(generation)) is spec.GENERATION

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 import _kit as kit
 
-from autograder.spec import PARTS
+from autograder.foundation.spec import PARTS
 
 CHEAP = ["scaled_scores", "masks"]
 
@@ -37,7 +37,8 @@ def text_of(result) -> str:
 
 def cli_grade(path, monkeypatch, capfd, part_ids=CHEAP) -> tuple[int, dict]:
     """The CLI's own code path, with the shared warm grader."""
-    from autograder import cli, grade as grade_module
+    from autograder.commands import cli
+    from autograder.grading import grade as grade_module
 
     monkeypatch.setattr(grade_module, "grade", lambda p, gpu=False, limits=None, assignment=None, lang=None: kit.grade(p, part_ids=part_ids)[0])
     capfd.readouterr()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import spec
+from autograder.foundation import spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 
-from autograder.spec import ASSIGNMENT, PARTS
+from autograder.foundation.spec import ASSIGNMENT, PARTS
 from examples.make_class import collect, make_course
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ def test_bad_submissions_get_zeros_with_a_message_and_the_rest_full_marks(course
 
 
 def test_unchanged_submissions_are_skipped_changed_ones_regraded_and_force_regrades_all(course, grader):
-    from autograder.classgrade import Settings, grade_class
+    from autograder.commands.classgrade import Settings, grade_class
 
     before = auto_scores(course)
     again = grade_class(course, settings=Settings(progress=False), grader=grader)
@@ -77,8 +77,8 @@ def test_unchanged_submissions_are_skipped_changed_ones_regraded_and_force_regra
 
 
 def test_a_failure_while_writing_leaves_the_submission_as_it_was(course, monkeypatch):
-    from autograder import gradebook
-    from autograder.results import PartResult
+    from autograder.commands import gradebook
+    from autograder.foundation.results import PartResult
 
     before = auto_scores(course)
     zeros = [PartResult(p.id, p.points) for p in PARTS]

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder import classgrade, gradebook, spec
-from autograder.classgrade import Outcome, Stopped, _console, _summary
-from autograder.pool import SandboxUnavailable
-from autograder.results import CheckResult, GradeResult, PartResult
+from autograder.commands import classgrade, gradebook
+from autograder.foundation import spec
+from autograder.commands.classgrade import Outcome, Stopped, _console, _summary
+from autograder.sandbox.pool import SandboxUnavailable
+from autograder.foundation.results import CheckResult, GradeResult, PartResult
 
 URL = "postgresql://grader:hunter2-s3cret@db.example.edu:5432/attention"
 
@@ -107,7 +108,8 @@ def test_grade_refuses_with_one_line_and_exit_2_without_namespaces(tmp_path):
 
 @pytest.mark.parametrize("flag", [["--unsafe-no-sandbox"], []])
 def test_the_unsafe_flag_is_what_lets_grade_go_on(flag):
-    from autograder import cli, limits
+    from autograder.commands import cli
+    from autograder.foundation import limits
 
     args = cli.build_parser().parse_args(["grade", "x.py", "--no-namespaces", *flag])
     assert limits.from_args(args).unsafe_no_sandbox is bool(flag)
@@ -135,7 +137,7 @@ def test_nbgrader_autograde_stops_with_one_line_and_exit_2_when_the_sandbox_is_i
 
 def test_nbgrader_feedback_says_when_grading_ran_without_a_complete_sandbox():
     from autograder import nbgrader_plugin
-    from autograder.grade import UNSAFE_NOTE
+    from autograder.grading.grade import UNSAFE_NOTE
 
     note = UNSAFE_NOTE.format(layers="filesystem, network").render(spec.DEFAULT_LANGUAGE)
     part = result("x").parts[0]
@@ -161,8 +163,8 @@ def test_the_summary_says_when_submissions_were_graded_without_a_complete_sandbo
 def test_a_gradescope_bundle_grades_without_a_complete_sandbox_only_when_built_to(tmp_path, unsafe):
     import zipfile
 
-    from autograder.gradescope import build_bundle
-    from autograder.limits import UNSAFE_ENV
+    from autograder.commands.gradescope import build_bundle
+    from autograder.foundation.limits import UNSAFE_ENV
 
     bundle = build_bundle(tmp_path / "b.zip", unsafe_no_sandbox=unsafe)
     run = zipfile.ZipFile(bundle).read("run_autograder").decode()

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from autograder import classpage, classreport, spec
-from autograder.scoring import zeros
-from autograder.results import CheckResult, GradeResult, PartResult
+from autograder.commands import classpage, classreport
+from autograder.foundation import spec
+from autograder.grading.scoring import zeros
+from autograder.foundation.results import CheckResult, GradeResult, PartResult
 
 PARTS = spec.assignment("self_attention").parts
 NO_SCALE = "scores are not scaled: divide the dot products by sqrt(d_k)"

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cli, gradebook, spec
-from autograder.extract import extract
-from autograder.gpu import course as gpu_course, stage as gpu_stage
-from autograder.gpu.config import GpuConfig
-from autograder.results import PartResult
+from autograder.commands import cli, gradebook
+from autograder.foundation import spec
+from autograder.foundation.extract import extract
+from autograder.commands import gpucourse as gpu_course
+from autograder.grading.gpu import stage as gpu_stage
+from autograder.grading.gpu.config import GpuConfig
+from autograder.foundation.results import PartResult
 
 REPO = Path(__file__).resolve().parent.parent
 CHINESE = re.compile(r"[\u4e00-\u9fff]")
@@ -83,7 +85,7 @@ def test_without_cuda_the_gpu_parts_note_is_in_the_language_asked_for(grader, mo
 
 
 def test_the_gpu_stage_says_why_code_could_not_be_loaded_in_the_editions_language(grader, tmp_path):
-    from autograder import edition
+    from autograder.foundation import edition
 
     sub = tmp_path / "sub.py"
     sub.write_text("raise RuntimeError('stop')\n")
@@ -93,7 +95,7 @@ def test_the_gpu_stage_says_why_code_could_not_be_loaded_in_the_editions_languag
 
 # --------------------------------------------------------------------------- the one rule
 def test_an_editions_name_says_its_assignment_language_and_nbgrader_id():
-    from autograder import edition
+    from autograder.foundation import edition
 
     zh = edition.resolve(ZH)
     assert (zh.assignment, zh.lang, zh.id) == (spec.SELF_ATTENTION, "zh", ZH)
@@ -105,7 +107,7 @@ def test_an_editions_name_says_its_assignment_language_and_nbgrader_id():
 
 
 def test_the_language_asked_for_wins_else_any_other_than_english_the_names_or_notebooks_say():
-    from autograder import edition
+    from autograder.foundation import edition
 
     assert edition.resolve(ZH, "en").lang == "en"  # --lang en: the Chinese edition's feedback in English
     assert edition.resolve(spec.DEFAULT.id, "zh").id == ZH
@@ -116,7 +118,7 @@ def test_the_language_asked_for_wins_else_any_other_than_english_the_names_or_no
 
 
 def test_an_unknown_language_is_refused_with_one_line_naming_the_known_ones():
-    from autograder import edition
+    from autograder.foundation import edition
 
     with pytest.raises(edition.UnknownLanguage, match=r"^unknown language 'fr': the course's languages are en, zh$"):
         edition.resolve(ZH, "fr")

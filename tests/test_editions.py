@@ -16,7 +16,7 @@ import types
 import nbformat
 import pytest
 
-from autograder import spec
+from autograder.foundation import spec
 from course import build, catalogs, content
 from course.cells import hint_text, md
 from course.content import efficient, generation

@@ -9,15 +9,15 @@ import re
 import pytest
 import torch
 
-from autograder import spec
-from autograder.batch import Call
+from autograder.foundation import spec
+from autograder.sandbox.batch import Call
 from autograder.checks.efficient import common as C
 from autograder.checks.efficient import test_flash, test_linear, test_sliding_window
-from autograder.extract import Source
-from autograder.failures import CheckFailure
-from autograder.limits import Limits
-from autograder.session import Session
-from autograder.student import MeasuredCall, Student
+from autograder.foundation.extract import Source
+from autograder.foundation.failures import CheckFailure
+from autograder.foundation.limits import Limits
+from autograder.sandbox.session import Session
+from autograder.sandbox.student import MeasuredCall, Student
 from solutions import efficient as E
 
 

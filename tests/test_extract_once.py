@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autograder import cli, extract, spec
-from autograder.grade import Grader
+from autograder.commands import cli
+from autograder.foundation import extract, spec
+from autograder.grading.grade import Grader
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,7 +30,7 @@ def test_grade_reads_each_file_of_a_notebook_folder_once(private_tmp, monkeypatc
     folder.mkdir()
     for name in ("01_scores.ipynb", "02_masks.ipynb"):
         (folder / name).write_text("{ not json", encoding="utf-8")
-    monkeypatch.setattr("autograder.prestart.prestart", lambda: None)
+    monkeypatch.setattr("autograder.sandbox.prestart.prestart", lambda: None)
     monkeypatch.setattr(Grader, "warm", lambda self: self)  # (no worker pool: nothing in it can run)
     reads = counting_reads(monkeypatch)
     assert cli.main(["grade", str(folder), "--json"]) == 0

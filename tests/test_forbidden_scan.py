@@ -1,4 +1,4 @@
-"""The static scan for torch's fused attention in from-scratch parts (autograder/grade.py).
+"""The static scan for torch's fused attention in from-scratch parts (autograder/grading/grade.py).
 
 It must flag torch's kernel and official module however they are named or imported, and
 never a student's own helper that happens to carry the textbook name.
@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from autograder.extract import Source, Extracted
-from autograder.scan import forbidden_in_source
+from autograder.foundation.extract import Source, Extracted
+from autograder.grading.scan import forbidden_in_source
 from autograder.worker.names import is_forbidden_name
 
 HELPER = '''
@@ -77,7 +77,7 @@ def test_forbidden_names_are_torchs_not_the_course_api(name, forbidden):
 
 
 def cross_scan(line: str) -> set[str]:
-    from autograder import spec
+    from autograder.foundation import spec
 
     code = f"class CrossAttention(nn.Module):\n    def forward(self, x, context, context_mask=None):\n        return {line}\n"
     source = Source("submission", "submission.py", (code,))
@@ -145,7 +145,7 @@ def test_the_watch_runs_flex_attention_and_sees_it_and_torch_ops_aten(tmp_path):
 
 
 def efficient_scan(code: str) -> dict[str, set[str]]:
-    from autograder import spec
+    from autograder.foundation import spec
 
     source = Source("submission", "submission.py", (textwrap.dedent(code),))
     return forbidden_in_source(Extracted("submission.py", (source,)), spec.assignment("efficient").parts)

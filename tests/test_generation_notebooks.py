@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from course.build import REPO, TARGET_BY_ID, execute_notebooks
-from autograder.spec import GENERATION
+from autograder.foundation.spec import GENERATION
 from solutions import generation as G
 from tests import release_import
 from tests.notebook_outputs import code_cells, stream_text

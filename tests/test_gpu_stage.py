@@ -20,13 +20,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import edition, gradebook
-from autograder.document import to_json
-from autograder.extract import extract
-from autograder.gpu import config as gpu_config, course as gpu_course, reference as gpu_reference, stage as gpu_stage
-from autograder.gpu.known_submissions import write_variants
-from autograder.results import PartResult
-from autograder.spec import ASSIGNMENT, GPU_PART, NOTEBOOKS, PARTS, SELF_ATTENTION
+from autograder.foundation import edition
+from autograder.commands import gradebook
+from autograder.commands.document import to_json
+from autograder.foundation.extract import extract
+from autograder.grading.gpu import config as gpu_config, reference as gpu_reference, stage as gpu_stage
+from autograder.commands import gpucourse as gpu_course
+from autograder.grading.gpu.known_submissions import write_variants
+from autograder.foundation.results import PartResult
+from autograder.foundation.spec import ASSIGNMENT, GPU_PART, NOTEBOOKS, PARTS, SELF_ATTENTION
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -84,7 +86,7 @@ def test_without_cuda_grade_gpu_command_refuses_with_one_line_and_exit_2(monkeyp
 
 
 def test_cli_parser_knows_grade_gpu_and_its_options():
-    from autograder.cli import build_parser
+    from autograder.commands.cli import build_parser
 
     args = build_parser().parse_args(["grade-gpu", "course", "--from-csv", "x.csv", "--student", "a",
                                       "--student", "b", "--no-gradebook"])

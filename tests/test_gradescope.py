@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 
-from autograder.gradescope import TORCH_VERSION, build_bundle
-from autograder.spec import PARTS
+from autograder.commands.gradescope import TORCH_VERSION, build_bundle
+from autograder.foundation.spec import PARTS
 
 REPO = Path(__file__).resolve().parent.parent
 BUGGY_EDIT = ("return Q @ K.transpose(-2, -1) / math.sqrt(d_k)", "return Q @ K.transpose(-2, -1)")
@@ -32,7 +32,7 @@ def test_bundle_has_gradescope_entry_points_and_the_hidden_checks(bundle):
         setup = z.read("setup.sh").decode()
         mode = z.getinfo("run_autograder").external_attr >> 16
     assert {"setup.sh", "run_autograder", "requirements.txt", "solutions/attention.py",
-            "autograder/grade.py", "autograder/worker/zygote.py"} <= names
+            "autograder/grading/grade.py", "autograder/worker/zygote.py"} <= names
     assert {f"autograder/checks/self_attention/test_{p.id}.py" for p in PARTS} <= names
     assert f"torch=={TORCH_VERSION}" in setup and "download.pytorch.org/whl/cpu" in setup
     assert mode & stat.S_IXUSR, "run_autograder must be executable"
@@ -81,11 +81,11 @@ def test_results_json_scores_equal_the_graders(bundle, grader, private_tmp, bugg
 
 def test_a_generation_bundle_grades_the_second_assignment_like_the_grader(grader, private_tmp):
     """gradescope-bundle --assignment generation: run_autograder grades its three parts, scores as Grader().grade"""
-    from autograder import edition, spec
+    from autograder.foundation import edition, spec
 
     bundle = build_bundle(private_tmp / "generation-bundle" / "autograder.zip", edition.resolve("generation"))
     with zipfile.ZipFile(bundle) as z:
-        assert z.read("run_autograder").decode().rstrip().endswith('-m autograder.gradescope "$ROOT" generation')
+        assert z.read("run_autograder").decode().rstrip().endswith('-m autograder.commands.gradescope "$ROOT" generation')
         assert {f"autograder/checks/generation/test_{p.id}.py" for p in spec.GENERATION.parts} | {
             "solutions/generation.py"} <= set(z.namelist())
     code = (REPO / "solutions" / "generation.py").read_text()
@@ -106,12 +106,12 @@ def test_a_generation_bundle_grades_the_second_assignment_like_the_grader(grader
 def test_an_efficient_bundle_grades_the_third_assignment_like_the_grader(grader, private_tmp):
     """gradescope-bundle --assignment efficient: run_autograder grades its four parts (FlexAttention's mods in the
     bundle's own worker), scores as Grader().grade; a top-left causal flash_attention loses only flash"""
-    from autograder import edition, spec
+    from autograder.foundation import edition, spec
 
     efficient = spec.assignment("efficient")
     bundle = build_bundle(private_tmp / "efficient-bundle" / "autograder.zip", edition.resolve("efficient"))
     with zipfile.ZipFile(bundle) as z:
-        assert z.read("run_autograder").decode().rstrip().endswith('-m autograder.gradescope "$ROOT" efficient')
+        assert z.read("run_autograder").decode().rstrip().endswith('-m autograder.commands.gradescope "$ROOT" efficient')
         assert {f"autograder/checks/efficient/test_{p.id}.py" for p in efficient.parts} | {
             "solutions/efficient.py", "autograder/worker/warmup.py"} <= set(z.namelist())
     code = (REPO / "solutions" / "efficient.py").read_text()

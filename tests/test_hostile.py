@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 import _kit as kit
 
-from autograder.spec import PARTS
+from autograder.foundation.spec import PARTS
 
 ALL = [p.id for p in PARTS]
 # The cheap parts, enough to show that an attack on one function leaves the others intact.
@@ -161,7 +161,8 @@ def test_writes_to_course_gradebook_other_students_and_solutions_fail(course, re
 
 def test_fake_output_leaves_the_cli_json_a_single_true_document(course, reference, capfd, monkeypatch):
     """Through the CLI's own code path (with the shared warm grader), capturing the real fds 1 and 2."""
-    from autograder import cli, grade as grade_module
+    from autograder.commands import cli
+    from autograder.grading import grade as grade_module
 
     code, _ = kit.case_sources("fake_output", course)
     path = kit.write_submission(course, "fake_output", code)

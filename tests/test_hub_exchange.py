@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import exposure
+from autograder.commands import exposure
 
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "self_attention"

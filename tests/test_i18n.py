@@ -12,8 +12,9 @@ import pytest
 from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 
-from autograder import cli, document, edition, i18n, spec
-from autograder.extract import extract
+from autograder.commands import cli, document
+from autograder.foundation import edition, i18n, spec
+from autograder.foundation.extract import extract
 
 ROOT = Path(__file__).resolve().parent.parent
 POT = i18n.LOCALE_DIR / f"{i18n.DOMAIN}.pot"
@@ -46,9 +47,9 @@ def test_every_message_has_a_translation_that_is_neither_empty_nor_fuzzy(lang):
 
 def extracted_from_sources() -> set[str]:
     cfg = (ROOT / "babel-autograder.cfg").read_text()
-    assert "autograder.i18n:extract_messages" in cfg  # the method the template was made with
+    assert "autograder.foundation.i18n:extract_messages" in cfg  # the method the template was made with
     return {message for _file, _line, message, _comments, _context in extract_from_dir(
-        str(ROOT / "autograder"), method_map=[("**.py", "autograder.i18n:extract_messages")],
+        str(ROOT / "autograder"), method_map=[("**.py", "autograder.foundation.i18n:extract_messages")],
         keywords={"_": None, "Refused": None})}
 
 
@@ -190,9 +191,9 @@ def test_the_untouched_chinese_release_scores_zero_with_chinese_messages(grader,
 
 
 def test_nbgrader_feedback_speaks_the_editions_language():
-    from autograder.extract import notebook_language
+    from autograder.foundation.extract import notebook_language
     from autograder.nbgrader_plugin import part_report
-    from autograder.results import CheckResult, PartResult
+    from autograder.foundation.results import CheckResult, PartResult
 
     def feedback_language(nb, assignment_id):  # (as the preprocessor resolves it)
         return edition.resolve(notebooks=notebook_language(nb), folder=assignment_id).lang
@@ -210,7 +211,7 @@ def test_nbgrader_feedback_speaks_the_editions_language():
 def test_the_gradescope_bundle_of_a_chinese_edition_carries_the_catalog(private_tmp):
     import zipfile
 
-    from autograder.gradescope import build_bundle
+    from autograder.commands.gradescope import build_bundle
 
     path = build_bundle(private_tmp / "zh-bundle.zip", edition.resolve(spec.DEFAULT.id, "zh"))
     with zipfile.ZipFile(path) as z:

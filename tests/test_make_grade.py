@@ -1,4 +1,4 @@
-"""`make grade` (autograder/workspace.py): the folders the student worked in, one summary table each, on one
+"""`make grade` (autograder/commands/workspace.py): the folders the student worked in, one summary table each, on one
 screen; an untouched workspace fits in 80 lines."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import workspace
+from autograder.commands import workspace
 from course import lab
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,9 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autograder import document, i18n, resume, scan, spec
-from autograder.cli import one_line
-from autograder.extract import SubmissionError, extract
+from autograder.commands import document, resume
+from autograder.foundation import i18n, spec
+from autograder.grading import scan
+from autograder.commands.cli import one_line
+from autograder.foundation.extract import SubmissionError, extract
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from malformed_corpus import CORPUS, REPO, SOLVED, notebook, write_nb
@@ -106,8 +108,8 @@ def test_the_command_line_keeps_its_contract_on_the_worst_cases(folder):
 
 NOBODY_SCRIPT = """
 import json, sys
-from autograder.cli import one_line
-from autograder.extract import SubmissionError, extract
+from autograder.commands.cli import one_line
+from autograder.foundation.extract import SubmissionError, extract
 out = {}
 for path in sys.argv[1:]:
     try:

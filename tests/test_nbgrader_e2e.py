@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import spec
+from autograder.foundation import spec
 from examples.make_class import collect, make_course, nbgrader, repo_source
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def test_export_writes_the_totals_of_both_assignments(course, cli_results):
 
 
 def test_grade_class_writes_the_same_rows_as_nbgrader_autograde(course, grader, private_tmp):
-    from autograder.classgrade import Settings, grade_class
+    from autograder.commands.classgrade import Settings, grade_class
 
     copy = private_tmp / "copy" / "course"
     shutil.copytree(course, copy, ignore=shutil.ignore_patterns("autograded", "feedback", "gradebook.db"))
@@ -127,7 +127,7 @@ def test_nbgrader_reads_back_the_score_the_preprocessor_writes(score, expected):
     from nbgrader.utils import determine_grade
 
     from autograder.nbgrader_plugin import annotate
-    from autograder.results import CheckResult, PartResult
+    from autograder.foundation.results import CheckResult, PartResult
 
     nb = {"cells": [{"cell_type": "code", "source": "", "outputs": [], "execution_count": None,
                      "metadata": {"nbgrader": {"grade": True, "solution": False, "grade_id": "masks",

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import solutions as S
-from autograder.spec import NOTEBOOKS
+from autograder.foundation.spec import NOTEBOOKS
 from course.build import REPO, RELEASE_DIR, SOLVED_DIR, execute_notebooks
 from tests import release_import
 from tests.notebook_outputs import code_cells, stream_text

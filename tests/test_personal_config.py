@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import gradebook
+from autograder.commands import gradebook
 from examples.make_class import collect, make_course, nbgrader
 
 REPO = Path(__file__).resolve().parent.parent

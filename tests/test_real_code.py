@@ -65,7 +65,7 @@ def submission(source: Source, folder: Path) -> Path:
 
 
 def grade(grader, source: Source, folder: Path):
-    from autograder import spec
+    from autograder.foundation import spec
 
     return grader.grade(submission(source, folder), part_ids=list(source.parts),
                         assignment=spec.assignment(source.assignment))
@@ -105,7 +105,7 @@ def table() -> str:
     """source | parts | score | the message where points were taken (markdown), graded now."""
     import tempfile
 
-    from autograder.grade import Grader
+    from autograder.grading.grade import Grader
 
     rows = ["| source | parts | score | where points were taken |", "|---|---|---|---|"]
     with Grader() as grader, tempfile.TemporaryDirectory() as folder:

@@ -10,7 +10,7 @@ import json
 import nbformat
 import pytest
 
-from autograder import spec
+from autograder.foundation import spec
 from course import build
 from course.cells import reference_body_lines, solution_source
 from course.content.generation import decoder

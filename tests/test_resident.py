@@ -1,4 +1,4 @@
-"""autograder/resident.py: the trusted side's outside count of a worker's resident memory."""
+"""autograder/sandbox/resident.py: the trusted side's outside count of a worker's resident memory."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from autograder.resident import ResidentPeak, resident_bytes
+from autograder.sandbox.resident import ResidentPeak, resident_bytes
 from autograder.worker.proctree import descendants
 
 # A parent that forks a child; on a line on stdin the child touches `MIB` MiB for 0.2 s, frees

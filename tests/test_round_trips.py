@@ -1,7 +1,7 @@
 """The round trips one submission costs, counted (not timed): a change that multiplies them fails here.
 
 A round trip to the sandboxed worker costs far more than the small tensor functions it carries,
-so the checks batch their requests (autograder/batch.py, docs/adding-a-part.md). Grading an
+so the checks batch their requests (autograder/sandbox/batch.py, docs/adding-a-part.md). Grading an
 assignment's reference solutions, which runs every check to its end, may make at most
 `2 + 2 * parts` round trips: loading the code, the memory check's measured call, and two
 batches per part.
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import pool, spec
+from autograder.sandbox import pool
+from autograder.foundation import spec
 
 REPO = Path(__file__).resolve().parent.parent
 

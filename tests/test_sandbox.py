@@ -14,11 +14,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 import _kit as kit
 
-from autograder.extract import Source
-from autograder.failures import PartStopped
-from autograder.limits import Limits
-from autograder.session import Session
-from autograder.student import Student
+from autograder.foundation.extract import Source
+from autograder.foundation.failures import PartStopped
+from autograder.foundation.limits import Limits
+from autograder.sandbox.session import Session
+from autograder.sandbox.student import Student
 from autograder.worker.sandbox import private_paths
 
 PROBE = r'''
@@ -216,7 +216,7 @@ def test_a_reply_trickled_byte_by_byte_cannot_stretch_the_deadline(tmp_path):
 
 
 def test_without_namespaces_grading_is_refused_naming_the_missing_layers(tmp_path):
-    from autograder.pool import SandboxUnavailable
+    from autograder.sandbox.pool import SandboxUnavailable
 
     path = tmp_path / "ref.py"
     path.write_text(kit.REFERENCE)
@@ -238,13 +238,13 @@ def test_with_unsafe_no_sandbox_grading_runs_and_says_loudly_what_is_off(tmp_pat
     for layer in ("namespaces", "network", "filesystem", "processes_tree"):
         assert layer in off, off
     assert result.part("qkv_projection").score > 0
-    from autograder import document
+    from autograder.commands import document
 
     doc = document.to_json(result)
     assert doc["protections_off"] and any("WITHOUT a complete sandbox" in n for n in doc["notes"]), doc["notes"]
     from rich.console import Console
 
-    from autograder.report import render
+    from autograder.commands.report import render
 
     console = Console(record=True, width=120)
     render(result, console)
@@ -262,7 +262,8 @@ def test_private_paths_cover_the_submission_its_three_parents_and_never_the_syst
 
 
 def test_cli_flags_set_the_limits_the_sandbox_gets():
-    from autograder import cli, limits as flags
+    from autograder.commands import cli
+    from autograder.foundation import limits as flags
 
     args = cli.build_parser().parse_args(["grade", "x.py", "--part-seconds", "7", "--memory-gib", "2", "--cpu-seconds",
                                           "60", "--load-seconds", "9", "--hide", "/srv/course", "--hide", "/data",
@@ -274,7 +275,7 @@ def test_cli_flags_set_the_limits_the_sandbox_gets():
 
 
 def test_a_sandbox_that_cannot_start_is_blamed_on_the_machine_not_the_student(tmp_path, monkeypatch):
-    from autograder import pool
+    from autograder.sandbox import pool
 
     def broken_hello(self, timeout):
         self.kill()

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_command_line_and_grade_class_import_no_torch():
-    code = "import sys, autograder.cli, autograder.classgrade, autograder.classpool; print(sorted(" \
+    code = "import sys, autograder.commands.cli, autograder.commands.classgrade, autograder.commands.classpool; print(sorted(" \
            "m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 import torch
 
-from autograder.spec import ASSIGNMENTS, split_edition
+from autograder.foundation.spec import ASSIGNMENTS, split_edition
 from course.build import REPO, TARGETS
 from examples.make_class import student_notebooks
 from tests import release_import

@@ -281,7 +281,7 @@ def test_a_corrupt_catalog_gives_one_line_and_english(tmp_path, capsys):
 
 
 def test_the_checks_and_the_build_know_the_same_languages_and_catalog_locales(released):
-    from autograder import spec
+    from autograder.foundation import spec
 
     for english, _ in released.values():
         assert set(english.LOCALES) == set(spec.LANGUAGES)

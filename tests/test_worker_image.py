@@ -21,14 +21,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 import _kit as kit
 
-from autograder.extract import Source
-from autograder.spec import ASSIGNMENT
-from autograder.session import Session
-from autograder.student import Student
+from autograder.foundation.extract import Source
+from autograder.foundation.spec import ASSIGNMENT
+from autograder.sandbox.session import Session
+from autograder.sandbox.student import Student
 from examples.make_class import make_course
 
 SECRET_NAME, SECRET = "PGPASSWORD", "planted-instructor-secret-5f2c9e"
-# What the zygote's exec gives it (autograder/prestart.py ZYGOTE_ENV, PASSED_THROUGH): names only, no value of the
+# What the zygote's exec gives it (autograder/sandbox/prestart.py ZYGOTE_ENV, PASSED_THROUGH): names only, no value of the
 # instructor's.
 ZYGOTE_NAMES = {"PATH", "PYTHONPATH", "OMP_NUM_THREADS", "PYTHONDONTWRITEBYTECODE", "LANG", "LD_LIBRARY_PATH",
                 "CUDA_VISIBLE_DEVICES"}
@@ -80,7 +80,7 @@ def assert_clean(seen: dict) -> None:
 
 def test_a_worker_of_grade_holds_no_secret_no_shared_memory_and_no_capability(monkeypatch):
     monkeypatch.setenv(SECRET_NAME, SECRET)
-    from autograder.grade import Grader
+    from autograder.grading.grade import Grader
 
     with Grader(kit.LIMITS) as grader:  # a zygote started while the secret is in this environment
         assert_clean(look_inside(grader))

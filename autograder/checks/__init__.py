@@ -1,1 +1,1 @@
-"""The hidden checks, one folder per assignment (autograder/spec.py names it), and what they share."""
+"""The hidden checks, one folder per assignment (autograder/foundation/spec.py names it), and what they share."""

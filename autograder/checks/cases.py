@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from autograder import i18n
-from autograder.batch import Call, Job, JobResult, Outcome
-from autograder.failures import CheckFailure, StudentRaised
+from autograder.foundation import i18n
+from autograder.sandbox.batch import Call, Job, JobResult, Outcome
+from autograder.foundation.failures import CheckFailure, StudentRaised
 
 _ = i18n.message
 

@@ -1,7 +1,7 @@
 """Fixtures for the hidden checks of every assignment.
 
-The grader's check runner (autograder/check.py) provides `student` (the submission, as
-autograder/student.py drives it) and whatever else a stage hands its checks (the GPU stage:
+The grader's check runner (autograder/grading/check.py) provides `student` (the submission, as
+autograder/sandbox/student.py drives it) and whatever else a stage hands its checks (the GPU stage:
 `gpu_run`, and the parameter `case`). Here: what every check may use besides.
 """
 from __future__ import annotations

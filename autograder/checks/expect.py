@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from autograder import i18n
-from autograder.failures import CheckFailure, StudentRaised
+from autograder.foundation import i18n
+from autograder.foundation.failures import CheckFailure, StudentRaised
 
 _ = i18n.message
 

@@ -1,6 +1,6 @@
 """The names of torch's attention functions that a part may be forbidden to call, by group.
 
-Shared by the trusted side's static scan (autograder/scan.py) and the worker's call watch
+Shared by the trusted side's static scan (autograder/grading/scan.py) and the worker's call watch
 (runtime.ForbiddenCallWatch), so that both look for the same things. Every pattern is matched
 against TORCH's names only: the worker labels a call by the torch function that ran
 (F.scaled_dot_product_attention, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,

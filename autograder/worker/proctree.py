@@ -1,7 +1,7 @@
 """Process trees from /proc: who is whose parent. One pass over /proc/<pid>/stat.
 
 Used by the zygote (to kill a worker's whole tree), by the trusted side's resident-memory
-witness (autograder/resident.py) and by the benchmark. /proc/<pid>/task/<tid>/children is
+witness (autograder/sandbox/resident.py) and by the benchmark. /proc/<pid>/task/<tid>/children is
 not used: some kernels (this project's CI machine among them) do not have it.
 """
 from __future__ import annotations

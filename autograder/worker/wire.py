@@ -50,7 +50,7 @@ class Handle:
 class Refused(ValueError):
     """The trusted side refuses a value the worker sent; str() is the message for the student. `template` (the
     English text, a msgid of the grader's catalog: pybabel extracts `Refused("...")`) and `params` let the
-    trusted side say it in the student's language (autograder/i18n.py; the worker imports nothing of it)."""
+    trusted side say it in the student's language (autograder/foundation/i18n.py; the worker imports nothing of it)."""
 
     def __init__(self, template: str, **params):
         super().__init__(template.format(**params))

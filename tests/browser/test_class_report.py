@@ -1,4 +1,4 @@
-"""The class report (autograder/classpage.py) of the bundled example class, opened in headless Chromium from
+"""The class report (autograder/commands/classpage.py) of the bundled example class, opened in headless Chromium from
 disk, as an instructor opens it: its picture renders, its tables are there, its links reach each student's
 report, and nothing is fetched from the network. Screenshots: build/browser-test/class_report.png and
 class_report_zh.png (the Chinese edition's page). About 30 s (the class graded by the session's warm grader).
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from autograder import classpage, document
+from autograder.commands import classpage, document
 from examples.make_class import collect, example_class
 
 ARTIFACTS_NAME = {"self_attention": "class_report.png", "self_attention_zh": "class_report_zh.png"}

@@ -20,7 +20,7 @@ import nbformat
 import pytest
 from labpage import LabPage
 
-from autograder.spec import ASSIGNMENTS
+from autograder.foundation.spec import ASSIGNMENTS
 from examples.make_class import student_notebooks
 
 REPO = Path(__file__).resolve().parents[2]

@@ -406,8 +406,8 @@ def main(argv: list[str]) -> None:
     print(f"wrote {len(paths)} cases to {OUT.relative_to(ROOT)}")
     if "--table" in argv:
         sys.path.insert(0, str(ROOT))
-        from autograder.grade import Grader
-        from autograder.spec import PARTS
+        from autograder.grading.grade import Grader
+        from autograder.foundation.spec import PARTS
 
         with Grader() as grader:
             results = {p.stem: grader.grade(p) for p in paths}

@@ -363,8 +363,8 @@ def main(argv: list[str]) -> None:
     print(f"wrote {len(paths)} cases to {OUT.relative_to(ROOT)}")
     if "--table" in argv:
         sys.path.insert(0, str(ROOT))
-        from autograder.grade import Grader
-        from autograder.spec import GENERATION
+        from autograder.grading.grade import Grader
+        from autograder.foundation.spec import GENERATION
 
         with Grader() as grader:
             results = {path.stem: grader.grade(path, assignment=GENERATION) for path in paths}

@@ -51,7 +51,7 @@ def memo(grader) -> MemoGrader:
 @pytest.fixture(scope="session")
 def clean(copy_course, memo) -> dict:
     """The gradebook after one clean, uninterrupted run."""
-    from autograder.classgrade import Settings, grade_class
+    from autograder.commands.classgrade import Settings, grade_class
 
     course = copy_course("clean")
     grade_class(course, settings=Settings(progress=False), grader=memo)

@@ -39,7 +39,7 @@ class MemoGrader:
         self.seen: dict = {}
 
     def grade(self, submission, **kwargs):
-        from autograder.resume import submission_hash
+        from autograder.commands.resume import submission_hash
 
         path = Path(submission.path)  # (grade_folder hands over the submission it extracted)
         key = (path.name, submission_hash(path), repr(sorted(kwargs.items(), key=str)))
@@ -50,6 +50,6 @@ class MemoGrader:
 
 def resume(course: Path, grader) -> list:
     """Run grade-class again, as an instructor does after a fault (a warm grader, in this process)."""
-    from autograder.classgrade import Settings, grade_class
+    from autograder.commands.classgrade import Settings, grade_class
 
     return grade_class(course, settings=Settings(progress=False), grader=grader)

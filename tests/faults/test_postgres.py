@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import gradebook
-from autograder.classgrade import Settings, Stopped, grade_class
+from autograder.commands import gradebook
+from autograder.commands.classgrade import Settings, Stopped, grade_class
 from examples.make_class import nbgrader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.spec import ASSIGNMENT
+from autograder.foundation.spec import ASSIGNMENT
 from autograder.worker import proctree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

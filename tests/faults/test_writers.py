@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import courselock
-from autograder.classgrade import Settings, Stopped, grade_class
-from autograder.spec import ASSIGNMENT
+from autograder.commands import courselock
+from autograder.commands.classgrade import Settings, Stopped, grade_class
+from autograder.foundation.spec import ASSIGNMENT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faultkit import STUDENTS, dump, resume, sqlite_url

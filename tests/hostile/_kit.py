@@ -17,9 +17,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from autograder.grade import Grader
-from autograder.limits import Limits
-from autograder.results import GradeResult
+from autograder.grading.grade import Grader
+from autograder.foundation.limits import Limits
+from autograder.foundation.results import GradeResult
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = Path(__file__).resolve().parent

@@ -25,7 +25,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import spec
+from autograder.foundation import spec
 
 from .mutants import Mutant, mutants
 
@@ -67,7 +67,7 @@ def parts_of(mutant: Mutant) -> tuple[str, ...]:
 
 
 def grade_one(grader, mutant: Mutant, folder: Path) -> Outcome:
-    """Grade one mutant as a submission with `grader` (a warm autograder.grade.Grader)."""
+    """Grade one mutant as a submission with `grader` (a warm autograder.grading.grade.Grader)."""
     assignment = spec.assignment(REFERENCES[mutant.module][0])
     part_ids = parts_of(mutant)
     path = folder / f"mutant_{hashlib.sha1(mutant.key.encode()).hexdigest()[:12]}.py"
@@ -86,12 +86,12 @@ _STATE: dict = {}  # this pool process's warm Grader and scratch folder (set by 
 
 
 def _init(parent: int) -> None:
-    from autograder import prestart
-    from autograder.lifetime import init_pool_process
+    from autograder.sandbox import prestart
+    from autograder.sandbox.lifetime import init_pool_process
 
     init_pool_process(parent)
     prestart.prefork()  # torch imported once, the zygote forked before the checks are imported
-    from autograder.grade import Grader
+    from autograder.grading.grade import Grader
 
     _STATE["grader"] = Grader().warm()
     _STATE["folder"] = Path(tempfile.mkdtemp(prefix="mutation-"))

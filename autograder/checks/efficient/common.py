@@ -16,7 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder import i18n
+from autograder.foundation import i18n
 from autograder.checks import expect
 
 _ = i18n.message

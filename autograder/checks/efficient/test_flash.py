@@ -11,8 +11,8 @@ import functools
 import pytest
 import torch
 
-from autograder import i18n
-from autograder.batch import Call
+from autograder.foundation import i18n
+from autograder.sandbox.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, smallest_failure
 from autograder.checks.efficient.common import (BLOCK_K, BLOCK_Q, D_V, NEG_INF, S_K, S_Q, B, H, dense_attention,

@@ -9,7 +9,7 @@ definitions. One round trip for the whole part.
 import pytest
 import torch
 
-from autograder import i18n
+from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded, send
 from autograder.checks.efficient.common import (alibi_variant, document_mask_variant, masked_attention,

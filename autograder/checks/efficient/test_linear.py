@@ -11,8 +11,8 @@ import functools
 import pytest
 import torch
 
-from autograder import i18n
-from autograder.batch import Call
+from autograder.foundation import i18n
+from autograder.sandbox.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, seeded, send, smallest_failure
 from autograder.checks.efficient.common import FEATURES, D, D_V, S, B, H, linear_variant, mib, qkv, recurrent_variant, \

@@ -10,8 +10,8 @@ import functools
 import pytest
 import torch
 
-from autograder import i18n
-from autograder.batch import Call
+from autograder.foundation import i18n
+from autograder.sandbox.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, smallest_failure
 from autograder.checks.efficient.common import S, B, H, masked_attention, mib, qkv, sliding_variant, \

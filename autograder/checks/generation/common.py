@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from autograder import i18n
+from autograder.foundation import i18n
 
 _ = i18n.message
 

@@ -12,12 +12,12 @@ import math
 import pytest
 import torch
 
-from autograder import i18n
+from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import Ran, seeded, send, smallest_failure, weights_taken
 from autograder.checks.generation.common import B, CONTEXT_LENGTHS, D_CONTEXT, D_MODEL, H, HEAD_DIM, S_K, S_Q, cross_variant, \
     lengths_mask
-from autograder.failures import StudentRaised
+from autograder.foundation.failures import StudentRaised
 
 _ = i18n.message
 

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from autograder import i18n
+from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded, send, smallest_failure, weights_taken
 from autograder.checks.generation.common import D_MODEL, H, HEAD_DIM, ONLY_THEMSELVES, ROPE_HALF_SPLIT, TOP_LEFT, \

@@ -13,12 +13,12 @@ import math
 import pytest
 import torch
 
-from autograder import i18n
+from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import Ran, seeded, send, smallest_failure, weights_taken
 from autograder.checks.generation.common import B, D_MODEL, H, HEAD_DIM, HEAD_SHAPES, HEADS_S, ONLY_THEMSELVES, S, \
     TOP_LEFT, decode_variant, head_mistakes, heads_label
-from autograder.failures import StudentRaised
+from autograder.foundation.failures import StudentRaised
 from solutions import generation as ref
 
 _ = i18n.message

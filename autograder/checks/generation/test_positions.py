@@ -9,8 +9,8 @@ positions per sequence [B, S].
 import pytest
 import torch
 
-from autograder import i18n
-from autograder.batch import Call
+from autograder.foundation import i18n
+from autograder.sandbox.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases
 from autograder.checks.generation.common import (B, H, ROPE_BASE, ROPE_DIM, ROPE_DIRECTION, ROPE_HALF_SPLIT,

@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn as nn
 
-from autograder import i18n
+from autograder.foundation import i18n
 
 _ = i18n.message
 

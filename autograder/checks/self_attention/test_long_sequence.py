@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 import solutions as ref
-from autograder import i18n
-from autograder.batch import Call
+from autograder.foundation import i18n
+from autograder.sandbox.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, seeded, smallest_failure
 from autograder.checks.self_attention.common import attention, attention_mistakes, lengths_mask, randn

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import solutions as ref
-from autograder import i18n
-from autograder.batch import Call
+from autograder.foundation import i18n
+from autograder.sandbox.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases, smallest_failure
 from autograder.checks.self_attention.common import B, H, LENGTHS, NEG_INF, S, lengths_mask, mask_scores, randn

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 import solutions as ref
-from autograder import i18n
+from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded
 from autograder.checks.self_attention.common import (B, D_K, D_MODEL, D_V, LENGTHS, S, lengths_mask, module_mistakes,
                                                      reference_module)
-from autograder.failures import StudentRaised
+from autograder.foundation.failures import StudentRaised
 
 _ = i18n.message
 

@@ -12,12 +12,12 @@ import torch
 import pytest
 
 import solutions as ref
-from autograder import i18n
+from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded
 from autograder.checks.self_attention.common import (B, D_MODEL, H, HEAD_DIM, IGNORED_WITH_CAUSAL, LENGTHS, S,
                                                      lengths_mask, mh_variant, randn)
-from autograder.failures import StudentRaised
+from autograder.foundation.failures import StudentRaised
 
 _ = i18n.message
 TAKEN = (_("{names} from the first block"), _("{names} from the second block"), _("{names} from the third block"))

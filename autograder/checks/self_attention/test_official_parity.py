@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autograder import i18n
+from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded
-from autograder.failures import StudentRaised
+from autograder.foundation.failures import StudentRaised
 from autograder.checks.self_attention.common import (B, D_MODEL, LENGTHS, S, attention, lengths_mask, linear,
                                                      module_forward, randn)
 

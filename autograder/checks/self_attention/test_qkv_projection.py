@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from autograder import i18n
+from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded
 from autograder.checks.self_attention.common import B, D_K, D_MODEL, D_V, S, randn

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 import solutions as ref
-from autograder import i18n
-from autograder.batch import Call
+from autograder.foundation import i18n
+from autograder.sandbox.batch import Call
 from autograder.checks import expect
 from autograder.checks.cases import Cases
 from autograder.checks.self_attention.common import B, H, S, randn
-from autograder.failures import StudentRaised
+from autograder.foundation.failures import StudentRaised
 
 _ = i18n.message
 

@@ -1,0 +1,198 @@
+"""The class report as one self-contained HTML page: COURSE/autograder_reports/<assignment>/class_report.html.
+
+grade-class (and the demo) write it after grading, from classreport.ClassReport: the score distribution of
+each part (a matplotlib picture, inline as a base64 PNG: the page needs no network and no other file), the
+most common failing checks with how many students and the mistake they name, the students below the
+threshold, and a link to each student's report (the JSON grade-class wrote; nbgrader's HTML feedback when
+`generate_feedback` made it). The headings are in the edition's language (the catalog); the students'
+messages are in the language they were graded in; the picture holds only part ids and numbers.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+from ..foundation import i18n
+from .classreport import DEFAULT_THRESHOLD, ClassReport, PartScores, summarize
+from .resume import atomic_write
+
+_ = i18n.message
+FILE_NAME = "class_report.html"
+# The page's headings, in the edition's language (the catalog: make messages).
+HEADINGS = {
+    "part": _("part"),
+    "points": _("points"),
+    "mean": _("mean"),
+    "full marks": _("full marks"),
+    "zero": _("zero"),
+    "students": _("students"),
+    "check": _("check"),
+    "who": _("who"),
+    "what is wrong": _("what is wrong"),
+    "every check passed for every student": _("every check passed for every student"),
+    "nobody": _("nobody"),
+    "student": _("student"),
+    "score": _("score"),
+    "lost most in": _("lost most in"),
+    "total": _("total"),
+    "reports": _("reports"),
+    "score distribution per part": _("score distribution per part"),
+    "most common failing checks": _("most common failing checks"),
+    "every student": _("every student"),
+}
+BINS = 10
+
+STYLE = """
+body { font-family: system-ui, "Noto Sans CJK SC", "WenQuanYi Micro Hei", sans-serif; margin: 2em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: .5em 0; } td, th { border: 1px solid #ddd; padding: .3em .6em;
+vertical-align: top; text-align: left; } th { background: #f4f4f4; } td.num { text-align: right; }
+img { max-width: 100%; } .low { color: #b00; } .muted { color: #777; }
+"""
+
+
+def heading_in(lang: str):
+    """t(key) -> the heading `key` in `lang`, escaped for HTML."""
+    return lambda key: esc(HEADINGS[key].render(lang))
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text))
+
+
+def fmt(x: float) -> str:
+    return f"{x:.4g}" if x != int(x) else str(int(x))
+
+
+def distribution_png(parts: tuple[PartScores, ...], totals: list[float], max_score: float) -> bytes:
+    """One histogram per part (score from 0 to its points, students per bin) and one of the totals, as a PNG."""
+    import matplotlib  # noqa: PLC0415 - plotting only when a page is written
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    panels = [(p.id, p.max_score, p.scores) for p in parts] + [("total", max_score, tuple(totals))]
+    columns = 4
+    rows = -(-len(panels) // columns)
+    fig = Figure(figsize=(3.2 * columns, 2.4 * rows), dpi=90, layout="constrained")
+    for index, (name, top, scores) in enumerate(panels):
+        ax = fig.add_subplot(rows, columns, index + 1)
+        ax.hist(scores, bins=BINS, range=(0, top or 1), color="#c0392b" if name == "total" else "#2e86c1",
+                edgecolor="white")
+        ax.set_title(f"{name} (/{fmt(top)})", fontsize=10)
+        ax.set_xlim(0, top or 1)
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.tick_params(labelsize=8)
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    return out.getvalue()
+
+
+def picture(report: ClassReport) -> str:
+    png = distribution_png(report.parts, [s.score for s in report.students], report.max_score)
+    alt = heading_in(report.lang)("score distribution per part")
+    return f'<img id="distribution" alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def parts_table(report: ClassReport) -> str:
+    t = heading_in(report.lang)
+    head = (f"<tr><th>{t('part')}</th><th>{t('points')}</th><th>{t('mean')}</th><th>{t('full marks')}</th>"
+            f"<th>{t('zero')}</th></tr>")
+    rows = "".join(f"<tr><td>{esc(p.id)}</td><td class=num>{fmt(p.max_score)}</td><td class=num>{p.mean:.1f}</td>"
+                   f"<td class=num>{p.full_marks}</td><td class=num>{p.zero}</td></tr>" for p in report.parts)
+    return f"<table id=parts>{head}{rows}</table>"
+
+
+def failures_table(report: ClassReport) -> str:
+    lang = report.lang
+    t = heading_in(lang)
+    if not report.common_failures:
+        return f"<p>{t('every check passed for every student')}</p>"
+    head = (f"<tr><th>{t('students')}</th><th>{t('part')}</th><th>{t('what is wrong')}</th><th>{t('check')}</th>"
+            f"<th>{t('who')}</th></tr>")
+    rows = []
+    for f in report.common_failures:
+        more = ("<br><span class=muted>" + esc(_("and {count} other checks").format(count=len(f.checks) - 1).render(lang))
+                + "</span>") if len(f.checks) > 1 else ""
+        rows.append(f"<tr><td class=num>{f.count}</td><td>{esc(f.part)}</td><td>{esc(f.message)}</td>"
+                    f"<td>{esc(i18n.check_title(f.checks[0], lang))}{more}</td><td>{esc(', '.join(f.students))}</td></tr>")
+    return f"<table id=failures>{head}{''.join(rows)}</table>"
+
+
+def below_table(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
+    lang = report.lang
+    t = heading_in(lang)
+    below = report.below_threshold
+    if not below:
+        return f"<p>{t('nobody')}</p>"
+    head = f"<tr><th>{t('student')}</th><th>{t('score')}</th><th>{t('lost most in')}</th></tr>"
+    rows = "".join(f"<tr><td class=low>{student_link(s.id, links)}</td><td class=num>{fmt(s.score)} / "
+                   f"{fmt(s.max_score)}</td><td>{esc(', '.join(s.weakest))}</td></tr>" for s in below)
+    return f"<table id=below>{head}{rows}</table>"
+
+
+def student_link(student: str, links: dict[str, list[tuple[str, str]]]) -> str:
+    found = links.get(student) or []
+    return f'<a href="{esc(found[0][1])}">{esc(student)}</a>' if found else esc(student)
+
+
+def students_table(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
+    t = heading_in(report.lang)
+    head = (f"<tr><th>{t('student')}</th>" + "".join(f"<th>{esc(p.id)}</th>" for p in report.parts)
+            + f"<th>{t('total')}</th><th>{t('reports')}</th></tr>")
+    rows = []
+    for index, s in enumerate(report.students):
+        cells = "".join(f"<td class=num>{fmt(round(p.scores[index], 2))}</td>" for p in report.parts)
+        reports = " ".join(f'<a href="{esc(href)}">{esc(label)}</a>' for label, href in links.get(s.id, []))
+        low = " class=low" if s.fraction < report.threshold else ""
+        rows.append(f"<tr><td{low}>{esc(s.id)}</td>{cells}<td class=num><b>{fmt(round(s.score, 2))}</b></td>"
+                    f"<td>{reports}</td></tr>")
+    return f"<table id=students>{head}{''.join(rows)}</table>"
+
+
+def page(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
+    """The whole page. `links`: student -> [(label, relative href), ...] of their reports."""
+    lang = report.lang
+    t = heading_in(lang)
+    title = esc(_("class report: {assignment}").format(assignment=report.assignment).render(lang))
+    summary = esc(_("{count} students, mean {mean} / {max_score}").format(
+        count=len(report.students), mean=f"{report.mean:.1f}", max_score=fmt(report.max_score)).render(lang))
+    threshold = esc(_("students below {percent}% of the points").format(
+        percent=fmt(round(report.threshold * 100, 1))).render(lang))
+    html_lang = "zh-CN" if lang == "zh" else lang
+    return (f'<!DOCTYPE html>\n<html lang="{html_lang}"><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{STYLE}</style></head><body>\n<h1>{title}</h1><p>{summary}</p>\n"
+            f"<h2>{t('score distribution per part')}</h2>{picture(report)}{parts_table(report)}\n"
+            f"<h2>{t('most common failing checks')}</h2>{failures_table(report)}\n"
+            f"<h2>{threshold}</h2>{below_table(report, links)}\n"
+            f"<h2>{t('every student')}</h2>{students_table(report, links)}\n</body></html>\n")
+
+
+def report_links(reports: Path, course: Path, assignment: str, students) -> dict[str, list[tuple[str, str]]]:
+    """student -> their reports, as links relative to the page: the JSON grade-class wrote, nbgrader's feedback."""
+    links: dict[str, list[tuple[str, str]]] = {}
+    for student in students:
+        found = []
+        if (reports / f"{student}.json").exists():
+            found.append(("JSON", f"{student}.json"))
+        feedback = course / "feedback" / student / assignment
+        for path in sorted(feedback.glob("*.html")) if feedback.is_dir() else ():
+            found.append((path.stem, "../../" + path.relative_to(course).as_posix()))
+        links[student] = found
+    return links
+
+
+def write(report: ClassReport, course: Path, reports: Path) -> Path:
+    """Write the page into `reports` (COURSE/autograder_reports/<assignment>/); return its path."""
+    links = report_links(reports, Path(course), report.assignment, [s.id for s in report.students])
+    reports.mkdir(parents=True, exist_ok=True)
+    atomic_write(reports / FILE_NAME, page(report, links))
+    return reports / FILE_NAME
+
+
+def write_class_report(course: Path, assignment: str, results, reports: Path,
+                       threshold: float = DEFAULT_THRESHOLD) -> Path:
+    """Summarize the graded class (`results`: GradeResults named by student) and write its page."""
+    return write(summarize(assignment, list(results), threshold), course, reports)

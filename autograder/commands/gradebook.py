@@ -1,0 +1,352 @@
+"""nbgrader's gradebook of a course: where it is, and what the grader writes to it and reads back.
+
+grade-class (classgrade.py), grade-gpu (gpucourse.py) and the demo (demo.py) all go through
+here. The gradebook is found as nbgrader finds it: CourseDirectory.db_url and course_id from
+COURSE/nbgrader_config.py, nbgrader's defaults where the configuration says nothing. The rows
+written are the ones nbgrader's own autograde writes, so formgrader, `nbgrader export` and
+`nbgrader generate_feedback` read them as theirs.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..foundation.extract import parse_json
+from ..foundation.readfile import Unreadable, read_bytes
+from ..foundation.results import PartResult
+from ..foundation.spec import Assignment
+
+SQLITE = "sqlite:///"
+
+
+@dataclass(frozen=True)
+class Location:
+    db_url: str
+    course_id: str
+
+    @property
+    def shown(self) -> str:
+        """The URL as messages print it: a server's password replaced by ***."""
+        return redact(self.db_url)
+
+    @property
+    def missing(self) -> bool:
+        """A SQLite gradebook whose file does not exist (nbgrader would create an empty one)."""
+        return self.db_url.startswith(SQLITE) and not Path(self.db_url[len(SQLITE):]).exists()
+
+
+_PASSWORD = re.compile(r"(\w[\w+.-]*://[^:/@\s]*:)[^@\s]*@")
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every URL in it replaced by *** (postgresql://user:***@host/db)."""
+    return _PASSWORD.sub(r"\1***@", text)
+
+
+def locate(course: Path) -> Location:
+    """The gradebook of the course directory `course`, as nbgrader would find it."""
+    course = Path(course)
+    db_url = f"{SQLITE}{course / 'gradebook.db'}"
+    course_id = "default_course"
+    cfg = course / "nbgrader_config.py"
+    if cfg.exists():
+        from traitlets.config.loader import PyFileConfigLoader  # noqa: PLC0415 - only for a course directory
+
+        try:
+            config = PyFileConfigLoader(cfg.name, path=str(course)).load_config()
+            cd = config.get("CourseDirectory", {})
+            db_url = cd.get("db_url", db_url) or db_url
+            course_id = cd.get("course_id", course_id) or course_id
+        except Exception:  # noqa: BLE001 - a config we cannot read: nbgrader's defaults
+            pass
+    path = db_url[len(SQLITE):]
+    if db_url.startswith(SQLITE) and path and not path.startswith(("/", ":memory:")):
+        db_url = f"{SQLITE}{course.resolve() / path}"  # relative: to the course, where nbgrader runs
+    return Location(db_url, course_id)
+
+
+def cell_score(score: float, part_max: float, cell_points: float) -> float:
+    """A part's score as the points of its nbgrader cell: scaled, rounded, clipped to [0, points]."""
+    scaled = score * cell_points / part_max if part_max else 0.0
+    return min(max(round(float(scaled), 4), 0.0), float(cell_points))
+
+
+def load_nbgrader() -> None:
+    """Import nbgrader's gradebook API now, without jsonschema's optional checker of the "iri" format:
+    its module (rfc3987_syntax) compiles a grammar at import, about 1.3 s of CPU, and neither nbformat
+    nor nbgrader ever checks that format. A process that writes a gradebook calls this first."""
+    if "jsonschema" in sys.modules:
+        return
+    sys.modules.setdefault("rfc3987_syntax", None)  # (an import of None fails: jsonschema skips that checker)
+    try:
+        import nbgrader.api  # noqa: F401, PLC0415 - the point of this function
+    finally:
+        if sys.modules.get("rfc3987_syntax", 0) is None:
+            del sys.modules["rfc3987_syntax"]
+
+
+@contextlib.contextmanager
+def one_transaction(gb):
+    """Run Gradebook API calls as ONE transaction: their internal commits become flushes."""
+    db = gb.db
+    real_commit = db.commit
+    db.commit = db.flush
+    try:
+        yield gb
+    except BaseException:
+        db.commit = real_commit
+        db.rollback()
+        raise
+    db.commit = real_commit
+    db.commit()
+
+
+@contextlib.contextmanager
+def opened(location: Location):
+    """nbgrader's Gradebook, without the SQLAlchemy autoflush warnings its own add_submission triggers
+    (stock autograde shows them too). A SQLite gradebook waits at most a second for another writer per
+    statement: `retrying` decides how long a run waits in all."""
+    from nbgrader.api import Gradebook  # noqa: PLC0415 - nbgrader and SQLAlchemy are slow to import
+
+    url = location.db_url
+    if url.startswith(SQLITE) and "?" not in url:
+        url += "?timeout=1"
+    # nbgrader logs a traceback for each failed write before it raises; `retrying` says it in one line
+    quiet, level = logging.getLogger("tornado.application"), logging.getLogger("tornado.application").level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(), Gradebook(url, location.course_id) as gb:
+            warnings.filterwarnings("ignore", message=".*not in session.*")
+            yield gb
+    finally:
+        quiet.setLevel(level)
+
+
+# ----------------------------------------------------------------------------- when the gradebook cannot be written
+class GradebookError(Exception):
+    """The gradebook cannot be written now: a run stops (str() is one line for the instructor)."""
+
+
+class GradebookBusy(GradebookError):
+    """Another writer held the gradebook for longer than the run would wait."""
+
+
+class DiskFull(GradebookError):
+    """No space left for the gradebook (or the reports beside it)."""
+
+
+BUSY = ("database is locked", "database table is locked", "unique constraint failed", "duplicate key value")
+BUSY_SQLSTATES = {"55P03", "40P01", "40001", "23505"}  # PostgreSQL: lock not available, deadlock, serialization, unique
+FULL = ("database or disk is full", "disk i/o error", "no space left")
+FULL_SQLSTATES = {"53100"}  # PostgreSQL: disk full
+
+
+def _chain(exc: BaseException):
+    """exc and the exceptions it was raised from (nbgrader wraps SQLAlchemy's, which wraps the driver's)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__ or getattr(exc, "orig", None)
+
+
+def _kind(exc: BaseException) -> str:
+    """"busy", "full", "database" (another failure of the gradebook) or "" (not the gradebook's)."""
+    kinds = set()
+    for e in _chain(exc):
+        text, state = str(e).lower(), getattr(e, "sqlstate", None)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "full"
+        if state in FULL_SQLSTATES or any(m in text for m in FULL):
+            return "full"
+        if state in BUSY_SQLSTATES or any(m in text for m in BUSY):
+            kinds.add("busy")
+        module = type(e).__module__.split(".")[0]
+        if module in ("sqlalchemy", "sqlite3", "psycopg", "psycopg2") or isinstance(e, OSError) or (
+                module == "nbgrader" and type(e).__name__ == "InvalidEntry"):
+            kinds.add("database")
+    return "busy" if "busy" in kinds else "database" if "database" in kinds else ""
+
+
+def holders(location: Location) -> list[str]:
+    """The other processes that have a SQLite gradebook open ("pid N (command)"); [] for a server."""
+    if not location.db_url.startswith(SQLITE):
+        return []
+    db = os.path.realpath(location.db_url[len(SQLITE):].split("?")[0])
+    names = {db, db + "-journal", db + "-wal"}
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in names for fd in os.listdir(f"/proc/{pid}/fd")):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())  # one line
+                found.append(f"pid {pid} ({cmd[:80]})")
+    return found
+
+
+def retrying(location: Location, action, wait: float, check=None):
+    """action(), retried with back-off while another writer holds the gradebook, for up to `wait` seconds
+    (calling `check()` before each pause: it may raise to stop the run). Raises GradebookBusy, DiskFull
+    or GradebookError with one line; nothing of a failed try stays written (each write is one transaction)."""
+    deadline, delay = time.monotonic() + wait, 0.1
+    while True:
+        try:
+            return action()
+        except Exception as exc:
+            kind = _kind(exc)
+            if not kind:
+                raise  # not the gradebook's failure: a bug, shown as one
+            if kind == "busy" and time.monotonic() + delay < deadline:
+                if check:
+                    check()
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            first = (str(list(_chain(exc))[-1]).strip().splitlines() or [type(exc).__name__])[0][:200]
+            if kind == "full":
+                where = next((e.filename for e in _chain(exc) if isinstance(e, OSError) and e.filename), None)
+                raise DiskFull(f"the disk is full: {where or location.shown} could not be written; free some space "
+                               "and run again") from None
+            if kind == "busy":
+                who = holders(location)
+                raise GradebookBusy(f"the gradebook {location.shown} stayed locked by another writer for {wait:g} s"
+                                    + (f" (open in {', '.join(who)})" if who else "")
+                                    + ": close it (formgrader, another nbgrader command) or pass a longer "
+                                      "--gradebook-wait, then run again") from None
+            raise GradebookError(redact(f"the gradebook {location.shown} could not be written: {first}")) from None
+
+
+def submitted(location: Location, assignment: str) -> set[str] | None:
+    """The students with a submission of `assignment` in the gradebook; None if it has no such assignment."""
+    from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader is slow to import
+
+    with opened(location) as gb:
+        try:
+            return {s.student.id for s in gb.find_assignment(assignment).submissions}
+        except MissingEntry:
+            return None
+
+
+def _timestamp(folder: Path) -> str | None:
+    """The submission's timestamp.txt, when it holds one nbgrader can parse (else none: nbgrader's default)."""
+    from nbgrader.utils import parse_utc  # noqa: PLC0415 - nbgrader is slow to import
+
+    try:
+        text = read_bytes(folder / "timestamp.txt", limit=4096).decode("utf-8-sig").strip()
+        parse_utc(text)
+    except (Unreadable, ValueError, OverflowError):
+        return None
+    return text or None
+
+
+def _answered(folder: Path, notebook: str) -> dict[str, bool]:
+    """grade_id -> whether the student changed that solution cell (nbgrader's checksum test)."""
+    from nbformat import from_dict  # noqa: PLC0415 - nbformat and nbgrader are slow to import
+    from nbgrader import utils  # noqa: PLC0415
+
+    path = folder / f"{notebook}.ipynb"
+    try:
+        nb = from_dict(parse_json(read_bytes(path), path.name))
+    except (Unreadable, ValueError):  # unreadable: nothing answered
+        return {}
+    out = {}
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    for cell in cells if isinstance(cells, list) else []:
+        meta = cell.get("metadata") if isinstance(cell, dict) else None
+        meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+        if isinstance(meta, dict) and meta.get("solution") and isinstance(meta.get("grade_id"), str):
+            try:
+                out[meta["grade_id"]] = meta.get("checksum") != utils.compute_checksum(cell)
+            except Exception:  # noqa: BLE001 - a cell nbgrader cannot checksum counts as answered
+                out[meta["grade_id"]] = True
+    return out
+
+
+def write_part_grades(location: Location, assignment: str, student: str, folder: Path,
+                      parts: list[PartResult]) -> None:
+    """The rows nbgrader autograde + SaveAutoGrades write for this submission, in one transaction:
+    each graded cell's auto_score (a part's score scaled to its cell; 0 for a notebook not
+    submitted), needs_manual_grade, and "No response." for solution cells left as released."""
+    by_id = {p.id: p for p in parts}
+    with opened(location) as gb, one_transaction(gb):
+        gb.update_or_create_student(student)
+        ts = _timestamp(folder)
+        if ts:
+            submission = gb.update_or_create_submission(assignment, student, timestamp=ts)
+        else:
+            submission = gb.update_or_create_submission(assignment, student)
+        for submitted in submission.notebooks:  # its rows by cell (what find_grade and find_comment find, in
+            nb = submitted.notebook            # 4 queries per notebook instead of one per cell)
+            grades = {g.cell_id: g for g in submitted.grades}
+            comments = {c.cell_id: c for c in submitted.comments}
+            submitted_nb = (folder / f"{nb.name}.ipynb").exists()
+            for cell in nb.grade_cells:
+                grade = grades.get(cell.id) or gb.find_grade(cell.name, nb.name, assignment, student)
+                part = by_id.get(cell.name)
+                if not submitted_nb:
+                    grade.auto_score = 0.0  # what nbgrader autograde records for a missing notebook
+                elif cell.cell_type != "code":
+                    grade.auto_score = None  # a written answer: graded by hand
+                elif part is None:
+                    grade.auto_score = 0.0  # a graded cell that is no part of the course
+                else:
+                    grade.auto_score = cell_score(part.score, part.max_score, cell.max_score)
+                grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+            answered = _answered(folder, nb.name) if submitted_nb else {}
+            for cell in nb.solution_cells:
+                comment = comments.get(cell.id) or gb.find_comment(cell.name, nb.name, assignment, student)
+                comment.auto_comment = None if answered.get(cell.name, not submitted_nb) else "No response."
+        gb.db.commit()
+
+
+def set_extra_credit(location: Location, assignment: str, notebook: str, cell: str,
+                     credits: dict[str, float]) -> dict[str, str | None]:
+    """Each student's credit as the extra credit of their grade of `cell`; {student: None when
+    recorded, else why not}. Extra credit adds to the assignment's score, not to its maximum;
+    nbgrader counts it only on a graded cell."""
+    from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader is slow to import
+
+    outcome: dict[str, str | None] = {}
+    with opened(location) as gb:
+        for sid, credit in credits.items():
+            try:
+                grade = gb.find_grade(cell, notebook, assignment, sid)
+            except MissingEntry:
+                outcome[sid] = (f"no {assignment}/{notebook} submission in the gradebook "
+                                "(run nbgrader autograde first)")
+                continue
+            if grade.auto_score is None and grade.manual_score is None:
+                outcome[sid] = f"{notebook} is not autograded yet (nbgrader counts extra credit only on a graded cell)"
+                continue
+            grade.extra_credit = float(credit)
+            outcome[sid] = None
+        gb.db.commit()
+    return outcome
+
+
+def read_part_scores(location: Location, assignment: Assignment, students,
+                     name: str | None = None) -> dict[str, dict[str, float]]:
+    """{student: {part id: the auto_score of its cell}} (0 where there is none), of the nbgrader assignment
+    `name` (an edition of `assignment`, e.g. self_attention_zh; default: the assignment's own id)."""
+    from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader is slow to import
+
+    out: dict[str, dict[str, float]] = {}
+    with opened(location) as gb:
+        for s in students:
+            out[s] = {}
+            for p in assignment.parts:
+                try:
+                    out[s][p.id] = gb.find_grade(p.id, p.notebook, name or assignment.id, s).auto_score or 0.0
+                except MissingEntry:
+                    out[s][p.id] = 0.0
+    return out

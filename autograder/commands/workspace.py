@@ -1,0 +1,123 @@
+"""`make grade`: the student's workspace (make lab's copy of the release) graded on one screen.
+
+    python -m autograder grade-workspace [WORKSPACE] [--assignment NAME] [--full]
+
+The workspace holds one folder per released assignment (self_attention, generation and their Chinese
+editions). Graded: the folder named by --assignment, else every folder in which the student changed a
+solution cell (compared with the release, assignments/<name>/), so that the folders never opened cost
+no screen. Each is printed as one summary table (report.brief: a row per part with its score and what
+its failing checks say, the total); --full prints the whole report, one row per check. The files the
+lab put next to the notebooks (visible_checks.py, graded_cells.py, ...) are the release's: no note
+about them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from ..foundation import edition
+from . import report
+from ..foundation.extract import SubmissionError, extract
+from ..foundation.limits import Limits
+
+REPO = Path(__file__).resolve().parent.parent.parent
+RELEASE = REPO / "assignments"
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One assignment's folder of the workspace: its edition id and the notebooks the student changed."""
+    path: Path
+    edition: str
+    changed: tuple[str, ...]
+
+
+def solution_cells(path: Path) -> dict[str, str] | None:
+    """grade_id -> source of a notebook's nbgrader solution cells; None when it cannot be read as a notebook."""
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        cells = {}
+        for cell in nb["cells"]:
+            meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+            if meta.get("solution"):
+                source = cell.get("source", "")
+                cells[meta.get("grade_id", "")] = "".join(source) if isinstance(source, list) else source
+        return cells
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def changed_notebooks(folder: Path, release: Path) -> tuple[str, ...]:
+    """The notebooks of `folder` whose solution cells differ from the release's (one that cannot be read: changed)."""
+    changed = []
+    for released in sorted(release.glob("*.ipynb")):
+        mine = folder / released.name
+        if mine.exists() and solution_cells(mine) != solution_cells(released):
+            changed.append(mine.stem)
+    return tuple(changed)
+
+
+def editions(workspace: Path, release: Path = RELEASE) -> list[str]:
+    """The released assignments (edition ids) that have a folder in the workspace, in the release's order."""
+    return [r.name for r in sorted(release.iterdir()) if r.is_dir() and (workspace / r.name).is_dir()]
+
+
+def folders(workspace: Path, release: Path = RELEASE) -> list[Folder]:
+    """The workspace's folders of released assignments, in the release's order, with the notebooks changed."""
+    return [Folder(workspace / name, name, changed_notebooks(workspace / name, release / name))
+            for name in editions(workspace, release)]
+
+
+def choose(workspace: Path, assignment: str | None = None, release: Path = RELEASE) -> list[Folder]:
+    """The folders to grade: the named one, else the ones the student worked in (SubmissionError: one line)."""
+    if not workspace.is_dir():
+        raise SubmissionError(f"{workspace}/ does not exist yet: run `make lab` first (it copies the release there)")
+    if assignment is None:
+        return [f for f in folders(workspace, release) if f.changed]
+    edition.resolve(assignment)  # an unknown name: one line naming the known ones
+    present = editions(workspace, release)
+    if assignment not in present:
+        raise SubmissionError(f"{workspace / assignment}/ does not exist: run `make lab` first, or name one of "
+                              f"{', '.join(present) or 'the released assignments'}")
+    return [Folder(workspace / assignment, assignment, changed_notebooks(workspace / assignment, release / assignment))]
+
+
+def release_files(release: Path, edition: str) -> tuple[str, ...]:
+    """The files and folders the release puts next to an edition's notebooks (the student's own are not among
+    them: no note about these)."""
+    return tuple(p.name + "/" * p.is_dir() for p in (release / edition).iterdir() if p.suffix != ".ipynb")
+
+
+def main(workspace: str | Path, assignment: str | None = None, full: bool = False, limits: Limits | None = None,
+         release: Path = RELEASE) -> int:
+    """The command: grade the chosen folders with one warm grader; a summary table each (or the full reports)."""
+    workspace = Path(workspace)
+    chosen = choose(workspace, assignment, release)
+    console = Console()
+    if not chosen:
+        names = ", ".join(editions(workspace, release))
+        console.print(f"Nothing to grade yet: no solution cell in {workspace}/ ({names}) differs from the release.\n"
+                      "Write a solution, save the notebook and run `make grade` again, or grade one folder as it "
+                      "is: make grade ASSIGNMENT=self_attention", soft_wrap=True)
+        return 0
+    submissions = [extract(folder.path) for folder in chosen]  # each read once, here: one to refuse, before the pool
+    from ..sandbox.prestart import prestart  # noqa: PLC0415 - the worker pool imports torch while this process does
+
+    prestart()
+    from ..grading.grade import Grader  # noqa: PLC0415
+
+    with Grader(limits) as grader:
+        for folder, submission in zip(chosen, submissions):
+            graded = edition.resolve(folder.edition)
+            result = grader.grade(submission, assignment=graded.assignment, lang=graded.lang)
+            if full:
+                report.render(result, console)
+            else:
+                report.brief(result, console, hide=release_files(release, folder.edition))
+    if not full:
+        console.print("The whole report, one row per check: make grade FULL=1 "
+                      f"(or python -m autograder grade {chosen[0].path})", soft_wrap=True)
+    return 0

@@ -1,0 +1,131 @@
+"""The static look at a submission's code: does a part's code MENTION a torch function it may not call?
+
+Read from the source, never run: the definitions of each part's API names, and of every helper
+they refer to, are searched for the torch functions the part forbids (worker/names.py, spec.py)
+under any name or alias. What costs points is a CALL while the part is graded, which the worker
+sees (worker/watch.py); a mention that never ran (nanoGPT's `if self.flash:` with the flag off)
+gets a note, not a loss (the contract's "What from scratch means").
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import replace
+
+from ..foundation import i18n
+from ..foundation.extract import Extracted
+from ..foundation.results import PartResult
+from ..foundation.spec import DEFAULT, DEFAULT_LANGUAGE, Part
+from ..worker.names import is_forbidden_name
+
+_ = i18n.message
+
+TORCH_ROOTS = frozenset({"torch", "nn", "F"})  # the worker's preamble binds these in every namespace
+
+
+def _parsed(cell: str) -> ast.Module | None:
+    """The cell's syntax tree; None when Python cannot read it (a syntax error, a null byte, nesting
+    too deep for the parser): the worker reports that cell's error to the student."""
+    try:
+        return ast.parse(cell)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
+def _torch_bindings(trees) -> tuple[set[str], dict[str, str]]:
+    """(names bound to torch modules, {local name: torch's name} imported from torch), from the imports."""
+    roots, imported = set(TORCH_ROOTS), {}
+    for tree in trees:
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "torch":
+                        roots.add(alias.asname or "torch")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+                for alias in node.names:
+                    imported[alias.asname or alias.name] = alias.name
+    return roots, imported
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _forbidden_use(node: ast.AST, roots: set[str], imported: dict[str, str], defs, patterns) -> str | None:
+    """The forbidden torch name this node uses, if any: torch.X / F.X / torch.ops.aten.X, a name
+    imported from torch (under any alias), or getattr(torch-thing, "X"). A name the student
+    defined is their own."""
+    if isinstance(node, ast.Attribute) and is_forbidden_name(node.attr, patterns):
+        root = _root_name(node.value)
+        if root in roots or root in imported:
+            return node.attr
+    if isinstance(node, ast.Name) and node.id in imported and node.id not in defs \
+            and is_forbidden_name(imported[node.id], patterns):
+        return imported[node.id]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and is_forbidden_name(node.args[1].value, patterns) and _root_name(node.args[0]) in roots | set(imported)):
+        return node.args[1].value[:80]
+    return None
+
+
+def forbidden_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.parts) -> dict[str, set[str]]:
+    """The forbidden torch names each part's code mentions (mentions_in_source without the where)."""
+    return {part: {use for _, use in found} for part, found in mentions_in_source(extracted, parts).items()}
+
+
+def mentions_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.parts) -> dict[str, set[tuple[str, str]]]:
+    """Static look at the student's code: which parts mention a torch function they may not call, and where
+    ({part: {(the student's definition, torch's name)}}).
+
+    For each part that forbids torch functions (spec.Part.forbidden), the definitions of its names
+    and of every helper they refer to (transitively) are searched for them, public or private. A
+    helper of the student's own is followed, never flagged for its name: a from-scratch function
+    may well be called scaled_dot_product_attention.
+    """
+    found: dict[str, set[tuple[str, str]]] = {}
+    for source in extracted.sources:
+        trees = [_parsed(cell) for cell in source.cells]  # (each cell parsed once)
+        roots, imported = _torch_bindings(trees)
+        defs: dict[str, ast.AST] = {}
+        for tree in trees:
+            for node in tree.body if tree else ():
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    defs[node.name] = node
+                elif isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            defs[target.id] = node
+        imported = {k: v for k, v in imported.items() if k not in defs}  # redefined by the student: their own
+        for part in parts:
+            if not part.forbidden:
+                continue
+            seen, todo = set(), [n for n in part.names if n in defs]
+            while todo:
+                name = todo.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                for node in ast.walk(defs[name]):
+                    use = _forbidden_use(node, roots, imported, defs, part.forbidden)
+                    if use:
+                        found.setdefault(part.id, set()).add((name, use))
+                    else:
+                        ident = node.id if isinstance(node, ast.Name) else node.attr if isinstance(
+                            node, ast.Attribute) else None
+                        if ident in defs and ident not in seen:
+                            todo.append(ident)  # a helper of the student's: look inside it
+    return found
+
+
+def note_mentions(part: PartResult, mentioned: set[tuple[str, str]], called: bool,
+                  lang: str = DEFAULT_LANGUAGE) -> PartResult:
+    """A part whose code mentions a forbidden torch function it never called while graded: a note, no loss."""
+    if not mentioned or called:
+        return part
+    where = ", ".join(f"{name} ({use})" for name, use in sorted(mentioned))
+    note = _("your code mentions a function this part may not call: {where}; it did not run while the part was "
+             "graded, so no points are lost (calling it here would earn nothing)").format(where=where).render(lang)
+    return replace(part, notes=part.notes + (note,))

@@ -1,0 +1,129 @@
+"""What a hidden check sees of the submission: the `student` fixture.
+
+`student.call("scaled_scores", Q, K)` sends the tensors to the sandboxed worker, runs the
+student's function there, and returns what it returned, as plain data. Round trips cost more
+than the small calls they carry: `call_each` and `run` send many calls, or many checks' steps
+(`Job`s), at once, each failing alone as if sent by itself, and `once` lets the parametrized
+checks of a part share one such batch. A module the student's code built stays in the worker
+as a `Remote` that later steps target.
+
+Every request is a step of a `Job` and every reply is checked by `batch.value_of` (batch.py
+builds and checks them all); a single call here is a one-step job sent alone (`send`). The
+session (session.py) delivers it within the part's deadline and turns every failure of the
+student's code into a `CheckFailure` written for the student.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from . import batch
+from ..foundation import i18n
+from .batch import Call, Job, JobResult, Outcome, Step
+from ..foundation.failures import CheckFailure, MissingName, PartStopped
+from ..worker import wire
+
+_ = i18n.message
+
+
+@dataclass(frozen=True)
+class MeasuredCall:
+    """What a measured call returned, and the memory it needed."""
+
+    value: object
+    peak_bytes: int | None  # tensor storage alive at once, by the live-tensor meter inside the worker
+    resident_growth: int | None  # growth of the worker's resident memory, sampled from outside (CPU only)
+
+
+class Student:
+    """The student's code as the checks drive it (one per graded submission)."""
+
+    def __init__(self, session):
+        self.session = session
+        self._kept: dict[str, tuple[bool, object]] = {}
+
+    def once(self, key: str, compute: Callable[[], object]):
+        """compute() the first time, then what it returned (or the failure it raised) again: for the
+        checks of one part that share a batch. Kept for this submission only."""
+        if key not in self._kept:
+            try:
+                self._kept[key] = (True, compute())
+            except CheckFailure as exc:
+                self._kept[key] = (False, exc)
+        ok, value = self._kept[key]
+        if not ok:
+            raise value
+        return value
+
+    def job(self) -> Job:
+        """An empty job: queue one check's steps on it, then `run` it with others."""
+        return Job(self)
+
+    def run(self, jobs: Sequence[Job]) -> list[JobResult]:
+        """Every job in one round trip; each result as that job sent alone would give."""
+        return batch.run(self.session, jobs)
+
+    def call_each(self, calls: Sequence[Call]) -> list[Outcome]:
+        """Several calls in one round trip; each outcome as that call alone gives (`.value` raises)."""
+        jobs = [self.job() for _ in calls]
+        steps = [job.call(c.name, *c.args, **c.kwargs) for job, c in zip(jobs, calls)]
+        return [Outcome(result, step) for result, step in zip(self.run(jobs), steps)]
+
+    def call(self, name: str, *args, **kwargs):
+        job = self.job()
+        return self.send(job, job.call(name, *args, **kwargs))[0]
+
+    def call_measured(self, name: str, *args, **kwargs) -> MeasuredCall:
+        """The result and two memory figures: the live-tensor meter's peak (in the worker) and the
+        growth of the worker's resident memory (sampled by the kernel's count, from outside)."""
+        job = self.job()
+        value, reply = self.send(job, job.measured(name, *args, **kwargs), watch_memory=True)
+        peak = reply.get("peak_bytes")
+        return MeasuredCall(value, peak if type(peak) is int and peak >= 0 else None, reply.get("resident_growth"))
+
+    def wrap(self, value, label: str) -> Remote:
+        """A handle returned by a student function (e.g. the module from to_official)."""
+        return Remote(self, batch.as_object(value, label), label)
+
+    def call_on_device(self, name: str, args, kwargs, device: str, rows) -> dict:
+        """Run a student function on `device` (the GPU stage): what the worker measured, `rows` of the output among it."""
+        job = self.job()
+        return self.send(job, job.on_device(name, args, kwargs, device, rows))[0]
+
+    def namespace_of(self, name: str, say_why: bool = True) -> str:
+        """The source that defines `name` for the current part. With `say_why`, a missing name after a
+        failed load fails with the load's failure (the GPU stage reports the missing name instead)."""
+        ns = self.session.namespace_for(name)
+        if ns is None and say_why and self.session.load_failure:  # nothing could be loaded: say why
+            raise PartStopped(self.session.load_failure)
+        if ns is None:
+            raise MissingName(_("{name} is not defined in your submission{hint}").format(
+                name=name, hint=self.session.load_hint()))
+        return ns
+
+    def send(self, job: Job, step: Step, watch_memory: bool = False) -> tuple[object, dict]:
+        """One step of `job` sent alone, in a round trip of its own: (its value, checked as in a batch; the reply).
+        With `watch_memory`, the session samples the worker's resident memory while it runs."""
+        if job.unsendable is not None:
+            raise job.unsendable[1]
+        queued = job.steps[step.index]
+        reply = self.session.request(queued.message, queued.what, watch_memory=watch_memory)
+        return batch.value_of(self.session, reply, queued), reply
+
+
+@dataclass(frozen=True)
+class Remote:
+    """An object living in the worker (what to_official returned, ...): a job's step can target it or take
+    it as an argument; `eval()` and `train()` switch its mode at once."""
+
+    student: Student
+    handle: wire.Handle
+    label: str
+
+    def train(self, mode: bool = True) -> Remote:
+        job = self.student.job()
+        self.student.send(job, job.train(self, mode))
+        return self
+
+    def eval(self) -> Remote:
+        return self.train(False)
