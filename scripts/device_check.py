@@ -138,7 +138,8 @@ def main() -> int:
                              "S": m.case.seq_len, "peak_bytes": m.peak_bytes, "peak": fmt_bytes(m.peak_bytes)
                              if m.peak_bytes is not None else "-", "ms": round(m.seconds * 1000, 1)
                              if m.seconds is not None else None, "budget": fmt_bytes(m.budget),
-                             "correct": m.correct, "max_error": m.max_error, "oom": m.oom, "error": m.error})
+                             "correct": m.correct, "max_error": m.max_error, "oom": m.oom,
+                             "error": str(m.error) if m.error else None})
             results[name] = {"score": part.score, "max_score": part.max_score, "ran": part.ran,
                              "checks": [c.__dict__ for c in part.checks], "notes": list(part.notes)}
             verdicts += expectations(name, part)

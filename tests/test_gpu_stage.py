@@ -139,15 +139,16 @@ def test_budgets_scale_with_the_sizes_they_name():
 def test_memory_message_names_the_peak_the_budget_and_the_fix():
     cfg = gpu_config.GpuConfig()
     case = gpu_config.Case("sdpa_attention", "padding", 32768)
-    msg = gpu_config.memory_message(cfg, case, ISSUE_PLAIN_PEAK, gpu_config.budget(cfg, case))
+    msg = str(gpu_config.memory_message(cfg, case, ISSUE_PLAIN_PEAK, gpu_config.budget(cfg, case)))
     assert msg.startswith("your sdpa_attention peaked at 64.0 GiB of extra device memory")
     assert "the budget is 256 MiB" in msg and "one S x S score matrix alone is 32.0 GiB" in msg
     assert msg.endswith("it must not build the S x S matrix (pass the mask to F.scaled_dot_product_attention "
                         "instead of masking scores yourself)")
-    causal = gpu_config.memory_message(cfg, gpu_config.Case("sdpa_attention", "causal", 32768), ISSUE_PLAIN_PEAK, 256 * MIB)
+    causal = str(gpu_config.memory_message(cfg, gpu_config.Case("sdpa_attention", "causal", 32768), ISSUE_PLAIN_PEAK,
+                                           256 * MIB))
     assert "is_causal=True" in causal
     case = gpu_config.Case("chunked_attention", "none", 32768)
-    msg = gpu_config.memory_message(cfg, case, ISSUE_PLAIN_PEAK, gpu_config.budget(cfg, case))
+    msg = str(gpu_config.memory_message(cfg, case, ISSUE_PLAIN_PEAK, gpu_config.budget(cfg, case)))
     assert "the budget is 8.2 GiB (8 x chunk_size x S x heads x batch x 2 bytes with chunk_size=1024" in msg
     assert "one block of chunk_size queries at a time" in msg
 
@@ -158,7 +159,8 @@ def test_fmt_bytes_reads_like_the_figures():
 
 
 def test_oom_message_says_out_of_memory_and_how_to_avoid_it():
-    msg = gpu_config.oom_message(gpu_config.Case("chunked_attention", "causal", 32768), "CUDA out of memory", 141 * GIB)
+    msg = str(gpu_config.oom_message(gpu_config.Case("chunked_attention", "causal", 32768), "CUDA out of memory",
+                                     141 * GIB))
     assert "ran out of device memory (141.0 GiB on this GPU) at S=32768 (causal)" in msg
     assert "one block of chunk_size queries" in msg and "[CUDA out of memory]" in msg
 
@@ -209,7 +211,7 @@ def test_diagnose_names_the_mistake_that_fits_the_rows(mistake, mode, expected):
     case = gpu_config.Case("sdpa_attention", mode, 128)
     right = gpu_reference.reference_rows(q, k, v, rows, mask if mode == "padding" else None, mode == "causal")
     assert not gpu_reference.close_enough(got, right, cfg)  # the mistake is visible at these inputs
-    msg = gpu_reference.diagnose(cfg, case, got, q, k, v, rows, mask)
+    msg = str(gpu_reference.diagnose(cfg, case, got, q, k, v, rows, mask))
     assert expected in msg and msg.startswith(f"your sdpa_attention ({gpu_config.MODE_LABEL[mode]}, S=128) ")
 
 

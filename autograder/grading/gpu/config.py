@@ -12,9 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ...foundation import i18n
+
+_ = i18n.message
 FUNCTIONS = ("sdpa_attention", "chunked_attention")  # the GPU part's names (spec.py), each with its own budget
 MODES = ("none", "padding", "causal")
-MODE_LABEL = {"none": "no mask", "padding": "padding mask", "causal": "causal"}
+MODE_NAME = {"none": _("no mask"), "padding": _("padding mask"), "causal": _("causal")}  # in a message
+MODE_LABEL = {mode: name.msgid for mode, name in MODE_NAME.items()}  # in English: a case's id (the checks' names)
 
 
 @dataclass(frozen=True)
@@ -104,28 +108,33 @@ def budget(cfg: GpuConfig, case: Case) -> int:
     return sdpa_budget(cfg, case.seq_len) if case.function == "sdpa_attention" else chunk_budget(cfg, case.seq_len)
 
 
-def memory_message(cfg: GpuConfig, case: Case, peak: int, limit: int) -> str:
-    """The student-facing text when a function used more device memory than its budget."""
+def memory_message(cfg: GpuConfig, case: Case, peak: int, limit: int) -> i18n.Message:
+    """The student-facing message when a function used more device memory than its budget."""
     matrix = matrix_bytes(cfg, case.seq_len)
-    head = (f"your {case.function} peaked at {fmt_bytes(peak)} of extra device memory "
-            f"({MODE_LABEL[case.mode]}, S={case.seq_len}), the budget is {fmt_bytes(limit)}")
-    if case.function == "chunked_attention":
-        head += (f" ({cfg.chunk_factor:g} x chunk_size x S x heads x batch x {cfg.element_size} bytes with "
-                 f"chunk_size={cfg.chunk_size}, plus 4 x the output)")
-    if peak >= matrix * 0.9:
-        head += f"; one S x S score matrix alone is {fmt_bytes(matrix)}"
+    formula = _(" ({factor:g} x chunk_size x S x heads x batch x {element_size} bytes with chunk_size={chunk_size}, "
+                "plus 4 x the output)").format(factor=cfg.chunk_factor, element_size=cfg.element_size,
+                                               chunk_size=cfg.chunk_size)
+    head = _("your {function} peaked at {peak} of extra device memory ({mode}, S={seq_len}), the budget is "
+             "{budget}{formula}{matrix}").format(
+        function=case.function, peak=fmt_bytes(peak), mode=MODE_NAME[case.mode], seq_len=case.seq_len,
+        budget=fmt_bytes(limit), formula=formula if case.function == "chunked_attention" else "",
+        matrix=_("; one S x S score matrix alone is {matrix}").format(matrix=fmt_bytes(matrix))
+        if peak >= matrix * 0.9 else "")
     if case.function == "sdpa_attention":
-        how = {"none": "call F.scaled_dot_product_attention(q, k, v) directly",
-               "padding": "pass the mask to F.scaled_dot_product_attention instead of masking scores yourself",
-               "causal": "use is_causal=True instead of building a causal mask or masking scores yourself"}[case.mode]
-        return f"{head}: it must not build the S x S matrix ({how})"
-    return (f"{head}: it must compute the scores of one block of chunk_size queries at a time and never hold "
-            "the whole S x S matrix")
+        how = {"none": _("call F.scaled_dot_product_attention(q, k, v) directly"),
+               "padding": _("pass the mask to F.scaled_dot_product_attention instead of masking scores yourself"),
+               "causal": _("use is_causal=True instead of building a causal mask or masking scores yourself"),
+               }[case.mode]
+        return _("{head}: it must not build the S x S matrix ({how})").format(head=head, how=how)
+    return _("{head}: it must compute the scores of one block of chunk_size queries at a time and never hold the "
+             "whole S x S matrix").format(head=head)
 
 
-def oom_message(case: Case, detail: str, device_bytes: int) -> str:
-    gpu = f" ({fmt_bytes(device_bytes)} on this GPU)" if device_bytes else ""
-    fix = ("pass the mask to F.scaled_dot_product_attention, or is_causal=True, instead of masking scores yourself"
-           if case.function == "sdpa_attention" else "compute the scores of one block of chunk_size queries at a time")
-    return (f"your {case.function} ran out of device memory{gpu} at S={case.seq_len} ({MODE_LABEL[case.mode]}): "
-            f"it must not build the S x S matrix; {fix} [{detail}]")
+def oom_message(case: Case, detail: str, device_bytes: int) -> i18n.Message:
+    """The student-facing message when a function ran out of device memory (`detail`: torch's own words)."""
+    gpu = _(" ({memory} on this GPU)").format(memory=fmt_bytes(device_bytes)) if device_bytes else ""
+    fix = (_("pass the mask to F.scaled_dot_product_attention, or is_causal=True, instead of masking scores yourself")
+           if case.function == "sdpa_attention" else _("compute the scores of one block of chunk_size queries at a time"))
+    return _("your {function} ran out of device memory{gpu} at S={seq_len} ({mode}): it must not build the S x S "
+             "matrix; {fix} [{detail}]").format(function=case.function, gpu=gpu, seq_len=case.seq_len,
+                                                mode=MODE_NAME[case.mode], fix=fix, detail=detail)

@@ -11,7 +11,10 @@ import math
 
 import torch
 
-from .config import MODE_LABEL, MODES, Case, GpuConfig
+from ...foundation import i18n
+from .config import MODE_NAME, MODES, Case, GpuConfig
+
+_ = i18n.message
 
 
 def real_length(cfg: GpuConfig, seq_len: int) -> int:
@@ -88,32 +91,40 @@ def max_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want.double()).abs().nan_to_num(float("inf")).max())
 
 
-def diagnose(cfg: GpuConfig, case: Case, got: torch.Tensor, q, k, v, rows, mask) -> str:
+def diagnose(cfg: GpuConfig, case: Case, got: torch.Tensor, q, k, v, rows, mask) -> i18n.Message:
     """Why the sampled rows differ: test the usual mistakes against the output, name the one that fits."""
-    fn, label = case.function, MODE_LABEL[case.mode]
-    err = max_error(got, reference_rows(q, k, v, rows, mask if case.mode == "padding" else None,
-                                        case.mode == "causal"))
-    head = f"your {fn} ({label}, S={case.seq_len}) is off by up to {err:.3g} on sampled query rows"
+    where = {"function": case.function, "mode": MODE_NAME[case.mode], "seq_len": case.seq_len}
     if not torch.isfinite(got).all():
-        bad = int((~torch.isfinite(got)).sum())
-        head = f"your {fn} ({label}, S={case.seq_len}) returned {bad} NaN or inf values on sampled query rows"
+        head = _("your {function} ({mode}, S={seq_len}) returned {count} NaN or inf values on sampled query "
+                 "rows").format(**where, count=int((~torch.isfinite(got)).sum()))
+    else:
+        err = max_error(got, reference_rows(q, k, v, rows, mask if case.mode == "padding" else None,
+                                            case.mode == "causal"))
+        head = _("your {function} ({mode}, S={seq_len}) is off by up to {error:.3g} on sampled query rows").format(
+            **where, error=err)
+    return mistake(cfg, case, got, q, k, v, rows, mask).format(head=head, atol=cfg.atol)
+
+
+def mistake(cfg: GpuConfig, case: Case, got: torch.Tensor, q, k, v, rows, mask) -> i18n.Message:
+    """The usual mistake that fits the rows: a message of {head} (by how much they are off) and {atol}."""
     if case.mode == "padding":
         if close_enough(got, reference_rows(q, k, v, rows, ~mask), cfg):
-            if fn == "sdpa_attention":
-                return (f"{head}: it attends to the padded keys and ignores the real ones. "
-                        "F.scaled_dot_product_attention's boolean attn_mask means True = may attend (the same sense "
-                        "as our padding mask, True = real token, and the opposite of nn.MultiheadAttention's "
-                        "key_padding_mask): pass mask[:, None, None, :] as it is, without inverting it")
-            return (f"{head}: it attends to the padded keys and ignores the real ones; the padding mask is "
-                    "True = real token, so -inf goes where the mask is False")
+            if case.function == "sdpa_attention":
+                return _("{head}: it attends to the padded keys and ignores the real ones. "
+                         "F.scaled_dot_product_attention's boolean attn_mask means True = may attend (the same sense "
+                         "as our padding mask, True = real token, and the opposite of nn.MultiheadAttention's "
+                         "key_padding_mask): pass mask[:, None, None, :] as it is, without inverting it")
+            return _("{head}: it attends to the padded keys and ignores the real ones; the padding mask is "
+                     "True = real token, so -inf goes where the mask is False")
         if close_enough(got, reference_rows(q, k, v, rows), cfg):
-            return f"{head}: it ignores the padding mask (padded keys still get attention)"
+            return _("{head}: it ignores the padding mask (padded keys still get attention)")
     if case.mode == "causal" and close_enough(got, reference_rows(q, k, v, rows), cfg):
-        return f"{head}: it ignores causal=True (queries still see later keys)"
+        return _("{head}: it ignores causal=True (queries still see later keys)")
     if case.mode == "causal":
         anti = reference_rows(q.flip(-2), k.flip(-2), v.flip(-2), (q.shape[-2] - 1 - rows), None, True)
         if close_enough(got, anti, cfg):
-            return f"{head}: its causal mask is the wrong way round (a query must see keys j <= i, not j >= i)"
+            return _("{head}: its causal mask is the wrong way round (a query must see keys j <= i, not j >= i)")
     if case.mode == "none" and close_enough(got, reference_rows(q, k, v, rows, None, True), cfg):
-        return f"{head}: it applies a causal mask although causal=False"
-    return f"{head}: it must equal plain softmax(q k^T / sqrt(head_dim)) v (compared in fp32, tolerance {cfg.atol:g})"
+        return _("{head}: it applies a causal mask although causal=False")
+    return _("{head}: it must equal plain softmax(q k^T / sqrt(head_dim)) v (compared in fp32, tolerance "
+             "{atol:g})")

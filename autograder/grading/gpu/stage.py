@@ -35,7 +35,7 @@ from ...foundation.results import PartResult
 from ..scoring import CheckRecord, failure_message, score_part, unreadable
 from ...sandbox.session import Session
 from ...sandbox.student import Student
-from .config import MODE_LABEL, Case, GpuConfig, budget, cases, fmt_bytes, memory_message, oom_message
+from .config import MODE_NAME, Case, GpuConfig, budget, cases, fmt_bytes, memory_message, oom_message
 from .reference import Inputs, close_enough, diagnose, max_error, reference_rows, sample_rows
 
 _ = i18n.message
@@ -52,11 +52,11 @@ class Measurement:
     seconds: float | None = None
     budget: int = 0
     device_name: str = ""
-    error: str | None = None  # the student-facing reason the output could not be compared
-    oom: str | None = None
+    error: i18n.Message | str | None = None  # the student-facing reason the output could not be compared
+    oom: str | None = None  # torch's own words
     max_error: float | None = None
     correct: bool = False
-    mismatch: str | None = None  # the student-facing reason the output is wrong
+    mismatch: i18n.Message | None = None  # the student-facing reason the output is wrong
 
 
 @dataclass
@@ -84,8 +84,8 @@ def _device_call(cfg: GpuConfig, student: Student, case: Case, q, k, v, mask, ro
         return student.call_on_device(case.function, [q, k, v], kwargs, cfg.device, rows)
     except CheckFailure as exc:
         if "ended the grading process" in str(exc) and cfg.device != "cpu":
-            raise CheckFailure(f"{case.function} ended the grading process on the GPU machine (os._exit, a crash, "
-                               "or the host ran out of memory)") from None
+            raise CheckFailure(_("{function} ended the grading process on the GPU machine (os._exit, a crash, "
+                                 "or the host ran out of memory)").format(function=case.function)) from None
         raise
 
 
@@ -108,10 +108,10 @@ def measure_case(run: StageRun, student: Student, case: Case) -> Measurement:
                 pass  # the measured call below raises it again, with the full-size inputs
         info = _device_call(cfg, student, case, q, k, v, mask, rows)
     except CheckFailure as exc:
-        m.error = str(exc)
+        m.error = exc.message
         return m
     m.peak_bytes, m.seconds, m.device_name = info.get("peak_bytes"), info.get("seconds"), info.get("device_name", "")
-    m.error = _unusable(cfg, case, info)
+    m.error = reply_problem(cfg, case, info)
     if info.get("oom"):
         m.oom = info["oom"]
     if m.error:
@@ -125,22 +125,25 @@ def measure_case(run: StageRun, student: Student, case: Case) -> Measurement:
     return m
 
 
-def _unusable(cfg: GpuConfig, case: Case, info: dict) -> str | None:
+def reply_problem(cfg: GpuConfig, case: Case, info: dict) -> i18n.Message | None:
     """Why the reply of a device call cannot be compared with the reference, or None."""
     fn = case.function
     if info.get("oom"):
         return oom_message(case, info["oom"], info.get("device_bytes", 0))
     want_shape = [cfg.batch, cfg.heads, case.seq_len, cfg.head_dim]
     if "shape" not in info:
-        return f"your {fn} returned {info.get('type')}, not a torch.Tensor"
+        return _("your {function} returned {kind}, not a torch.Tensor").format(function=fn, kind=info.get("type"))
     if info["shape"] != want_shape:
-        return f"your {fn} returned shape {info['shape']}, expected {want_shape} (the shape of q)"
+        return _("your {function} returned shape {shape}, expected {expected} (the shape of q)").format(
+            function=fn, shape=info["shape"], expected=want_shape)
     if info["dtype"] != cfg.dtype:
-        return f"your {fn} returned dtype {info['dtype']} for {cfg.dtype} inputs: keep the inputs' dtype"
+        return _("your {function} returned dtype {dtype} for {expected} inputs: keep the inputs' dtype").format(
+            function=fn, dtype=info["dtype"], expected=cfg.dtype)
     if cfg.device != "cpu" and not str(info["device"]).startswith(cfg.device):
-        return f"your {fn} returned a tensor on {info['device']}: keep it on the inputs' device"
+        return _("your {function} returned a tensor on {device}: keep it on the inputs' device").format(
+            function=fn, device=info["device"])
     if not isinstance(info.get("rows"), torch.Tensor):
-        return f"your {fn}'s output could not be read back"
+        return _("your {function}'s output could not be read back").format(function=fn)
     return None
 
 
@@ -149,30 +152,35 @@ def check_correct(run: StageRun, student: Student, case: Case) -> None:
     if m.error:
         raise CheckFailure(m.error)
     if not m.correct:
-        raise CheckFailure(m.mismatch or "the output is wrong")
+        raise CheckFailure(m.mismatch or _("the output is wrong"))
 
 
 def check_memory(run: StageRun, student: Student, case: Case) -> None:
     m = measure_case(run, student, case)
     if m.error:
-        raise CheckFailure(f"not measured: {m.error}" if not m.oom else m.error)
+        raise CheckFailure(_("not measured: {reason}").format(reason=m.error) if not m.oom else m.error)
     if not m.correct:
-        raise CheckFailure(f"memory earns points only for a correct output ({case.function}, "
-                           f"{MODE_LABEL[case.mode]}, S={case.seq_len}, see the check above)")
+        raise CheckFailure(_("memory earns points only for a correct output ({function}, {mode}, S={seq_len}, see "
+                             "the check above)").format(function=case.function, mode=MODE_NAME[case.mode],
+                                                        seq_len=case.seq_len))
     if m.peak_bytes is None or m.peak_bytes > m.budget:
         raise CheckFailure(memory_message(run.config, case, int(m.peak_bytes or 0), m.budget))
 
 
-def measurement_notes(measurements) -> tuple[str, ...]:
-    notes = []
-    for m in measurements:
-        if m.peak_bytes is None:
-            continue
-        where = f" on {m.device_name}" if m.device_name and m.device_name != "cpu" else ""
-        ms = f", {m.seconds * 1000:.1f} ms" if m.seconds is not None else ""
-        notes.append(f"{m.case.id}: {fmt_bytes(m.peak_bytes)} of extra device memory (budget {fmt_bytes(m.budget)})"
-                     f"{ms}{where}" + (" [out of memory]" if m.oom else ""))
-    return tuple(notes)
+def measurement_note(m: Measurement) -> i18n.Message:
+    """The figures of one measured case: its peak of extra device memory, its budget, its time, the device."""
+    return _("{function}, {mode}, S={seq_len}: {peak} of extra device memory (budget {budget}){time}{device}"
+             "{oom}").format(
+        function=m.case.function, mode=MODE_NAME[m.case.mode], seq_len=m.case.seq_len, peak=fmt_bytes(m.peak_bytes),
+        budget=fmt_bytes(m.budget),
+        time=_(", {ms:.1f} ms").format(ms=m.seconds * 1000) if m.seconds is not None else "",
+        device=_(" on {device}").format(device=m.device_name) if m.device_name and m.device_name != "cpu" else "",
+        oom=_(" [out of memory]") if m.oom else "")
+
+
+def measurement_notes(measurements, lang: str = spec.DEFAULT_LANGUAGE) -> tuple[str, ...]:
+    """The figures of every measured case, in `lang`."""
+    return tuple(measurement_note(m).render(lang) for m in measurements if m.peak_bytes is not None)
 
 
 # --------------------------------------------------------------------------- the stage
@@ -219,7 +227,7 @@ def run(zygote: Zygote, limits: Limits, extracted: Extracted, edition: Edition |
     try:
         session.start()
         result = _run_checks(session, part, stage, lang)
-        notes = result.notes + measurement_notes(stage.measurements.values())
+        notes = result.notes + measurement_notes(stage.measurements.values(), lang)
         if session.load_failure:
             notes = (i18n.render(session.load_failure, lang),) + notes
         stage.part = replace(result, notes=tuple(dict.fromkeys(notes)))
