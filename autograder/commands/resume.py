@@ -17,6 +17,8 @@ from ..foundation.spec import CHECKS_ROOT, Assignment
 
 PACKAGE = CHECKS_ROOT.parent
 REPO = PACKAGE.parent
+# Besides the checks and the references, what decides a score: the spec, the check runner, the scoring.
+DECIDING = (PACKAGE / "foundation" / "spec.py", PACKAGE / "grading" / "check.py", PACKAGE / "grading" / "scoring.py")
 
 
 def _solution_files(assignment: Assignment) -> list[Path]:
@@ -29,7 +31,7 @@ def grader_fingerprint(assignment: Assignment) -> str:
     """Changes whenever what decides a score of `assignment` changes."""
     h = hashlib.sha256()
     files = (sorted(CHECKS_ROOT.glob("*.py")) + sorted(assignment.checks_dir.glob("*.py"))
-             + [PACKAGE / name for name in ("spec.py", "check.py", "scoring.py")] + _solution_files(assignment))
+             + list(DECIDING) + _solution_files(assignment))
     for f in files:
         h.update(f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]

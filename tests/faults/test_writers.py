@@ -61,7 +61,7 @@ def test_a_second_run_refuses_with_one_line_naming_the_first(copy_course):
     course = copy_course("lock-refused")
     code = f"""
         from pathlib import Path
-        from autograder import courselock
+        from autograder.commands import courselock
         with courselock.hold(Path({str(course)!r}), "grade-class self_attention"):
             print("held", flush=True)
             input()
@@ -82,7 +82,7 @@ def test_a_second_run_told_to_wait_grades_once_the_first_is_done(copy_course, me
     code = f"""
         import time
         from pathlib import Path
-        from autograder import courselock
+        from autograder.commands import courselock
         with courselock.hold(Path({str(course)!r}), "grade-gpu self_attention"):
             print("held", flush=True)
             time.sleep(1.0)

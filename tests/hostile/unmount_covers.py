@@ -8,7 +8,7 @@ import os
 # --- attack ---
 MNT_DETACH = 2
 REPO = os.path.dirname(os.path.dirname("__HOSTILE__"))
-TARGETS = [os.path.join(REPO, "solutions", "attention.py"), os.path.join(REPO, "autograder", "spec.py"),
+TARGETS = [os.path.join(REPO, "solutions", "attention.py"), os.path.join(REPO, "autograder", "foundation", "spec.py"),
            os.path.join("__SENTINEL__", "SECRET.txt"), os.path.join("__SENTINEL__", "gradebook.db")]
 _libc = ctypes.CDLL(None, use_errno=True)
 
