@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from html.parser import HTMLParser
+from urllib.parse import unquote, urlsplit
 
 from autograder.commands import classpage, classreport
 from autograder.foundation import spec
@@ -97,3 +99,43 @@ def test_an_unreadable_submissions_check_is_named_in_chinese_on_the_chinese_page
     page = classpage.page(classreport.summarize("self_attention_zh", [unreadable, result("ada")]), {})
     assert "your submission can be read" not in page
     assert classpage.i18n.check_title("your submission can be read", "zh") in page
+
+
+HOSTILE_NAMES = ("javascript:alert(1)", "javascript:alert(document.domain)", "o'neil \"q\"", "<img src=x onerror=alert(1)>", "a b",
+                 "张三", "data:text,x", "c?d#e&f")
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.hrefs += [value for name, value in attrs if name == "href"]
+
+
+def test_every_link_is_a_quoted_relative_path_whatever_the_student_folder_is_called(tmp_path):
+    """Student folders named like a URL scheme, with quotes, '<', spaces or non-ASCII: each link is a relative path,
+    percent-quoted, that leads to the student's own report; none has a scheme, a host, a query or a fragment."""
+    reports = tmp_path / "autograder_reports" / "self_attention"
+    reports.mkdir(parents=True)
+    students = [result(name) for name in HOSTILE_NAMES]
+    for name in HOSTILE_NAMES:
+        (reports / f"{name}.json").write_text("{}")
+        feedback = tmp_path / "feedback" / name / "self_attention"
+        feedback.mkdir(parents=True)
+        (feedback / "01_scores.html").write_text("<html></html>")
+    page = classpage.write_class_report(tmp_path, "self_attention", students, reports, threshold=2.0).read_text()
+    parser = _Links()
+    parser.feed(page)
+    assert len(parser.hrefs) == 3 * len(HOSTILE_NAMES)  # two reports each, and the first again: all below 2.0
+    for href in parser.hrefs:
+        parts = urlsplit(href)
+        assert (parts.scheme, parts.netloc, parts.query, parts.fragment) == ("", "", "", ""), href
+        assert ":" not in href and not href.startswith("/") and re.fullmatch(r"[A-Za-z0-9%._~/-]+", href), href
+        assert (reports / unquote(href)).resolve().is_file(), href
+    targets = {(reports / unquote(h)).resolve() for h in parser.hrefs}
+    for name in HOSTILE_NAMES:
+        assert (reports / f"{name}.json").resolve() in targets
+        assert (tmp_path / "feedback" / name / "self_attention" / "01_scores.html").resolve() in targets
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page

@@ -13,6 +13,7 @@ import base64
 import html
 import io
 from pathlib import Path
+from urllib.parse import quote
 
 from ..foundation import i18n
 from .classreport import DEFAULT_THRESHOLD, ClassReport, PartScores, summarize
@@ -170,16 +171,24 @@ def page(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
             f"<h2>{t('every student')}</h2>{students_table(report, links)}\n</body></html>\n")
 
 
+def relative_href(*segments: str) -> str:
+    """A link relative to the page from path segments (a student's folder name among them): each one
+    percent-quoted whole, so that no name can make the link absolute or give it a scheme
+    (`javascript:alert(1)` becomes `javascript%3Aalert%281%29`), a query or a fragment."""
+    return "/".join(segment if segment == ".." else quote(segment, safe="") for segment in segments)
+
+
 def report_links(reports: Path, course: Path, assignment: str, students) -> dict[str, list[tuple[str, str]]]:
-    """student -> their reports, as links relative to the page: the JSON grade-class wrote, nbgrader's feedback."""
+    """student -> their reports, as links relative to the page (relative_href): the JSON grade-class wrote,
+    nbgrader's feedback."""
     links: dict[str, list[tuple[str, str]]] = {}
     for student in students:
         found = []
         if (reports / f"{student}.json").exists():
-            found.append(("JSON", f"{student}.json"))
+            found.append(("JSON", relative_href(f"{student}.json")))
         feedback = course / "feedback" / student / assignment
         for path in sorted(feedback.glob("*.html")) if feedback.is_dir() else ():
-            found.append((path.stem, "../../" + path.relative_to(course).as_posix()))
+            found.append((path.stem, relative_href("..", "..", *path.relative_to(course).parts)))
         links[student] = found
     return links
 
