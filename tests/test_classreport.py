@@ -139,3 +139,17 @@ def test_every_link_is_a_quoted_relative_path_whatever_the_student_folder_is_cal
         assert (reports / f"{name}.json").resolve() in targets
         assert (tmp_path / "feedback" / name / "self_attention" / "01_scores.html").resolve() in targets
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_parts_whose_code_mentions_a_forbidden_function_not_seen_called_are_listed_for_review():
+    flagged = dataclasses.replace(result("mallory"), parts=tuple(
+        dataclasses.replace(p, review=("SelfAttention (scaled_dot_product_attention)",)) if p.id == "module" else p
+        for p in result("mallory").parts))
+    report = classreport.summarize("self_attention", [flagged, result("ada")])
+    assert [(f.student, f.part, f.mentions, f.score) for f in report.review] == \
+        [("mallory", "module", ("SelfAttention (scaled_dot_product_attention)",), 20)]
+    table = classpage.page(report, {"mallory": [("JSON", "mallory.json")]}).split("<table id=review>")[1]
+    assert '<a href="mallory.json">mallory</a>' in table and "SelfAttention (scaled_dot_product_attention)" in table
+    assert "ada" not in table.split("</table>")[0]
+    clean = classpage.page(classreport.summarize("self_attention", CLASS), {})
+    assert "<table id=review>" not in clean and "no part mentions a function it may not call" in clean

@@ -42,6 +42,11 @@ HEADINGS = {
     "score distribution per part": _("score distribution per part"),
     "most common failing checks": _("most common failing checks"),
     "every student": _("every student"),
+    "to review": _("to review by hand: code that mentions a function its part may not call"),
+    "review why": _("the grader's watch did not see these calls, so the parts kept their points; the watch runs "
+                    "next to the student's code, which can switch it off (docs/security.md): read the code"),
+    "mentions": _("mentions"),
+    "nothing to review": _("no part mentions a function it may not call"),
 }
 BINS = 10
 
@@ -153,6 +158,19 @@ def students_table(report: ClassReport, links: dict[str, list[tuple[str, str]]])
     return f"<table id=students>{head}{''.join(rows)}</table>"
 
 
+def review_table(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
+    """The parts flagged for review (classreport.ReviewFlag): who, which part, what it mentions, its points."""
+    t = heading_in(report.lang)
+    if not report.review:
+        return f"<p>{t('nothing to review')}</p>"
+    head = (f"<tr><th>{t('student')}</th><th>{t('part')}</th><th>{t('mentions')}</th><th>{t('score')}</th>"
+            "</tr>")
+    rows = "".join(f"<tr><td>{student_link(f.student, links)}</td><td>{esc(f.part)}</td>"
+                   f"<td>{esc(', '.join(f.mentions))}</td><td class=num>{fmt(round(f.score, 2))}</td></tr>"
+                   for f in report.review)
+    return f"<p class=muted>{t('review why')}</p><table id=review>{head}{rows}</table>"
+
+
 def page(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
     """The whole page. `links`: student -> [(label, relative href), ...] of their reports."""
     lang = report.lang
@@ -168,6 +186,7 @@ def page(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
             f"<h2>{t('score distribution per part')}</h2>{picture(report)}{parts_table(report)}\n"
             f"<h2>{t('most common failing checks')}</h2>{failures_table(report)}\n"
             f"<h2>{threshold}</h2>{below_table(report, links)}\n"
+            f"<h2>{t('to review')}</h2>{review_table(report, links)}\n"
             f"<h2>{t('every student')}</h2>{students_table(report, links)}\n</body></html>\n")
 
 
