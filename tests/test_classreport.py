@@ -139,6 +139,8 @@ def test_every_link_is_a_quoted_relative_path_whatever_the_student_folder_is_cal
         assert (reports / f"{name}.json").resolve() in targets
         assert (tmp_path / "feedback" / name / "self_attention" / "01_scores.html").resolve() in targets
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert f'<meta http-equiv="Content-Security-Policy" content="{classpage.POLICY}">' in page
+    assert "script-src" not in classpage.POLICY and "default-src 'none'" in classpage.POLICY  # (no script at all)
 
 
 def test_parts_whose_code_mentions_a_forbidden_function_not_seen_called_are_listed_for_review():

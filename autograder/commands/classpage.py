@@ -49,6 +49,8 @@ HEADINGS = {
     "nothing to review": _("no part mentions a function it may not call"),
 }
 BINS = 10
+# The page runs no script and loads nothing: its picture is inline, its links are relative (relative_href).
+POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 STYLE = """
 body { font-family: system-ui, "Noto Sans CJK SC", "WenQuanYi Micro Hei", sans-serif; margin: 2em; color: #222; }
@@ -181,7 +183,8 @@ def page(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
     threshold = esc(_("students below {percent}% of the points").format(
         percent=fmt(round(report.threshold * 100, 1))).render(lang))
     html_lang = "zh-CN" if lang == "zh" else lang
-    return (f'<!DOCTYPE html>\n<html lang="{html_lang}"><head><meta charset="utf-8"><title>{title}</title>'
+    return (f'<!DOCTYPE html>\n<html lang="{html_lang}"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{POLICY}"><title>{title}</title>'
             f"<style>{STYLE}</style></head><body>\n<h1>{title}</h1><p>{summary}</p>\n"
             f"<h2>{t('score distribution per part')}</h2>{picture(report)}{parts_table(report)}\n"
             f"<h2>{t('most common failing checks')}</h2>{failures_table(report)}\n"
