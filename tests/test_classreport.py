@@ -15,6 +15,10 @@ from autograder.foundation.results import CheckResult, GradeResult, PartResult
 
 PARTS = spec.assignment("self_attention").parts
 NO_SCALE = "scores are not scaled: divide the dot products by sqrt(d_k)"
+# the start of a feedback page as feedbackpage.py writes it (the policy before anything else)
+FEEDBACK_PAGE = ('<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8"/><meta content="default-src \'none\'; '
+                 'script-src \'none\'; style-src \'unsafe-inline\'" http-equiv="Content-Security-Policy"/>'
+                 '<title>01_scores</title></head><body></body></html>')
 
 
 def result(student: str, lost: dict[str, str] | None = None) -> GradeResult:
@@ -71,7 +75,7 @@ def test_the_page_is_self_contained_with_an_inline_picture_and_links_to_each_stu
         (reports / f"{r.submission}.json").write_text("{}")
     feedback = tmp_path / "feedback" / "bob" / "self_attention"
     feedback.mkdir(parents=True)
-    (feedback / "01_scores.html").write_text("<html></html>")
+    (feedback / "01_scores.html").write_text(FEEDBACK_PAGE)
     path = classpage.write_class_report(tmp_path, "self_attention", CLASS, reports)
     assert path == reports / "class_report.html"
     page = path.read_text(encoding="utf-8")
@@ -124,7 +128,7 @@ def test_every_link_is_a_quoted_relative_path_whatever_the_student_folder_is_cal
         (reports / f"{name}.json").write_text("{}")
         feedback = tmp_path / "feedback" / name / "self_attention"
         feedback.mkdir(parents=True)
-        (feedback / "01_scores.html").write_text("<html></html>")
+        (feedback / "01_scores.html").write_text(FEEDBACK_PAGE)
     page = classpage.write_class_report(tmp_path, "self_attention", students, reports, threshold=2.0).read_text()
     parser = _Links()
     parser.feed(page)
@@ -155,3 +159,18 @@ def test_parts_whose_code_mentions_a_forbidden_function_not_seen_called_are_list
     assert "ada" not in table.split("</table>")[0]
     clean = classpage.page(classreport.summarize("self_attention", CLASS), {})
     assert "<table id=review>" not in clean and "no part mentions a function it may not call" in clean
+
+
+def test_only_the_notebooks_feedback_pages_that_forbid_scripts_are_linked_never_a_students_own_html(tmp_path):
+    """nbgrader copies every file of a submission into its feedback folder: a student's notes.html, or a
+    02_masks.html standing in for a notebook not submitted, or a page that runs a script before its policy,
+    is not linked; the notebooks' pages that forbid scripts from their start are."""
+    feedback = tmp_path / "feedback" / "eve" / "self_attention"
+    feedback.mkdir(parents=True)
+    (feedback / "01_scores.html").write_text(FEEDBACK_PAGE)
+    (feedback / "notes.html").write_text(FEEDBACK_PAGE)  # not a notebook of the assignment
+    (feedback / "02_masks.html").write_text("<html><script>alert(1)</script></html>")
+    (feedback / "03_module.html").write_text(FEEDBACK_PAGE.replace("<head>", "<head><script>alert(1)</script>"))
+    (feedback / "04_multihead.html").write_text(FEEDBACK_PAGE.replace("script-src \'none\'", "script-src *"))
+    links = classpage.report_links(tmp_path / "reports", tmp_path, "self_attention", ["eve"])
+    assert links == {"eve": [("01_scores", "../../feedback/eve/self_attention/01_scores.html")]}

@@ -105,6 +105,7 @@ def feedback(private_tmp):
     folder.mkdir(parents=True)
     (folder / "01_scores.ipynb").write_text(json.dumps(nb))
     (folder / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")
+    (folder / "notes.html").write_text("<script>alert('a page of eve's own')</script>")  # nbgrader copies it along
     nbgrader(root, "autograde", "self_attention")
     graded = root / "autograded" / "eve" / "self_attention" / "01_scores.ipynb"
     autograded = json.loads(graded.read_text())
@@ -112,17 +113,32 @@ def feedback(private_tmp):
                                 "source": "show()", "outputs": hostile_outputs()})
     graded.write_text(json.dumps(autograded))
     nbgrader(root, "generate_feedback", "self_attention")
-    yield (root / "feedback" / "eve" / "self_attention" / "01_scores.html").read_text(encoding="utf-8")
+    yield root
     shutil.rmtree(root, ignore_errors=True)
 
 
+def page_of(course) -> str:
+    return (course / "feedback" / "eve" / "self_attention" / "01_scores.html").read_text(encoding="utf-8")
+
+
 def test_nbgrader_feedback_has_no_live_student_script_and_a_policy_that_forbids_scripts(feedback):
-    assert_nothing_live(feedback)
-    assert "md-script" in feedback and "bold output" in feedback  # the student's work is shown, as text
+    assert_nothing_live(page_of(feedback))
+    assert "md-script" in page_of(feedback) and "bold output" in page_of(feedback)  # the student's work, as text
+
+
+def test_the_class_report_links_the_feedback_page_and_never_a_students_own_html_copied_beside_it(feedback):
+    from autograder.commands import classpage
+
+    assert (feedback / "feedback" / "eve" / "self_attention" / "notes.html").exists()  # (nbgrader copied it)
+    links = classpage.report_links(feedback / "autograder_reports" / "self_attention", feedback, "self_attention",
+                                   ["eve"])
+    assert links == {"eve": [("01_scores", "../../feedback/eve/self_attention/01_scores.html")]}
 
 
 def test_nbgrader_feedback_still_shows_the_scores_and_the_graders_report(feedback):
     from autograder.foundation import spec
+
+    feedback = page_of(feedback)
 
     for part in spec.assignment("self_attention").parts_of("01_scores"):
         assert f"Score: {float(part.points)} / {float(part.points)}" in feedback, part.id

@@ -12,10 +12,11 @@ from __future__ import annotations
 import base64
 import html
 import io
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote
 
-from ..foundation import i18n
+from ..foundation import edition, i18n
 from .classreport import DEFAULT_THRESHOLD, ClassReport, PartScores, summarize
 from .resume import atomic_write
 
@@ -200,16 +201,51 @@ def relative_href(*segments: str) -> str:
     return "/".join(segment if segment == ".." else quote(segment, safe="") for segment in segments)
 
 
+class _Head(HTMLParser):
+    """The elements of a page up to its first Content-Security-Policy (CSP) meta, and that policy."""
+
+    def __init__(self):
+        super().__init__()
+        self.before: list[str] = []
+        self.policy: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if self.policy is None:
+            if tag == "meta" and (attrs.get("http-equiv") or "").lower() == "content-security-policy":
+                self.policy = attrs.get("content") or ""
+            else:
+                self.before.append("meta charset" if tag == "meta" and "charset" in attrs else tag)
+
+
+def forbids_scripts(page: str) -> bool:
+    """Does the page forbid every script before it could run one: a CSP with default-src and script-src 'none'
+    with nothing but <html>, <head> and the charset before it (what feedbackpage.py writes)?"""
+    head = _Head()
+    head.feed(page[:65536])
+    policy = {d.strip().split(" ", 1)[0]: d.strip() for d in (head.policy or "").split(";")}
+    return (set(head.before) <= {"html", "head", "meta charset"} and policy.get("script-src") == "script-src 'none'"
+            and policy.get("default-src") == "default-src 'none'")
+
+
+def feedback_pages(folder: Path, notebooks) -> list[Path]:
+    """nbgrader's feedback pages of a student: `<notebook>.html` for the assignment's notebooks, and only those
+    that forbid scripts. nbgrader copies every other file of the submission there too: a student's own
+    notes.html, or a 02_masks.html in place of a notebook not submitted, is never linked."""
+    pages = [folder / f"{name}.html" for name in notebooks]
+    return [p for p in pages if p.is_file() and forbids_scripts(p.read_text(encoding="utf-8", errors="replace"))]
+
+
 def report_links(reports: Path, course: Path, assignment: str, students) -> dict[str, list[tuple[str, str]]]:
     """student -> their reports, as links relative to the page (relative_href): the JSON grade-class wrote,
-    nbgrader's feedback."""
+    nbgrader's feedback pages (feedback_pages)."""
+    notebooks = edition.resolve(assignment).assignment.notebooks
     links: dict[str, list[tuple[str, str]]] = {}
     for student in students:
         found = []
         if (reports / f"{student}.json").exists():
             found.append(("JSON", relative_href(f"{student}.json")))
-        feedback = course / "feedback" / student / assignment
-        for path in sorted(feedback.glob("*.html")) if feedback.is_dir() else ():
+        for path in feedback_pages(course / "feedback" / student / assignment, notebooks):
             found.append((path.stem, relative_href("..", "..", *path.relative_to(course).parts)))
         links[student] = found
     return links
