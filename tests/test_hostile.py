@@ -56,6 +56,7 @@ def attack(course, name, part_ids, limits=None, known_limit=()):
     assert kit.snapshot(*kit.protected_trees(course)) == before, f"{name} changed files outside the sandbox"
     assert kit.leftovers() == [], f"{name} left processes behind"
     assert not kit.PWNED.exists(), f"{name} ran code in the trusted grader"
+    assert kit.planted_key() in (None, kit.KEY[1]), f"{name} changed the instructor's key"
     print(f"ATTACK {name}: {result.score:g} (honest {honest.score:g}) in {seconds:.1f} s")
     return result, honest
 
@@ -210,3 +211,26 @@ def test_fake_output_leaves_the_cli_json_a_single_true_document(course, referenc
     assert kit.snapshot(*kit.protected_trees(course)) == before
     assert kit.leftovers() == []
     print(f"ATTACK fake_output: {doc['score']:g} (honest {reference.score:g}) in {seconds:.1f} s")
+
+
+def test_the_graders_keyrings_are_neither_read_nor_changed_nor_shared(course):
+    """The worker no longer holds the grader's session keyring (the kit planted the instructor's token there
+    before the zygote started) and cannot reach any keyring: nothing seen, nothing overwritten, nothing left
+    for the next student in the user keyring that every process of the same uid shares."""
+    result, _ = attack(course, "keyring", ["scaled_scores"])
+    text = kit.messages(result, "scaled_scores")
+    assert "keys seen [], changed [], added to []" in text, text
+    assert kit.planted_key() in (None, kit.KEY[1])
+
+
+def test_io_uring_perf_events_userfaultfd_bpf_and_user_namespaces_are_refused(course):
+    result, _ = attack(course, "kernel_surface", ["scaled_scores"])
+    text = kit.messages(result, "scaled_scores")
+    assert "the kernel gave: []" in text, text
+
+
+def test_files_in_tmp_stop_at_the_inode_cap_not_at_the_kernels_memory(course):
+    result, _ = attack(course, "tmp_inodes", ["scaled_scores"])
+    text = kit.messages(result, "scaled_scores")
+    made = int(text.split("made ", 1)[1].split()[0])
+    assert made <= 64 * 2**20 // 4096 and "stopped by No space left on device" in text, text

@@ -61,6 +61,10 @@ def probe():
     except OSError as exc:
         out["loopback"] = type(exc).__name__
     out["interfaces"] = [name for _, name in socket.if_nameindex()]
+    for path in ("/sys/class/net", "/sys/fs/cgroup"):
+        out["ls " + path] = sorted(os.listdir(path)) if os.path.isdir(path) else "missing"
+    out["proc keys"] = open("/proc/keys").read() if os.path.exists("/proc/keys") else ""
+    out["tmp inodes"] = os.statvfs("/tmp").f_files
     out["limits"] = {name: resource.getrlimit(getattr(resource, name))[0]
                      for name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")}
     out["modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("solutions", "autograder")
@@ -173,6 +177,18 @@ def test_python_stays_readable_but_nothing_outside_tmp_is_writable(seen, course)
     assert all(code != 0 for code in info["umount"]), "a cover could be unmounted"
 
 
+def test_sys_shows_no_host_interface_and_no_cgroup_tree(seen):
+    info, _ = seen
+    assert info["ls /sys/class/net"] in (["lo"], [], "missing"), info["ls /sys/class/net"]
+    assert info["ls /sys/fs/cgroup"] in ([], "missing"), info["ls /sys/fs/cgroup"]
+
+
+def test_proc_lists_no_key_and_tmp_has_an_inode_cap(seen):
+    info, _ = seen
+    assert info["proc keys"] == ""
+    assert 0 < info["tmp inodes"] <= 64 * 2**20 // 4096
+
+
 def test_resource_limits_are_the_configured_ones(seen):
     limits = seen[0]["limits"]
     assert limits["RLIMIT_AS"] == kit.LIMITS.memory_bytes
@@ -184,6 +200,7 @@ def test_resource_limits_are_the_configured_ones(seen):
 def test_every_protection_is_on_where_namespaces_work(seen):
     _, protections = seen
     assert protections.get("off") == {}, protections.get("off")
+    assert {"keyring", "seccomp", "unprivileged", "filesystem"} <= set(protections.get("on", {})), protections
 
 
 def test_a_hung_call_costs_its_part_limit_and_its_whole_tree_dies(tmp_path):

@@ -6,7 +6,8 @@ user already, it runs them as that user.
 
 Inside: every layer of the sandbox from inside a worker (tests/test_sandbox.py: nobody, no capability, no
 write outside /tmp, no cover unmounted, every protection on), the attacks that worked on a grader that
-was not root (unmount every cover and read the solutions; search the disk; write outside), and the
+was not root (unmount every cover and read the solutions; search the disk; write outside; the instructor's
+keyring, io_uring, perf events, userfaultfd and user namespaces; millions of files in /tmp), and the
 worker's image (no secret of the instructor's environment, no shared mapping, no capability).
 """
 from __future__ import annotations

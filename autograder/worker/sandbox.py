@@ -14,7 +14,11 @@ Layers, each applied when the machine allows it and reported either way:
   included), no_new_privs; for a grader that is not root, a nested user namespace locks the
   covers, so that they cannot be unmounted;
 - resource limits: address space, CPU time, processes, file size, open files, no core;
-- no inherited file descriptors but the one socket to the grader; an empty environment.
+- no inherited file descriptors but the one socket to the grader; an empty environment;
+- a new, empty session keyring, and last a seccomp filter over the kernel interfaces grading never
+  needs (seccomp.py);
+- a fresh, read-only /sys of the worker's own network namespace (no host interface, no cgroup tree), and
+  /proc's key lists hidden.
 
 Namespaces need root or unprivileged user namespaces. Each layer is reported on or off with
 its reason; the trusted side (pool.py) refuses to grade when one is off, unless the
@@ -31,7 +35,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 
-from . import privileges
+from . import privileges, seccomp
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -154,6 +158,16 @@ def _needed_paths() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
+# Every tmpfs gets an inode cap: tmpfs counts its size in pages, not the kernel's memory for each file, and
+# millions of empty files in /tmp cost gigabytes of kernel memory outside the worker's limits. A cover holds
+# only the folders that lead to what is bound back (read-only afterwards); /tmp one file per 4 KiB of its size.
+COVER_INODES = 1024
+
+
+def tmp_inodes(tmp_bytes: int) -> int:
+    return max(tmp_bytes // 4096, 64)
+
+
 def _cover(paths: list[str], keep: list[str], tmp_bytes: int) -> list[str]:
     """Cover each path with an empty tmpfs, then bind `keep` back read-only where it was covered.
     Returns the paths that could not be covered.
@@ -161,13 +175,13 @@ def _cover(paths: list[str], keep: list[str], tmp_bytes: int) -> list[str]:
     The private, writable /tmp is mounted first, so that a kept path under the host's /tmp (a
     repository cloned there, with its venv) is bound back on top of it, not hidden by it."""
     keep_fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},nr_inodes={tmp_inodes(tmp_bytes)},mode=1777")
     covered, failed = ["/tmp"], []
     for path in sorted({os.path.realpath(p) for p in paths}, key=len):
         if any(path == c or path.startswith(c + "/") for c in covered):
             continue
         try:
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size=1m,nr_inodes={COVER_INODES},mode=755")
             covered.append(path)
         except OSError as exc:
             failed.append(f"{path} ({exc.strerror})")
@@ -265,6 +279,38 @@ def _read_only_rest(keep_writable: tuple[str, ...]) -> list[str]:
     return failed
 
 
+def _own_sys() -> list[str]:
+    """A sysfs of the worker's network namespace over /sys, read-only: /sys/class/net lists only its `lo`, and
+    the host's cgroup tree (mounted below the host's /sys) stays underneath. Where sysfs cannot be mounted,
+    those two folders are covered instead. The failures."""
+    try:
+        _mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        return []
+    except OSError:
+        pass
+    failed = []
+    for path in ("/sys/class/net", "/sys/fs/cgroup"):
+        try:
+            _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=16")
+        except OSError as exc:
+            if os.path.isdir(path):
+                failed.append(f"{path} ({exc.strerror})")
+    return failed
+
+
+def _mask_proc_keys() -> list[str]:
+    """/dev/null over the fresh /proc's lists of keys (every key the worker's uid may view, other processes' of
+    the same uid included). The failures."""
+    failed = []
+    for path in ("/proc/keys", "/proc/key-users"):
+        try:
+            _mount("/dev/null", path, None, MS_BIND)
+        except OSError as exc:
+            if os.path.exists(path):
+                failed.append(f"{path} ({exc.strerror})")
+    return failed
+
+
 def _setup_filesystem(cfg: SandboxConfig, prot: Protections, created: str) -> None:
     try:
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -273,11 +319,13 @@ def _setup_filesystem(cfg: SandboxConfig, prot: Protections, created: str) -> No
         if created == "user":
             failed += _read_only_rest(("/tmp", "/proc"))
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        failed += _own_sys() + _mask_proc_keys()
         if failed:
             prot.set("filesystem", False, "could not cover or make read-only " + ", ".join(failed))
         else:
             prot.set("filesystem", True, "only the system (/usr, /etc) and Python are visible, read-only; the "
-                                         "repository, course, submissions, homes and host /tmp are covered")
+                                         "repository, course, submissions, homes and host /tmp are covered; /sys "
+                                         "is the worker's own, without the host's interfaces and cgroups")
     except OSError as exc:
         prot.set("filesystem", False, str(exc))
 
@@ -311,6 +359,7 @@ def confine(sock_fd: int, cfg: SandboxConfig) -> Protections:
         prot.set("filesystem", False, "no mount namespace: student code sees the grader's files")
         prot.set("processes_tree", False, "no PID namespace: the worker's descendants and the daemons it "
                                           "orphans are hunted down one by one instead")
+    prot.set("keyring", *seccomp.join_new_keyring())
     # By what this process created, never by the uid it sees now (0 in a user namespace it made itself).
     prot.set("unprivileged", *privileges.drop(created or ("root" if os.getuid() == 0 else "none")))
     # After the change of user: the kernel clears the parent-death signal whenever the
@@ -318,4 +367,5 @@ def confine(sock_fd: int, cfg: SandboxConfig) -> Protections:
     # code can clear it again; the zygote therefore also kills the whole tree itself.)
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _limits(cfg, prot)
+    prot.set("seccomp", *seccomp.deny_kernel_surface())  # last: the set-up above needs mount, unshare, keyctl
     return prot

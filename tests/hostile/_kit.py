@@ -9,8 +9,10 @@ followed by the section before the marker (or the reference alone).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import hashlib
 import os
+import platform
 import stat
 import tempfile
 import time
@@ -28,6 +30,7 @@ MARK = "# --- attack ---"
 # Short limits so that the endless-loop and memory cases stay cheap; the honest parts need well under this.
 LIMITS = Limits(part_seconds=6.0, load_seconds=20.0, memory_bytes=3 * 2**30, cpu_seconds=120)
 PWNED = Path("/tmp/autograder-hostile-PWNED")  # what a pickle trick would create in the trusted process
+KEY = (b"autograder-hostile-instructor-token", b"the instructor's token")  # planted in the grader's session keyring
 
 _grader: Grader | None = None
 _worker_pids: list[int] = []
@@ -38,6 +41,7 @@ def grader() -> Grader:
     """One Grader (one zygote) for every test of the run; it records the pid of each worker it starts."""
     global _grader
     if _grader is None:
+        plant_key()  # before the zygote starts: it and every worker inherit this process's session keyring
         _grader = Grader(LIMITS).warm()
         zygote = _grader.zygote
         spawn = zygote.spawn
@@ -120,6 +124,36 @@ def protected_trees(course: Path) -> list[Path]:
     return [course, HOSTILE]
 
 
+# ---------------------------------------------------------------- the instructor's keyring
+_KEY_CALLS = {"x86_64": (248, 250), "aarch64": (217, 219)}  # add_key, keyctl
+_planted: list[int] = []
+
+
+def _keys(which: int, *args) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    number = _KEY_CALLS[platform.machine()][which]
+    return libc.syscall(ctypes.c_long(number), *[a if isinstance(a, bytes) else ctypes.c_long(a) for a in args])
+
+
+def plant_key() -> None:
+    """This process joins a new session keyring holding one key, the instructor's token (a login session's
+    keyring as a grader started from it has). Where this machine refuses keyrings, nothing is planted."""
+    if _keys(1, 1, 0) >= 0:  # KEYCTL_JOIN_SESSION_KEYRING, anonymous
+        serial = _keys(0, b"user", KEY[0], KEY[1], len(KEY[1]), -3)  # add_key to KEY_SPEC_SESSION_KEYRING
+        if serial >= 0:
+            _planted.append(serial)
+
+
+def planted_key() -> bytes | None:
+    """The planted key's payload now (None when none was planted): what a submission must not change."""
+    if not _planted:
+        return None
+    buf = ctypes.create_string_buffer(256)
+    size = _keys(1, 11, _planted[0], ctypes.addressof(buf), 256)  # KEYCTL_READ
+    return buf.raw[:size] if size >= 0 else b"unreadable"
+
+
 # ---------------------------------------------------------------- processes
 def _stat(pid: str):
     try:
@@ -180,5 +214,5 @@ def messages(result: GradeResult, part_id: str) -> str:
     return "\n".join([c.message for c in part.checks] + list(part.notes) + list(result.notes))
 
 
-__all__ = ["grade", "grader", "make_course", "snapshot", "leftovers", "case_sources", "baseline", "write_submission",
+__all__ = ["grade", "grader", "make_course", "plant_key", "planted_key", "KEY", "snapshot", "leftovers", "case_sources", "baseline", "write_submission",
            "scores", "messages", "protected_trees", "LIMITS", "PWNED", "REFERENCE", "REPO", "replace"]
