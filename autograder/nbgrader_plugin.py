@@ -94,10 +94,12 @@ def generate_preprocessors() -> list:
 def configure(c) -> None:
     """Point nbgrader's autograde at this grader (call it from nbgrader_config.py), and let it read every
     notebook it can: an unreadable one scores 0 with its reason instead of failing the whole submission.
-    generate_assignment writes the stubs of a Chinese edition in Chinese (EditionClearSolutions)."""
+    generate_assignment writes the stubs of a Chinese edition in Chinese (EditionClearSolutions).
+    generate_feedback writes pages in which no script of a student's runs (commands/feedbackpage.py)."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
     c.GenerateAssignment.preprocessors = generate_preprocessors()
     c.Autograde.exporter_class = "autograder.nbgrader_plugin.TolerantNotebookExporter"
+    c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
 
 
 _GRADER = None

@@ -136,11 +136,15 @@ def test_checks_of_a_part_that_called_the_fused_kernel_say_the_whole_part_earns_
     assert "your MultiHeadSelfAttention.forward called F.scaled_dot_product_attention" in split.message
 
 
-def test_a_forbidden_name_in_code_that_never_runs_is_a_note_not_a_loss(graded):
-    """nanoGPT's `if self.flash:` with the flag off: full marks, and a note that names the mention"""
+def test_a_forbidden_name_in_code_that_never_runs_is_a_note_not_a_loss_and_flagged_for_review(graded):
+    """nanoGPT's `if self.flash:` with the flag off: full marks, a note that names the mention without vouching
+    that it never ran (the watch cannot prove it), and the part flagged for the instructor's review"""
     part = graded(("self_attention", "ok_nanogpt_flash_off")).part("multihead")
     assert part.score == part.max_score
-    assert any("scaled_dot_product_attention" in n and "did not run" in n for n in part.notes), part.notes
+    assert any("scaled_dot_product_attention" in n and "did not see it called" in n and "review" in n
+               for n in part.notes), part.notes
+    assert not any("did not run" in n or "no points are lost" in n for n in part.notes), part.notes
+    assert part.review == ("MultiHeadSelfAttention (scaled_dot_product_attention)",), part.review
 
 
 @pytest.mark.parametrize("assignment", list(CATALOGUES))

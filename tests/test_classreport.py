@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from html.parser import HTMLParser
+from urllib.parse import unquote, urlsplit
 
 from autograder.commands import classpage, classreport
 from autograder.foundation import spec
@@ -13,6 +15,10 @@ from autograder.foundation.results import CheckResult, GradeResult, PartResult
 
 PARTS = spec.assignment("self_attention").parts
 NO_SCALE = "scores are not scaled: divide the dot products by sqrt(d_k)"
+# the start of a feedback page as feedbackpage.py writes it (the policy before anything else)
+FEEDBACK_PAGE = ('<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8"/><meta content="default-src \'none\'; '
+                 'script-src \'none\'; style-src \'unsafe-inline\'" http-equiv="Content-Security-Policy"/>'
+                 '<title>01_scores</title></head><body></body></html>')
 
 
 def result(student: str, lost: dict[str, str] | None = None) -> GradeResult:
@@ -69,7 +75,7 @@ def test_the_page_is_self_contained_with_an_inline_picture_and_links_to_each_stu
         (reports / f"{r.submission}.json").write_text("{}")
     feedback = tmp_path / "feedback" / "bob" / "self_attention"
     feedback.mkdir(parents=True)
-    (feedback / "01_scores.html").write_text("<html></html>")
+    (feedback / "01_scores.html").write_text(FEEDBACK_PAGE)
     path = classpage.write_class_report(tmp_path, "self_attention", CLASS, reports)
     assert path == reports / "class_report.html"
     page = path.read_text(encoding="utf-8")
@@ -97,3 +103,74 @@ def test_an_unreadable_submissions_check_is_named_in_chinese_on_the_chinese_page
     page = classpage.page(classreport.summarize("self_attention_zh", [unreadable, result("ada")]), {})
     assert "your submission can be read" not in page
     assert classpage.i18n.check_title("your submission can be read", "zh") in page
+
+
+HOSTILE_NAMES = ("javascript:alert(1)", "javascript:alert(document.domain)", "o'neil \"q\"", "<img src=x onerror=alert(1)>", "a b",
+                 "张三", "data:text,x", "c?d#e&f")
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.hrefs += [value for name, value in attrs if name == "href"]
+
+
+def test_every_link_is_a_quoted_relative_path_whatever_the_student_folder_is_called(tmp_path):
+    """Student folders named like a URL scheme, with quotes, '<', spaces or non-ASCII: each link is a relative path,
+    percent-quoted, that leads to the student's own report; none has a scheme, a host, a query or a fragment."""
+    reports = tmp_path / "autograder_reports" / "self_attention"
+    reports.mkdir(parents=True)
+    students = [result(name) for name in HOSTILE_NAMES]
+    for name in HOSTILE_NAMES:
+        (reports / f"{name}.json").write_text("{}")
+        feedback = tmp_path / "feedback" / name / "self_attention"
+        feedback.mkdir(parents=True)
+        (feedback / "01_scores.html").write_text(FEEDBACK_PAGE)
+    page = classpage.write_class_report(tmp_path, "self_attention", students, reports, threshold=2.0).read_text()
+    parser = _Links()
+    parser.feed(page)
+    assert len(parser.hrefs) == 3 * len(HOSTILE_NAMES)  # two reports each, and the first again: all below 2.0
+    for href in parser.hrefs:
+        parts = urlsplit(href)
+        assert (parts.scheme, parts.netloc, parts.query, parts.fragment) == ("", "", "", ""), href
+        assert ":" not in href and not href.startswith("/") and re.fullmatch(r"[A-Za-z0-9%._~/-]+", href), href
+        assert (reports / unquote(href)).resolve().is_file(), href
+    targets = {(reports / unquote(h)).resolve() for h in parser.hrefs}
+    for name in HOSTILE_NAMES:
+        assert (reports / f"{name}.json").resolve() in targets
+        assert (tmp_path / "feedback" / name / "self_attention" / "01_scores.html").resolve() in targets
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert f'<meta http-equiv="Content-Security-Policy" content="{classpage.POLICY}">' in page
+    assert "script-src" not in classpage.POLICY and "default-src 'none'" in classpage.POLICY  # (no script at all)
+
+
+def test_parts_whose_code_mentions_a_forbidden_function_not_seen_called_are_listed_for_review():
+    flagged = dataclasses.replace(result("mallory"), parts=tuple(
+        dataclasses.replace(p, review=("SelfAttention (scaled_dot_product_attention)",)) if p.id == "module" else p
+        for p in result("mallory").parts))
+    report = classreport.summarize("self_attention", [flagged, result("ada")])
+    assert [(f.student, f.part, f.mentions, f.score) for f in report.review] == \
+        [("mallory", "module", ("SelfAttention (scaled_dot_product_attention)",), 20)]
+    table = classpage.page(report, {"mallory": [("JSON", "mallory.json")]}).split("<table id=review>")[1]
+    assert '<a href="mallory.json">mallory</a>' in table and "SelfAttention (scaled_dot_product_attention)" in table
+    assert "ada" not in table.split("</table>")[0]
+    clean = classpage.page(classreport.summarize("self_attention", CLASS), {})
+    assert "<table id=review>" not in clean and "no part mentions a function it may not call" in clean
+
+
+def test_only_the_notebooks_feedback_pages_that_forbid_scripts_are_linked_never_a_students_own_html(tmp_path):
+    """nbgrader copies every file of a submission into its feedback folder: a student's notes.html, or a
+    02_masks.html standing in for a notebook not submitted, or a page that runs a script before its policy,
+    is not linked; the notebooks' pages that forbid scripts from their start are."""
+    feedback = tmp_path / "feedback" / "eve" / "self_attention"
+    feedback.mkdir(parents=True)
+    (feedback / "01_scores.html").write_text(FEEDBACK_PAGE)
+    (feedback / "notes.html").write_text(FEEDBACK_PAGE)  # not a notebook of the assignment
+    (feedback / "02_masks.html").write_text("<html><script>alert(1)</script></html>")
+    (feedback / "03_module.html").write_text(FEEDBACK_PAGE.replace("<head>", "<head><script>alert(1)</script>"))
+    (feedback / "04_multihead.html").write_text(FEEDBACK_PAGE.replace("script-src \'none\'", "script-src *"))
+    links = classpage.report_links(tmp_path / "reports", tmp_path, "self_attention", ["eve"])
+    assert links == {"eve": [("01_scores", "../../feedback/eve/self_attention/01_scores.html")]}

@@ -38,8 +38,9 @@ def reference(course):
     return kit.baseline(course, kit.REFERENCE, SUBSET)
 
 
-def attack(course, name, part_ids, limits=None):
-    """Grade tests/hostile/<name>.py and assert the invariants every attack must respect."""
+def attack(course, name, part_ids, limits=None, known_limit=()):
+    """Grade tests/hostile/<name>.py and assert the invariants every attack must respect (the parts in
+    `known_limit` may earn more than the honest twin: a limit docs/security.md states, tested on its own)."""
     kit.PWNED.unlink(missing_ok=True)
     code, honest_code = kit.case_sources(name, course)
     honest = kit.baseline(course, honest_code, part_ids)
@@ -48,7 +49,8 @@ def attack(course, name, part_ids, limits=None):
     limits = limits or kit.LIMITS
     result, seconds = kit.grade(path, limits, part_ids)
     for part in result.parts:
-        assert part.score <= honest.part(part.id).score + 1e-9, (name, part.id, part.checks)
+        if part.id not in known_limit:
+            assert part.score <= honest.part(part.id).score + 1e-9, (name, part.id, part.checks)
     budget = len(part_ids) * limits.part_seconds + 2 * limits.load_seconds + 10
     assert seconds < budget, f"{name}: grading took {seconds:.1f} s, over its {budget:.0f} s bound"
     assert kit.snapshot(*kit.protected_trees(course)) == before, f"{name} changed files outside the sandbox"
@@ -136,6 +138,32 @@ def test_daemon_forked_at_import_dies_with_grading(course, reference):
 def test_callers_frames_and_gc_hold_no_expected_values(course):
     result, honest = attack(course, "frames_gc", ["scaled_scores"])
     assert kit.scores(result) == kit.scores(honest)
+
+
+def test_switching_the_watch_off_through_gc_earns_the_points_but_is_flagged_for_review_never_vouched_for(course):
+    """A KNOWN LIMIT (docs/security.md): ten lines of gc silence the call watch, which runs in the student's
+    process, and the fused kernel's call is not seen: the part keeps its points. What holds: the note does not
+    say the call did not run, the part is flagged for review, and the class report lists it."""
+    from autograder.commands import classpage, classreport, document
+
+    result, honest = attack(course, "watch_off_gc", ["module"], known_limit=("module",))
+    assert honest.part("module").score == 0  # the same code, watch on: the call is seen
+    part = result.part("module")
+    assert part.score == POINTS["module"]  # the known limit: if this fails, the watch got sounder; update the docs
+    assert part.review == ("SelfAttention (scaled_dot_product_attention)",), part.review
+    note = " ".join(part.notes)
+    assert "flagged for your instructor's review" in note and "did not see it called" in note, note
+    assert "did not run" not in note and "no points are lost" not in note, note
+    from autograder.grading.scoring import zeros
+
+    saved = document.from_json(document.to_json(result), "mallory")  # (as grade-class reads its reports back)
+    saved = kit.replace(saved, parts=tuple(zeros([p for p in PARTS if p.id != "module"], "not graded here"))
+                        + saved.parts)
+    report = classreport.summarize("self_attention", [saved])
+    assert [(f.student, f.part, f.mentions) for f in report.review] == [("mallory", "module", part.review)]
+    page = classpage.page(report, {})
+    table = page.split("<table id=review>")[1].split("</table>")[0]
+    assert "mallory" in table and "SelfAttention (scaled_dot_product_attention)" in table, table
 
 
 def test_parity_error_that_peeks_at_the_stand_in_earns_nothing_more(course):

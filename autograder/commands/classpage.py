@@ -12,9 +12,11 @@ from __future__ import annotations
 import base64
 import html
 import io
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import quote
 
-from ..foundation import i18n
+from ..foundation import edition, i18n
 from .classreport import DEFAULT_THRESHOLD, ClassReport, PartScores, summarize
 from .resume import atomic_write
 
@@ -41,8 +43,15 @@ HEADINGS = {
     "score distribution per part": _("score distribution per part"),
     "most common failing checks": _("most common failing checks"),
     "every student": _("every student"),
+    "to review": _("to review by hand: code that mentions a function its part may not call"),
+    "review why": _("the grader's watch did not see these calls, so the parts kept their points; the watch runs "
+                    "next to the student's code, which can switch it off (docs/security.md): read the code"),
+    "mentions": _("mentions"),
+    "nothing to review": _("no part mentions a function it may not call"),
 }
 BINS = 10
+# The page runs no script and loads nothing: its picture is inline, its links are relative (relative_href).
+POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 STYLE = """
 body { font-family: system-ui, "Noto Sans CJK SC", "WenQuanYi Micro Hei", sans-serif; margin: 2em; color: #222; }
@@ -152,6 +161,19 @@ def students_table(report: ClassReport, links: dict[str, list[tuple[str, str]]])
     return f"<table id=students>{head}{''.join(rows)}</table>"
 
 
+def review_table(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
+    """The parts flagged for review (classreport.ReviewFlag): who, which part, what it mentions, its points."""
+    t = heading_in(report.lang)
+    if not report.review:
+        return f"<p>{t('nothing to review')}</p>"
+    head = (f"<tr><th>{t('student')}</th><th>{t('part')}</th><th>{t('mentions')}</th><th>{t('score')}</th>"
+            "</tr>")
+    rows = "".join(f"<tr><td>{student_link(f.student, links)}</td><td>{esc(f.part)}</td>"
+                   f"<td>{esc(', '.join(f.mentions))}</td><td class=num>{fmt(round(f.score, 2))}</td></tr>"
+                   for f in report.review)
+    return f"<p class=muted>{t('review why')}</p><table id=review>{head}{rows}</table>"
+
+
 def page(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
     """The whole page. `links`: student -> [(label, relative href), ...] of their reports."""
     lang = report.lang
@@ -162,24 +184,69 @@ def page(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
     threshold = esc(_("students below {percent}% of the points").format(
         percent=fmt(round(report.threshold * 100, 1))).render(lang))
     html_lang = "zh-CN" if lang == "zh" else lang
-    return (f'<!DOCTYPE html>\n<html lang="{html_lang}"><head><meta charset="utf-8"><title>{title}</title>'
+    return (f'<!DOCTYPE html>\n<html lang="{html_lang}"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{POLICY}"><title>{title}</title>'
             f"<style>{STYLE}</style></head><body>\n<h1>{title}</h1><p>{summary}</p>\n"
             f"<h2>{t('score distribution per part')}</h2>{picture(report)}{parts_table(report)}\n"
             f"<h2>{t('most common failing checks')}</h2>{failures_table(report)}\n"
             f"<h2>{threshold}</h2>{below_table(report, links)}\n"
+            f"<h2>{t('to review')}</h2>{review_table(report, links)}\n"
             f"<h2>{t('every student')}</h2>{students_table(report, links)}\n</body></html>\n")
 
 
+def relative_href(*segments: str) -> str:
+    """A link relative to the page from path segments (a student's folder name among them): each one
+    percent-quoted whole, so that no name can make the link absolute or give it a scheme
+    (`javascript:alert(1)` becomes `javascript%3Aalert%281%29`), a query or a fragment."""
+    return "/".join(segment if segment == ".." else quote(segment, safe="") for segment in segments)
+
+
+class _Head(HTMLParser):
+    """The elements of a page up to its first Content-Security-Policy (CSP) meta, and that policy."""
+
+    def __init__(self):
+        super().__init__()
+        self.before: list[str] = []
+        self.policy: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if self.policy is None:
+            if tag == "meta" and (attrs.get("http-equiv") or "").lower() == "content-security-policy":
+                self.policy = attrs.get("content") or ""
+            else:
+                self.before.append("meta charset" if tag == "meta" and "charset" in attrs else tag)
+
+
+def forbids_scripts(page: str) -> bool:
+    """Does the page forbid every script before it could run one: a CSP with default-src and script-src 'none'
+    with nothing but <html>, <head> and the charset before it (what feedbackpage.py writes)?"""
+    head = _Head()
+    head.feed(page[:65536])
+    policy = {d.strip().split(" ", 1)[0]: d.strip() for d in (head.policy or "").split(";")}
+    return (set(head.before) <= {"html", "head", "meta charset"} and policy.get("script-src") == "script-src 'none'"
+            and policy.get("default-src") == "default-src 'none'")
+
+
+def feedback_pages(folder: Path, notebooks) -> list[Path]:
+    """nbgrader's feedback pages of a student: `<notebook>.html` for the assignment's notebooks, and only those
+    that forbid scripts. nbgrader copies every other file of the submission there too: a student's own
+    notes.html, or a 02_masks.html in place of a notebook not submitted, is never linked."""
+    pages = [folder / f"{name}.html" for name in notebooks]
+    return [p for p in pages if p.is_file() and forbids_scripts(p.read_text(encoding="utf-8", errors="replace"))]
+
+
 def report_links(reports: Path, course: Path, assignment: str, students) -> dict[str, list[tuple[str, str]]]:
-    """student -> their reports, as links relative to the page: the JSON grade-class wrote, nbgrader's feedback."""
+    """student -> their reports, as links relative to the page (relative_href): the JSON grade-class wrote,
+    nbgrader's feedback pages (feedback_pages)."""
+    notebooks = edition.resolve(assignment).assignment.notebooks
     links: dict[str, list[tuple[str, str]]] = {}
     for student in students:
         found = []
         if (reports / f"{student}.json").exists():
-            found.append(("JSON", f"{student}.json"))
-        feedback = course / "feedback" / student / assignment
-        for path in sorted(feedback.glob("*.html")) if feedback.is_dir() else ():
-            found.append((path.stem, "../../" + path.relative_to(course).as_posix()))
+            found.append(("JSON", relative_href(f"{student}.json")))
+        for path in feedback_pages(course / "feedback" / student / assignment, notebooks):
+            found.append((path.stem, relative_href("..", "..", *path.relative_to(course).parts)))
         links[student] = found
     return links
 

@@ -61,6 +61,16 @@ class Student:
 
 
 @dataclass(frozen=True)
+class ReviewFlag:
+    """A part to review by hand: its code mentions a torch function it may not call, and the watch did not see
+    the call (PartResult.review). It kept its points; the watch cannot prove the call never ran."""
+    student: str
+    part: str
+    mentions: tuple[str, ...]  # "SelfAttention (scaled_dot_product_attention)", ...
+    score: float
+
+
+@dataclass(frozen=True)
 class ClassReport:
     assignment: str  # the edition graded (self_attention, generation_zh, ...)
     lang: str  # the edition's language: the page's headings are in it
@@ -69,6 +79,7 @@ class ClassReport:
     parts: tuple[PartScores, ...]
     common_failures: tuple[CommonFailure, ...]  # most frequent first
     threshold: float  # a fraction of the points
+    review: tuple[ReviewFlag, ...] = ()  # in the class's order, then the parts' order
 
     @property
     def below_threshold(self) -> tuple[Student, ...]:
@@ -102,6 +113,11 @@ def common_failures(results: list[GradeResult], most: int = MOST_COMMON) -> tupl
                  for part, message in ranked[:most])
 
 
+def review_flags(results: list[GradeResult]) -> tuple[ReviewFlag, ...]:
+    """Every part, of every student, flagged for review (scan.note_mentions)."""
+    return tuple(ReviewFlag(r.submission, p.id, p.review, p.score) for r in results for p in r.parts if p.review)
+
+
 def summarize(assignment: str, results: list[GradeResult], threshold: float = DEFAULT_THRESHOLD) -> ClassReport:
     """The class report of `assignment` (an edition id) from its students' results (their `submission`: the id)."""
     graded = edition.resolve(assignment)
@@ -110,4 +126,4 @@ def summarize(assignment: str, results: list[GradeResult], threshold: float = DE
     parts = tuple(PartScores(p.id, p.points, tuple(r.part(p.id).score for r in results)) for p in contract.parts)
     students = tuple(Student(r.submission, r.score, r.max_score or contract.max_score, weakest_parts(r)) for r in results)
     return ClassReport(assignment, graded.lang, float(contract.max_score), students, parts,
-                       common_failures(results), threshold)
+                       common_failures(results), threshold, review_flags(results))

@@ -27,6 +27,8 @@ def part_to_json(part: PartResult) -> dict:
         out["notes"] = list(part.notes)
     if not part.ran:
         out["ran"] = False
+    if part.review:
+        out["review"] = list(part.review)
     return out
 
 
@@ -51,7 +53,8 @@ def dumps(result: GradeResult, indent: int = 2) -> str:
 def part_from_json(doc: dict) -> PartResult:
     checks = tuple(CheckResult(c["name"], c["passed"], c["points"], c["max_points"], c["message"])
                    for c in doc["checks"])
-    return PartResult(doc["id"], doc["max_score"], checks, tuple(doc.get("notes", ())), ran=doc.get("ran", True))
+    return PartResult(doc["id"], doc["max_score"], checks, tuple(doc.get("notes", ())), ran=doc.get("ran", True),
+                      review=tuple(doc.get("review", ())))
 
 
 def from_json(doc: dict, submission: str | None = None) -> GradeResult:

@@ -22,6 +22,10 @@ class PartResult:
     notes: tuple[str, ...] = ()
     ran: bool = True  # False: the stage did not run (e.g. no GPU); never counted as passed
     seconds: float = 0.0
+    # For the instructor's review: where the part's code mentions a torch function it may not call that the watch
+    # did not see called, e.g. "SelfAttention (scaled_dot_product_attention)" (grading/scan.py). It costs nothing:
+    # the watch cannot prove it never ran (docs/security.md).
+    review: tuple[str, ...] = ()
 
     @property
     def score(self) -> float:

@@ -122,10 +122,14 @@ def mentions_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.par
 
 def note_mentions(part: PartResult, mentioned: set[tuple[str, str]], called: bool,
                   lang: str = DEFAULT_LANGUAGE) -> PartResult:
-    """A part whose code mentions a forbidden torch function it never called while graded: a note, no loss."""
+    """A part whose code mentions a forbidden torch function that the watch did not see called while it was graded:
+    no loss (the contract: a mention is not a call), a note that vouches for nothing, and the mentions in
+    `review`, for the instructor (the class report lists them). The watch runs in the student's process: code that
+    switched it off is not seen either (docs/security.md), so "not seen" is never said as "did not run"."""
     if not mentioned or called:
         return part
-    where = ", ".join(f"{name} ({use})" for name, use in sorted(mentioned))
-    note = _("your code mentions a function this part may not call: {where}; it did not run while the part was "
-             "graded, so no points are lost (calling it here would earn nothing)").format(where=where).render(lang)
-    return replace(part, notes=part.notes + (note,))
+    where = tuple(f"{name} ({use})" for name, use in sorted(mentioned))
+    note = _("your code mentions a function this part may not call: {where}; the grader's watch did not see it "
+             "called while the part was graded, so it costs no points here, and this part is flagged for your "
+             "instructor's review (calling it here earns nothing)").format(where=", ".join(where)).render(lang)
+    return replace(part, notes=part.notes + (note,), review=part.review + where)

@@ -1,0 +1,153 @@
+"""nbgrader's feedback pages run no script of a student's (commands/feedbackpage.py; issue 32, item 6).
+
+A student's markdown, raw cells, outputs and cell metadata can carry `<script>`, `<img onerror>`,
+`javascript:` links, `<iframe>` and `<svg onload>`; stock nbgrader put them live in the feedback page that the
+class report links to. Claims: through `nbgrader generate_feedback` on the course's own configuration, none of
+them is live in the page (read with an HTML parser, as a browser would: no script element, no event handler,
+no frame, no svg, no link or image that runs code), the page carries a Content-Security-Policy that forbids
+scripts, and the grader's scores and messages are still there.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from html.parser import HTMLParser
+from urllib.parse import urlsplit
+
+import nbformat
+import pytest
+from traitlets.config import Config
+
+from autograder.commands.feedbackpage import CSP, FeedbackExporter
+
+MARKDOWN = ('<script>alert("md-script")</script>\n\n<img src=x onerror="alert(\'md-img\')">\n\n'
+            '<a href="javascript:alert(\'md-link\')">click</a> [md](javascript:alert(2)) '
+            '<a href="jav&#x61;script:alert(5)">entity</a>\n\n'
+            '<iframe src="https://example.org" srcdoc="<script>alert(6)</script>"></iframe>\n\n'
+            '<svg onload="alert(\'md-svg\')"><circle r="4"/></svg>\n\n<div style="position:fixed">x</div>\n\n'
+            '<details><summary>a hint</summary>use <code>softmax</code></details>\n\nsee [the docs](https://pytorch.org)\n')
+HTML_OUTPUT = ('<script>alert("out")</script><img src=x onerror=alert(3)><iframe src="javascript:alert(7)"></iframe>'
+               '<svg><script>alert(8)</script></svg><a href="javascript:alert(9)">x</a><b>bold output</b>')
+
+
+def hostile_outputs() -> list[dict]:
+    return [{"output_type": "display_data", "metadata": {"image/png": {"width": '1" onmouseover="alert(10)'}},
+             "data": {"text/html": HTML_OUTPUT, "image/svg+xml": "<svg onload=alert(11)></svg>",
+                      "application/javascript": "alert(12)", "text/latex": "<script>alert(13)</script>",
+                      "text/plain": "plain output"}},
+            {"output_type": "display_data", "metadata": {},
+             "data": {"text/markdown": "<img src=x onerror=alert(14)> **md output**",
+                      "image/png": 'x" onerror="alert(15)'}}]
+
+
+class Page(HTMLParser):
+    """What a browser would build from the page: elements and attributes, the text apart."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.elements: list[tuple[str, dict]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+
+
+def assert_nothing_live(text: str) -> None:
+    page = Page(text)
+    tags = [tag for tag, _ in page.elements]
+    for tag in ("script", "iframe", "svg", "object", "embed", "frame", "base", "form", "link"):
+        assert tag not in tags, tag
+    for tag, attrs in page.elements:
+        assert not [a for a in attrs if a.lower().startswith("on")], (tag, attrs)
+        assert "style" not in attrs and "srcdoc" not in attrs, (tag, attrs)
+        for name in ("href", "src", "action", "formaction", "xlink:href"):
+            if attrs.get(name) is not None:
+                scheme = urlsplit(attrs[name].strip()).scheme.lower()
+                assert scheme in ("", "http", "https", "mailto") or (
+                    tag == "img" and attrs[name].startswith(("data:image/png;base64,", "data:image/jpeg;base64,"))), \
+                    (tag, attrs)
+    metas = [(i, attrs) for i, (tag, attrs) in enumerate(page.elements) if tag == "meta"]
+    policy = [(i, attrs) for i, attrs in metas if attrs.get("http-equiv", "").lower() == "content-security-policy"]
+    assert len(policy) == 1, metas
+    index, attrs = policy[0]
+    assert "script-src 'none'" in attrs["content"] and "default-src 'none'" in attrs["content"]
+    assert [tag for tag, _ in page.elements[:index]] in (["html", "head", "meta"], ["html", "head"]), page.elements[:index]
+
+
+def test_the_exporter_leaves_no_live_script_in_markdown_raw_cells_outputs_or_metadata():
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": "</script><script>alert(16)"}}
+    nb.cells.append(nbformat.v4.new_markdown_cell(MARKDOWN, metadata={"tags": ['x" onmouseover="alert(17)']}))
+    code = nbformat.v4.new_code_cell("1", metadata={"nbgrader": {"grade_id": 'a"><script>alert(18)</script>',
+                                                                 "solution": True, "grade": False}})
+    code.outputs = [nbformat.from_dict(o) for o in hostile_outputs()]
+    nb.cells += [code, nbformat.v4.new_raw_cell("<script>alert('raw')</script><img src=x onerror=alert(19)>")]
+    config = Config()
+    config.HTMLExporter.template_name = "classic"
+    page, _ = FeedbackExporter(config=config).from_notebook_node(nb)
+    assert_nothing_live(page)
+    assert "<details><summary>a hint</summary>" in page and '<a href="https://pytorch.org">the docs</a>' in page
+    assert "<b>bold output</b>" in page and "<strong>md output</strong>" in page
+    assert '&lt;script&gt;alert("md-script")&lt;/script&gt;' in page  # shown as the student wrote it, not run
+    assert [a["content"] for t, a in Page(page).elements if t == "meta" and "http-equiv" in a] == [CSP]
+
+
+@pytest.fixture(scope="module")
+def feedback(private_tmp):
+    """A course of the real self_attention notebooks; eve's 01_scores is correct, with the attacks in a markdown
+    cell of hers and, after autograde (which clears outputs), in an output of the autograded notebook."""
+    from examples.make_class import make_course, nbgrader, solved
+
+    root = make_course(private_tmp / "feedback" / "course", assignments=("self_attention",))
+    nb = solved(root, "01_scores")
+    nb["cells"].append({"cell_type": "markdown", "id": "eve-markdown", "metadata": {}, "source": MARKDOWN})
+    folder = root / "submitted" / "eve" / "self_attention"
+    folder.mkdir(parents=True)
+    (folder / "01_scores.ipynb").write_text(json.dumps(nb))
+    (folder / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")
+    (folder / "notes.html").write_text("<script>alert('a page of eve's own')</script>")  # nbgrader copies it along
+    nbgrader(root, "autograde", "self_attention")
+    graded = root / "autograded" / "eve" / "self_attention" / "01_scores.ipynb"
+    autograded = json.loads(graded.read_text())
+    autograded["cells"].append({"cell_type": "code", "id": "eve-output", "metadata": {}, "execution_count": 1,
+                                "source": "show()", "outputs": hostile_outputs()})
+    graded.write_text(json.dumps(autograded))
+    nbgrader(root, "generate_feedback", "self_attention")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def page_of(course) -> str:
+    return (course / "feedback" / "eve" / "self_attention" / "01_scores.html").read_text(encoding="utf-8")
+
+
+def test_nbgrader_feedback_has_no_live_student_script_and_a_policy_that_forbids_scripts(feedback):
+    assert_nothing_live(page_of(feedback))
+    assert "md-script" in page_of(feedback) and "bold output" in page_of(feedback)  # the student's work, as text
+
+
+def test_the_class_report_links_the_feedback_page_and_never_a_students_own_html_copied_beside_it(feedback):
+    from autograder.commands import classpage
+
+    assert (feedback / "feedback" / "eve" / "self_attention" / "notes.html").exists()  # (nbgrader copied it)
+    links = classpage.report_links(feedback / "autograder_reports" / "self_attention", feedback, "self_attention",
+                                   ["eve"])
+    assert links == {"eve": [("01_scores", "../../feedback/eve/self_attention/01_scores.html")]}
+
+
+def test_nbgrader_feedback_still_shows_the_scores_and_the_graders_report(feedback):
+    from autograder.foundation import spec
+
+    feedback = page_of(feedback)
+
+    for part in spec.assignment("self_attention").parts_of("01_scores"):
+        assert f"Score: {float(part.points)} / {float(part.points)}" in feedback, part.id
+    assert "[PASS]" in feedback or "PASS" in feedback
+
+
+def test_the_course_configuration_uses_the_safe_exporter_for_feedback():
+    from autograder import nbgrader_plugin
+
+    config = Config()
+    nbgrader_plugin.configure(config)
+    assert config.GenerateFeedback.exporter_class == f"{FeedbackExporter.__module__}.{FeedbackExporter.__name__}"
