@@ -26,6 +26,10 @@ import torch
 HEADER = struct.Struct("!Q")
 PART = struct.Struct("!I")
 MAX_MESSAGE_BYTES = 320 * 2**20  # a reply larger than this is refused unread
+# The JSON parts of a frame (tensors travel raw, outside them): an honest reply's is under a few kB and holds under a
+# hundred values; each value read costs the reading side about 60 bytes, so both are capped before json.loads runs.
+MAX_JSON_BYTES = 4 * 2**20
+MAX_JSON_VALUES = 2**18
 MAX_DIMS = 64
 ALIGN = 64
 MARK = "\x00"  # the key of the dict that stands for a tensor in a message
@@ -94,13 +98,26 @@ def send(sock: socket.socket, obj) -> None:
 
 # --------------------------------------------------------------------------- reading
 def _part(data: bytearray, at: int) -> tuple[bytes, int]:
+    """One JSON part of a frame, refused unread when it is over MAX_JSON_BYTES or may hold over MAX_JSON_VALUES values."""
     if at + PART.size > len(data):
         raise ProtocolError("the frame ends inside its header")
     (n,) = PART.unpack_from(data, at)
     at += PART.size
     if at + n > len(data):
         raise ProtocolError("the frame is shorter than its header says")
-    return bytes(data[at:at + n]), at + n
+    if n > MAX_JSON_BYTES:
+        raise ProtocolError(f"refused a message whose JSON is {n} bytes, over the {MAX_JSON_BYTES}-byte limit "
+                            "(tensors travel apart)")
+    part = bytes(data[at:at + n])
+    if n > MAX_JSON_VALUES and json_values(part) > MAX_JSON_VALUES:
+        raise ProtocolError(f"refused a message of more than {MAX_JSON_VALUES} values")
+    return part, at + n
+
+
+def json_values(text: bytes) -> int:
+    """At least the number of values in a JSON document (each but the first follows a comma or opens a list or an
+    object; a comma inside a string counts too): counted at C speed, before json.loads builds any of them."""
+    return text.count(b",") + text.count(b"[") + text.count(b"{") + 1
 
 
 def _tensor(entry, data: bytearray, start: int) -> torch.Tensor:
@@ -149,7 +166,11 @@ def decode(data: bytearray):
 
 
 def recv(sock: socket.socket, max_bytes: int = MAX_MESSAGE_BYTES, deadline: float | None = None):
+    """The next message; ProtocolError for a frame over `max_bytes`, malformed, or over this process's memory limit."""
     (size,) = HEADER.unpack(recv_exact(sock, HEADER.size, deadline))
     if size > max_bytes:
         raise ProtocolError(f"message of {size} bytes is over the {max_bytes}-byte limit")
-    return decode(recv_exact(sock, size, deadline))
+    try:
+        return decode(recv_exact(sock, size, deadline))
+    except MemoryError:
+        raise ProtocolError(f"a message of {size} bytes did not fit in the grader's memory limit") from None
