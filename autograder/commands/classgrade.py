@@ -55,6 +55,8 @@ NOT_SUBMITTED = _("{notebook} was not submitted")
 WAS_GRADED = _("your notebook was graded")  # a check's name: English in the results, translated in the reports
 OVERDUE = _("not graded: grading your submission did not finish within {seconds:.0f} s and was stopped (an endless "
             "loop, or code that blocks the grader?)")
+DIED = _("not graded: grading your submission ended the grader's own process twice ({why}): code that makes the grader "
+         "run out of memory?")
 
 
 def missing_part(part: spec.Part, why: str) -> PartResult:
@@ -236,6 +238,12 @@ def _grade_queue(pool, course, assignment, settings: Settings, console, grader, 
                          "seconds": seconds, "lang": lang})
 
     def failed(student: str, exc: BaseException) -> None:
+        if isinstance(exc, classpool.ProcessDied):  # the submission's doing, as at its deadline: 0, recorded
+            lang = edition.resolve(assignment).lang
+            why = DIED.format(why=exc.why).render(lang)
+            record(student, {"parts": [missing_part(p, why) for p in the_assignment.parts], "notes": [why],
+                             "seconds": 0.0, "lang": lang})
+            return
         why = f"{type(exc).__name__}: {str(exc)[:300]}"
         result = GradeResult(student, tuple(missing_part(p, f"not graded: {why}") for p in the_assignment.parts),
                              notes=(f"not graded: {why}",))
