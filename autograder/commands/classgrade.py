@@ -14,9 +14,10 @@ Design
 * Resumption (resume.py): a submission whose files and whose grader are unchanged since its
   last grading is skipped, unless --force.
 * A bad submission (corrupt notebook, syntax error, endless loop) gets zeros and a message;
-  a grading process that dies is replaced and the rest of the class goes on; one that does not
-  answer within the submission's deadline (Limits.submission_deadline) is killed and the
-  submission recorded as 0 with the reason (classpool.py).
+  a grading process that dies is replaced and the rest of the class goes on (a submission that
+  ends it twice is recorded as 0 with the reason); one that does not answer within the
+  submission's deadline (Limits.submission_deadline) is killed and the submission recorded as 0
+  with the reason (classpool.py). Each grading process has a memory limit (Limits.grader_memory_bytes).
 * Where the sandbox is incomplete, nothing is graded: one line, exit status 2 (limits.SandboxUnavailable),
   unless --unsafe-no-sandbox.
 Reports (the student's messages, the JSON document of document.py) go to
