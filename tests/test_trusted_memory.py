@@ -162,3 +162,44 @@ def test_nbgrader_stops_a_notebook_at_its_deadline_and_a_fresh_child_grades_the_
     assert f"did not finish within {NOTEBOOK_SECONDS} s" in feedback(course, "hang", "02_masks")
     for part in ("qkv_projection", "scaled_scores", "module", "multihead", "long_sequence"):
         assert scores[("hang", part)] == next(p.points for p in PARTS if p.id == part), part
+
+
+# A grading process that ends whenever it grades the student "dies" (as one killed by the kernel, or out of its
+# memory limit, would): the real grading process, its grade_folder wrapped.
+DYING_WORKER = """
+import os, sys
+sys.path.insert(0, {repo!r})
+from autograder.commands import classgrade, classpool, classworker
+real = classgrade.grade_folder
+def grade_folder(folder, assignment, grader):
+    if "/dies/" in folder:
+        os._exit(getattr(classpool, "OUT_OF_MEMORY", 3))
+    return real(folder, assignment, grader)
+classgrade.grade_folder = grade_folder
+classworker.main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+"""
+
+
+def test_a_submission_that_ends_its_grading_process_twice_is_recorded_and_not_graded_again(course, autograde,
+                                                                                          monkeypatch, private_tmp):
+    from autograder.commands import classpool
+    from autograder.commands.classgrade import Settings, grade_class
+
+    script = private_tmp / "dying_worker.py"
+    script.write_text(DYING_WORKER.format(repo=str(REPO)))
+    popen = classpool.subprocess.Popen
+
+    def dying(argv, *args, **kwargs):
+        if "autograder.commands.classworker" in argv:
+            argv = [argv[0], str(script), *argv[3:]]
+        return popen(argv, *args, **kwargs)
+
+    monkeypatch.setattr(classpool.subprocess, "Popen", dying)
+    collect(course, {"dies": "correct"})
+    first = {o.student: o for o in grade_class(course, settings=Settings(workers=1, progress=False))}
+    assert first["dies"].status == "graded", first["dies"]
+    dies = report(course, "dies")
+    assert all(p["score"] == 0 for p in dies.values())
+    assert "ended the grader's own process twice (out of its memory limit)" in json.dumps(dies["masks"])
+    again = {o.student: o.status for o in grade_class(course, settings=Settings(workers=1, progress=False))}
+    assert again["dies"] == "skipped", again
