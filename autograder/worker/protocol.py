@@ -9,7 +9,7 @@ numbers, booleans, None, and dense CPU tensors. On the wire it is one frame:
     padding   to a multiple of 64 bytes, then each tensor's raw bytes (row-major), at its offset
 
 Reading a frame runs `json.loads` and `torch.frombuffer` over bytes whose sizes are all
-checked against the frame: nothing in a message can run code when it is read (the trusted
+checked against the frame (and each JSON part against MAX_JSON_BYTES and MAX_JSON_VALUES, before it is read): nothing in a message can run code when it is read (the trusted
 side reads what student code may have written), and no pickle is ever involved. Tensors are
 views of the received buffer (no copy); booleans are rebuilt from their bytes (0 or not).
 """
