@@ -203,3 +203,12 @@ def test_a_submission_that_ends_its_grading_process_twice_is_recorded_and_not_gr
     assert "ended the grader's own process twice (out of its memory limit)" in json.dumps(dies["masks"])
     again = {o.student: o.status for o in grade_class(course, settings=Settings(workers=1, progress=False))}
     assert again["dies"] == "skipped", again
+
+
+def test_the_caps_on_replies_leave_a_large_submission_loading(grader, private_tmp):
+    """The caps are the trusted side's: the worker still reads a load request of more code than a reply may hold
+    JSON (6 MB of source, millions of commas), and the submission is graded."""
+    path = private_tmp / "large.py"
+    path.write_text((REPO / "solutions" / "attention.py").read_text() + "\nDATA = '" + "1," * 3_000_000 + "'\n")
+    result = grader.grade(path, part_ids=["qkv_projection"])
+    assert result.part("qkv_projection").score == result.part("qkv_projection").max_score, result.notes

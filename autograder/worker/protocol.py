@@ -97,19 +97,20 @@ def send(sock: socket.socket, obj) -> None:
 
 
 # --------------------------------------------------------------------------- reading
-def _part(data: bytearray, at: int) -> tuple[bytes, int]:
-    """One JSON part of a frame, refused unread when it is over MAX_JSON_BYTES or may hold over MAX_JSON_VALUES values."""
+def _part(data: bytearray, at: int, capped: bool) -> tuple[bytes, int]:
+    """One JSON part of a frame; `capped`: refused unread when it is over MAX_JSON_BYTES or may hold over
+    MAX_JSON_VALUES values."""
     if at + PART.size > len(data):
         raise ProtocolError("the frame ends inside its header")
     (n,) = PART.unpack_from(data, at)
     at += PART.size
     if at + n > len(data):
         raise ProtocolError("the frame is shorter than its header says")
-    if n > MAX_JSON_BYTES:
+    if capped and n > MAX_JSON_BYTES:
         raise ProtocolError(f"refused a message whose JSON is {n} bytes, over the {MAX_JSON_BYTES}-byte limit "
                             "(tensors travel apart)")
     part = bytes(data[at:at + n])
-    if n > MAX_JSON_VALUES and json_values(part) > MAX_JSON_VALUES:
+    if capped and n > MAX_JSON_VALUES and json_values(part) > MAX_JSON_VALUES:
         raise ProtocolError(f"refused a message of more than {MAX_JSON_VALUES} values")
     return part, at + n
 
@@ -139,10 +140,12 @@ def _tensor(entry, data: bytearray, start: int) -> torch.Tensor:
     return torch.frombuffer(data, dtype=dtype, count=count, offset=at).reshape(shape)
 
 
-def decode(data: bytearray):
-    """The message of one frame's body (after its length prefix)."""
-    head, at = _part(data, 0)
-    text, at = _part(data, at)
+def decode(data: bytearray, capped: bool = True):
+    """The message of one frame's body (after its length prefix). `capped` (the trusted side): its JSON within
+    MAX_JSON_BYTES and MAX_JSON_VALUES; the worker reads the grader's requests (a load carries the student's
+    code, which may be larger) uncapped."""
+    head, at = _part(data, 0, capped)
+    text, at = _part(data, at, capped)
     start = at + (-at % ALIGN)
     try:
         table = json.loads(head)
@@ -165,12 +168,14 @@ def decode(data: bytearray):
         raise ProtocolError(f"refused a message that is not plain data: {type(exc).__name__}") from None
 
 
-def recv(sock: socket.socket, max_bytes: int = MAX_MESSAGE_BYTES, deadline: float | None = None):
-    """The next message; ProtocolError for a frame over `max_bytes`, malformed, or over this process's memory limit."""
+def recv(sock: socket.socket, max_bytes: int = MAX_MESSAGE_BYTES, deadline: float | None = None,
+         capped: bool = True):
+    """The next message; ProtocolError for a frame over `max_bytes`, malformed, over the JSON caps (`capped`: see
+    decode), or over this process's memory limit."""
     (size,) = HEADER.unpack(recv_exact(sock, HEADER.size, deadline))
     if size > max_bytes:
         raise ProtocolError(f"message of {size} bytes is over the {max_bytes}-byte limit")
     try:
-        return decode(recv_exact(sock, size, deadline))
+        return decode(recv_exact(sock, size, deadline), capped)
     except MemoryError:
         raise ProtocolError(f"a message of {size} bytes did not fit in the grader's memory limit") from None
