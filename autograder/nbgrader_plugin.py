@@ -4,8 +4,11 @@ nbgrader's `autograde` runs a list of preprocessors on each submitted notebook; 
 one, `Execute`, runs every cell in a kernel and nbgrader then reads each graded cell's
 output (an error or stderr: 0; a number: that partial credit; anything else: full marks).
 `AutograderPreprocessor` takes Execute's place: it grades the notebook's solution cells with
-the hidden checks in a sandboxed worker (one warm `Grader` per nbgrader process, reused for
-every notebook), then gives each graded cell (grade_id == part id) two outputs:
+the hidden checks in a sandboxed worker, then gives each graded cell (grade_id == part id) two outputs.
+The grading itself runs in a child process, grade-class's grading process (commands/classworker.py: one
+warm `Grader`, its memory capped), started once per nbgrader process and given one notebook at a time with a
+deadline: a notebook that brings it down or stops it past the deadline scores 0 with the reason, a fresh
+child takes the next one, and the rest of the class is graded. The outputs:
 
 * a stdout stream: the part's report (check names, points and messages for the student);
 * an execute_result whose text/plain is the part's score, between 0 and the cell's points.
@@ -26,6 +29,8 @@ import atexit
 import functools
 import json
 import os
+import pickle
+import select
 import sys
 import tempfile
 import threading
@@ -34,14 +39,14 @@ from pathlib import Path
 import nbformat
 from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
-from traitlets import Bool
+from traitlets import Bool, Float
 
 from .foundation import edition, i18n, spec
-from .commands import exposure
-from .foundation.extract import SubmissionError, extract, notebook_language, parse_json
+from .commands import classpool, classworker, exposure
+from .commands.classgrade import OVERDUE
+from .foundation.extract import notebook_language, parse_json
 from .commands.gradebook import cell_score
-from .foundation.limits import Limits, unsafe_from_env
-from .sandbox.pool import SandboxUnavailable
+from .foundation.limits import Limits, SandboxUnavailable, unsafe_from_env
 from .foundation.readfile import Unreadable, read_bytes
 from .grading.scoring import zeros
 
@@ -102,29 +107,65 @@ def configure(c) -> None:
     c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
 
 
-_GRADER = None
+_CHILD: classpool.GradingProcess | None = None
 _LOCK = threading.Lock()
+NOTEBOOK_DIED = _("not graded: grading your notebook ended the grader's own process ({why}): code that makes the "
+                  "grader run out of memory?")
 
 
-def shared_grader(unsafe_no_sandbox: bool = False):
-    """The process-wide warm Grader (its zygote has imported torch once). It refuses to grade where a layer
-    of the sandbox is missing, unless `unsafe_no_sandbox` or AUTOGRADER_UNSAFE_NO_SANDBOX=1 said otherwise
-    (when it is first made)."""
-    global _GRADER
-    with _LOCK:
-        if _GRADER is None:
-            from .grading.grade import Grader  # noqa: PLC0415 - imports torch; only when grading starts
-
-            _GRADER = Grader(Limits(unsafe_no_sandbox=unsafe_no_sandbox or unsafe_from_env())).warm()
-            atexit.register(_close)
-        return _GRADER
+def grading_process(limits: Limits) -> classpool.GradingProcess:
+    """The process-wide grading process (started once, warm: its zygote has imported torch), or a fresh one after
+    a notebook brought the last one down. It refuses to grade where a layer of the sandbox is missing, unless
+    `limits.unsafe_no_sandbox` (AUTOGRADER_UNSAFE_NO_SANDBOX=1 included) said otherwise when it was started."""
+    global _CHILD
+    if _CHILD is None:
+        proc = classpool.GradingProcess(limits)
+        try:
+            message = classpool.recv(proc.results)  # ("ready",) once torch is imported and the grader warm
+        except (EOFError, OSError, pickle.UnpicklingError):
+            raise OSError(f"the autograder's grading process did not start ({proc.why_ended()}); run with "
+                          "AUTOGRADER_DEBUG=1 to see its error") from None
+        proc.ready = message == ("ready",)
+        _CHILD = proc
+    return _CHILD
 
 
 def _close() -> None:
-    global _GRADER
-    if _GRADER is not None:
-        _GRADER.close()
-        _GRADER = None
+    global _CHILD
+    if _CHILD is not None:
+        _CHILD.kill()
+        _CHILD = None
+
+
+atexit.register(_close)
+
+
+def _lost(path: Path, ids: list[str], assignment: spec.Assignment, reason: i18n.Message, lang: str | None):
+    """The notebook's parts, 0 with `reason` (the grading process that took it down is gone: a fresh one comes)."""
+    _close()
+    why = reason.render(lang or spec.DEFAULT_LANGUAGE)
+    return {p.id: p for p in zeros([assignment.part(pid) for pid in ids], why)}, []
+
+
+def grade_in_child(path: Path, ids: list[str], assignment: spec.Assignment, lang: str | None, limits: Limits):
+    """`classworker.grade_notebook` in the grading process, within `limits.submission_deadline` of the notebook's
+    parts; a notebook past it, or whose grading ended the process, scores 0 with the reason."""
+    with _LOCK:
+        proc = grading_process(limits)
+        proc.give(path.stem, (classworker.NOTEBOOK, str(path), list(ids), assignment.id, lang))
+        deadline = limits.submission_deadline(len(ids))
+        if not select.select([proc.results], [], [], deadline)[0]:
+            return _lost(path, ids, assignment, OVERDUE.format(seconds=deadline), lang)
+        try:
+            kind, payload = classpool.recv(proc.results)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            return _lost(path, ids, assignment, NOTEBOOK_DIED.format(why=proc.why_ended()), lang)
+        proc.student = None
+    if kind == "refused":
+        raise SandboxUnavailable(payload)
+    if kind == "error":  # the grader's own failure on this notebook: it scores 0 with the reason, the rest go on
+        return {p.id: p for p in zeros([assignment.part(pid) for pid in ids], f"not graded: {payload}")}, []
+    return payload
 
 
 def parts_of(notebook: str, assignment: spec.Assignment | None = None) -> list[str]:
@@ -182,22 +223,21 @@ def grade_outputs(report: str, score: float | None, points: float, error: str | 
 
 
 def grade_notebook_file(path: str | Path, grader=None, assignment: spec.Assignment | None = None,
-                        lang: str | None = None, unsafe_no_sandbox: bool = False):
+                        lang: str | None = None, unsafe_no_sandbox: bool = False, limits: Limits | None = None):
     """Grade one notebook with only its own code and its own parts: ({part_id: PartResult}, notes).
     Without `assignment`, the assignment that has a notebook of this name. Messages in `lang` (default:
-    the notebook's own language, from its metadata)."""
+    the notebook's own language, from its metadata). With `grader`, here; else in the grading process
+    (grade_in_child), under `limits` (default: Limits(), with `unsafe_no_sandbox`)."""
     path = Path(path)
     assignment = assignment or spec.assignment_of_notebook(path.stem)
     ids = parts_of(path.stem, assignment) if assignment else []
     if not ids:
         return {}, [_("{name} is not a notebook of this course: nothing in it is graded").format(
             name=path.name).render(lang or spec.DEFAULT_LANGUAGE)]
-    grader = grader or shared_grader(unsafe_no_sandbox)
-    try:
-        result = grader.grade(extract(path), part_ids=ids, assignment=assignment, lang=lang)
-    except SubmissionError as exc:
-        return {}, [i18n.render(exc.args[0] if exc.args else str(exc), lang or spec.DEFAULT_LANGUAGE)]
-    return {p.id: p for p in result.parts}, list(result.notes)
+    if grader is not None:
+        return classworker.grade_notebook(path, ids, assignment, lang, grader)
+    limits = limits or Limits(unsafe_no_sandbox=unsafe_no_sandbox or unsafe_from_env())
+    return grade_in_child(path, ids, assignment, lang, limits)
 
 
 def annotate(nb: dict, parts: dict, notes: list[str], lang: str = spec.DEFAULT_LANGUAGE) -> dict:
@@ -283,6 +323,13 @@ class AutograderPreprocessor(NbGraderPreprocessor):
 
     unsafe_no_sandbox = Bool(False, help="grade even where a layer of the sandbox is missing (the feedback "
                                          "says so)").tag(config=True)
+    notebook_seconds = Float(0.0, help="the longest the grading of one notebook may take before it scores 0 with "
+                                       "the reason (default 0: every part and restart at its limit, plus a "
+                                       "minute)").tag(config=True)
+
+    def limits(self) -> Limits:
+        return Limits(unsafe_no_sandbox=self.unsafe_no_sandbox or unsafe_from_env(),
+                      submission_seconds=self.notebook_seconds or None)
 
     def preprocess(self, nb, resources):
         warn_if_exposed(self.config.get("CourseDirectory", {}).get("root") or os.getcwd(), self.log)
@@ -300,8 +347,7 @@ class AutograderPreprocessor(NbGraderPreprocessor):
                 path = Path(tmp) / f"{name}.ipynb"
                 path.write_text(json.dumps(nb), encoding="utf-8")
                 try:
-                    parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang,
-                                                       unsafe_no_sandbox=self.unsafe_no_sandbox)
+                    parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang, limits=self.limits())
                 except SandboxUnavailable as exc:  # this machine: nothing is graded, nothing written
                     print(f"error: {exc}", file=sys.stderr, flush=True)
                     raise SystemExit(2) from None

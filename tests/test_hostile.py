@@ -130,6 +130,34 @@ def test_unpicklable_tricks_subclasses_and_absurd_outputs_are_refused(course, re
     assert result.part("masks").score < reference.part("masks").score
 
 
+def _peak_growth_mib(run):
+    """run() and how far the peak resident memory of this process (the trusted grader) rose above where it was."""
+    Path("/proc/self/clear_refs").write_text("5")  # (the kernel resets VmHWM to the current resident size)
+    before = _status_kib("VmRSS")
+    value = run()
+    return value, (_status_kib("VmHWM") - before) / 1024
+
+
+def _status_kib(field: str) -> int:
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field + ":"))
+    return int(line.split()[1])
+
+
+def test_replies_of_millions_of_json_values_are_refused_unread_small_and_fast(course, reference):
+    """A reply costs the grader what its JSON holds: millions of `[]` in a 12 MiB (or a 3 MiB) frame took the
+    trusted grader to gigabytes and tens of seconds. Both are refused before json.loads: the parts score 0 with
+    the reason, the grader's memory grows by little, the other part is untouched."""
+    started = time.perf_counter()
+    (result, _), growth = _peak_growth_mib(lambda: attack(course, "json_flood", SUBSET))
+    seconds = time.perf_counter() - started
+    assert result.part("qkv_projection").score == reference.part("qkv_projection").score
+    assert result.part("scaled_scores").score == 0 and result.part("masks").score == 0
+    assert "over the 4194304-byte limit" in kit.messages(result, "scaled_scores")
+    assert "refused a message of more than 262144 values" in kit.messages(result, "masks")
+    assert growth < 150, f"the trusted grader's peak memory rose by {growth:.0f} MiB"
+    assert seconds < 30, f"{seconds:.1f} s"
+
+
 def test_daemon_forked_at_import_dies_with_grading(course, reference):
     result, _ = attack(course, "daemon", ["qkv_projection"])
     assert result.part("qkv_projection").score == reference.part("qkv_projection").score

@@ -7,8 +7,9 @@ user already, it runs them as that user.
 Inside: every layer of the sandbox from inside a worker (tests/test_sandbox.py: nobody, no capability, no
 write outside /tmp, no cover unmounted, every protection on), the attacks that worked on a grader that
 was not root (unmount every cover and read the solutions; search the disk; write outside; the instructor's
-keyring, io_uring, perf events, userfaultfd and user namespaces; millions of files in /tmp), and the
-worker's image (no secret of the instructor's environment, no shared mapping, no capability).
+keyring, io_uring, perf events, userfaultfd and user namespaces; millions of files in /tmp), the worker's
+image (no secret of the instructor's environment, no shared mapping, no capability), and a grading process's
+memory limit, which its workers must not inherit.
 """
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 USER = "autograder-test"
 INNER = ["tests/test_sandbox.py", "tests/test_hostile.py",  # the whole sandbox and hostile suites
-         "tests/test_worker_image.py::test_a_worker_of_grade_holds_no_secret_no_shared_memory_and_no_capability"]
+         "tests/test_worker_image.py::test_a_worker_of_grade_holds_no_secret_no_shared_memory_and_no_capability",
+         "tests/test_trusted_memory.py::test_a_grading_process_caps_its_own_memory_and_its_workers_do_not_inherit_it"]
 COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/test_sandbox.py",
-          "tests/test_hostile.py", "tests/test_worker_image.py", "pyproject.toml"]
+          "tests/test_hostile.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py", "pyproject.toml"]
 
 
 def _ensure_user() -> None:

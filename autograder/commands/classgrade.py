@@ -14,9 +14,10 @@ Design
 * Resumption (resume.py): a submission whose files and whose grader are unchanged since its
   last grading is skipped, unless --force.
 * A bad submission (corrupt notebook, syntax error, endless loop) gets zeros and a message;
-  a grading process that dies is replaced and the rest of the class goes on; one that does not
-  answer within the submission's deadline (Limits.submission_deadline) is killed and the
-  submission recorded as 0 with the reason (classpool.py).
+  a grading process that dies is replaced and the rest of the class goes on (a submission that
+  ends it twice is recorded as 0 with the reason); one that does not answer within the
+  submission's deadline (Limits.submission_deadline) is killed and the submission recorded as 0
+  with the reason (classpool.py). Each grading process has a memory limit (Limits.grader_memory_bytes).
 * Where the sandbox is incomplete, nothing is graded: one line, exit status 2 (limits.SandboxUnavailable),
   unless --unsafe-no-sandbox.
 Reports (the student's messages, the JSON document of document.py) go to
@@ -55,6 +56,8 @@ NOT_SUBMITTED = _("{notebook} was not submitted")
 WAS_GRADED = _("your notebook was graded")  # a check's name: English in the results, translated in the reports
 OVERDUE = _("not graded: grading your submission did not finish within {seconds:.0f} s and was stopped (an endless "
             "loop, or code that blocks the grader?)")
+DIED = _("not graded: grading your submission ended the grader's own process twice ({why}): code that makes the grader "
+         "run out of memory?")
 
 
 def missing_part(part: spec.Part, why: str) -> PartResult:
@@ -236,6 +239,12 @@ def _grade_queue(pool, course, assignment, settings: Settings, console, grader, 
                          "seconds": seconds, "lang": lang})
 
     def failed(student: str, exc: BaseException) -> None:
+        if isinstance(exc, classpool.ProcessDied):  # the submission's doing, as at its deadline: 0, recorded
+            lang = edition.resolve(assignment).lang
+            why = DIED.format(why=exc.why).render(lang)
+            record(student, {"parts": [missing_part(p, why) for p in the_assignment.parts], "notes": [why],
+                             "seconds": 0.0, "lang": lang})
+            return
         why = f"{type(exc).__name__}: {str(exc)[:300]}"
         result = GradeResult(student, tuple(missing_part(p, f"not graded: {why}") for p in the_assignment.parts),
                              notes=(f"not graded: {why}",))

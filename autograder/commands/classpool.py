@@ -32,10 +32,15 @@ from ..foundation.limits import Limits, SandboxUnavailable
 from ..sandbox.prestart import PACKAGE_PARENT
 
 FRAME = struct.Struct("!Q")
+OUT_OF_MEMORY = 3  # the exit status of a grading process that ran out of its memory limit (classworker.py)
 
 
 class ProcessDied(Exception):
-    """A grading process ended while it graded a submission (killed, out of memory, a crash)."""
+    """A grading process ended twice while it graded a submission (killed, out of memory, a crash); `why`: how."""
+
+    def __init__(self, why: str):
+        super().__init__(f"the grading process ended ({why}) twice on this submission")
+        self.why = why
 
 
 def send(fd: int, message) -> None:
@@ -107,6 +112,8 @@ class GradingProcess:
 
     def why_ended(self) -> str:
         code = self.proc.wait()
+        if code == OUT_OF_MEMORY:
+            return "out of its memory limit"
         return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
 
 
@@ -160,7 +167,7 @@ class Pool:
                 pending.insert(0, student)  # retried once, in the fresh process that replaces this one
             self._replace(proc, pending)
             if attempts[student] >= 2:
-                failed(student, ProcessDied(f"the grading process ended ({why}) twice on this submission"))
+                failed(student, ProcessDied(why))
                 done(student)
             return
         kind = message[0]

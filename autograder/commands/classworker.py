@@ -2,17 +2,48 @@
 
 Started by classpool.py (the protocol is there). It dies with grade-class (parent-death signal) and
 leaves stop signals to it; it starts its zygote (prestart: by exec, before the grader is imported), warms
-one Grader, says it is ready, then grades one submission folder per message until its pipe closes.
+one Grader, says it is ready, then grades one submission folder per message until its pipe closes. nbgrader's
+preprocessor (autograder/nbgrader_plugin.py) starts one too and gives it one notebook per message
+(`(NOTEBOOK, path, part ids, assignment id, lang)`), so that a notebook that brings it down costs that notebook.
+Its own memory is capped (Limits.grader_memory_bytes); past it, it ends with classpool.OUT_OF_MEMORY.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
+from pathlib import Path
+
 from . import classpool
+from ..foundation import i18n, spec
+from ..foundation.extract import SubmissionError, extract
 from ..sandbox import prestart
 from ..sandbox.lifetime import STOP_SIGNALS, init_pool_process
-from ..foundation.limits import SandboxUnavailable
+from ..foundation.limits import SandboxUnavailable, limit_grader_memory
+
+NOTEBOOK = "notebook"  # a task's first item: one notebook for nbgrader (else: a submission folder of grade-class)
+
+
+def grade_notebook(path: str | Path, ids: list[str], assignment: spec.Assignment, lang: str | None, grader) -> tuple:
+    """One notebook with only its own code and its own parts `ids`, as nbgrader grades it: ({part_id: PartResult},
+    notes), messages in `lang` (default: the notebook's own)."""
+    try:
+        result = grader.grade(extract(path), part_ids=ids, assignment=assignment, lang=lang)
+    except SubmissionError as exc:
+        return {}, [i18n.render(exc.args[0] if exc.args else str(exc), lang or spec.DEFAULT_LANGUAGE)]
+    return {p.id: p for p in result.parts}, list(result.notes)
+
+
+def _task(args: tuple, grader):
+    """What one task message asks for, done."""
+    if args[0] == NOTEBOOK:
+        _, path, ids, assignment, lang = args
+        return grade_notebook(path, ids, spec.assignment(assignment), lang, grader)
+    from .classgrade import grade_folder  # noqa: PLC0415 - imported once the zygote started (main)
+
+    folder, assignment = args
+    return grade_folder(folder, assignment, grader)
 
 
 def main(tasks: int, results: int, parent: int) -> None:
@@ -20,7 +51,8 @@ def main(tasks: int, results: int, parent: int) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (blocked since its start: ignored from here)
     limits = classpool.recv(tasks)
     prestart.prefork()  # the zygote imports torch while this process imports the grader
-    from .classgrade import grade_folder  # noqa: PLC0415 - after the zygote's start: torch, seconds
+    limit_grader_memory(limits.grader_memory_bytes)  # (after the zygote's start: its workers keep their own limits)
+    from . import classgrade  # noqa: PLC0415, F401 - after the zygote's start: torch, seconds
     from ..grading.grade import Grader  # noqa: PLC0415
 
     with Grader(limits) as grader:
@@ -28,13 +60,15 @@ def main(tasks: int, results: int, parent: int) -> None:
         classpool.send(results, ("ready",))
         while True:
             try:
-                student, (folder, assignment) = classpool.recv(tasks)
+                _student, args = classpool.recv(tasks)
             except EOFError:
                 return
             try:
-                reply = ("ok", grade_folder(folder, assignment, grader))
+                reply = ("ok", _task(args, grader))
             except SandboxUnavailable as exc:
                 reply = ("refused", str(exc))
+            except MemoryError:  # (past Limits.grader_memory_bytes, outside any check): this process is done
+                os._exit(classpool.OUT_OF_MEMORY)
             except Exception as exc:  # noqa: BLE001 - the grader's own failure: reported by grade-class
                 reply = ("error", f"{type(exc).__name__}: {str(exc)[:300]}")
             classpool.send(results, reply)

@@ -106,6 +106,7 @@ def _split_python(code: str) -> list[str]:
 # What a student reads about a notebook that is not quite one (whole sentences, for translation).
 NOT_JSON = _("{name} could not be read as a notebook ({error})")
 TOO_DEEP = _("{name} could not be read as a notebook: its JSON is nested too deeply")
+TOO_MANY_VALUES = _("{name} could not be read as a notebook: its JSON holds more than {count} values")
 NO_CELLS = _("{name} is not a notebook: it has no list of cells")
 BAD_META = _("{name}: the nbgrader metadata of cell {cells} is not a dictionary: read as a plain cell")
 BAD_SOURCE = _("{name}: the source of cell {cells} is not text: that cell was skipped")
@@ -118,14 +119,51 @@ PY_NOT_UTF8 = "{path}: not a UTF-8 text file"
 PY_TOO_DEEP = "{path}: nested too deeply for Python to read (a line of thousands of brackets or signs?)"
 
 
+# A notebook's JSON, bounded before it is parsed: each value costs every reader (this one, nbformat, nbgrader's
+# preprocessors) about a hundred bytes per copy, and a 20 MB file of `[[],[],...]` or of nested metadata held nbgrader
+# for minutes and gigabytes. A real notebook holds a few thousand values, nested under ten deep.
+MAX_NOTEBOOK_VALUES = 2**18
+MAX_NOTEBOOK_DEPTH = 64
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def json_values(data: bytes) -> int:
+    """At least the number of values of a JSON document outside its strings (a value but the first follows a comma or
+    opens a list or an object), counted at C speed before anything is built; strings are skipped only when the count
+    with them is over the cap (code cells are full of commas and brackets)."""
+    count = data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+    if count <= MAX_NOTEBOOK_VALUES:
+        return count
+    bare = _STRING.sub(b"0", data)
+    return bare.count(b",") + bare.count(b"[") + bare.count(b"{") + 1
+
+
+def _depth(value) -> int:
+    """How deep lists and dicts nest in `value` (a JSON document of at most MAX_NOTEBOOK_VALUES values)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
 def parse_json(data: bytes, name: str):
-    """A notebook file's JSON (a UTF-8 byte-order mark is accepted); ValueError with one sentence."""
+    """A notebook file's JSON (a UTF-8 byte-order mark is accepted); ValueError with one sentence, also for a
+    document of more than MAX_NOTEBOOK_VALUES values (refused before parsing) or nested deeper than MAX_NOTEBOOK_DEPTH."""
+    if json_values(data) > MAX_NOTEBOOK_VALUES:
+        raise ValueError(TOO_MANY_VALUES.format(name=name, count=MAX_NOTEBOOK_VALUES))
     try:
-        return json.loads(data.decode("utf-8-sig"))
+        nb = json.loads(data.decode("utf-8-sig"))
     except RecursionError:
         raise ValueError(TOO_DEEP.format(name=name)) from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
         raise ValueError(NOT_JSON.format(name=name, error=f"{type(exc).__name__}: {str(exc)[:80]}")) from None
+    if _depth(nb) > MAX_NOTEBOOK_DEPTH:
+        raise ValueError(TOO_DEEP.format(name=name))
+    return nb
 
 
 def _nbgrader(cell: dict, bad: list[int], index: int) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 from dataclasses import dataclass, field
 
 GIB = 2**30
@@ -28,6 +29,9 @@ class Limits:
     unsafe_no_sandbox: bool = field(default_factory=lambda: unsafe_from_env())
     extra_hidden: tuple[str, ...] = field(default=())
     submission_seconds: float | None = None  # grade-class: the deadline of one submission (default: derived below)
+    # the trusted grading processes' own memory (RLIMIT_DATA: grade-class's, nbgrader's per notebook); an honest
+    # grading holds under 600 MB
+    grader_memory_bytes: int = 4 * GIB
 
     def submission_deadline(self, parts: int) -> float:
         """How long grade-class waits for one submission of `parts` parts before it kills its grading process
@@ -59,6 +63,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--submission-seconds", type=float, help="grade-class: the longest one submission may take "
                         "before its grading process is killed and it scores 0 with the reason (default: every part "
                         "and every restart at its limit, plus a minute)")
+    parser.add_argument("--grader-memory-gib", type=float, help="grade-class: memory limit of each trusted grading "
+                        f"process (default {_g(d.grader_memory_bytes / GIB)})")
     parser.add_argument("--hide", action="append", metavar="PATH", help="also hide this path from student code "
                         "(repeatable; the submission's folders and the current directory are always hidden)")
 
@@ -71,7 +77,19 @@ def from_args(args: argparse.Namespace) -> Limits:
                   namespaces=not args.no_namespaces, unsafe_no_sandbox=args.unsafe_no_sandbox or unsafe_from_env(),
                   load_seconds=args.load_seconds or d.load_seconds,
                   cpu_seconds=args.cpu_seconds or d.cpu_seconds,
-                  extra_hidden=tuple(args.hide or ()), submission_seconds=args.submission_seconds)
+                  extra_hidden=tuple(args.hide or ()), submission_seconds=args.submission_seconds,
+                  grader_memory_bytes=int((getattr(args, "grader_memory_gib", None) or d.grader_memory_bytes / GIB)
+                                          * GIB))
+
+
+def limit_grader_memory(limit_bytes: int) -> None:
+    """Cap this trusted grading process's data memory (RLIMIT_DATA, soft: what the process allocates; torch's and
+    CUDA's reserved address space is not counted). Past it an allocation fails here (MemoryError: the check or the
+    reply that asked for it fails) instead of the machine. The zygote, started from here, lifts it back to the hard
+    limit (worker/start.py): a worker keeps its own limits."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes if hard == resource.RLIM_INFINITY else min(limit_bytes, hard),
+                                              hard))
 
 
 UNSAFE_FLAG = "--unsafe-no-sandbox"

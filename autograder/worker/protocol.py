@@ -9,7 +9,7 @@ numbers, booleans, None, and dense CPU tensors. On the wire it is one frame:
     padding   to a multiple of 64 bytes, then each tensor's raw bytes (row-major), at its offset
 
 Reading a frame runs `json.loads` and `torch.frombuffer` over bytes whose sizes are all
-checked against the frame: nothing in a message can run code when it is read (the trusted
+checked against the frame (and each JSON part against MAX_JSON_BYTES and MAX_JSON_VALUES, before it is read): nothing in a message can run code when it is read (the trusted
 side reads what student code may have written), and no pickle is ever involved. Tensors are
 views of the received buffer (no copy); booleans are rebuilt from their bytes (0 or not).
 """
@@ -26,6 +26,10 @@ import torch
 HEADER = struct.Struct("!Q")
 PART = struct.Struct("!I")
 MAX_MESSAGE_BYTES = 320 * 2**20  # a reply larger than this is refused unread
+# The JSON parts of a frame (tensors travel raw, outside them): an honest reply's is under a few kB and holds under a
+# hundred values; each value read costs the reading side about 60 bytes, so both are capped before json.loads runs.
+MAX_JSON_BYTES = 4 * 2**20
+MAX_JSON_VALUES = 2**18
 MAX_DIMS = 64
 ALIGN = 64
 MARK = "\x00"  # the key of the dict that stands for a tensor in a message
@@ -93,14 +97,28 @@ def send(sock: socket.socket, obj) -> None:
 
 
 # --------------------------------------------------------------------------- reading
-def _part(data: bytearray, at: int) -> tuple[bytes, int]:
+def _part(data: bytearray, at: int, capped: bool) -> tuple[bytes, int]:
+    """One JSON part of a frame; `capped`: refused unread when it is over MAX_JSON_BYTES or may hold over
+    MAX_JSON_VALUES values."""
     if at + PART.size > len(data):
         raise ProtocolError("the frame ends inside its header")
     (n,) = PART.unpack_from(data, at)
     at += PART.size
     if at + n > len(data):
         raise ProtocolError("the frame is shorter than its header says")
-    return bytes(data[at:at + n]), at + n
+    if capped and n > MAX_JSON_BYTES:
+        raise ProtocolError(f"refused a message whose JSON is {n} bytes, over the {MAX_JSON_BYTES}-byte limit "
+                            "(tensors travel apart)")
+    part = bytes(data[at:at + n])
+    if capped and n > MAX_JSON_VALUES and json_values(part) > MAX_JSON_VALUES:
+        raise ProtocolError(f"refused a message of more than {MAX_JSON_VALUES} values")
+    return part, at + n
+
+
+def json_values(text: bytes) -> int:
+    """At least the number of values in a JSON document (each but the first follows a comma or opens a list or an
+    object; a comma inside a string counts too): counted at C speed, before json.loads builds any of them."""
+    return text.count(b",") + text.count(b"[") + text.count(b"{") + 1
 
 
 def _tensor(entry, data: bytearray, start: int) -> torch.Tensor:
@@ -122,10 +140,12 @@ def _tensor(entry, data: bytearray, start: int) -> torch.Tensor:
     return torch.frombuffer(data, dtype=dtype, count=count, offset=at).reshape(shape)
 
 
-def decode(data: bytearray):
-    """The message of one frame's body (after its length prefix)."""
-    head, at = _part(data, 0)
-    text, at = _part(data, at)
+def decode(data: bytearray, capped: bool = True):
+    """The message of one frame's body (after its length prefix). `capped` (the trusted side): its JSON within
+    MAX_JSON_BYTES and MAX_JSON_VALUES; the worker reads the grader's requests (a load carries the student's
+    code, which may be larger) uncapped."""
+    head, at = _part(data, 0, capped)
+    text, at = _part(data, at, capped)
     start = at + (-at % ALIGN)
     try:
         table = json.loads(head)
@@ -148,8 +168,14 @@ def decode(data: bytearray):
         raise ProtocolError(f"refused a message that is not plain data: {type(exc).__name__}") from None
 
 
-def recv(sock: socket.socket, max_bytes: int = MAX_MESSAGE_BYTES, deadline: float | None = None):
+def recv(sock: socket.socket, max_bytes: int = MAX_MESSAGE_BYTES, deadline: float | None = None,
+         capped: bool = True):
+    """The next message; ProtocolError for a frame over `max_bytes`, malformed, over the JSON caps (`capped`: see
+    decode), or over this process's memory limit."""
     (size,) = HEADER.unpack(recv_exact(sock, HEADER.size, deadline))
     if size > max_bytes:
         raise ProtocolError(f"message of {size} bytes is over the {max_bytes}-byte limit")
-    return decode(recv_exact(sock, size, deadline))
+    try:
+        return decode(recv_exact(sock, size, deadline), capped)
+    except MemoryError:
+        raise ProtocolError(f"a message of {size} bytes did not fit in the grader's memory limit") from None

@@ -7,6 +7,7 @@ the zygote in turn (zygote.py), and takes its PID namespace with it.
 """
 from __future__ import annotations
 
+import resource
 import sys
 
 from .sandbox import die_with_parent
@@ -15,6 +16,8 @@ from .sandbox import die_with_parent
 def main(control_fd: int, parent: int) -> None:
     if not die_with_parent(parent):
         return  # the grader is already gone: nothing to serve
+    for which in (resource.RLIMIT_DATA, resource.RLIMIT_AS):  # the grader's own memory limit is not the workers'
+        resource.setrlimit(which, (resource.getrlimit(which)[1],) * 2)
     from . import zygote  # noqa: PLC0415 - only now: importing torch takes seconds
 
     zygote.main(control_fd)
