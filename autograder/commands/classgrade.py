@@ -41,6 +41,7 @@ from . import classpool, courselock, document, exposure, gradebook
 from ..foundation import edition, i18n, spec
 from .classpage import write_class_report
 from .classreport import DEFAULT_THRESHOLD
+from ..foundation.copies import Originals, refuse_copies
 from ..foundation.extract import extract
 from ..sandbox.lifetime import Interrupted, Stopper
 from ..foundation.limits import Limits, SandboxUnavailable
@@ -62,16 +63,33 @@ def missing_part(part: spec.Part, why: str) -> PartResult:
                       (why,))
 
 
+def originals(folder: Path, assignment_id: str) -> Originals:
+    """What the notebooks of the submission `folder` (COURSE/submitted/<student>/<assignment>) are compared with:
+    the course's source/ and release folders of the assignment (as its nbgrader_config.py names them) and the
+    other students' submissions of it (copies.py)."""
+    course = folder.parent.parent.parent
+    dirs = gradebook.course_directories(course)
+    try:
+        students = sorted((course / "submitted").iterdir())
+    except OSError:
+        students = []
+    others = tuple(d / assignment_id for d in students if d.name != folder.parent.name and (d / assignment_id).is_dir())
+    return Originals(assignment_id, course / dirs["source"] / assignment_id, course / dirs["release"] / assignment_id,
+                     others)
+
+
 def grade_folder(folder: str, assignment_id: str, grader) -> dict:
     """Grade one submission folder: {"parts": [PartResult...], "notes": [...], "seconds": ...}.
 
     One sandboxed worker and one run of the checks for the whole folder; each part runs only
     its own notebook's code (Session.namespace_for), so the scores equal nbgrader's notebook
-    by notebook grading. A part whose notebook is missing or unreadable scores 0 with the reason.
+    by notebook grading. A part whose notebook is missing or unreadable, or is no work of the student's (a copy of
+    the source notebook, the same file as another student's: copies.py), scores 0 with the reason.
     """
     assignment = spec.assignment(assignment_id)
     started = time.perf_counter()
-    result = grader.grade(extract(folder), assignment=assignment)  # (read once, here in the grading process)
+    submission = refuse_copies(extract(folder), originals(Path(folder), assignment_id))  # (read once, here)
+    result = grader.grade(submission, assignment=assignment)
     parts = {p.id: p for p in result.parts}
     for nb in assignment.notebooks:  # (one that could not be read scored 0 with its reason in grade())
         if not os.path.lexists(Path(folder) / f"{nb}.ipynb"):
