@@ -278,8 +278,10 @@ class TolerantNotebookExporter(NotebookExporter):
             nb = nbformat.reads(data.decode("utf-8-sig"), as_version=4)
             if why := self.not_own_work(data, path, resources):
                 nb = self.placeholder(resources, i18n.render(why, notebook_language(nb) or spec.DEFAULT_LANGUAGE))
-        except (Unreadable, ValueError) as exc:
-            nb = self.placeholder(resources, str(exc))
+        except (Unreadable, ValueError) as exc:  # (in the language the assignment's id says: self_attention_zh)
+            lang = spec.split_edition((resources.get("nbgrader") or {}).get("assignment") or "")[1]
+            why = exc.args[0] if exc.args and isinstance(exc.args[0], i18n.Message) else str(exc)
+            nb = self.placeholder(resources, i18n.render(why, lang or spec.DEFAULT_LANGUAGE))
         except Exception as exc:  # noqa: BLE001 - nbformat's reader refuses in many ways; each is a reason
             nb = self.placeholder(resources, f"{path.name} is not a notebook nbformat can read "
                                              f"({type(exc).__name__}: {str(exc)[:80]})")
