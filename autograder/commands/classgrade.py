@@ -78,17 +78,19 @@ def originals(folder: Path, assignment_id: str) -> Originals:
                      others)
 
 
-def grade_folder(folder: str, assignment_id: str, grader) -> dict:
+def grade_folder(folder: str, assignment_id: str, grader, compared: Originals | None = None) -> dict:
     """Grade one submission folder: {"parts": [PartResult...], "notes": [...], "seconds": ...}.
 
     One sandboxed worker and one run of the checks for the whole folder; each part runs only
     its own notebook's code (Session.namespace_for), so the scores equal nbgrader's notebook
     by notebook grading. A part whose notebook is missing or unreadable, or is no work of the student's (a copy of
-    the source notebook, the same file as another student's: copies.py), scores 0 with the reason.
+    the source notebook, the same file as another student's, compared with `compared`, by default the course's:
+    copies.py), scores 0 with the reason.
     """
     assignment = spec.assignment(assignment_id)
     started = time.perf_counter()
-    submission = refuse_copies(extract(folder), originals(Path(folder), assignment_id))  # (read once, here)
+    compared = compared or originals(Path(folder), assignment_id)
+    submission = refuse_copies(extract(folder), compared)  # (read once, here in the grading process)
     result = grader.grade(submission, assignment=assignment)
     parts = {p.id: p for p in result.parts}
     for nb in assignment.notebooks:  # (one that could not be read scored 0 with its reason in grade())
@@ -271,8 +273,8 @@ def _grade_queue(pool, course, assignment, settings: Settings, console, grader, 
         elif todo:
             pool = pool or _start_pool(settings, len(todo))
             deadline = settings.limits.submission_deadline(len(the_assignment.parts))
-            pool.run({s: (str(folders[s]), assignment) for s in todo}, deadline, record, failed, overdue, done,
-                     stopper.check)
+            queue = {s: (str(folders[s]), assignment, originals(folders[s], assignment)) for s in todo}
+            pool.run(queue, deadline, record, failed, overdue, done, stopper.check)
     if pool is not None:
         pool.close()  # (all done, or started for a queue that turned out empty)
 
@@ -281,7 +283,7 @@ def _grade_here(todo, folders, assignment, grader, record, failed, done, check) 
     for student in todo:
         check()
         try:
-            data = grade_folder(str(folders[student]), assignment, grader)
+            data = grade_folder(str(folders[student]), assignment, grader, originals(folders[student], assignment))
         except SandboxUnavailable:
             raise  # this machine, not the student: nothing is graded
         except Exception as exc:  # noqa: BLE001 - the grader's own failure: reported, retried next run

@@ -28,11 +28,11 @@ def main(tasks: int, results: int, parent: int) -> None:
         classpool.send(results, ("ready",))
         while True:
             try:
-                student, (folder, assignment) = classpool.recv(tasks)
+                student, (folder, assignment, compared) = classpool.recv(tasks)
             except EOFError:
                 return
             try:
-                reply = ("ok", grade_folder(folder, assignment, grader))
+                reply = ("ok", grade_folder(folder, assignment, grader, compared))
             except SandboxUnavailable as exc:
                 reply = ("refused", str(exc))
             except Exception as exc:  # noqa: BLE001 - the grader's own failure: reported by grade-class
