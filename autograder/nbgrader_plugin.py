@@ -26,11 +26,14 @@ Enable it in nbgrader_config.py:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
+import glob
 import json
 import os
 import pickle
 import select
+import shutil
 import sys
 import tempfile
 import threading
@@ -38,13 +41,16 @@ from pathlib import Path
 
 import nbformat
 from nbconvert.exporters import NotebookExporter
+from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
+from nbgrader.utils import ignore_patterns
 from traitlets import Bool, Float
 
 from .foundation import edition, i18n, spec
 from .commands import classpool, classworker, exposure
 from .commands.classgrade import OVERDUE
-from .foundation.extract import notebook_language, parse_json
+from .foundation.copies import Originals, why_copied
+from .foundation.extract import MARKED, notebook_language, parse_json, parse_notebook
 from .commands.gradebook import cell_score
 from .foundation.limits import Limits, SandboxUnavailable, unsafe_from_env
 from .foundation.readfile import Unreadable, read_bytes
@@ -105,6 +111,37 @@ def configure(c) -> None:
     c.GenerateAssignment.preprocessors = generate_preprocessors()
     c.Autograde.exporter_class = "autograder.nbgrader_plugin.TolerantNotebookExporter"
     c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
+    c.ExchangeFactory.collect = "autograder.nbgrader_plugin.LinkKeepingCollect"
+
+
+class LinkKeepingCollect(ExchangeCollect):
+    """nbgrader's collect, copying a symbolic link in a student's inbound submission as a link (stock collect
+    copies what it points to: the instructor's source/, another student's work), which the grader then refuses;
+    a submission whose inbound folder is itself a link is not collected."""
+
+    def do_copy(self, src, dest, log=None):
+        if os.path.islink(src):
+            self.log.error("autograder: %s is a symbolic link (to %s), not a submission: not collected", src,
+                           os.readlink(src))
+            return
+        if self.get_size(src) > 1000 * self.coursedir.max_dir_size:
+            self.log.error("Directory size is too big")
+            raise RuntimeError(f"Directory size is too big: {src}")
+        shutil.copytree(src, dest, symlinks=True, ignore=ignore_patterns(
+            exclude=self.coursedir.ignore, include=self.coursedir.include, max_file_size=self.coursedir.max_file_size,
+            log=self.log))
+        links = [os.path.join(d, n) for d, dirs, files in os.walk(dest) for n in dirs + files
+                 if os.path.islink(os.path.join(d, n))]
+        for link in links:
+            self.log.warning("autograder: %s is a symbolic link (to %s): collected as a link, the grader refuses it",
+                             link, os.readlink(link))
+        if self.coursedir.groupshared:
+            for dirname, _dirs, filenames in os.walk(dest):
+                for path in [dirname] + [os.path.join(dirname, f) for f in filenames]:
+                    if not os.path.islink(path):
+                        want = 0o2770 if os.path.isdir(path) else 0o660
+                        with contextlib.suppress(PermissionError):
+                            os.chmod(path, (os.stat(path).st_mode | want) & 0o2777)
 
 
 _CHILD: classpool.GradingProcess | None = None
@@ -278,11 +315,15 @@ class TolerantNotebookExporter(NotebookExporter):
         resources = resources if resources is not None else {}
         path = Path(filename)
         try:
-            data = read_bytes(path)
+            data = read_bytes(path, inside=path.parent)  # (a link out of the submission's folder: refused)
             parse_json(data, path.name)  # (JSON nested too deeply is refused here, with its sentence)
             nb = nbformat.reads(data.decode("utf-8-sig"), as_version=4)
-        except (Unreadable, ValueError) as exc:
-            nb = self.placeholder(resources, str(exc))
+            if why := self.not_own_work(data, path, resources):
+                nb = self.placeholder(resources, i18n.render(why, notebook_language(nb) or spec.DEFAULT_LANGUAGE))
+        except (Unreadable, ValueError) as exc:  # (in the language the assignment's id says: self_attention_zh)
+            lang = spec.split_edition((resources.get("nbgrader") or {}).get("assignment") or "")[1]
+            why = exc.args[0] if exc.args and isinstance(exc.args[0], i18n.Message) else str(exc)
+            nb = self.placeholder(resources, i18n.render(why, lang or spec.DEFAULT_LANGUAGE))
         except Exception as exc:  # noqa: BLE001 - nbformat's reader refuses in many ways; each is a reason
             nb = self.placeholder(resources, f"{path.name} is not a notebook nbformat can read "
                                              f"({type(exc).__name__}: {str(exc)[:80]})")
@@ -290,6 +331,24 @@ class TolerantNotebookExporter(NotebookExporter):
         resources["metadata"] = meta
         meta.update(name=path.stem, path=str(path.parent))
         return self.from_notebook_node(nb, resources, **kw)
+
+    def not_own_work(self, data: bytes, path: Path, resources: dict):
+        """Why the submitted notebook is not the student's own work (the source's markers, the source's bytes,
+        another student's bytes: copies.py), or None."""
+        source = parse_notebook(data, path)
+        if source.error is not None:  # (the solution markers; a notebook that does not parse is nbformat's to say)
+            return source.error if getattr(source.error, "msgid", None) == MARKED.msgid else None
+        info, coursedir = resources.get("nbgrader") or {}, getattr(self.parent, "coursedir", None)
+        assignment, student = info.get("assignment"), info.get("student")
+        if coursedir is None or not assignment:
+            return None
+        own = os.path.realpath(path.parent)
+        others = tuple(Path(d) for d in sorted(glob.glob(coursedir.format_path(coursedir.submitted_directory, "*",
+                                                                               assignment)))
+                       if os.path.realpath(d) != own and Path(d).parent.name != student and os.path.isdir(d))
+        return why_copied(source, Originals(
+            assignment, Path(coursedir.format_path(coursedir.source_directory, ".", assignment)),
+            Path(coursedir.format_path(coursedir.release_directory, ".", assignment)), others))
 
     def placeholder(self, resources: dict, reason: str):
         """The released notebook (stubs, never solutions), marked unreadable; an empty one without a release."""

@@ -273,8 +273,23 @@ def student_notebooks(course: Path, mistake: str, assignment: str = ASSIGNMENT) 
     return out
 
 
+def own_file(text: str, student: str) -> str:
+    """A student's notebook as their own file: the student named in its metadata, as a real student's notebook
+    differs from the next one's (its outputs, execution counts, kernel): byte for byte the same notebook as
+    another student's is refused as a copy (autograder/foundation/copies.py). Text that is no notebook is kept."""
+    try:
+        nb = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(nb, dict) or not isinstance(nb.get("metadata"), dict):
+        return text
+    nb["metadata"]["example"] = {"student": student}
+    return json.dumps(nb, indent=1)
+
+
 def collect(course: Path, students: dict[str, str], assignment: str = ASSIGNMENT) -> list[str]:
-    """Write submitted/<student>/<assignment>/ for each student -> mistake name."""
+    """Write submitted/<student>/<assignment>/ for each student -> mistake name (each notebook the student's own
+    file: own_file)."""
     made = []
     for student, mistake in students.items():
         folder = Path(course) / "submitted" / student / assignment
@@ -283,7 +298,7 @@ def collect(course: Path, students: dict[str, str], assignment: str = ASSIGNMENT
         folder.mkdir(parents=True)
         for nb_name, text in student_notebooks(Path(course), mistake, assignment).items():
             if text is not None:
-                (folder / f"{nb_name}.ipynb").write_text(text)
+                (folder / f"{nb_name}.ipynb").write_text(own_file(text, student))
         (folder / "timestamp.txt").write_text(TIMESTAMP)
         made.append(student)
     return made

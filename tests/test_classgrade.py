@@ -11,7 +11,7 @@ import pytest
 
 
 from autograder.foundation.spec import ASSIGNMENT, PARTS
-from examples.make_class import collect, make_course
+from examples.make_class import collect, make_course, own_file
 
 REPO = Path(__file__).resolve().parent.parent
 STUDENTS = {"good": "correct", "jo": "corrupt", "miss": "missing"}
@@ -66,9 +66,10 @@ def test_unchanged_submissions_are_skipped_changed_ones_regraded_and_force_regra
     again = grade_class(course, settings=Settings(progress=False), grader=grader)
     assert {o.status for o in again} == {"skipped"}
     assert auto_scores(course) == before
-    # jo fixes the corrupt notebook: only jo is graded again
+    # jo fixes the corrupt notebook (the right code, in jo's own file: a copy of good's file would be refused):
+    # only jo is graded again
     good = course / "submitted" / "good" / ASSIGNMENT / "02_masks.ipynb"
-    (course / "submitted" / "jo" / ASSIGNMENT / "02_masks.ipynb").write_bytes(good.read_bytes())
+    (course / "submitted" / "jo" / ASSIGNMENT / "02_masks.ipynb").write_text(own_file(good.read_text(), "jo"))
     third = {o.student: o.status for o in grade_class(course, settings=Settings(progress=False), grader=grader)}
     assert third == {"good": "skipped", "jo": "graded", "miss": "skipped"}
     assert auto_scores(course)[("jo", "masks")] == next(p.points for p in PARTS if p.id == "masks")

@@ -9,7 +9,9 @@ write outside /tmp, no cover unmounted, every protection on), the attacks that w
 was not root (unmount every cover and read the solutions; search the disk; write outside; the instructor's
 keyring, io_uring, perf events, userfaultfd and user namespaces; millions of files in /tmp), the worker's
 image (no secret of the instructor's environment, no shared mapping, no capability), and a grading process's
-memory limit, which its workers must not inherit.
+memory limit, which its workers must not inherit. Apart: the submitted-files suite (tests/test_submitted_links.py:
+links out of a submission and copies refused by grade, grade-class, nbgrader collect and autograde), in a course
+the user builds.
 """
 from __future__ import annotations
 
@@ -28,8 +30,12 @@ USER = "autograder-test"
 INNER = ["tests/test_sandbox.py", "tests/test_hostile.py",  # the whole sandbox and hostile suites
          "tests/test_worker_image.py::test_a_worker_of_grade_holds_no_secret_no_shared_memory_and_no_capability",
          "tests/test_trusted_memory.py::test_a_grading_process_caps_its_own_memory_and_its_workers_do_not_inherit_it"]
+# The submitted-files suite (links, copies) with grade, grade-class and nbgrader: a course of its own, built by
+# nbgrader as the user from the first assignment's instructor notebooks and the course's configuration.
+LINKS = ["tests/test_submitted_links.py"]
 COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/test_sandbox.py",
-          "tests/test_hostile.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py", "pyproject.toml"]
+          "tests/test_hostile.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py", "pyproject.toml",
+          *LINKS, "source/self_attention", "nbgrader_config.py"]
 
 
 def _ensure_user() -> None:
@@ -81,29 +87,42 @@ def _as_user_script(argv: list[str]) -> str:
     return "\n".join(lines)
 
 
-@pytest.fixture(scope="module")
-def inner_run():
+def run_as_user(tests: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """pytest on `tests` as the ordinary user, in a copy of what the suites need (COPIED)."""
     home = Path(tempfile.mkdtemp(prefix="autograder-unprivileged-"))
     try:
         _copy(home / "repo")
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
         pytest_argv = ["sh", "-c", 'echo "ran as uid $(id -u)"; exec "$@"', "sh",
-                       sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *INNER]
+                       sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *tests]
         if os.getuid() == 0:
             _ensure_user()
             home.chmod(0o755)
             cmd = ["unshare", "--mount", "--propagation", "private", "bash", "-c", _as_user_script(pytest_argv)]
         else:
             cmd = pytest_argv
-        proc = subprocess.run(cmd, cwd=home / "repo", env=env, capture_output=True, text=True, timeout=420)
-        yield proc
+        return subprocess.run(cmd, cwd=home / "repo", env=env, capture_output=True, text=True, timeout=timeout)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_the_sandbox_and_hostile_suites_pass_as_an_ordinary_user(inner_run):
-    out = inner_run.stdout + inner_run.stderr
-    assert inner_run.returncode == 0, out[-4000:]
+def assert_passed_as_an_ordinary_user(proc: subprocess.CompletedProcess) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
     assert " passed" in out and "skipped" not in out and "deselected" not in out, out[-2000:]
     uid = int(out.split("ran as uid ", 1)[1].split()[0])
     assert uid != 0, "the inner suite ran as root"
+
+
+@pytest.fixture(scope="module")
+def inner_run():
+    return run_as_user(INNER, 420)
+
+
+def test_the_sandbox_and_hostile_suites_pass_as_an_ordinary_user(inner_run):
+    assert_passed_as_an_ordinary_user(inner_run)
+
+
+def test_linked_and_copied_notebooks_score_0_as_an_ordinary_user_too():
+    """tests/test_submitted_links.py (grade, grade-class, nbgrader collect and autograde) as a hub's instructor."""
+    assert_passed_as_an_ordinary_user(run_as_user(LINKS, 600))

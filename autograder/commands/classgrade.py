@@ -42,6 +42,7 @@ from . import classpool, courselock, document, exposure, gradebook
 from ..foundation import edition, i18n, spec
 from .classpage import write_class_report
 from .classreport import DEFAULT_THRESHOLD
+from ..foundation.copies import Originals, refuse_copies
 from ..foundation.extract import extract
 from ..sandbox.lifetime import Interrupted, Stopper
 from ..foundation.limits import Limits, SandboxUnavailable
@@ -65,16 +66,35 @@ def missing_part(part: spec.Part, why: str) -> PartResult:
                       (why,))
 
 
-def grade_folder(folder: str, assignment_id: str, grader) -> dict:
+def originals(folder: Path, assignment_id: str) -> Originals:
+    """What the notebooks of the submission `folder` (COURSE/submitted/<student>/<assignment>) are compared with:
+    the course's source/ and release folders of the assignment (as its nbgrader_config.py names them) and the
+    other students' submissions of it (copies.py)."""
+    course = folder.parent.parent.parent
+    dirs = gradebook.course_directories(course)
+    try:
+        students = sorted((course / "submitted").iterdir())
+    except OSError:
+        students = []
+    others = tuple(d / assignment_id for d in students if d.name != folder.parent.name and (d / assignment_id).is_dir())
+    return Originals(assignment_id, course / dirs["source"] / assignment_id, course / dirs["release"] / assignment_id,
+                     others)
+
+
+def grade_folder(folder: str, assignment_id: str, grader, compared: Originals | None = None) -> dict:
     """Grade one submission folder: {"parts": [PartResult...], "notes": [...], "seconds": ...}.
 
     One sandboxed worker and one run of the checks for the whole folder; each part runs only
     its own notebook's code (Session.namespace_for), so the scores equal nbgrader's notebook
-    by notebook grading. A part whose notebook is missing or unreadable scores 0 with the reason.
+    by notebook grading. A part whose notebook is missing or unreadable, or is no work of the student's (a copy of
+    the source notebook, the same file as another student's, compared with `compared`, by default the course's:
+    copies.py), scores 0 with the reason.
     """
     assignment = spec.assignment(assignment_id)
     started = time.perf_counter()
-    result = grader.grade(extract(folder), assignment=assignment)  # (read once, here in the grading process)
+    compared = compared or originals(Path(folder), assignment_id)
+    submission = refuse_copies(extract(folder), compared)  # (read once, here in the grading process)
+    result = grader.grade(submission, assignment=assignment)
     parts = {p.id: p for p in result.parts}
     for nb in assignment.notebooks:  # (one that could not be read scored 0 with its reason in grade())
         if not os.path.lexists(Path(folder) / f"{nb}.ipynb"):
@@ -262,8 +282,8 @@ def _grade_queue(pool, course, assignment, settings: Settings, console, grader, 
         elif todo:
             pool = pool or _start_pool(settings, len(todo))
             deadline = settings.limits.submission_deadline(len(the_assignment.parts))
-            pool.run({s: (str(folders[s]), assignment) for s in todo}, deadline, record, failed, overdue, done,
-                     stopper.check)
+            queue = {s: (str(folders[s]), assignment, originals(folders[s], assignment)) for s in todo}
+            pool.run(queue, deadline, record, failed, overdue, done, stopper.check)
     if pool is not None:
         pool.close()  # (all done, or started for a queue that turned out empty)
 
@@ -272,7 +292,7 @@ def _grade_here(todo, folders, assignment, grader, record, failed, done, check) 
     for student in todo:
         check()
         try:
-            data = grade_folder(str(folders[student]), assignment, grader)
+            data = grade_folder(str(folders[student]), assignment, grader, originals(folders[student], assignment))
         except SandboxUnavailable:
             raise  # this machine, not the student: nothing is graded
         except Exception as exc:  # noqa: BLE001 - the grader's own failure: reported, retried next run

@@ -42,8 +42,8 @@ def _task(args: tuple, grader):
         return grade_notebook(path, ids, spec.assignment(assignment), lang, grader)
     from .classgrade import grade_folder  # noqa: PLC0415 - imported once the zygote started (main)
 
-    folder, assignment = args
-    return grade_folder(folder, assignment, grader)
+    folder, assignment, compared = args
+    return grade_folder(folder, assignment, grader, compared)
 
 
 def main(tasks: int, results: int, parent: int) -> None:

@@ -22,10 +22,12 @@ import sys
 from pathlib import Path
 
 from ..foundation import edition, limits, spec
+from ..foundation.copies import Originals, refuse_copies
 from ..foundation.extract import SubmissionError, extract, recognise
 from ..foundation.limits import SandboxUnavailable
 
 DEMO_COURSE = Path(__file__).resolve().parent.parent.parent / "build" / "demo-course"
+SOURCE = Path(__file__).resolve().parent.parent.parent / "source"  # the course's instructor notebooks
 
 
 def _assignment(parser: argparse.ArgumentParser, recognised: bool = False) -> None:
@@ -51,6 +53,8 @@ def cmd_grade(args) -> int:
     # nbgrader notebooks say which assignment they belong to; anything else is graded as the default's
     graded = edition.resolve(args.assignment, args.lang, notebooks=submission.lang, folder=submission.path,
                              default=None if args.assignment else recognise(submission))
+    # a notebook that is the instructor's source notebook is no student's work: 0 for its parts, with the reason
+    submission = refuse_copies(submission, Originals(graded.id, source=SOURCE / graded.id))
     if args.gpu and graded.assignment.gpu_part is None:
         raise SubmissionError(f"assignment {graded.assignment.id} has no GPU stage")
     from ..sandbox.prestart import prestart  # noqa: PLC0415 - the commands' modules load only when they run

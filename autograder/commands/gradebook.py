@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import re
@@ -51,22 +52,40 @@ def redact(text: str) -> str:
     return _PASSWORD.sub(r"\1***@", text)
 
 
+def course_settings(course: Path) -> dict:
+    """The CourseDirectory settings of the course directory's nbgrader_config.py ({} without one, or one that cannot
+    be read: nbgrader's defaults); read once while the file is unchanged."""
+    cfg = course / "nbgrader_config.py"
+    try:
+        return _settings(str(course), cfg.stat().st_mtime_ns)
+    except OSError:
+        return {}
+
+
+@functools.lru_cache(maxsize=32)
+def _settings(course: str, mtime: int) -> dict:
+    cfg = Path(course) / "nbgrader_config.py"
+    from traitlets.config.loader import PyFileConfigLoader  # noqa: PLC0415 - only for a course directory
+
+    try:
+        return dict(PyFileConfigLoader(cfg.name, path=course).load_config().get("CourseDirectory", {}))
+    except Exception:  # noqa: BLE001 - a config we cannot read: nbgrader's defaults
+        return {}
+
+
+def course_directories(course: Path) -> dict[str, str]:
+    """The folders of the course's instructor notebooks ("source") and released ones ("release"), as nbgrader
+    names them there."""
+    cd = course_settings(Path(course))
+    return {"source": cd.get("source_directory") or "source", "release": cd.get("release_directory") or "release"}
+
+
 def locate(course: Path) -> Location:
     """The gradebook of the course directory `course`, as nbgrader would find it."""
     course = Path(course)
-    db_url = f"{SQLITE}{course / 'gradebook.db'}"
-    course_id = "default_course"
-    cfg = course / "nbgrader_config.py"
-    if cfg.exists():
-        from traitlets.config.loader import PyFileConfigLoader  # noqa: PLC0415 - only for a course directory
-
-        try:
-            config = PyFileConfigLoader(cfg.name, path=str(course)).load_config()
-            cd = config.get("CourseDirectory", {})
-            db_url = cd.get("db_url", db_url) or db_url
-            course_id = cd.get("course_id", course_id) or course_id
-        except Exception:  # noqa: BLE001 - a config we cannot read: nbgrader's defaults
-            pass
+    cd = course_settings(course)
+    db_url = cd.get("db_url") or f"{SQLITE}{course / 'gradebook.db'}"
+    course_id = cd.get("course_id") or "default_course"
     path = db_url[len(SQLITE):]
     if db_url.startswith(SQLITE) and path and not path.startswith(("/", ":memory:")):
         db_url = f"{SQLITE}{course.resolve() / path}"  # relative: to the course, where nbgrader runs
@@ -256,8 +275,8 @@ def _answered(folder: Path, notebook: str) -> dict[str, bool]:
 
     path = folder / f"{notebook}.ipynb"
     try:
-        nb = from_dict(parse_json(read_bytes(path), path.name))
-    except (Unreadable, ValueError):  # unreadable: nothing answered
+        nb = from_dict(parse_json(read_bytes(path, inside=folder), path.name))
+    except (Unreadable, ValueError):  # unreadable (a link out of the folder too): nothing answered
         return {}
     out = {}
     cells = nb.get("cells") if isinstance(nb, dict) else None

@@ -8,6 +8,7 @@ are dropped, with a note, since the worker runs plain Python.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ class Source:
     error: i18n.Message | str | None = None  # why nothing could be read from this file (the parts then score 0)
     graded_ids: frozenset[str] = frozenset()  # the grade_ids of the notebook's nbgrader graded cells
     lang: str | None = None  # the edition's language its metadata names (metadata.course.lang), if any
+    digest: str = ""  # sha256 of the bytes read (copies.py compares it with the source's and other students')
 
     def notes_against(self, assignment: spec.Assignment) -> tuple:
         """What is said about this file when it is graded against `assignment`: its notes, and last, when its
@@ -115,6 +117,9 @@ OTHER_ASSIGNMENT = _("{name} looks like a notebook of another assignment: none o
                      "of this one")
 OWNED = _("{name} is a notebook of assignment {owner} (its graded cells: {ids}): grade it with --assignment {owner}")
 MISSING_PATH = _("{path}: no such file or folder")
+MARKED = _("{name} still carries the instructor's solution markers: it is the course's source notebook, not a "
+           "student's work; it was not graded (0 for its parts)")
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 PY_NOT_UTF8 = "{path}: not a UTF-8 text file"
 PY_TOO_DEEP = "{path}: nested too deeply for Python to read (a line of thousands of brackets or signs?)"
 
@@ -189,15 +194,39 @@ def _cells_note(template: i18n.Message, name: str, cells: list[int]) -> list[i18
             ] if cells else []
 
 
-def read_notebook(path: Path) -> Source:
-    """A notebook's solution cells (every code cell without nbgrader metadata) and its graded cells' ids.
-    A file that is not a notebook gives a Source with `error` (its parts then score 0, with the reason)."""
+def read_notebook(path: Path, inside: Path | None = None) -> Source:
+    """A notebook's solution cells (every code cell without nbgrader metadata) and its graded cells' ids, read
+    as a file of the folder `inside` (readfile.read_bytes: no link out of it is followed). A file that is not a
+    notebook, or that still carries the source's solution markers, gives a Source with `error` (its parts then
+    score 0, with the reason)."""
     try:
-        nb = parse_json(read_bytes(path), path.name)
-    except (Unreadable, ValueError) as exc:
-        return Source(path.stem, str(path), (), error=exc.args[0] if isinstance(exc, ValueError) else str(exc))
+        data = read_bytes(path, inside=inside)
+    except Unreadable as exc:
+        return Source(path.stem, str(path), (), error=exc.args[0])
+    return parse_notebook(data, path)
+
+
+def marker_in(cells) -> str | None:
+    """The first of the instructor's solution markers that a line of these cells' text is, if any."""
+    for cell in cells:
+        source = _text(cell.get("source", "")) if isinstance(cell, dict) else None
+        for line in (source or "").splitlines():
+            if line.strip() in SOLUTION_MARKERS:
+                return line.strip()
+    return None
+
+
+def parse_notebook(data: bytes, path: Path) -> Source:
+    """read_notebook on the bytes `data` of the notebook `path`."""
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        nb = parse_json(data, path.name)
+    except ValueError as exc:
+        return Source(path.stem, str(path), (), error=exc.args[0], digest=digest)
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-        return Source(path.stem, str(path), (), error=NO_CELLS.format(name=path.name))
+        return Source(path.stem, str(path), (), error=NO_CELLS.format(name=path.name), digest=digest)
+    if marker_in(nb["cells"]):
+        return Source(path.stem, str(path), (), error=MARKED.format(name=path.name), digest=digest)
     bad_meta: list[int] = []
     code_cells = [(i, c, _nbgrader(c, bad_meta, i)) for i, c in enumerate(nb["cells"], 1)
                   if isinstance(c, dict) and c.get("cell_type") == "code"]
@@ -218,7 +247,7 @@ def read_notebook(path: Path) -> Source:
     notes += _cells_note(BAD_GRADE_ID, path.name, [i for i, gid in graded if not isinstance(gid, str)])
     grade_ids = frozenset(gid for _, gid in graded if isinstance(gid, str))
     return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution), graded_ids=grade_ids,
-                  lang=notebook_language(nb))
+                  lang=notebook_language(nb), digest=digest)
 
 
 def notebook_language(nb: dict) -> str | None:
@@ -245,7 +274,7 @@ def recognise(extracted: Extracted) -> spec.Assignment | None:
 
 def read_python(path: Path) -> Source:
     try:
-        code = read_bytes(path).decode("utf-8-sig")
+        code = read_bytes(path, inside=path.parent).decode("utf-8-sig")
     except Unreadable as exc:
         raise SubmissionError(f"{path}: {exc}") from None
     except UnicodeDecodeError:
@@ -264,8 +293,8 @@ def extract(path: str | Path) -> Extracted:
     p = Path(path)
     kind = entry_kind(p)
     if kind == "file":
-        if p.suffix == ".ipynb":
-            return Extracted(str(path), (read_notebook(p),))
+        if p.suffix == ".ipynb":  # (a notebook named alone: its folder is the submission's)
+            return Extracted(str(path), (read_notebook(p, inside=p.parent),))
         if p.suffix == ".py":
             return Extracted(str(path), (read_python(p),))
         raise SubmissionError(f"{p}: not a submission (expected a .ipynb notebook, a .py file or a folder)")
@@ -284,7 +313,7 @@ def extract(path: str | Path) -> Extracted:
             if child.name not in ("__pycache__",):
                 notes.append(_("ignored folder {name}/").format(name=child.name))
         elif child.suffix == ".ipynb":
-            sources.append(read_notebook(child) if kind == "file"
+            sources.append(read_notebook(child, inside=p) if kind == "file"
                            else Source(child.stem, str(child), (), error=kind))
         elif child.suffix != ".py" or child.name not in ("visible_checks.py", "memory_meter.py"):
             notes.append(_("ignored {name}: only notebooks are graded in a folder").format(name=child.name))

@@ -6,7 +6,10 @@ named like a notebook (a plain open() blocks on it for ever), a symbolic link to
 (endless), a link loop, a dangling link, a file or folder the grader may not read. Every
 reader of submitted files (extract.py, the resume fingerprint, the gradebook's "answered"
 test) goes through `read_bytes`, which opens without blocking, refuses anything but a regular
-file, and reads at most `limit` bytes.
+file, and reads at most `limit` bytes. A file of a submission is read with `inside=` its folder: a
+symbolic link is then followed only where its real path stays inside that folder (a link to the
+instructor's source/ or to another student's submission is refused), and the file is opened with
+O_NOFOLLOW, so that no link can be swapped in between.
 
 The sentences below are what a student (or the instructor) reads; they are whole sentences in
 one place so that a translation can wrap them.
@@ -18,6 +21,9 @@ import os
 import stat
 from pathlib import Path
 
+from . import i18n
+
+_ = i18n.message
 MAX_FILE_BYTES = 20 * 2**20
 
 NOT_REGULAR = "{name} is not a regular file (it is {kind}): it was not read"
@@ -27,6 +33,9 @@ LINK_LOOP = "{name} is a loop of symbolic links: it was not read"
 DANGLING = "{name} is a symbolic link to a file that does not exist: it was not read"
 MISSING = "{name} does not exist"
 OTHER_OS_ERROR = "{name} could not be read: {reason}"
+
+LINK_OUTSIDE = _("{name} is a symbolic link to {target}, outside the submission's folder: it was not "
+                 "read (a submission's files must be its own)")
 
 KINDS = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link"}
@@ -52,15 +61,33 @@ def kind_of(mode: int) -> str:
     return KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def read_bytes(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The contents of the regular file `path` (symbolic links followed), at most `limit` bytes.
+def outside(path: Path, folder: str | Path) -> str | None:
+    """Where `path` really leads when that is outside `folder` (the link's own text), else None."""
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    if os.path.commonpath([real, root]) == root:
+        return None
+    try:
+        return os.readlink(path)[:160]
+    except OSError:  # (a folder on the way is the link)
+        return real[:160]
+
+
+def read_bytes(path: str | Path, limit: int = MAX_FILE_BYTES, inside: str | Path | None = None) -> bytes:
+    """The contents of the regular file `path`, at most `limit` bytes. Symbolic links are followed; with
+    `inside` (the submission's folder) only where the real path stays inside it, and the real path is then
+    opened with O_NOFOLLOW.
 
     Opened with O_NONBLOCK, so that a FIFO cannot block; refused unless fstat says it is a
     regular file; read in bounded chunks, so that a file that grows cannot make it endless.
-    Raises Unreadable with one sentence."""
+    Raises Unreadable with one sentence (a link that leads outside: an i18n.Message)."""
     path = Path(path)
+    opened, flags = path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+    if inside is not None:
+        if (target := outside(path, inside)) is not None:
+            raise Unreadable(LINK_OUTSIDE.format(name=path.name, target=target))
+        opened, flags = Path(os.path.realpath(path)), flags | os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(opened, flags)
     except OSError as exc:
         raise Unreadable(os_error_sentence(path, exc)) from None
     try:

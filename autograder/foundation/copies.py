@@ -1,0 +1,75 @@
+"""A submitted notebook that is not the student's own work: a copy of the instructor's source notebook, or the
+same file another student submitted. Such a notebook is not graded: its parts score 0 and the reason is a note
+the instructor reads (the report, the class report, nbgrader's feedback); the student's other notebooks are
+graded as usual.
+
+The rules (docs/security.md, "Submitted files"):
+
+* byte for byte the instructor's `source/<assignment>/<notebook>` (a copy made through a link, `cp`, a download):
+  refused, at every entry point (`grade`, `grade-class`, nbgrader autograde). A notebook that still carries the
+  source's solution markers is refused by extract.py itself;
+* byte for byte the same notebook of another student of the class (`grade-class`, nbgrader autograde): refused
+  for each of them, unless its solution cells are the released notebook's (a student who did nothing: every such
+  notebook is alike, and nobody copied anybody). Work that only looks alike (the same code, run or saved apart)
+  is never the same bytes: it is graded, and judging it is the instructor's business.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import i18n
+from .extract import Extracted, Source, read_notebook
+from .readfile import Unreadable, read_bytes
+
+_ = i18n.message
+SOURCE_COPY = _("{name} is byte for byte the instructor's source notebook (source/{assignment}/{name}), not a "
+                "student's work: it was not graded (0 for its parts)")
+SHARED = _("{name} is byte for byte the same file as the {name} submitted by {students}, and not the released "
+           "notebook: it was not graded (0 for its parts); the instructor compares the submissions")
+
+
+@dataclass(frozen=True)
+class Originals:
+    """What a submission's notebooks are compared with: the instructor's notebooks of its assignment (`source`,
+    source/<assignment>/), the released ones (`release`: a notebook whose solution cells are these is untouched)
+    and the other students' submission folders of the same assignment (`others`, their folder's parent named
+    after the student)."""
+    assignment: str
+    source: Path | None = None
+    release: Path | None = None
+    others: tuple[Path, ...] = ()
+
+
+def digest_of(path: Path, inside: Path | None = None) -> str | None:
+    """sha256 of the file `path` (None when it cannot be read: it then matches nothing)."""
+    try:
+        return hashlib.sha256(read_bytes(path, inside=inside)).hexdigest()
+    except Unreadable:
+        return None
+
+
+def why_copied(source: Source, originals: Originals) -> i18n.Message | None:
+    """Why the readable notebook `source` is not the student's own work (a Message), or None."""
+    name = Path(source.path).name
+    if not source.digest or not name.endswith(".ipynb"):
+        return None
+    if originals.source is not None and digest_of(originals.source / name) == source.digest:
+        return SOURCE_COPY.format(name=name, assignment=originals.assignment)
+    if not originals.others or originals.release is None:
+        return None
+    released = read_notebook(originals.release / name)
+    if released.error is not None or released.cells == source.cells:
+        return None  # untouched (or no release to tell): alike by design, never a copy
+    same = sorted(folder.parent.name for folder in originals.others
+                  if digest_of(folder / name, inside=folder) == source.digest)
+    return SHARED.format(name=name, students=", ".join(same)) if same else None
+
+
+def refuse_copies(extracted: Extracted, originals: Originals) -> Extracted:
+    """`extracted` with every notebook that is not the student's own work marked unreadable, with the reason."""
+    sources = tuple(dataclasses.replace(s, cells=(), error=why) if s.error is None and (why := why_copied(s, originals))
+                    else s for s in extracted.sources)
+    return dataclasses.replace(extracted, sources=sources)
