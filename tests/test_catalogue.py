@@ -214,3 +214,18 @@ def test_chinese_feedback_scores_alike_and_speaks_chinese(graded, graded_zh, key
             assert check.passed or CHINESE.search(check.message), (part.id, check.name, check.message)
         for note in part.notes:
             assert CHINESE.search(note), (part.id, note)
+
+
+@pytest.mark.parametrize("name, piece, owner", [("rope_half_split", "apply_rope", "positions"),
+                                                ("rope_base_over_d_model", "apply_rope", "positions"),
+                                                ("decode_mask_top_left", "decode_causal_mask", "kv_cache"),
+                                                ("repeat_kv_tiled", "repeat_kv", "kv_cache")])
+def test_a_wrong_piece_called_by_the_decoder_costs_points_in_its_own_part_only(graded, name, piece, owner):
+    """DecoderAttention calls the file's own wrong piece: its part loses points, decoder keeps full marks, and
+    decoder's note says the grader's piece stood in and that the student's copy is wrong"""
+    result = graded(("generation", name))
+    assert result.part(owner).score < result.part(owner).max_score
+    decoder = result.part("decoder")
+    assert decoder.score == pytest.approx(decoder.max_score), [c.message for c in decoder.checks if not c.passed]
+    assert any("stood in for yours" in n and piece in n for n in decoder.notes), decoder.notes
+    assert any("gave wrong results: " + piece in n for n in decoder.notes), decoder.notes

@@ -32,6 +32,9 @@ class Part:
     # the groups of torch functions (worker/names.py) that earn this part nothing when its code calls them while
     # graded; empty for a from-scratch part: the fused kernel and the official module (FROM_SCRATCH_FORBIDS)
     forbids: tuple[str, ...] = ()
+    # other parts' functions that this part's code may call: while it is graded, the worker puts the reference
+    # versions in their place (checks/lent.py), so that a mistake in one of them costs points in its own part only
+    borrows: tuple[str, ...] = ()
 
     @property
     def forbidden(self) -> tuple[str, ...]:
@@ -121,7 +124,7 @@ GENERATION = Assignment(
         # wrapping nn.MultiheadAttention would skip the part's lesson (SDPA inside one's own module is fine)
         Part("cross_attention", ("CrossAttention",), 15, "03_cross_attention", forbids=OFFICIAL_MODULE),
         # the pieces above in one Llama-style layer: RoPE at the cache's offset, a grouped-query cache, left padding
-        Part("decoder", ("DecoderAttention",), 25, "04_decoder"),
+        Part("decoder", ("DecoderAttention",), 25, "04_decoder", borrows=("apply_rope", "decode_causal_mask", "repeat_kv")),
     ),
     checks="generation",
     solutions="solutions.generation",

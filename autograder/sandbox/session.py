@@ -32,6 +32,7 @@ class PartState:
     stopped: i18n.Message | None = None
     calls: set = field(default_factory=set)  # (the student's function, the forbidden torch function it called)
     outputs: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # what the checks say about the part as a whole (i18n.Message)
 
 
 class Session:
@@ -55,6 +56,7 @@ class Session:
         self.protections: dict = {}
         self.part: PartState | None = None
         self.parts: dict[str, PartState] = {}
+        self.lent = False  # the worker holds the grader's versions of some parts' functions (a "lend" request)
 
     # ------------------------------------------------------------ worker life
     def _ensure_worker(self):
@@ -110,6 +112,11 @@ class Session:
         if self.worker is not None:
             self.worker.kill()
 
+    def retire_worker(self) -> None:
+        """End the worker; the next request starts a fresh one, as at the start (not a restart)."""
+        self.close()
+        self.worker, self.lent = None, False
+
     def load_notes(self) -> list[i18n.Message]:
         """Why the code could not be loaded, and each cell that raised while it was."""
         notes = [self.load_failure] if self.load_failure else []
@@ -129,6 +136,11 @@ class Session:
 
     # ------------------------------------------------------------ parts
     def enter_part(self, part_id: str) -> PartState:
+        """The part whose checks run now. A worker that was lent the grader's versions of other parts' functions
+        (worker: Worker.handle_lend) serves no other part: the next part gets a fresh one, not counted as a restart,
+        so that no student function graded there can reach the reference code of the pieces."""
+        if self.lent and (self.part is None or self.part.id != part_id):
+            self.retire_worker()
         if part_id not in self.parts:
             seconds = self.limits.part_seconds * (4 if self.assignment.part(part_id).gpu else 1)
             self.parts[part_id] = PartState(part_id, time.monotonic() + seconds)
@@ -162,6 +174,7 @@ class Session:
         """Send one request to the worker within the part's deadline. With `watch_memory`, this side
         samples the worker's resident memory while it runs (reply["resident_growth"])."""
         part, worker = self._ready()
+        self.lent = self.lent or message.get("kind") == "lend"
         try:
             with ResidentPeak(worker.pid) if watch_memory else contextlib.nullcontext() as watch:
                 reply = worker.request(message, part.deadline - time.monotonic())
@@ -187,6 +200,7 @@ class Session:
         while todo:
             try:
                 part, worker = self._ready()
+                self.lent = self.lent or any(m.get("kind") == "lend" for j in todo for m, _ in jobs[j])
                 worker.send({"kind": "batch", "jobs": [[m for m, _ in jobs[j]] for j in todo]}, part.deadline)
             except CheckFailure as exc:  # the part was stopped, or the code could not be loaded
                 for j in todo:

@@ -55,6 +55,12 @@ class Student:
             raise value
         return value
 
+    def note(self, message) -> None:
+        """Say something about the part being graded as a whole (its report's notes), once."""
+        notes = self.session.part.notes
+        if message not in notes:
+            notes.append(message)
+
     def job(self) -> Job:
         """An empty job: queue one check's steps on it, then `run` it with others."""
         return Job(self)
