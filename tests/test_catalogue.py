@@ -229,3 +229,12 @@ def test_a_wrong_piece_called_by_the_decoder_costs_points_in_its_own_part_only(g
     assert decoder.score == pytest.approx(decoder.max_score), [c.message for c in decoder.checks if not c.passed]
     assert any("stood in for yours" in n and piece in n for n in decoder.notes), decoder.notes
     assert any("gave wrong results: " + piece in n for n in decoder.notes), decoder.notes
+
+
+def test_a_layers_own_rope_convention_costs_one_check_only(graded):
+    """DecoderAttention with its own rotate_half (the half-split pairing) inline: decoder loses the full-pass check,
+    which names the convention; every other check grades the layer under it and passes"""
+    decoder = graded(("generation", "decoder_inline_half_split")).part("decoder")
+    failed = [c for c in decoder.checks if not c.passed]
+    assert len(failed) == 1 and "half-split" in failed[0].message and "costs points here only" in failed[0].message, \
+        [(c.name, c.message) for c in failed]
