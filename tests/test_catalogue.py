@@ -216,19 +216,25 @@ def test_chinese_feedback_scores_alike_and_speaks_chinese(graded, graded_zh, key
             assert CHINESE.search(note), (part.id, note)
 
 
-@pytest.mark.parametrize("name, piece, owner", [("rope_half_split", "apply_rope", "positions"),
-                                                ("rope_base_over_d_model", "apply_rope", "positions"),
-                                                ("decode_mask_top_left", "decode_causal_mask", "kv_cache"),
-                                                ("repeat_kv_tiled", "repeat_kv", "kv_cache")])
-def test_a_wrong_piece_called_by_the_decoder_costs_points_in_its_own_part_only(graded, name, piece, owner):
-    """DecoderAttention calls the file's own wrong piece: its part loses points, decoder keeps full marks, and
-    decoder's note says the grader's piece stood in and that the student's copy is wrong"""
-    result = graded(("generation", name))
+@pytest.mark.parametrize("assignment, name, piece, owner, borrower", [
+    ("generation", "rope_half_split", "apply_rope", "positions", "decoder"),
+    ("generation", "rope_base_over_d_model", "apply_rope", "positions", "decoder"),
+    ("generation", "decode_mask_top_left", "decode_causal_mask", "kv_cache", "decoder"),
+    ("generation", "repeat_kv_tiled", "repeat_kv", "kv_cache", "decoder"),
+    ("self_attention", "module_calls_wrong_softmax", "attention_weights", "scaled_scores", "module"),
+    ("self_attention", "module_calls_wrong_causal_mask", "apply_causal_mask", "masks", "module"),
+    ("self_attention", "multihead_calls_wrong_padding_mask", "apply_padding_mask", "masks", "multihead")])
+def test_a_wrong_piece_called_by_another_part_costs_points_in_its_own_part_only(graded, assignment, name, piece, owner,
+                                                                              borrower):
+    """DecoderAttention, SelfAttention or MultiHeadSelfAttention calls the file's own wrong piece: the piece's part
+    loses points, the calling part keeps full marks, and its note says the grader's piece stood in and that the
+    student's copy is wrong"""
+    result = graded((assignment, name))
     assert result.part(owner).score < result.part(owner).max_score
-    decoder = result.part("decoder")
-    assert decoder.score == pytest.approx(decoder.max_score), [c.message for c in decoder.checks if not c.passed]
-    assert any("stood in for yours" in n and piece in n for n in decoder.notes), decoder.notes
-    assert any("gave wrong results: " + piece in n for n in decoder.notes), decoder.notes
+    part = result.part(borrower)
+    assert part.score == pytest.approx(part.max_score), [c.message for c in part.checks if not c.passed]
+    assert any("stood in for yours" in n and piece in n for n in part.notes), part.notes
+    assert any("gave wrong results: " + piece in n for n in part.notes), part.notes
 
 
 def test_a_layers_own_rope_convention_costs_one_check_only(graded):

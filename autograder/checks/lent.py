@@ -37,7 +37,7 @@ def probe(student, probes: dict):
     (jobs, steps) for `wrong`."""
     jobs, steps = {}, {}
     for name, calls in probes.items():
-        job = student.job()
+        job = student.job(lend=False)
         jobs[name] = job
         steps[name] = [job.call(name, *args, **kwargs) for args, kwargs in calls]
     return jobs, steps
@@ -71,3 +71,23 @@ def say(student, owner: str, part, replaced, bad) -> None:
         student.note(_("of your own pieces next to {owner}, these gave wrong results: {names} (their own parts say "
                        "why): fix them there too, or {owner} will not work outside the grader").format(
             names=", ".join(bad), owner=owner))
+
+
+def lending(student, owner: str, part, reference, probes: dict) -> None:
+    """From now on in `part`, every job starts by lending `part.borrows` to the namespace of `owner`
+    (Student.job); the first time, the student's own copies are run on `probes` first and the note is said.
+    Nothing is lent when `owner` is not defined (its checks say so)."""
+    student.once(f"lent {part.id}", lambda: _start(student, owner, part, reference, probes))
+
+
+def _start(student, owner: str, part, reference, probes: dict) -> None:
+    session = student.session
+    if not session.defines(owner):
+        return
+    defined = session.load_report.get(session.namespace_for(owner), {}).get("defined", ())
+    names = [n for n in probes if n in defined]
+    jobs, steps = probe(student, {n: probes[n] for n in names})
+    results = dict(zip(jobs, student.run(list(jobs.values()))))
+    say(student, owner, part, [n for n in part.borrows if n in defined], wrong(results, steps, {
+        n: probes[n] for n in names}, reference))
+    student.lending[part.id] = (owner, source_of(reference, tuple(part.borrows)), tuple(part.borrows))

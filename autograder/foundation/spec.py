@@ -91,6 +91,10 @@ class Assignment:
         return self.checks_dir / f"test_{part.id}.py"
 
 
+# the functions of parts scaled_scores and masks that a module may call (graded there, lent to module and multihead)
+PIECES = ("scaled_scores", "attention_weights", "attend", "padding_mask", "causal_mask", "apply_padding_mask",
+          "apply_causal_mask")
+
 SELF_ATTENTION = Assignment(
     id="self_attention",
     parts=(
@@ -98,11 +102,11 @@ SELF_ATTENTION = Assignment(
         Part("scaled_scores", ("scaled_scores", "attention_weights", "attend"), 15, "01_scores", from_scratch=True),
         Part("masks", ("padding_mask", "causal_mask", "apply_padding_mask", "apply_causal_mask"), 15, "02_masks",
              from_scratch=True),
-        Part("module", ("SelfAttention",), 20, "03_module", from_scratch=True),
+        Part("module", ("SelfAttention",), 20, "03_module", from_scratch=True, borrows=PIECES),
         # official_parity and long_sequence are about the official module and the fused kernel themselves
         Part("official_parity", ("to_official", "parity_error"), 15, "03_module"),
         Part("multihead", ("split_heads", "merge_heads", "MultiHeadSelfAttention"), 15, "04_multihead",
-             from_scratch=True),
+             from_scratch=True, borrows=PIECES),
         Part("long_sequence", ("attention_matrix_bytes", "sdpa_attention", "chunked_attention"), 10,
              "05_long_sequence"),
     ),

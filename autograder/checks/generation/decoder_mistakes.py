@@ -105,7 +105,10 @@ def variant_mistakes(variant: dict) -> dict:
     if "positions" in variant:
         out[_("the positions argument was ignored: when it is given, rotate the new tokens at exactly those "
               "positions ([S_new], or [B, S_new] with one row per sequence)")] = {"use_positions": False}
-        out[mask_follows_positions(variant["positions"])] = {"mask_by": "positions"}
+        said = mask_follows_positions(variant["positions"])
+        out[said] = {"mask_by": "positions"}
+        out[_("{mistake} (a query that sees no key then gets 0 from F.scaled_dot_product_attention)").format(
+            mistake=said)] = {"mask_by": "positions", "empty_rows": "zero"}
     if "key_mask" in variant:
         out[_("key_mask was ignored: hide the padded keys, key_mask [B, S_k] (True = real token) over every cached "
               "and new position, as key_mask[:, None, None, :]")] = {"use_key_mask": False}

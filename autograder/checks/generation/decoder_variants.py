@@ -49,7 +49,8 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
                     offset: str = "cache", rotate_again: bool = False, align: str = "bottom_right",
                     use_key_mask: bool = True, rope_on: str = "both", base_used: float | None = None,
                     pairs: str = "interleaved", tiled: bool = False, use_positions: bool = True,
-                    use_cache: bool | str = True, scale: float | None = None, mask_by: str = "order") -> torch.Tensor:
+                    use_cache: bool | str = True, scale: float | None = None, mask_by: str = "order",
+                    empty_rows: str = "nan") -> torch.Tensor:
     """x [B, S, d_model] fed in `chunks` through a cache; the outputs joined [B, S, d_model], in x's dtype.
 
     positions [B, S] / key_mask [B, S]: over the whole sequence (each call gets its slice of positions and the
@@ -59,7 +60,8 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
     "halves"; tiled: kv heads tiled; use_positions False: the positions argument ignored (len(cache) + arange);
     use_cache False: each call attends to its own tokens only; "chunks": a call of several tokens does (a prefill
     branch), a single token reads the cache; mask_by "positions": query i sees the keys j <= its position, j counted
-    in the cache's order (gpt-fast's mask[positions])."""
+    in the cache's order (gpt-fast's mask[positions]); empty_rows "zero": a query that sees no key gets 0, as
+    F.scaled_dot_product_attention gives it (not NaN)."""
     B, S, d_model = x.shape
     head_dim = d_model // heads
     base = base if base_used is None else base_used
@@ -89,7 +91,8 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
             keys = key_mask[:, start:stop] if own else key_mask[:, :stop]
             allowed = allowed & keys[:, None, None, :]  # [B, 1, n, S_k]
         scores = (q @ K.transpose(-2, -1) * scale).masked_fill(~allowed, float("-inf"))
-        out = torch.softmax(scores, dim=-1) @ V  # [B, H, n, hd]
+        weights = torch.softmax(scores, dim=-1)
+        out = (weights.nan_to_num(0.0) if empty_rows == "zero" else weights) @ V  # [B, H, n, hd]
         outs.append(out.transpose(1, 2).reshape(B, n, d_model) @ w["W_o.weight"].double().T)
         start = stop
     return torch.cat(outs, dim=1).to(x.dtype)
