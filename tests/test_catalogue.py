@@ -223,7 +223,8 @@ def test_chinese_feedback_scores_alike_and_speaks_chinese(graded, graded_zh, key
     ("generation", "repeat_kv_tiled", "repeat_kv", "kv_cache", "decoder"),
     ("self_attention", "module_calls_wrong_softmax", "attention_weights", "scaled_scores", "module"),
     ("self_attention", "module_calls_wrong_causal_mask", "apply_causal_mask", "masks", "module"),
-    ("self_attention", "multihead_calls_wrong_padding_mask", "apply_padding_mask", "masks", "multihead")])
+    ("self_attention", "multihead_calls_wrong_padding_mask", "apply_padding_mask", "masks", "multihead"),
+    ("self_attention", "chunked_calls_wrong_scores", "scaled_scores", "scaled_scores", "long_sequence")])
 def test_a_wrong_piece_called_by_another_part_costs_points_in_its_own_part_only(graded, assignment, name, piece, owner,
                                                                               borrower):
     """DecoderAttention, SelfAttention or MultiHeadSelfAttention calls the file's own wrong piece: the piece's part

@@ -108,7 +108,7 @@ SELF_ATTENTION = Assignment(
         Part("multihead", ("split_heads", "merge_heads", "MultiHeadSelfAttention"), 15, "04_multihead",
              from_scratch=True, borrows=PIECES),
         Part("long_sequence", ("attention_matrix_bytes", "sdpa_attention", "chunked_attention"), 10,
-             "05_long_sequence"),
+             "05_long_sequence", borrows=PIECES),
     ),
     checks="self_attention",
     solutions="solutions.attention",

@@ -311,6 +311,10 @@ CASES: tuple[Case, ...] = (
            "scores = apply_padding_mask(scores, mask)"),
           ("apply_padding_mask", "scores.masked_fill(~keep", "scores.masked_fill(keep")), lose=("masks",),
          says="inverted"),
+    Case("chunked_calls_wrong_scores", "chunked_attention calls scaled_scores, which forgets the scale",
+         (("chunked_attention", "scores = q[:, :, start:stop] @ k.transpose(-2, -1) / math.sqrt(head_dim)",
+           "scores = scaled_scores(q[:, :, start:stop], k)"),
+          ("scaled_scores", " / math.sqrt(d_k)", "")), lose=("scaled_scores",), says="forgot to divide by sqrt(d_k)"),
     Case("ok_module_reuses_api", "SelfAttention.forward calls the earlier API functions; -1e9 fill in the module",
          (("SelfAttention", MODULE_STEPS_2_TO_5, """        scores = scaled_scores(Q, K)
         if mask is not None:

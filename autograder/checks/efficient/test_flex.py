@@ -23,7 +23,9 @@ DOCUMENT_IDS = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 3],
 PREFIX_LENGTHS = torch.tensor([3, 7])  # [B]
 WINDOW = 3
 CAP = 2.0  # the scores below reach well past it
-ALIBI_HEADS = (8, 3, 12)  # a power of two (one formula), then two that are not (the paper's code interleaves)
+# a power of two (one formula), then three that are not (the paper's code interleaves); 7: fewer than 2n/3 of the
+# second list used, so that a slice counted from the end ([:n - H]) shows
+ALIBI_HEADS = (8, 3, 12, 7)
 TRACED = _("mask_mod and score_mod receive tensors and are traced (vmapped): use tensor operations only (&, |, "
            "torch.where, indexing a captured tensor), no Python if, and/or, or .item()")
 
@@ -144,7 +146,7 @@ def alibi_mistakes(q, k, v, heads: int) -> dict:
 
 @pytest.mark.points(3)
 def test_alibi_score_mod(student):
-    """alibi_score_mod(H) adds slope_h (kv_idx - q_idx) with the ALiBi paper's slopes, for H = 8, 3 and 12 (flex_attention)"""
+    """alibi_score_mod(H) adds slope_h (kv_idx - q_idx) with the ALiBi paper's slopes, for H = 8, 3, 12 and 7 (flex_attention)"""
     for heads in ALIBI_HEADS:
         q, k, v = ran(student, ("alibi", heads)).inputs
         check_scored(student, ("alibi", heads), alibi_variant(q, k, v), f"flex_attention with alibi_score_mod({heads})",
