@@ -66,3 +66,27 @@ def test_a_failure_inside_lent_code_shows_none_of_it(grader, private_tmp):
             assert "secret_line" not in str(exc.message)
     finally:
         session.close()
+
+
+def test_a_part_that_borrows_the_same_pieces_keeps_the_lent_worker(grader, private_tmp):
+    """module then official_parity (both borrow scaled_scores, ...): one worker; a part that borrows nothing
+    (qkv_projection) gets a fresh one"""
+    path = private_tmp / "pieces.py"
+    code = "def attend(weights, V):\n    return V\n\n\nclass SelfAttention:\n    pass\n\n\ndef parity_error(m, x):\n    return 0.0\n"
+    path.write_text(code, encoding="utf-8")
+    session = Session(grader.zygote, (Source("pieces", str(path), (code,)),), Limits(), assignment=spec.SELF_ATTENTION)
+    session.start()
+    try:
+        student = Student(session)
+        session.enter_part("module")
+        job = student.job()
+        job.lend("SelfAttention", "def attend(weights, V):\n    return weights @ V\n", ["attend"])
+        student.run([job])[0].check()
+        pid = session.worker.pid
+        session.enter_part("official_parity")
+        assert session.worker.pid == pid
+        session.enter_part("qkv_projection")
+        assert torch.equal(student.call("attend", torch.eye(2), torch.ones(2, 2) * 3), torch.ones(2, 2) * 3)
+        assert session.worker.pid != pid
+    finally:
+        session.close()

@@ -84,10 +84,16 @@ def _start(student, owner: str, part, reference, probes: dict) -> None:
     session = student.session
     if not session.defines(owner):
         return
-    defined = session.load_report.get(session.namespace_for(owner), {}).get("defined", ())
-    names = [n for n in probes if n in defined]
-    jobs, steps = probe(student, {n: probes[n] for n in names})
-    results = dict(zip(jobs, student.run(list(jobs.values()))))
-    say(student, owner, part, [n for n in part.borrows if n in defined], wrong(results, steps, {
-        n: probes[n] for n in names}, reference))
+    namespace = session.namespace_for(owner)
+    defined = session.load_report.get(namespace, {}).get("defined", ())
+    # once per namespace, before anything is lent there: a later part that borrows the same names may run in the
+    # same worker, where the namespace holds the lent versions already
+    bad = student.once(f"lent probes {namespace}", lambda: _probe(student, {n: probes[n] for n in probes
+                                                                          if n in defined}, reference))
+    say(student, owner, part, [n for n in part.borrows if n in defined], bad)
     student.lending[part.id] = (owner, source_of(reference, tuple(part.borrows)), tuple(part.borrows))
+
+
+def _probe(student, probes: dict, reference) -> list[str]:
+    jobs, steps = probe(student, probes)
+    return wrong(dict(zip(jobs, student.run(list(jobs.values())))), steps, probes, reference)

@@ -104,7 +104,7 @@ SELF_ATTENTION = Assignment(
              from_scratch=True),
         Part("module", ("SelfAttention",), 20, "03_module", from_scratch=True, borrows=PIECES),
         # official_parity and long_sequence are about the official module and the fused kernel themselves
-        Part("official_parity", ("to_official", "parity_error"), 15, "03_module"),
+        Part("official_parity", ("to_official", "parity_error"), 15, "03_module", borrows=PIECES),
         Part("multihead", ("split_heads", "merge_heads", "MultiHeadSelfAttention"), 15, "04_multihead",
              from_scratch=True, borrows=PIECES),
         Part("long_sequence", ("attention_matrix_bytes", "sdpa_attention", "chunked_attention"), 10,

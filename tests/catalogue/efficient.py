@@ -88,6 +88,11 @@ CASES: tuple = (
     Case("flash_skips_visible_blocks", "key blocks are skipped after the last key of the block's FIRST query",
          (("flash_attention", "kv_stop = min(S_k, i1 + offset) if causal", "kv_stop = min(S_k, i0 + 1 + offset) if causal"),),
          lose=("flash",), says="you skipped key blocks"),
+    Case("flash_blind_lse_large_negative", "a query that sees no key gets lse -1e10 (a large negative constant), "
+         "not -inf",
+         (("flash_attention", "lse[:, :, i0:i1] = (m + torch.log(row_sum)).float()",
+           "lse[:, :, i0:i1] = torch.where(seen, m + torch.log(row_sum.clamp_min(1e-30)), -1e10).float()"),),
+         lose=("flash",), says="a large negative constant such as -1e10 is not -inf"),
     Case("flash_half_accumulation", "accumulates in the inputs' dtype: float16 running sums",
          (("flash_attention", "acc = torch.float64 if q.dtype == torch.float64 else torch.float32",
            "acc = q.dtype"),),
