@@ -104,13 +104,15 @@ def test_wrong_case_loses_exactly_its_parts(graded, key):
 
 @pytest.mark.parametrize("key", WRONG, ids=_ids(WRONG))
 def test_every_failed_check_says_why(graded, key):
-    """every failed check has a message, and one of the lost parts names the case's mistake"""
+    """every failed check has a message (never the largest float as a difference), and one of the lost parts names
+    the case's mistake"""
     case, result, name = CASES[key], graded(key), key[1]
     said = []
     for part in result.parts:
         for check in part.checks:
             if not check.passed:
                 assert check.message.strip(), f"{name}: {part.id}: '{check.name}' failed without a message"
+                assert "e+308" not in check.message, f"{name}: a float-max artefact: {check.message}"
                 if part.id in case.lose + case.zero:
                     said.append(check.message)
         if part.id in case.lose + case.zero:
@@ -218,3 +220,34 @@ def test_chinese_feedback_scores_alike_and_speaks_chinese(graded, graded_zh, key
             assert check.passed or CHINESE.search(check.message), (part.id, check.name, check.message)
         for note in part.notes:
             assert CHINESE.search(note), (part.id, note)
+
+
+@pytest.mark.parametrize("assignment, name, piece, owner, borrower", [
+    ("generation", "rope_half_split", "apply_rope", "positions", "decoder"),
+    ("generation", "rope_base_over_d_model", "apply_rope", "positions", "decoder"),
+    ("generation", "decode_mask_top_left", "decode_causal_mask", "kv_cache", "decoder"),
+    ("generation", "repeat_kv_tiled", "repeat_kv", "kv_cache", "decoder"),
+    ("self_attention", "module_calls_wrong_softmax", "attention_weights", "scaled_scores", "module"),
+    ("self_attention", "module_calls_wrong_causal_mask", "apply_causal_mask", "masks", "module"),
+    ("self_attention", "multihead_calls_wrong_padding_mask", "apply_padding_mask", "masks", "multihead"),
+    ("self_attention", "chunked_calls_wrong_scores", "scaled_scores", "scaled_scores", "long_sequence")])
+def test_a_wrong_piece_called_by_another_part_costs_points_in_its_own_part_only(graded, assignment, name, piece, owner,
+                                                                              borrower):
+    """DecoderAttention, SelfAttention or MultiHeadSelfAttention calls the file's own wrong piece: the piece's part
+    loses points, the calling part keeps full marks, and its note says the grader's piece stood in and that the
+    student's copy is wrong"""
+    result = graded((assignment, name))
+    assert result.part(owner).score < result.part(owner).max_score
+    part = result.part(borrower)
+    assert part.score == pytest.approx(part.max_score), [c.message for c in part.checks if not c.passed]
+    assert any("stood in for yours" in n and piece in n for n in part.notes), part.notes
+    assert any("gave wrong results: " + piece in n for n in part.notes), part.notes
+
+
+def test_a_layers_own_rope_convention_costs_one_check_only(graded):
+    """DecoderAttention with its own rotate_half (the half-split pairing) inline: decoder loses the full-pass check,
+    which names the convention; every other check grades the layer under it and passes"""
+    decoder = graded(("generation", "decoder_inline_half_split")).part("decoder")
+    failed = [c for c in decoder.checks if not c.passed]
+    assert len(failed) == 1 and "half-split" in failed[0].message and "costs points here only" in failed[0].message, \
+        [(c.name, c.message) for c in failed]

@@ -56,3 +56,31 @@ def test_memory_check_bound_sits_between_the_reference_peak_and_one_score_matrix
     peak = ls.reference_peak()
     bound = ls.ROOM * peak
     assert 0 < peak < bound < ref.attention_matrix_bytes(ls.MEM_B, ls.MEM_H, ls.MEM_S), (peak, bound)
+
+
+def test_a_mistake_is_named_at_the_checks_own_tolerance():
+    """a float16 result that matches a known mistake within the check's 2e-3 (not within 1e-4) is named"""
+    from autograder.checks import expect as E
+
+    want = torch.zeros(4, dtype=torch.float16)
+    mistake = torch.ones(4, dtype=torch.float16)
+    got = (mistake.float() + 3e-3).half()
+    try:
+        E.close(got, want, "out", atol=2e-3, rtol=2e-3, mistakes={"one key too wide": mistake})
+        raise AssertionError("should fail")
+    except E.CheckFailure as exc:
+        assert "one key too wide" in str(exc.message)
+
+
+def test_off_by_never_shows_the_largest_float():
+    """-inf against -1e10 is off by inf, the same infinity on both sides by 0: never 1.8e+308"""
+    from autograder.checks import expect as E
+
+    inf = float("inf")
+    assert E.largest_difference(torch.tensor([-1e10, 0.0]), torch.tensor([-inf, 0.0])) == inf
+    assert E.largest_difference(torch.tensor([-inf, 1.0]), torch.tensor([-inf, 1.5])) == 0.5
+    try:
+        E.close(torch.tensor([-1e10, 0.0]), torch.tensor([-inf, 0.0]), "lse")
+        raise AssertionError("should fail")
+    except E.CheckFailure as exc:
+        assert "e+308" not in str(exc.message)

@@ -171,3 +171,16 @@ def test_a_students_score_mod_runs_through_traced_flex_attention_in_the_worker(g
         assert student.call_each([Call("softcap_score_mod", 2.0)])[0].value.type == "function"
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("heads", [3, 8, 12])
+def test_alibi_slopes_are_the_papers_for_every_head_count(heads):
+    """the checks' ALiBi slopes and the reference's are the paper's get_slopes (12 heads: 2^-1 .. 2^-8, then
+    2^-0.5 .. 2^-3.5; 3 heads: 2^-4, 2^-8, then 2^-2); the formula 2^(-8 (h + 1) / H) is the same only for 8"""
+    paper = {3: [2 ** -4, 2 ** -8, 2 ** -2], 8: [2.0 ** -(h + 1) for h in range(8)],
+             12: [2.0 ** -(h + 1) for h in range(8)] + [2 ** -(h + 0.5) for h in range(4)]}[heads]
+    assert torch.allclose(C.alibi_slopes(heads), torch.tensor(paper, dtype=torch.float64))
+    S = 6
+    bias = _on_grid(E.alibi_score_mod(heads), 1, heads, S, torch.zeros(1, heads, S, S))  # slope_h * (kv - q)
+    assert torch.allclose(bias[0, :, 1, 0].double(), -torch.tensor(paper, dtype=torch.float64))
+    assert torch.equal(C.alibi_slopes(heads, "formula"), C.alibi_slopes(heads)) == (heads == 8)

@@ -227,6 +227,15 @@ def _alibi_bonus(num_heads):
     return score_mod
 
 
+def _alibi_formula(num_heads):
+    slopes = torch.exp2(-8.0 * torch.arange(1, num_heads + 1) / num_heads)  # the paper's only for a power of two
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
 def _softcap_clamp(cap):
     def score_mod(score, b, h, q_idx, kv_idx):
         return score.clamp(-cap, cap)
@@ -245,6 +254,7 @@ BUGS = [
     ("check_linear_attention_step", _step_forgets, "state you were given"),
     ("check_document_causal_mask_mod", _document_mask_of_sample_0, "document_ids[b]"),
     ("check_alibi_score_mod", _alibi_bonus, "penalises distance"),
+    ("check_alibi_score_mod", _alibi_formula, "power of two"),
     ("check_softcap_score_mod", _softcap_clamp, "clamped"),
 ]
 

@@ -95,3 +95,24 @@ def test_left_padded_batch_of_the_reference_equals_each_sequence_alone():
         for b, length in enumerate(lengths):
             alone = module(x[b:b + 1, S - length:])
             assert torch.allclose(batched[b, S - length:], alone[0], atol=1e-5)
+
+
+def test_the_prefill_branch_and_the_mask_by_positions_differ_only_where_they_should():
+    """use_cache="chunks" equals the reference for a prompt then single tokens and differs for a chunk after a prompt;
+    mask_by="positions" equals it at the default positions and differs at explicit ones (also with zeroed empty rows)"""
+    from autograder.checks.generation.decoder_variants import decoder_variant
+
+    torch.manual_seed(4)
+    module = G.DecoderAttention(C.D_MODEL, C.H, 2).eval()
+    w = {k: t.detach() for k, t in module.state_dict().items()}
+    x = torch.randn(C.B, 6, C.D_MODEL)
+    ref = decoder_variant(w, x[:, :4], (2, 1, 1), C.H, 2)
+    assert torch.allclose(decoder_variant(w, x[:, :4], (2, 1, 1), C.H, 2, use_cache="chunks"), ref)
+    assert not torch.allclose(decoder_variant(w, x, (2, 3, 1), C.H, 2, use_cache="chunks"),
+                              decoder_variant(w, x, (2, 3, 1), C.H, 2), atol=1e-3)
+    assert torch.allclose(decoder_variant(w, x[:, :4], (2, 1, 1), C.H, 2, mask_by="positions"), ref)
+    positions = torch.tensor([0, 1, 2, 6, 7, 11])
+    want = decoder_variant(w, x, (6,), C.H, 2, positions=positions)
+    for empty in ("nan", "zero"):
+        got = decoder_variant(w, x, (6,), C.H, 2, positions=positions, mask_by="positions", empty_rows=empty)
+        assert not torch.allclose(got, want, atol=1e-3)

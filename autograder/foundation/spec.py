@@ -32,6 +32,9 @@ class Part:
     # the groups of torch functions (worker/names.py) that earn this part nothing when its code calls them while
     # graded; empty for a from-scratch part: the fused kernel and the official module (FROM_SCRATCH_FORBIDS)
     forbids: tuple[str, ...] = ()
+    # other parts' functions that this part's code may call: while it is graded, the worker puts the reference
+    # versions in their place (checks/lent.py), so that a mistake in one of them costs points in its own part only
+    borrows: tuple[str, ...] = ()
 
     @property
     def forbidden(self) -> tuple[str, ...]:
@@ -88,6 +91,10 @@ class Assignment:
         return self.checks_dir / f"test_{part.id}.py"
 
 
+# the functions of parts scaled_scores and masks that a module may call (graded there, lent to module and multihead)
+PIECES = ("scaled_scores", "attention_weights", "attend", "padding_mask", "causal_mask", "apply_padding_mask",
+          "apply_causal_mask")
+
 SELF_ATTENTION = Assignment(
     id="self_attention",
     parts=(
@@ -95,13 +102,13 @@ SELF_ATTENTION = Assignment(
         Part("scaled_scores", ("scaled_scores", "attention_weights", "attend"), 15, "01_scores", from_scratch=True),
         Part("masks", ("padding_mask", "causal_mask", "apply_padding_mask", "apply_causal_mask"), 15, "02_masks",
              from_scratch=True),
-        Part("module", ("SelfAttention",), 20, "03_module", from_scratch=True),
+        Part("module", ("SelfAttention",), 20, "03_module", from_scratch=True, borrows=PIECES),
         # official_parity and long_sequence are about the official module and the fused kernel themselves
-        Part("official_parity", ("to_official", "parity_error"), 15, "03_module"),
+        Part("official_parity", ("to_official", "parity_error"), 15, "03_module", borrows=PIECES),
         Part("multihead", ("split_heads", "merge_heads", "MultiHeadSelfAttention"), 15, "04_multihead",
-             from_scratch=True),
+             from_scratch=True, borrows=PIECES),
         Part("long_sequence", ("attention_matrix_bytes", "sdpa_attention", "chunked_attention"), 10,
-             "05_long_sequence"),
+             "05_long_sequence", borrows=PIECES),
     ),
     checks="self_attention",
     solutions="solutions.attention",
@@ -121,7 +128,7 @@ GENERATION = Assignment(
         # wrapping nn.MultiheadAttention would skip the part's lesson (SDPA inside one's own module is fine)
         Part("cross_attention", ("CrossAttention",), 15, "03_cross_attention", forbids=OFFICIAL_MODULE),
         # the pieces above in one Llama-style layer: RoPE at the cache's offset, a grouped-query cache, left padding
-        Part("decoder", ("DecoderAttention",), 25, "04_decoder"),
+        Part("decoder", ("DecoderAttention",), 25, "04_decoder", borrows=("apply_rope", "decode_causal_mask", "repeat_kv")),
     ),
     checks="generation",
     solutions="solutions.generation",

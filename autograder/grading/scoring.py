@@ -75,6 +75,7 @@ def score_part(part: Part, records: list[CheckRecord], session, seconds: float,
     missing = [n for n in part.names if not session.defines(n, part.id)]
     if missing:
         notes.append(_("missing from your submission: {names}").format(names=", ".join(missing)).render(lang))
+    notes.extend(i18n.render(n, lang) for n in (state.notes if state else ()))
     forbidden = bool(calls and part.forbidden)
     if forbidden:
         notes.append(_("{from_scratch}, but while it was graded {calls}: the whole part earns nothing").format(

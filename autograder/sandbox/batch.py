@@ -150,6 +150,13 @@ class Job:
         return self._add({"kind": "call", "ns": ns, "target": name, **self._arguments(args, kwargs),
                           "measure": measure, "seed": seed}, name, kind)
 
+    def lend(self, owner: str, source: str, names) -> Step:
+        """The grader's versions of other parts' functions `names` (their reference code, `source`) put in place of
+        the student's own in the namespace that defines `owner` (runtime.Worker.handle_lend): the rest of the job
+        runs the part's code on correct pieces. Its value: the names the student's code had defined there."""
+        ns = self._namespace(owner)
+        return self._add({"kind": "lend", "ns": ns, "source": source, "names": list(names)}, owner)
+
     def builtin(self, name: str, *args) -> Step:
         """A grader-built object in the worker (autograder/worker/standins.py)."""
         return self._add({"kind": "call", "builtin": True, "target": name, **self._arguments(args, {})}, name, "object")

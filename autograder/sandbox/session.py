@@ -32,6 +32,7 @@ class PartState:
     stopped: i18n.Message | None = None
     calls: set = field(default_factory=set)  # (the student's function, the forbidden torch function it called)
     outputs: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # what the checks say about the part as a whole (i18n.Message)
 
 
 class Session:
@@ -55,6 +56,7 @@ class Session:
         self.protections: dict = {}
         self.part: PartState | None = None
         self.parts: dict[str, PartState] = {}
+        self.lent: frozenset[str] = frozenset()  # the grader's versions of functions the worker holds ("lend" requests)
 
     # ------------------------------------------------------------ worker life
     def _ensure_worker(self):
@@ -110,6 +112,11 @@ class Session:
         if self.worker is not None:
             self.worker.kill()
 
+    def retire_worker(self) -> None:
+        """End the worker; the next request starts a fresh one, as at the start (not a restart)."""
+        self.close()
+        self.worker, self.lent = None, frozenset()
+
     def load_notes(self) -> list[i18n.Message]:
         """Why the code could not be loaded, and each cell that raised while it was."""
         notes = [self.load_failure] if self.load_failure else []
@@ -129,6 +136,11 @@ class Session:
 
     # ------------------------------------------------------------ parts
     def enter_part(self, part_id: str) -> PartState:
+        """The part whose checks run now. A worker that was lent the grader's versions of some functions (worker:
+        Worker.handle_lend) serves only parts that borrow every one of them: any other part gets a fresh worker, not
+        counted as a restart, so that no function graded there can reach the reference code of the pieces."""
+        if not self.lent <= set(self.assignment.part(part_id).borrows):
+            self.retire_worker()
         if part_id not in self.parts:
             seconds = self.limits.part_seconds * (4 if self.assignment.part(part_id).gpu else 1)
             self.parts[part_id] = PartState(part_id, time.monotonic() + seconds)
@@ -162,6 +174,7 @@ class Session:
         """Send one request to the worker within the part's deadline. With `watch_memory`, this side
         samples the worker's resident memory while it runs (reply["resident_growth"])."""
         part, worker = self._ready()
+        self.lent |= lent_names([message])
         try:
             with ResidentPeak(worker.pid) if watch_memory else contextlib.nullcontext() as watch:
                 reply = worker.request(message, part.deadline - time.monotonic())
@@ -187,6 +200,7 @@ class Session:
         while todo:
             try:
                 part, worker = self._ready()
+                self.lent |= lent_names(m for j in todo for m, _ in jobs[j])
                 worker.send({"kind": "batch", "jobs": [[m for m, _ in jobs[j]] for j in todo]}, part.deadline)
             except CheckFailure as exc:  # the part was stopped, or the code could not be loaded
                 for j in todo:
@@ -276,3 +290,8 @@ def forbidden_calls(callers, patterns: tuple[str, ...]) -> set[tuple[str, str]]:
     pairs = [c for c in callers[:50] if isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)]
     return {(wire.clean_text(caller, 100), wire.clean_text(label, 100)) for caller, label in pairs
             if is_forbidden_name(label, patterns) or label == WATCH_OFF}
+
+
+def lent_names(messages) -> frozenset[str]:
+    """The names that the "lend" requests among `messages` put in the worker."""
+    return frozenset(name for m in messages if m.get("kind") == "lend" for name in m.get("names", ()))

@@ -41,6 +41,9 @@ class Student:
     def __init__(self, session):
         self.session = session
         self._kept: dict[str, tuple[bool, object]] = {}
+        # part id -> (the name whose namespace is lent, the reference code, the names): every job of that part
+        # starts by lending them (checks/lent.py, `lending`)
+        self.lending: dict[str, tuple[str, str, tuple[str, ...]]] = {}
 
     def once(self, key: str, compute: Callable[[], object]):
         """compute() the first time, then what it returned (or the failure it raised) again: for the
@@ -55,9 +58,21 @@ class Student:
             raise value
         return value
 
-    def job(self) -> Job:
-        """An empty job: queue one check's steps on it, then `run` it with others."""
-        return Job(self)
+    def note(self, message) -> None:
+        """Say something about the part being graded as a whole (its report's notes), once."""
+        notes = self.session.part.notes
+        if message not in notes:
+            notes.append(message)
+
+    def job(self, lend: bool = True) -> Job:
+        """An empty job: queue one check's steps on it, then `run` it with others. In a part that borrows other
+        parts' functions (`lending`), the job first lends the reference versions (unless `lend` is False)."""
+        job = Job(self)
+        part = self.session.part
+        lending = self.lending.get(part.id) if lend and part is not None else None
+        if lending and self.session.defines(lending[0]):
+            job.lend(*lending)
+        return job
 
     def run(self, jobs: Sequence[Job]) -> list[JobResult]:
         """Every job in one round trip; each result as that job sent alone would give."""
@@ -107,6 +122,9 @@ class Student:
         if job.unsendable is not None:
             raise job.unsendable[1]
         queued = job.steps[step.index]
+        first = job.steps[0]
+        if step.index and first.message.get("kind") == "lend":  # (a lent worker keeps it: sent again, it costs little)
+            batch.value_of(self.session, self.session.request(first.message, first.what), first)
         reply = self.session.request(queued.message, queued.what, watch_memory=watch_memory)
         return batch.value_of(self.session, reply, queued), reply
 

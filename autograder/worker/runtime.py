@@ -27,6 +27,7 @@ from .watch import ForbiddenCallWatch
 PREAMBLE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 STUDENT_FILE = "<student:{label}>"
 STUDENT_MODULE = "__student__"  # the __name__ of student code: never "__main__"
+LENT_FILE = "<grader: another part's functions>"  # never in linecache, never a "<student:" frame of a traceback
 MAX_CAPTURED_OUTPUT = 4000
 
 
@@ -144,6 +145,20 @@ class Worker:
             result["peak_bytes"] = meter.peak_bytes
         return result
 
+    def handle_lend(self, req):
+        """Put the grader's versions of other parts' functions (`req["source"]`, the reference code of what those
+        parts grade) in place of the student's own in the namespace `req["ns"]`, for the rest of this worker's life:
+        the code of the part being graded then calls correct pieces, so that a mistake in a piece is charged only in
+        the part that owns it. The reply names which of them the student's namespace defined (and so were replaced).
+        The session never lets another part run in this worker afterwards (Session.enter_part)."""
+        pieces = {"__builtins__": __builtins__, "__name__": "__lent__"}
+        exec(compile(PREAMBLE + req["source"], LENT_FILE, "exec"), pieces)
+        ns = self.namespaces[req["ns"]]
+        replaced = [name for name in req["names"] if name in ns]
+        for name in req["names"]:
+            ns[name] = pieces[name]
+        return {"value": replaced}
+
     def handle_describe(self, req):
         obj = self.object_of(req)
         info = {"type": type(obj).__name__, "is_module": isinstance(obj, nn.Module), "attrs": {}, "children": {}}
@@ -254,7 +269,7 @@ class Worker:
         """One request's reply (never raises): its value or the error, with what it printed, the
         forbidden calls it made and its duration."""
         handlers = {"call": self.handle_call, "describe": self.handle_describe, "state": self.handle_state,
-                    "train": self.handle_train, "device_call": self.handle_device_call}
+                    "train": self.handle_train, "device_call": self.handle_device_call, "lend": self.handle_lend}
         started = time.perf_counter()
         self.watch.clear()
         self.codec.results.append(None)

@@ -300,7 +300,17 @@ def check_alibi_score_mod(alibi_score_mod) -> None:
     assert all(math.isclose(x, w, rel_tol=1e-4) for x, w in zip(bias[0], want)), _(
         "query 5, key 2, score 0: heads 0..3 got {got}, expected {want} (slope_h = 2^(-8 (h + 1) / num_heads))").format(
         got=[round(x, 4) for x in bias[0]], want=[round(w, 4) for w in want])
-    ok(_("alibi_score_mod: score + slope_h * (kv_idx - q_idx), slopes 2^(-8 (h + 1) / num_heads)"))
+    twelve = harness.watch(alibi_score_mod, "alibi_score_mod")(12)
+    got = [-float(twelve(zero, b, torch.tensor(h), torch.tensor(1), torch.tensor(0))) for h in range(12)]
+    paper = [2 ** -(h + 1) for h in range(8)] + [2 ** -(h + 0.5) for h in range(4)]  # the paper's get_slopes(12)
+    if all(math.isclose(x, 2 ** (-8 * (h + 1) / 12), rel_tol=1e-4) for h, x in enumerate(got)):
+        raise AssertionError(_("12 heads: the formula 2^(-8 (h + 1) / H) for every H matches the paper's slopes only "
+                               "when H is a power of two: take the 8 slopes of 8 heads, then the first 4 of the slopes "
+                               "of 16 heads at even indices (slopes_16[0::2])"))
+    assert all(math.isclose(x, w, rel_tol=1e-4) for x, w in zip(got, paper)), _(
+        "12 heads: the slopes are {got}, expected the paper's {want}").format(
+        got=[round(x, 4) for x in got], want=[round(w, 4) for w in paper])
+    ok(_("alibi_score_mod: score + slope_h * (kv_idx - q_idx), the paper's slopes for 4 and 12 heads"))
 
 
 @harness.check("softcap_score_mod")

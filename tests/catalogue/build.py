@@ -287,6 +287,34 @@ CASES: tuple[Case, ...] = (
               "    return torch.arange(seq_len).expand(len(lengths), seq_len) < lengths.unsqueeze(1)\n"),
           ("causal_mask", "torch.ones(seq_len, seq_len, dtype=torch.bool).tril()",
            "torch.tril(torch.ones(seq_len, seq_len)).bool()"))),
+    # a wrong piece that SelfAttention or MultiHeadSelfAttention calls costs points in the piece's part only: the
+    # grader's piece stands in while the module is graded (spec.Part.borrows, autograder/checks/lent.py)
+    Case("module_calls_wrong_softmax", "SelfAttention calls the API functions; attention_weights runs over dim=1",
+         (("SelfAttention", MODULE_STEPS_2_TO_5, """        scores = scaled_scores(Q, K)
+        if mask is not None:
+            scores = apply_padding_mask(scores, mask)
+        if causal:
+            scores = apply_causal_mask(scores)
+        return self.W_o(attend(self.dropout(attention_weights(scores)), V))"""),
+          ("attention_weights", "dim=-1", "dim=1")), lose=("scaled_scores",), says="dim=-1"),
+    Case("module_calls_wrong_causal_mask", "SelfAttention calls the API functions; apply_causal_mask hides the diagonal",
+         (("SelfAttention", MODULE_STEPS_2_TO_5, """        scores = scaled_scores(Q, K)
+        if mask is not None:
+            scores = apply_padding_mask(scores, mask)
+        if causal:
+            scores = apply_causal_mask(scores)
+        return self.W_o(attend(self.dropout(attention_weights(scores)), V))"""),
+          ("apply_causal_mask", ".triu(diagonal=1)", ".triu(diagonal=0)")), lose=("masks",), says="hides the diagonal"),
+    Case("multihead_calls_wrong_padding_mask", "MultiHeadSelfAttention calls apply_padding_mask, which fills the real "
+         "tokens",
+         (("MultiHeadSelfAttention", "scores = scores.masked_fill(~mask[:, None, None, :], float(\"-inf\"))",
+           "scores = apply_padding_mask(scores, mask)"),
+          ("apply_padding_mask", "scores.masked_fill(~keep", "scores.masked_fill(keep")), lose=("masks",),
+         says="inverted"),
+    Case("chunked_calls_wrong_scores", "chunked_attention calls scaled_scores, which forgets the scale",
+         (("chunked_attention", "scores = q[:, :, start:stop] @ k.transpose(-2, -1) / math.sqrt(head_dim)",
+           "scores = scaled_scores(q[:, :, start:stop], k)"),
+          ("scaled_scores", " / math.sqrt(d_k)", "")), lose=("scaled_scores",), says="forgot to divide by sqrt(d_k)"),
     Case("ok_module_reuses_api", "SelfAttention.forward calls the earlier API functions; -1e9 fill in the module",
          (("SelfAttention", MODULE_STEPS_2_TO_5, """        scores = scaled_scores(Q, K)
         if mask is not None:

@@ -88,6 +88,11 @@ CASES: tuple = (
     Case("flash_skips_visible_blocks", "key blocks are skipped after the last key of the block's FIRST query",
          (("flash_attention", "kv_stop = min(S_k, i1 + offset) if causal", "kv_stop = min(S_k, i0 + 1 + offset) if causal"),),
          lose=("flash",), says="you skipped key blocks"),
+    Case("flash_blind_lse_large_negative", "a query that sees no key gets lse -1e10 (a large negative constant), "
+         "not -inf",
+         (("flash_attention", "lse[:, :, i0:i1] = (m + torch.log(row_sum)).float()",
+           "lse[:, :, i0:i1] = torch.where(seen, m + torch.log(row_sum.clamp_min(1e-30)), -1e10).float()"),),
+         lose=("flash",), says="a large negative constant such as -1e10 is not -inf"),
     Case("flash_half_accumulation", "accumulates in the inputs' dtype: float16 running sums",
          (("flash_attention", "acc = torch.float64 if q.dtype == torch.float64 else torch.float32",
            "acc = q.dtype"),),
@@ -152,8 +157,14 @@ CASES: tuple = (
          (("prefix_lm_mask_mod", "(kv_idx < prefix_lengths[b])", "(kv_idx <= prefix_lengths[b])"),),
          lose=("flex",), says="one key too many"),
     Case("alibi_slopes_reversed", "ALiBi's slopes in the wrong head order",
-         (("alibi_score_mod", "/ num_heads)  # [H]", "/ num_heads).flip(0)  # [H]"),),
+         (("alibi_score_mod", "dtype=torch.float32)  # [H]", "dtype=torch.float32).flip(0)  # [H]"),),
          lose=("flex",), says="head order"),
+    Case("alibi_formula_for_every_head_count", "ALiBi's slopes 2^(-8 (h + 1) / H) for every H (attention-gym's "
+         "formula), the paper's only for a power of two",
+         (("alibi_score_mod", "    n = 2 ** int(math.floor(math.log2(num_heads)))  # the largest power of two <= num_heads\n"
+           "    slopes = torch.tensor(power_of_two(n) + power_of_two(2 * n)[0::2][: num_heads - n], dtype=torch.float32)"
+           "  # [H]", "    slopes = torch.tensor(power_of_two(num_heads), dtype=torch.float32)  # [H]"),),
+         lose=("flex",), says="matches the paper's slopes only when H is a power of two"),
     Case("alibi_wrong_sign", "ALiBi adds slope * (q_idx - kv_idx): distant keys weigh more",
          (("alibi_score_mod", "score + slopes[h] * (kv_idx - q_idx)", "score + slopes[h] * (q_idx - kv_idx)"),),
          lose=("flex",), says="sign"),
@@ -185,8 +196,21 @@ CASES: tuple = (
          (("document_causal_mask_mod", "return same_document & (kv_idx <= q_idx)",
            "return torch.where(kv_idx <= q_idx, same_document, False)"),
           ("alibi_score_mod",
-           "slopes = torch.exp2(-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float32) / num_heads)  # [H]",
-           "slopes = torch.tensor([2 ** (-8 * (i + 1) / num_heads) for i in range(num_heads)])"),
+           "    def power_of_two(n: int) -> list[float]:\n        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]\n\n"
+           "    n = 2 ** int(math.floor(math.log2(num_heads)))  # the largest power of two <= num_heads\n"
+           "    slopes = torch.tensor(power_of_two(n) + power_of_two(2 * n)[0::2][: num_heads - n], dtype=torch.float32)"
+           "  # [H]",
+           "    def get_slopes(n):  # the ALiBi paper's code, as written\n"
+           "        def get_slopes_power_of_2(n):\n"
+           "            start = 2 ** (-2 ** -(math.log2(n) - 3))\n"
+           "            ratio = start\n"
+           "            return [start * ratio ** i for i in range(n)]\n\n"
+           "        if math.log2(n).is_integer():\n"
+           "            return get_slopes_power_of_2(n)\n"
+           "        closest_power_of_2 = 2 ** math.floor(math.log2(n))\n"
+           "        return (get_slopes_power_of_2(closest_power_of_2)\n"
+           "                + get_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2])\n\n"
+           "    slopes = torch.tensor(get_slopes(num_heads))"),
           ("sliding_window_mask_mod", "return (kv_idx <= q_idx) & (q_idx - kv_idx < window)",
            "return torch.where(kv_idx > q_idx, False, kv_idx > q_idx - window)"))),
 )

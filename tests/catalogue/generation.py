@@ -3,8 +3,9 @@
 Same rules as tests/catalogue/build.py (whose Case, edits and writer this file reuses): each
 case changes the reference in one intended way, declares the parts it must lose, and every
 other part must keep full marks. The catalogue's files are whole .py submissions: DecoderAttention calls
-the file's own apply_rope, repeat_kv and decode_causal_mask, so a case that breaks one of those loses
-`decoder` too (in a notebook submission, 04_decoder holds its own copies and is graded alone).
+the file's own apply_rope, repeat_kv and decode_causal_mask, yet a case that breaks one of those loses only
+the part that owns it: while `decoder` is graded the grader's versions stand in for them (spec.Part.borrows,
+autograder/checks/lent.py), and the part's note names the wrong one.
 
     .venv/bin/python tests/catalogue/generation.py          # (re)write tests/catalogue/submissions/generation/*.py
     .venv/bin/python tests/catalogue/generation.py --table  # grade them all and print the result table
@@ -73,10 +74,10 @@ CASES: tuple = (
            "a, b = x[..., : head_dim // 2].to(work), x[..., head_dim // 2 :].to(work)"),
           ("apply_rope", "return rotated.flatten(-2).to(x.dtype)",
            "return torch.cat((rotated[..., 0], rotated[..., 1]), dim=-1).to(x.dtype)")),
-         lose=("positions", "decoder"), says="half-split"),
+         lose=("positions",), says="half-split"),
     Case("rope_base_1000", "RoPE's angles with base 1000",
          (("apply_rope", "base ** (-two_i / head_dim)", "(base / 10) ** (-two_i / head_dim)"),),
-         lose=("positions", "decoder"), says="base"),
+         lose=("positions",), says="base"),
     Case("rope_base_500000", "RoPE with Llama 3's base 500000 as the default of `base`",
          (_fn("apply_rope", "def apply_rope(x, positions, base=500000.0):\n"
               "    head_dim = x.shape[-1]\n"
@@ -98,24 +99,27 @@ CASES: tuple = (
               "    cos, sin = angle.cos(), angle.sin()\n"
               "    x1, x2 = x[..., : head_dim // 2].to(work), x[..., head_dim // 2 :].to(work)\n"
               "    return torch.cat([x1 * cos + x2 * sin, x1 * (-sin) + x2 * cos], dim=-1).to(x.dtype)\n"),),
-         lose=("positions", "decoder"), says="the half-split pairing (x[i], x[i + head_dim/2]) of rotate_half code, where the "
+         lose=("positions",), says="the half-split pairing (x[i], x[i + head_dim/2]) of rotate_half code, where the "
          "contract pairs neighbours (x[2i], x[2i + 1]), as in x[..., 0::2] with x[..., 1::2]; the other rotation "
          "direction"),
     Case("rope_ignores_positions", "apply_rope rotates row s by s, whatever positions says",
          (("apply_rope", "positions.to(work)[..., None]",
            "torch.arange(x.shape[-2], dtype=work, device=x.device)[:, None]"),),
-         lose=("positions", "decoder"), says="ignored `positions`"),
+         lose=("positions",), says="ignored `positions`"),
+    Case("rope_base_over_d_model", "RoPE's frequencies with the base divided by head_dim (1e4 / d)",
+         (("apply_rope", "base ** (-two_i / head_dim)", "(base / head_dim) ** (-two_i / head_dim)"),),
+         lose=("positions",), says="apply_rope"),
     Case("rope_exponent_i", "RoPE's frequencies 10000^(-i / head_dim) (the factor 2 forgotten)",
          (("apply_rope", "two_i = torch.arange(0, head_dim, 2, dtype=work, device=x.device)",
            "two_i = torch.arange(head_dim // 2, dtype=work, device=x.device)"),),
-         lose=("positions", "decoder"), says="10000^(-i / head_dim)"),
+         lose=("positions",), says="10000^(-i / head_dim)"),
     Case("rope_returns_float32", "apply_rope returns float32 for a float16 x (found by mutation testing)",
          (("apply_rope", "return rotated.flatten(-2).to(x.dtype)", "return rotated.flatten(-2)"),),
          lose=("positions",), says="float16"),
     # ------------------------------------------------------------------ wrong: kv_cache
     Case("decode_mask_top_left", "decode_causal_mask is tril() of [S_q, S_k]: top-left aligned",
          (("decode_causal_mask", ".tril(diagonal=offset)", ".tril()"),),
-         lose=("kv_cache", "decoder"), says="top-left aligned"),
+         lose=("kv_cache",), says="top-left aligned"),
     Case("cached_hf_is_causal_q_len", "CachedSelfAttention with HF's SDPA pattern: is_causal = q_len > 1 (right for the "
          "prompt and single tokens, top-left for a chunk after a cache)",
          (("CachedSelfAttention", CACHED_STEPS_3_4,
@@ -128,7 +132,7 @@ CASES: tuple = (
     Case("repeat_kv_tiled", "repeat_kv tiles the heads with .repeat (kv0, kv1, kv0, kv1, ...)",
          (("repeat_kv", "x = x[:, :, None].expand(B, H_kv, n_rep, S, head_dim)",
            "x = x[:, None].expand(B, n_rep, H_kv, S, head_dim)"),),
-         lose=("kv_cache", "decoder"), says="tiled"),
+         lose=("kv_cache",), says="tiled"),
     Case("cache_on_head_axis", "KVCache.append concatenates along the head axis",
          (("KVCache", "self.k = torch.cat([self.k, k], dim=-2)", "self.k = torch.cat([self.k, k], dim=1)"),
           ("KVCache", "self.v = torch.cat([self.v, v], dim=-2)", "self.v = torch.cat([self.v, v], dim=1)")),
@@ -254,6 +258,36 @@ CASES: tuple = (
          (("DecoderAttention", "k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)",
            "k, v = k.repeat(1, H // H_kv, 1, 1), v.repeat(1, H // H_kv, 1, 1)"),),
          lose=("decoder",), says="tiled"),
+    Case("decoder_inline_half_split", "DecoderAttention rotates with its own rotate_half code inline (Hugging Face's "
+         "half-split pairing), not with apply_rope: a convention, charged once",
+         (("DecoderAttention", "q = apply_rope(q, positions, self.rope_base)", "q = _rope_half(q, positions, self.rope_base)"),
+          ("DecoderAttention", "k = apply_rope(k, positions, self.rope_base)", "k = _rope_half(k, positions, self.rope_base)"),
+          ("DecoderAttention", "class DecoderAttention(nn.Module):",
+           "def _rope_half(x, positions, base):\n"
+           "    d = x.shape[-1]\n"
+           "    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))\n"
+           "    freqs = positions.float()[..., None] * inv_freq\n"
+           "    emb = torch.cat((freqs, freqs), dim=-1)\n"
+           "    if positions.dim() == 2:\n"
+           "        emb = emb[:, None]\n"
+           "    x1, x2 = x[..., : d // 2], x[..., d // 2 :]\n"
+           "    return (x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()).type_as(x)\n\n\n"
+           "class DecoderAttention(nn.Module):")),
+         lose=("decoder",), says="so it costs points here only"),
+    Case("decoder_mask_by_positions", "DecoderAttention picks each query's mask row by its position (gpt-fast's "
+         "mask[input_pos], made for a cache of one slot per position) in a cache that keeps keys in order",
+         (("DecoderAttention", "        allowed = decode_causal_mask(S_new, S_k).to(x.device)  # [S_new, S_k]\n",
+           "        size = int(positions.max()) + S_k + 1\n"
+           "        allowed = torch.ones(size, size, dtype=torch.bool).tril()[positions][..., :S_k]  # mask[input_pos]\n"
+           "        if allowed.dim() == 3:\n"
+           "            allowed = allowed[:, None]\n"),),
+         lose=("decoder",), says="your causal mask follows the positions"),
+    Case("decoder_prefill_branch", "DecoderAttention attends a chunk of several tokens to itself only (a prefill "
+         "branch), single tokens to the cache",
+         (("DecoderAttention", "        if cache is not None:\n            k, v = cache.append(k, v)",
+           "        if cache is not None:\n            k_all, v_all = cache.append(k, v)\n"
+           "            if S_new == 1:\n                k, v = k_all, v_all"),),
+         lose=("decoder",), says="a prefill branch taken whenever S_new > 1"),
     # ------------------------------------------------------------------ correct variants
     Case("ok_rope_complex", "RoPE as complex multiplication (Meta's LLaMA code); PE with exp/log in float32 "
          "(the Annotated Transformer)",

@@ -257,11 +257,17 @@ def prefix_mask_variant(prefix_lengths: torch.Tensor, S_: int, kind: str = "exac
 
 
 def alibi_slopes(num_heads: int, kind: str = "exact") -> torch.Tensor:
-    """[H] float64: 2^(-8 (h + 1) / H). kind "reversed": the slopes in the other head order; "from_zero": 2^(-8 h /
-    H), heads counted from 0 in the exponent (head 0 gets slope 1)."""
-    h = torch.arange(num_heads, dtype=torch.float64)
-    power = h if kind == "from_zero" else h + 1
-    slopes = torch.exp2(-8 * power / num_heads)
+    """[H] float64: the ALiBi paper's slopes (get_slopes): 2^(-8 (h + 1) / n) for the largest power of two n <= H,
+    then the first H - n of the slopes of 2n heads at even indices. kind "formula": 2^(-8 (h + 1) / H) for every H
+    (attention-gym's; the same for a power of two); "reversed": the slopes in the other head order; "from_zero":
+    2^(-8 h / H), heads counted from 0 in the exponent (head 0 gets slope 1)."""
+    def power_of_two(n: int, start: int = 1) -> torch.Tensor:
+        return torch.exp2(-8 * (torch.arange(n, dtype=torch.float64) + start) / n)
+
+    if kind in ("formula", "from_zero"):
+        return power_of_two(num_heads, 0 if kind == "from_zero" else 1)
+    n = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = torch.cat([power_of_two(n), power_of_two(2 * n)[0::2][: num_heads - n]])
     return slopes.flip(0) if kind == "reversed" else slopes
 
 

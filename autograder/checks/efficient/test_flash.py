@@ -153,6 +153,11 @@ def check_flash(call, value, what, atol: float = 1e-5, rtol: float = 1e-4, lse_a
     if lse.dtype != torch.float32:
         raise expect.CheckFailure(_("{what}: lse has dtype {dtype}, expected torch.float32 (the log-sum-exp is kept "
                                     "in float32 whatever the inputs' dtype)").format(what=what, dtype=lse.dtype))
+    blind = ~seen & (lse > NEG_INF) if lse.shape == want_lse.shape else torch.zeros((), dtype=torch.bool)
+    if blind.any():
+        raise expect.CheckFailure(_("{what}: lse: a query that sees no key must have lse -inf (the log of an empty "
+                                    "sum), got {got}: a large negative constant such as -1e10 is not -inf").format(
+            what=what, got=f"{lse[blind][0].item():.3g}"))
     expect.close(lse, want_lse, _("{what}: lse").format(what=what), atol=lse_atol, rtol=1e-4,
                  mistakes=telling(flash_mistakes(q, k, v, causal, block_q, block_k, 1), want_lse))
 

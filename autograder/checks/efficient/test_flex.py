@@ -23,7 +23,9 @@ DOCUMENT_IDS = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 3],
 PREFIX_LENGTHS = torch.tensor([3, 7])  # [B]
 WINDOW = 3
 CAP = 2.0  # the scores below reach well past it
-ALIBI_H = 3  # 8 / H is no integer: the slopes' exponents are fractions
+# a power of two (one formula), then three that are not (the paper's code interleaves); 7: fewer than 2n/3 of the
+# second list used, so that a slice counted from the end ([:n - H]) shows
+ALIBI_HEADS = (8, 3, 12, 7)
 TRACED = _("mask_mod and score_mod receive tensors and are traced (vmapped): use tensor operations only (&, |, "
            "torch.where, indexing a captured tensor), no Python if, and/or, or .item()")
 
@@ -55,8 +57,8 @@ def jobs(student) -> dict:
                             "create_mask(prefix_lm_mask_mod(prefix_lengths), B=2, H=None, 11, 11)"),
         "window": _mask_job(student, "sliding_window_mask_mod", WINDOW, None, None,
                             "create_mask(sliding_window_mask_mod(3), None, None, 11, 11)"),
-        "alibi": _attend_job(student, "alibi_score_mod", ALIBI_H, "flex_attention(q, k, v, score_mod=alibi_score_mod(3))",
-                             heads=ALIBI_H),
+        **{("alibi", heads): _attend_job(student, "alibi_score_mod", heads, "flex_attention(q, k, v, score_mod="
+                                         f"alibi_score_mod({heads}))", heads=heads) for heads in ALIBI_HEADS},
         "softcap": _attend_job(student, "softcap_score_mod", CAP,
                                "flex_attention(q, k, v, score_mod=softcap_score_mod(2.0))", scale=3.0),
     }
@@ -126,18 +128,29 @@ def check_scored(student, key: str, want, what: str, mistakes: dict) -> None:
     expect.close(got, want, what, atol=1e-5, rtol=1e-4, mistakes=mistakes)
 
 
+def alibi_mistakes(q, k, v, heads: int) -> dict:
+    def variant(kind):
+        return lambda: alibi_variant(q, k, v, kind)
+
+    return {
+        _("ALiBi's sign: the bias is slope_h * (kv_idx - q_idx), negative for keys in the past, so that distant keys "
+          "weigh less"): variant("sign"),
+        _("ALiBi's slopes are in the wrong head order: the steepest slope goes to head 0"): variant("reversed"),
+        _("ALiBi's slope of head h is 2^(-8 (h + 1) / H): heads count from 0, so add 1 to h"): variant("from_zero"),
+        _("the formula 2^(-8 (h + 1) / H) for every H matches the paper's slopes only when H is a power of two: for "
+          "H = {H}, take the slopes of the largest power of two n below H, then the first H - n of the slopes of 2n "
+          "heads at even indices (slopes_2n[0::2]), as the ALiBi paper's get_slopes does").format(H=heads):
+            variant("formula"),
+    }
+
+
 @pytest.mark.points(3)
 def test_alibi_score_mod(student):
-    """alibi_score_mod(H) adds slope_h (kv_idx - q_idx), slope_h = 2^(-8 (h + 1) / H) (flex_attention)"""
-    q, k, v = ran(student, "alibi").inputs
-    check_scored(student, "alibi", alibi_variant(q, k, v), "flex_attention with alibi_score_mod(3)", {
-        _("ALiBi's sign: the bias is slope_h * (kv_idx - q_idx), negative for keys in the past, so that distant keys "
-          "weigh less"): lambda: alibi_variant(q, k, v, "sign"),
-        _("ALiBi's slopes are in the wrong head order: head h gets 2^(-8 (h + 1) / H), the steepest slope 2^(-8 / H) "
-          "on head 0"): lambda: alibi_variant(q, k, v, "reversed"),
-        _("ALiBi's slope of head h is 2^(-8 (h + 1) / H): heads count from 0, so add 1 to h"):
-            lambda: alibi_variant(q, k, v, "from_zero"),
-    })
+    """alibi_score_mod(H) adds slope_h (kv_idx - q_idx) with the ALiBi paper's slopes, for H = 8, 3, 12 and 7 (flex_attention)"""
+    for heads in ALIBI_HEADS:
+        q, k, v = ran(student, ("alibi", heads)).inputs
+        check_scored(student, ("alibi", heads), alibi_variant(q, k, v), f"flex_attention with alibi_score_mod({heads})",
+                     alibi_mistakes(q, k, v, heads))
 
 
 @pytest.mark.points(2)

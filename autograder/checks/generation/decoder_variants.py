@@ -49,7 +49,8 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
                     offset: str = "cache", rotate_again: bool = False, align: str = "bottom_right",
                     use_key_mask: bool = True, rope_on: str = "both", base_used: float | None = None,
                     pairs: str = "interleaved", tiled: bool = False, use_positions: bool = True,
-                    use_cache: bool = True, scale: float | None = None) -> torch.Tensor:
+                    use_cache: bool | str = True, scale: float | None = None, mask_by: str = "order",
+                    empty_rows: str = "nan") -> torch.Tensor:
     """x [B, S, d_model] fed in `chunks` through a cache; the outputs joined [B, S, d_model], in x's dtype.
 
     positions [B, S] / key_mask [B, S]: over the whole sequence (each call gets its slice of positions and the
@@ -57,7 +58,10 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
     rotate_again: the keys the cache returns rotated once more at 0 .. S_k - 1; align "top_left" / "none";
     use_key_mask False; rope_on "keys" / "queries" / "none"; base_used: the base actually used; pairs
     "halves"; tiled: kv heads tiled; use_positions False: the positions argument ignored (len(cache) + arange);
-    use_cache False: each call attends to its own tokens only."""
+    use_cache False: each call attends to its own tokens only; "chunks": a call of several tokens does (a prefill
+    branch), a single token reads the cache; mask_by "positions": query i sees the keys j <= its position, j counted
+    in the cache's order (gpt-fast's mask[positions]); empty_rows "zero": a query that sees no key gets 0, as
+    F.scaled_dot_product_attention gives it (not NaN)."""
     B, S, d_model = x.shape
     head_dim = d_model // heads
     base = base if base_used is None else base_used
@@ -72,29 +76,36 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
             q = rope_variant(q, pos, base=base, pairs=pairs)
         if rope_on in ("both", "keys"):
             k = rope_variant(k, pos, base=base, pairs=pairs)
-        cached_k, cached_v = (cached_k + [k], cached_v + [v]) if use_cache else ([k], [v])
-        K, V = torch.cat(cached_k, dim=-2), torch.cat(cached_v, dim=-2)  # [B, H_kv, S_k, hd]
+        own = use_cache is False or (use_cache == "chunks" and n > 1)  # attends to this call's tokens only
+        cached_k, cached_v = cached_k + [k], cached_v + [v]
+        K, V = (k, v) if own else (torch.cat(cached_k, dim=-2), torch.cat(cached_v, dim=-2))  # [B, H_kv, S_k, hd]
         S_k = K.shape[-2]
         if rotate_again:
             K = rope_variant(K, torch.arange(S_k), base=base, pairs=pairs)
         K, V = repeat(K, heads // kv_heads, tiled), repeat(V, heads // kv_heads, tiled)
         allowed = causal(n, S_k, align)  # [n, S_k]
+        if mask_by == "positions":
+            allowed = torch.arange(S_k) <= pos[..., None]  # [n, S_k] or [B, n, S_k]
+            allowed = allowed if allowed.dim() == 2 else allowed[:, None]
         if key_mask is not None and use_key_mask:
-            keys = key_mask[:, :stop] if use_cache else key_mask[:, start:stop]
+            keys = key_mask[:, start:stop] if own else key_mask[:, :stop]
             allowed = allowed & keys[:, None, None, :]  # [B, 1, n, S_k]
         scores = (q @ K.transpose(-2, -1) * scale).masked_fill(~allowed, float("-inf"))
-        out = torch.softmax(scores, dim=-1) @ V  # [B, H, n, hd]
+        weights = torch.softmax(scores, dim=-1)
+        out = (weights.nan_to_num(0.0) if empty_rows == "zero" else weights) @ V  # [B, H, n, hd]
         outs.append(out.transpose(1, 2).reshape(B, n, d_model) @ w["W_o.weight"].double().T)
         start = stop
     return torch.cat(outs, dim=1).to(x.dtype)
 
 
 def rotated_keys(w: dict, x: torch.Tensor, heads: int, kv_heads: int, positions: torch.Tensor,
-                 base: float = BASE, rotate: bool = True, repeated: bool = False) -> torch.Tensor:
+                 base: float = BASE, rotate: bool = True, repeated: bool = False, pairs: str = "interleaved",
+                 **_other) -> torch.Tensor:
     """The keys a decoder appends for the tokens x at `positions`: [B, H_kv, S, hd] rotated (rotate False: not
-    rotated; repeated: already repeated to H heads), in x's dtype."""
+    rotated; repeated: already repeated to H heads; pairs "halves": the half-split pairing), in x's dtype. Other
+    keywords of decoder_variant (a convention's) are ignored."""
     _, k, _ = project(w, x, heads, kv_heads)
-    k = rope_variant(k, positions, base=base) if rotate else k
+    k = rope_variant(k, positions, base=base, pairs=pairs) if rotate else k
     return (repeat(k, heads // kv_heads) if repeated else k).to(x.dtype)
 
 

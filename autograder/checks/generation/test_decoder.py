@@ -14,12 +14,14 @@ import math
 import pytest
 import torch
 
-from autograder.foundation import i18n
-from autograder.checks import expect
+from autograder.foundation import i18n, spec
+from autograder.checks import expect, lent
 from autograder.checks.cases import seeded, send, smallest_failure, weights_taken
-from autograder.checks.generation.common import D_MODEL, H, HEAD_DIM, ONLY_THEMSELVES, ROPE_HALF_SPLIT, TOP_LEFT, \
-    rope_differs
+from autograder.checks.generation.common import D_MODEL, H, HEAD_DIM, ROPE_HALF_SPLIT, rope_differs
+from autograder.checks.generation.decoder_mistakes import cached_mistakes, common_mistakes, convention_of, under, \
+    variant_mistakes
 from autograder.checks.generation.decoder_variants import decoder_variant, left_padded, rotated_keys
+from solutions import generation as ref
 
 _ = i18n.message
 
@@ -28,37 +30,6 @@ KV_HEADS = (H, 2, 1)  # multi-head, grouped-query, multi-query: H // H_kv query 
 SMALL_BASE = 50.0  # a base far from 10000 so that every pair's angle differs at small positions
 LENGTHS = (5, 2, 3)  # the left-padded batch: three prompts of different lengths
 PER_ROW = torch.tensor([[0, 1, 2, 6, 7, 11], [4, 5, 9, 10, 15, 16]])  # positions [B, 6]: no row a shift of another
-
-
-def common_mistakes(v, d_model: int = D_MODEL, head_dim: int = HEAD_DIM):
-    """The mistakes of the layer itself, any cache or none: v(**keywords) is the variant's output."""
-    return {
-        _("you rotated the keys only: RoPE rotates the queries AND the keys (apply_rope on both, at the same "
-          "positions), so that their score depends on the distance between them"): v(rope_on="keys"),
-        _("you rotated the queries only: RoPE rotates the queries AND the keys"): v(rope_on="queries"),
-        _("no RoPE at all: rotate q and k with apply_rope(..., positions, base=self.rope_base) before the scores"):
-            v(rope_on="none"),
-        rope_differs(ROPE_HALF_SPLIT): v(pairs="halves"),
-        _("you tiled the key/value heads (kv0, kv1, kv0, kv1, ...): repeat each one in place, as repeat_kv does, "
-          "so that query heads h * n_rep ... (h + 1) * n_rep - 1 share kv head h"): v(tiled=True),
-        _("the attention is not causal: a token must not see the tokens after it"): v(align="none"),
-        _("you scaled by sqrt(d_model) = sqrt({d_model}); scale each head by sqrt(head_dim) = sqrt({head_dim})").format(
-            d_model=d_model, head_dim=head_dim): v(scale=d_model ** -0.5),
-        _("you did not scale the scores: divide by sqrt(head_dim)"): v(scale=1.0),
-    }
-
-
-def cached_mistakes(v):
-    """The joint mistakes that show once a cache holds positions."""
-    return {
-        _("the new tokens were rotated from position 0: after a cache of n positions they are at positions n, n + 1, "
-          "... (by default positions = len(cache) + arange(S_new), with len(cache) read BEFORE appending)"):
-            v(offset="zero"),
-        _("the keys returned by the cache were rotated again: the cache already holds rotated keys, so rotate only "
-          "the new keys, once, before appending them"): v(rotate_again=True),
-        TOP_LEFT: v(align="top_left"),
-        ONLY_THEMSELVES: v(use_cache=False),
-    }
 
 
 def weights(g, kv_heads: int, d_model: int = D_MODEL, heads: int = H) -> dict:
@@ -71,13 +42,15 @@ def weights(g, kv_heads: int, d_model: int = D_MODEL, heads: int = H) -> dict:
 
 
 def _module_job(student, kv_heads: int, base: float | None = None, d_model: int = D_MODEL, heads: int = H):
-    """DecoderAttention(d_model, heads, kv_heads[, rope_base=base]) with the checks' weights, in eval mode."""
+    """DecoderAttention(d_model, heads, kv_heads[, rope_base=base]) with the checks' weights, in eval mode, calling
+    the grader's apply_rope, decode_causal_mask and repeat_kv (lent: each is graded in its own part)."""
     g = seeded(kv_heads)
     w = weights(g, kv_heads, d_model, heads)
     job = student.job()
     extra = {} if base is None else {"rope_base": base}
+    pieces = lent.lend(job, "DecoderAttention", PART, ref)
     module = job.new("DecoderAttention", d_model, heads, kv_heads, **extra)
-    steps = {"module": module, "load": job.load_state_dict(module, w), "eval": job.eval(module)}
+    steps = {"lend": pieces, "module": module, "load": job.load_state_dict(module, w), "eval": job.eval(module)}
     return job, steps, w, g
 
 
@@ -97,8 +70,10 @@ def _feed(job, module, x, chunks, positions=None, key_mask=None, cached: bool = 
     return forwards, (job.method(cache, "record") if cached else None)
 
 
-def compare(run, key, label: str, rows: torch.Tensor | None = None, cached: bool = True, **variant) -> None:
-    """The outputs of the feed `key` of `run` equal decoder_variant(**variant) (on the real `rows` [B, S] only)."""
+def compare(run, key, label: str, rows: torch.Tensor | None = None, cached: bool = True, convention=None,
+            **variant) -> None:
+    """The outputs of the feed `key` of `run` equal decoder_variant(**variant) under the layer's `convention`
+    (decoder_mistakes.convention_of; on the real `rows` [B, S] only)."""
     weights_taken(run, _("W_q, W_k, W_v and W_o"))
     w, x, chunks, heads, kv_heads = run.inputs[key]
     forwards, _record = run.steps[key]
@@ -112,8 +87,10 @@ def compare(run, key, label: str, rows: torch.Tensor | None = None, cached: bool
         start += step
     got = torch.cat(outs, dim=1)
 
+    expected = under(convention, variant)
+
     def v(**mistake):
-        return lambda: pick(decoder_variant(w, x, chunks, heads, kv_heads, **variant, **mistake))
+        return lambda: pick(decoder_variant(w, x, chunks, heads, kv_heads, **{**expected, **mistake}))
 
     def pick(t):
         return t if rows is None else t[rows]
@@ -123,21 +100,6 @@ def compare(run, key, label: str, rows: torch.Tensor | None = None, cached: bool
     for key_word, extra in variant_mistakes(variant).items():
         mistakes[key_word] = v(**extra)
     expect.close(pick(got), v()(), label, mistakes=mistakes)
-
-
-def variant_mistakes(variant: dict) -> dict:
-    """The mistakes about the keywords a check passes: rope_base, positions, key_mask."""
-    out = {}
-    if "base" in variant:
-        out[_("rope_base was ignored: rotate with apply_rope(..., base=self.rope_base), not the default 10000 "
-              "(Llama 3 uses 500000)")] = {"base_used": 10000.0}
-    if "positions" in variant:
-        out[_("the positions argument was ignored: when it is given, rotate the new tokens at exactly those "
-              "positions ([S_new], or [B, S_new] with one row per sequence)")] = {"use_positions": False}
-    if "key_mask" in variant:
-        out[_("key_mask was ignored: hide the padded keys, key_mask [B, S_k] (True = real token) over every cached "
-              "and new position, as key_mask[:, None, None, :]")] = {"use_key_mask": False}
-    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -159,14 +121,18 @@ def test_decoder_submodules(student):
 def test_full_pass_is_causal_attention_with_rope(student):
     """forward(x) without a cache: causal attention of RoPE-rotated queries and keys at positions 0 .. S-1, for every shape of heads"""
     runs = part(student)
+    convention = runs["convention"]
 
     def check(shape):
         d_model, heads, kv_heads = shape
         compare(runs[("full", shape)], "full", f"forward(x [{B}, {S}, {d_model}]) of DecoderAttention({d_model}, "
-                f"{heads}, {kv_heads})", cached=False)
+                f"{heads}, {kv_heads})", cached=False, convention=convention)
 
     smallest_failure([(f"d_model={d}, H={h}, H_kv={kv} (head_dim {d // h})", (d, h, kv)) for d, h, kv in FULL_SHAPES],
                      check)
+    if convention:  # charged here, once: every other check grades the layer under it
+        raise expect.CheckFailure(_("{convention}: the other checks of this part graded your layer under that "
+                                    "convention, so it costs points here only").format(convention=convention[0]))
 
 
 @pytest.mark.points(6)
@@ -177,7 +143,7 @@ def test_decoding_equals_the_full_pass_for_every_split_and_kv_heads(student):
     def check(case):
         length, p, heads = case
         compare(runs[("split", heads)], (length, p), _("a prompt of {p} then {n} token(s) one at a time").format(
-            p=p, n=length - p))
+            p=p, n=length - p), convention=runs["convention"])
 
     smallest_failure([(_("H_kv={kv}, {length} tokens, a prompt of {p}").format(kv=heads, length=length, p=p),
                        (length, p, heads)) for length, p in SPLITS for heads in KV_HEADS], check)
@@ -186,6 +152,7 @@ def test_decoding_equals_the_full_pass_for_every_split_and_kv_heads(student):
 @pytest.mark.points(5)
 def test_cache_receives_rotated_keys_with_num_kv_heads(student):
     """the cache receives the ROTATED keys and the values, [B, num_kv_heads, S_new, head_dim], once per forward"""
+    keywords = under(part(student)["convention"], {})  # (the half-split pairing of a layer written so, ...)
     for heads in (2, 1):
         run = part(student)[("record", heads)]
         weights_taken(run, _("W_q, W_k, W_v and W_o"))
@@ -204,7 +171,7 @@ def test_cache_receives_rotated_keys_with_num_kv_heads(student):
             new = x[:, start:start + n]
             what = _("the keys of append number {number} (positions {first} .. {last}), H_kv={kv}").format(
                 number=number, first=start, last=start + n - 1, kv=heads)
-            repeated = rotated_keys(w, new, H, heads, pos, repeated=True)
+            repeated = rotated_keys(w, new, H, heads, pos, repeated=True, **keywords)
             shapes = {tuple(repeated.shape): _("the cache received {H} heads: append the {kv} key/value heads and call "
                                                "repeat_kv after reading the cache, which keeps it H / H_kv = {ratio} "
                                                "times smaller").format(H=H, kv=heads, ratio=H // heads)}
@@ -213,10 +180,11 @@ def test_cache_receives_rotated_keys_with_num_kv_heads(student):
                         rotated_keys(w, new, H, heads, pos, rotate=False),
                         _("the cache received the keys rotated from position 0: the new tokens are at positions "
                           "len(cache), len(cache) + 1, ..."):
-                        rotated_keys(w, new, H, heads, torch.arange(n))}
-            expect.close(k, rotated_keys(w, new, H, heads, pos), what, mistakes=mistakes, shapes=shapes)
+                        rotated_keys(w, new, H, heads, torch.arange(n), **keywords),
+                        rope_differs(ROPE_HALF_SPLIT): rotated_keys(w, new, H, heads, pos, pairs="halves")}
+            expect.close(k, rotated_keys(w, new, H, heads, pos, **keywords), what, mistakes=mistakes, shapes=shapes)
             values = rotated_keys({**w, "W_k.weight": w["W_v.weight"]}, new, H, heads, pos, rotate=False)
-            rotated_v = rotated_keys({**w, "W_k.weight": w["W_v.weight"]}, new, H, heads, pos)
+            rotated_v = rotated_keys({**w, "W_k.weight": w["W_v.weight"]}, new, H, heads, pos, **keywords)
             expect.close(v, values, _("the values of append number {number}").format(number=number), shapes=shapes,
                          mistakes={_("you rotated the values: RoPE rotates the queries and keys only"): rotated_v})
             start += n
@@ -225,17 +193,19 @@ def test_cache_receives_rotated_keys_with_num_kv_heads(student):
 @pytest.mark.points(3)
 def test_chunks_of_several_tokens_are_bottom_right_aligned(student):
     """several new tokens at once after a prompt (S_new < S_k, S_new > 1) equal the full pass: bottom-right causal alignment"""
-    compare(part(student)["chunks"], "chunks", _("a prompt of 2 tokens, then 3 at once, then 1 (H_kv=2)"))
+    runs = part(student)
+    compare(runs["chunks"], "chunks", _("a prompt of 2 tokens, then 3 at once, then 1 (H_kv=2)"),
+            convention=runs["convention"])
 
 
 @pytest.mark.points(3)
 def test_rope_base_is_used(student):
     """DecoderAttention(..., rope_base=50) rotates with base 50, in the full pass and through a cache"""
-    run = part(student)["base"]
+    run, convention = part(student)["base"], part(student)["convention"]
     compare(run, "full", _("forward(x) of DecoderAttention({d}, {H}, 2, rope_base={base})").format(
-        d=D_MODEL, H=H, base=SMALL_BASE), cached=False, base=SMALL_BASE)
+        d=D_MODEL, H=H, base=SMALL_BASE), cached=False, base=SMALL_BASE, convention=convention)
     compare(run, "split", _("a prompt of 3 tokens, then 2 one at a time, rope_base={base}").format(base=SMALL_BASE),
-            base=SMALL_BASE)
+            base=SMALL_BASE, convention=convention)
 
 
 @pytest.mark.points(3)
@@ -245,7 +215,7 @@ def test_positions_given_per_sequence(student):
     for key in ("shared", "per row"):
         positions = POSITIONS[key]
         compare(run, key, f"forward(x [{B}, 6, {D_MODEL}], positions={positions.tolist()})", cached=False,
-                positions=positions)
+                positions=positions, convention=part(student)["convention"])
 
 
 @pytest.mark.points(5)
@@ -255,7 +225,7 @@ def test_left_padded_batch_equals_each_sequence_alone(student):
     mask, positions = PADDED
     compare(run, "padded", _("a left-padded batch of prompts of {lengths} tokens, then 2 tokens one at a time "
                              "(the outputs at real tokens)").format(lengths=", ".join(map(str, LENGTHS))),
-            rows=mask, positions=positions, key_mask=mask)
+            rows=mask, positions=positions, key_mask=mask, convention=part(student)["convention"])
 
 
 # --------------------------------------------------------------------------- #
@@ -285,8 +255,30 @@ def _add(job, steps, inputs, key, w, x, chunks, kv_heads, cached=True, heads=H, 
     inputs[key] = (w, x, chunks, heads, kv_heads)
 
 
+PART = spec.GENERATION.part("decoder")
+# the student's own pieces next to DecoderAttention, run before the grader's are lent (for the part's note)
+PROBES = {
+    "apply_rope": [((torch.randn(2, 3, 4, 8, generator=seeded(7)), torch.tensor([0, 3, 1, 7])), {}),
+                   ((torch.randn(2, 3, 4, 8, generator=seeded(8)), torch.tensor([[0, 1, 2, 3], [2, 3, 4, 5]])),
+                    {"base": SMALL_BASE})],
+    "decode_causal_mask": [((3, 5), {}), ((1, 4), {}), ((4, 4), {})],
+    "repeat_kv": [((torch.randn(2, 2, 3, 4, generator=seeded(9)), 3), {})],
+}
+
+
+def _say_lent(student, ran: dict, steps: dict) -> None:
+    """The part's note: the pieces the grader lent, which of the student's it replaced, which of those were wrong."""
+    try:
+        replaced = ran[("split", H)].value("lend")
+    except expect.CheckFailure:
+        return
+    bad = lent.wrong({name: ran[("probe", name)].result for name in PROBES}, steps, PROBES, ref)
+    lent.say(student, "DecoderAttention", PART, replaced if isinstance(replaced, list) else [], bad)
+
+
 def _part(student) -> dict:
-    checks = {}
+    probes, probe_steps = lent.probe(student, PROBES)
+    checks = {("probe", name): (job, {}, None) for name, job in probes.items()}  # before anything is lent
     job = student.job()
     checks["submodules"] = (job, {"value": job.describe(job.new("DecoderAttention", D_MODEL, H, 2))}, None)
     for d_model, heads, kv_heads in FULL_SHAPES:
@@ -327,7 +319,19 @@ def _part(student) -> dict:
     _add(job, steps, inputs, "padded", w, x, (S, 1, 1), 2, positions=positions, key_mask=mask)
     checks["padded"] = (job, steps, inputs)
     ran = send(student, checks)
+    _say_lent(student, ran, probe_steps)
+    ran["convention"] = _convention(ran[("full", (D_MODEL, H, H))])
     return ran
+
+
+def _convention(run):
+    """The convention the layer's full pass follows (decoder_mistakes.CONVENTIONS), or None."""
+    w, x, chunks, heads, kv_heads = run.inputs["full"]
+    try:
+        got = run.result[run.steps["full"][0][0]]
+    except expect.CheckFailure:
+        return None
+    return convention_of(got, w, x, chunks, heads, kv_heads)
 
 
 def part(student) -> dict:

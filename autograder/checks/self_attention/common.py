@@ -151,3 +151,23 @@ def mh_variant(w_qkv, w_o, x, mask, causal, order=(0, 1, 2), split="ok", merge="
     out = attention(Q, K, V, mask, causal, **mistakes)  # [B, H, S, head_dim]
     out = out.transpose(1, 2).reshape(B, S, D_MODEL) if merge == "ok" else out.reshape(B, S, D_MODEL)
     return out @ w_o.T
+
+
+def _pieces_inputs():
+    g = torch.Generator().manual_seed(77)
+    scores = torch.randn(2, 3, 5, generator=g)
+    return {
+        "scaled_scores": [((torch.randn(2, 3, 4, generator=g), torch.randn(2, 5, 4, generator=g)), {})],
+        "attention_weights": [((scores,), {})],
+        "attend": [((torch.softmax(scores, -1), torch.randn(2, 5, 6, generator=g)), {})],
+        "padding_mask": [((torch.tensor([3, 5]), 5), {})],
+        "causal_mask": [((4,), {})],
+        "apply_padding_mask": [((scores, torch.tensor([[True] * 3 + [False] * 2, [True] * 5])), {}),
+                               ((torch.randn(2, 2, 3, 5, generator=g), torch.tensor([[True] * 4 + [False], [True] * 5])),
+                                {})],
+        "apply_causal_mask": [((torch.randn(2, 4, 4, generator=g),), {})],
+    }
+
+
+# the student's own pieces next to a module, run before the grader's are lent (checks/lent.py): the part's note
+PIECE_PROBES = _pieces_inputs()

@@ -6,14 +6,21 @@ import torch
 import torch.nn.functional as F
 
 import solutions as ref
-from autograder.foundation import i18n
+from autograder.foundation import i18n, spec
 from autograder.sandbox.batch import Call
-from autograder.checks import expect
+from autograder.checks import expect, lent
 from autograder.checks.cases import Cases, seeded, smallest_failure
-from autograder.checks.self_attention.common import attention, attention_mistakes, lengths_mask, randn
+from autograder.checks.self_attention.common import PIECE_PROBES, attention, attention_mistakes, lengths_mask, randn
 from autograder.worker.meter import LiveMemoryMeter
 
 _ = i18n.message
+
+
+@pytest.fixture(autouse=True)
+def lent_pieces_long_sequence(student):
+    """chunked_attention is graded with the reference scaled_scores, attention_weights, attend and masks in place of
+    the student's (each costs points in its own part only); the part's note names the student's wrong ones."""
+    lent.lending(student, "chunked_attention", spec.SELF_ATTENTION.part("long_sequence"), ref, PIECE_PROBES)
 
 DTYPES = (torch.float32, torch.float16, torch.float64, torch.bfloat16)
 LB, LH, LS, LD = 2, 3, 7, 4  # S = 7: a chunk size of 3 does not divide it

@@ -7,14 +7,21 @@ import pytest
 import torch
 
 import solutions as ref
-from autograder.foundation import i18n
-from autograder.checks import expect
+from autograder.foundation import i18n, spec
+from autograder.checks import expect, lent
 from autograder.checks.cases import seeded
-from autograder.checks.self_attention.common import (B, D_K, D_MODEL, D_V, LENGTHS, S, lengths_mask, module_mistakes,
+from autograder.checks.self_attention.common import (B, D_K, D_MODEL, D_V, LENGTHS, PIECE_PROBES, S, lengths_mask, module_mistakes,
                                                      reference_module)
 from autograder.foundation.failures import StudentRaised
 
 _ = i18n.message
+
+
+@pytest.fixture(autouse=True)
+def lent_pieces_module(student):
+    """SelfAttention is graded with the reference scaled_scores, attention_weights, attend and masks in place of the
+    student's (each costs points in its own part only); the part's note names the student's wrong ones."""
+    lent.lending(student, "SelfAttention", spec.SELF_ATTENTION.part("module"), ref, PIECE_PROBES)
 
 DROPOUT = 0.25
 LAYERS = {"W_q": (D_MODEL, D_K), "W_k": (D_MODEL, D_K), "W_v": (D_MODEL, D_V), "W_o": (D_V, D_MODEL)}

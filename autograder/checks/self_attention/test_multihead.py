@@ -12,14 +12,21 @@ import torch
 import pytest
 
 import solutions as ref
-from autograder.foundation import i18n
-from autograder.checks import expect
+from autograder.foundation import i18n, spec
+from autograder.checks import expect, lent
 from autograder.checks.cases import seeded
-from autograder.checks.self_attention.common import (B, D_MODEL, H, HEAD_DIM, IGNORED_WITH_CAUSAL, LENGTHS, S,
+from autograder.checks.self_attention.common import (B, D_MODEL, H, HEAD_DIM, IGNORED_WITH_CAUSAL, LENGTHS, PIECE_PROBES, S,
                                                      lengths_mask, mh_variant, randn)
 from autograder.foundation.failures import StudentRaised
 
 _ = i18n.message
+
+
+@pytest.fixture(autouse=True)
+def lent_pieces_multihead(student):
+    """MultiHeadSelfAttention is graded with the reference scaled_scores, attention_weights, attend and masks in place of the
+    student's (each costs points in its own part only); the part's note names the student's wrong ones."""
+    lent.lending(student, "MultiHeadSelfAttention", spec.SELF_ATTENTION.part("multihead"), ref, PIECE_PROBES)
 TAKEN = (_("{names} from the first block"), _("{names} from the second block"), _("{names} from the third block"))
 
 SPLIT_HINTS = {

@@ -30,7 +30,7 @@ DOCSTRINGS_ZH = {
     "document_causal_mask_mod": "打包序列的 mask_mod，document_ids [B, S]：同一文档内因果，跨文档不可见。",
     "prefix_lm_mask_mod": "前缀语言模型的 mask_mod，prefix_lengths [B]：每个查询都能看到整个前缀，前缀之后按因果。",
     "sliding_window_mask_mod": "sliding_window_mask 的 mask_mod：q_idx - window < kv_idx <= q_idx 处为 True。",
-    "alibi_score_mod": "ALiBi 的 score_mod：score + slope_h * (kv_idx - q_idx)，slope_h = 2^(-8 (h + 1) / num_heads)。",
+    "alibi_score_mod": "ALiBi 的 score_mod：score + slope_h * (kv_idx - q_idx)，斜率取 ALiBi 论文代码的：num_heads 为 2 的幂时 2^(-8 (h + 1) / num_heads)；否则先取不超过它的最大 2 的幂 n 的斜率，再取 2n 个头的斜率中每隔一个的那些。",
     "softcap_score_mod": "logit 软截断的 score_mod：cap * tanh(score / cap)，分数小时接近原值，永远不超过 +-cap。",
 }
 
@@ -183,13 +183,17 @@ def cells():
 
         ALiBi (Press et al., 2022) uses no position embedding at all: each head adds to every score a
         penalty proportional to the distance, $\text{slope}_h \cdot (\text{kv\_idx} - \text{q\_idx})$ (negative
-        for past keys), with a geometric sequence of slopes $\text{slope}_h = 2^{-8(h+1)/H}$: head 0 looks
-        near, the last head far. `alibi_score_mod(num_heads)` returns the score_mod. Compute the slopes once,
-        as a tensor, outside the inner function, and index them with `h` inside.
+        for past keys), with a geometric sequence of slopes $\text{slope}_h = 2^{-8(h+1)/H}$ when $H$ is a power
+        of two: head 0 looks near, the last head far. For another $H$ the paper's code (`get_slopes`) takes the
+        $n$ slopes of the largest power of two $n$ below $H$, then the first $H - n$ of the slopes for $2n$ heads
+        at even indices (`slopes_2n[0::2]`): for 12 heads, $2^{-1}, \dots, 2^{-8}$, then $2^{-0.5}, 2^{-1.5},
+        2^{-2.5}, 2^{-3.5}$ (the formula alone, for every $H$, matches only powers of two).
+        `alibi_score_mod(num_heads)` returns the score_mod. Compute the slopes once, as a tensor, outside the
+        inner function, and index them with `h` inside.
         """, r"""
         ## 4. score_mod：ALiBi
 
-        ALiBi（Press 等，2022）完全不用位置编码：每个头给每个分数加上一个与距离成正比的惩罚 $\text{slope}_h \cdot (\text{kv\_idx} - \text{q\_idx})$（对过去的键为负），斜率是一个等比数列 $\text{slope}_h = 2^{-8(h+1)/H}$：头 0 看得近，最后一个头看得远。`alibi_score_mod(num_heads)` 返回这个 score_mod。在内层函数外面把斜率一次算成张量，在里面用 `h` 索引。
+        ALiBi（Press 等，2022）完全不用位置编码：每个头给每个分数加上一个与距离成正比的惩罚 $\text{slope}_h \cdot (\text{kv\_idx} - \text{q\_idx})$（对过去的键为负），当 $H$ 是 2 的幂时，斜率是一个等比数列 $\text{slope}_h = 2^{-8(h+1)/H}$：头 0 看得近，最后一个头看得远。$H$ 不是 2 的幂时，论文的代码（`get_slopes`）先取小于 $H$ 的最大 2 的幂 $n$ 的 $n$ 个斜率，再取 $2n$ 个头的斜率中偶数下标的前 $H - n$ 个（`slopes_2n[0::2]`）：12 个头时是 $2^{-1}, \dots, 2^{-8}$，然后是 $2^{-0.5}, 2^{-1.5}, 2^{-2.5}, 2^{-3.5}$（只用那个公式算所有 $H$，只有 2 的幂时才对）。`alibi_score_mod(num_heads)` 返回这个 score_mod。在内层函数外面把斜率一次算成张量，在里面用 `h` 索引。
         """),
         solution("alibi_score_mod", HINTS),
         check("check_alibi_score_mod(alibi_score_mod)", "check_alibi_score_mod"),

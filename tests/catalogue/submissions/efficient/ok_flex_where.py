@@ -200,8 +200,22 @@ def sliding_window_mask_mod(window: int):
 
 
 def alibi_score_mod(num_heads: int):
-    """score_mod of ALiBi: score + slope_h * (kv_idx - q_idx), slope_h = 2^(-8 (h + 1) / num_heads)."""
-    slopes = torch.tensor([2 ** (-8 * (i + 1) / num_heads) for i in range(num_heads)])
+    """score_mod of ALiBi: score + slope_h * (kv_idx - q_idx), with the slopes of the ALiBi paper's code:
+    2^(-8 (h + 1) / num_heads) for a power of two; else those of the largest power of two n below, then every
+    other slope of 2n heads."""
+    def get_slopes(n):  # the ALiBi paper's code, as written
+        def get_slopes_power_of_2(n):
+            start = 2 ** (-2 ** -(math.log2(n) - 3))
+            ratio = start
+            return [start * ratio ** i for i in range(n)]
+
+        if math.log2(n).is_integer():
+            return get_slopes_power_of_2(n)
+        closest_power_of_2 = 2 ** math.floor(math.log2(n))
+        return (get_slopes_power_of_2(closest_power_of_2)
+                + get_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2])
+
+    slopes = torch.tensor(get_slopes(num_heads))
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + slopes[h] * (kv_idx - q_idx)
