@@ -33,6 +33,8 @@ def _load_build():
 
 build = _load_build()
 Case = build.Case
+sys.path.insert(0, str(HERE))
+import efficient_backward  # noqa: E402 - next to this file, after build's Case
 
 
 def _fn(name: str, body: str) -> tuple:
@@ -113,6 +115,8 @@ CASES: tuple = (
          (("merge_attention", "    lse = m + torch.log(total)  # -inf when neither side sees a key",
            "    lse = lse_a + torch.log1p(torch.exp(lse_b - lse_a))"),),
          lose=("flash",), says="NaN when lse_a is -inf"),
+    # ------------------------------------------------------------------ flash_backward (tests/catalogue/efficient_backward.py)
+    *efficient_backward.cases(Case),
     # ------------------------------------------------------------------ wrong: sliding_window
     Case("window_one_too_wide", "sliding_window_mask lets each query see window + 1 keys",
          (("sliding_window_mask", "return (j <= i) & (j > i - window)", "return (j <= i) & (j >= i - window)"),),
