@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from autograder.foundation import i18n
-from autograder.sandbox.batch import Call
+from autograder.sandbox.batch import Call, Outcome
 from autograder.checks import expect
-from autograder.checks.cases import Cases, seeded, send, smallest_failure
+from autograder.checks.cases import Ran, seeded, smallest_failure
 from autograder.checks.efficient.backward import GRADIENTS, backward_variant, exact_gradients
 from autograder.checks.efficient.common import (BLOCK_K, BLOCK_Q, NEG_INF, S_K, S_Q, dense_attention, mib, qkv,
                                                 randn, within_memory)
@@ -54,7 +54,7 @@ def poisoned_call(g) -> Call:
     return Call("flash_attention_backward", q, k, v, out, lse, grad_out, **call.kwargs)
 
 
-CALLS = Cases("efficient flash_backward", {
+TABLE = {
     "plain": lambda g: backward_call(g, False),
     "causal": lambda g: backward_call(g, True),
     "plain more queries": lambda g: backward_call(g, False, S_q=S_K, S_k=S_Q),
@@ -65,7 +65,7 @@ CALLS = Cases("efficient flash_backward", {
     **{("sweep", case, causal): (lambda g, c=case, causal=causal: backward_call(
         g, causal, S_q=c[0], S_k=c[1], block_q=c[2], block_k=c[3], b=2, h=2))
        for case in SWEEP for causal in (False, True)},
-})
+}
 
 
 def arguments(call):
@@ -156,7 +156,7 @@ def backward_what(call) -> str:
 @pytest.mark.parametrize("case", ["plain", "causal"])
 def test_backward_equals_autograd_through_exact_attention(student, case):
     """flash_attention_backward's gradients equal autograd through exact attention at S_q != S_k and D != D_v, with blocks that divide neither length"""
-    call, outcome = CALLS.get(student, case)
+    call, outcome = case_of(student, case)
     check_gradients(call, expect.value(outcome), backward_what(call))
 
 
@@ -164,14 +164,14 @@ def test_backward_equals_autograd_through_exact_attention(student, case):
 def test_backward_with_more_queries_than_keys(student):
     """flash_attention_backward with S_q > S_k, plain and causal: a query that sees no key has grad_q 0 and adds nothing (no NaN)"""
     for case in ("plain more queries", "causal more queries"):
-        call, outcome = CALLS.get(student, case)
+        call, outcome = case_of(student, case)
         check_gradients(call, expect.value(outcome), backward_what(call))
 
 
 @pytest.mark.points(2)
 def test_backward_accumulates_half_inputs_in_float32(student):
     """flash_attention_backward on float16 inputs returns float16 gradients, accumulated in float32"""
-    call, outcome = CALLS.get(student, "half")
+    call, outcome = case_of(student, "half")
     got = triple(expect.value(outcome), backward_what(call))
     for name, grad in zip(GRADIENTS, got):
         if isinstance(grad, torch.Tensor) and grad.dtype != torch.float16:
@@ -184,7 +184,7 @@ def test_backward_accumulates_half_inputs_in_float32(student):
 @pytest.mark.points(1)
 def test_backward_with_its_default_blocks(student):
     """flash_attention_backward(..., causal=True) with the default blocks of 64 is exact in float64 when S spans several blocks"""
-    call, outcome = CALLS.get(student, "defaults")
+    call, outcome = case_of(student, "defaults")
     got = triple(expect.value(outcome), backward_what(call))
     for name, grad in zip(GRADIENTS, got):
         if isinstance(grad, torch.Tensor) and grad.dtype != torch.float64:
@@ -197,7 +197,7 @@ def test_backward_with_its_default_blocks(student):
 @pytest.mark.points(1)
 def test_backward_never_reads_the_tiles_it_skips(student):
     """causal flash_attention_backward skips the tiles a query block cannot see: with q and grad_out NaN on query blocks that see no key, every gradient is exact"""
-    call, outcome = CALLS.get(student, "poisoned")
+    call, outcome = case_of(student, "poisoned")
     what = backward_what(call)
     got = triple(expect.value(outcome), what)
     if any(isinstance(t, torch.Tensor) and t.is_floating_point() and torch.isnan(t).any() for t in got):
@@ -214,7 +214,7 @@ def test_backward_never_reads_the_tiles_it_skips(student):
 def test_backward_for_every_shape_and_block(student, causal):
     """flash_attention_backward is exact from one query and one key up, for blocks of every size (the smallest failing case named)"""
     def check(case):
-        call, outcome = CALLS.get(student, ("sweep", case, causal))
+        call, outcome = case_of(student, ("sweep", case, causal))
         check_gradients(call, expect.value(outcome), backward_what(call))
 
     smallest_failure([("S_q={}, S_k={}, block_q={}, block_k={}".format(*case), case) for case in SWEEP], check)
@@ -298,9 +298,30 @@ def function_job(student, g, causal: bool):
     return job, {"function": function, "ran": ran, "forward": forward, "backward": backward}, (q, k, v, grad_out)
 
 
-def function_runs(student):
-    return student.once("efficient flash_backward function", lambda: send(student, {
-        causal: function_job(student, seeded(), causal) for causal in (False, True)}))
+def part_batch(student) -> tuple[dict, dict]:
+    """Every call of this part but the measured one, and both FlashAttentionFunction jobs, in one round trip:
+    ({case: (call, outcome)}, {causal: Ran})."""
+    calls = {case: build(seeded()) for case, build in TABLE.items()}
+    call_jobs = [student.job() for _ in calls]
+    steps = [job.call(c.name, *c.args, **c.kwargs) for job, c in zip(call_jobs, calls.values())]
+    function_jobs = {causal: function_job(student, seeded(), causal) for causal in (False, True)}
+    results = student.run(call_jobs + [job for job, _, _ in function_jobs.values()])
+    outcomes = {case: (call, Outcome(result, step)) for (case, call), result, step in zip(calls.items(), results, steps)}
+    runs = {causal: Ran(result, named, inputs)
+            for (causal, (_, named, inputs)), result in zip(function_jobs.items(), results[len(calls):])}
+    return outcomes, runs
+
+
+def batch(student) -> tuple[dict, dict]:
+    return student.once("efficient flash_backward", lambda: part_batch(student))
+
+
+def case_of(student, case):
+    return batch(student)[0][case]
+
+
+def function_runs(student) -> dict:
+    return batch(student)[1]
 
 
 @pytest.mark.points(3)
