@@ -90,4 +90,13 @@ DEMO_TEXT = (
     N_("the compiler's cache folder {folder} is not writable"),
     N_('compiled vs eager: largest difference {gap:.1e}'),
     N_('eager {eager:.3f} s; compiled: first call {first:.1f} s (compiling), then {compiled:.3f} s'),
+    # 05_flash_backward
+    N_('the six lines vs autograd, largest gap: dq {dq:.1e}, dk {dk:.1e}, dv {dv:.1e}'),
+    N_('delta = rowsum(dO * O) vs rowsum(P * dP): largest gap {gap:.1e}'),
+    N_('tile of P from exp(s - lse): largest gap {gap:.1e}'),
+    N_('tile of P from a softmax of the tile alone: largest gap {gap:.1e} (each row sums to 1 over 4 keys)'),
+    N_('matrix products per tile: forward {f:g}, backward {b:g}'),
+    N_('torch.autograd.gradcheck (float64, 5 queries, 7 keys, causal): {passed}'),
+    N_('S = {S:>5}: plain attention keeps {plain:8.2f} MiB, FlashAttentionFunction {flash:6.2f} MiB'),
+    N_('loss: plain attention {plain:.6f}, FlashAttentionFunction {flash:.6f}; weights after the step differ by at most {gap:.1e}'),
 )

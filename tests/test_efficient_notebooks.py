@@ -155,7 +155,8 @@ def vc():
 CHECK_ARGS = {f"check_{name}": getattr(E, name) for name in (
     "flash_attention", "merge_attention", "sliding_window_mask", "sliding_window_attention", "elu_feature_map",
     "linear_attention", "linear_attention_step", "document_causal_mask_mod", "prefix_lm_mask_mod",
-    "sliding_window_mask_mod", "alibi_score_mod", "softcap_score_mod")}
+    "sliding_window_mask_mod", "alibi_score_mod", "softcap_score_mod", "flash_attention_backward")}
+CHECK_ARGS["check_flash_attention_function"] = E.FlashAttentionFunction
 
 
 def test_every_efficient_visible_check_passes_on_the_reference(vc, capsys):
