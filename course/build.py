@@ -101,13 +101,10 @@ def source_notebooks(target: Target = TARGETS[0]) -> dict[str, nbformat.Notebook
 
 
 def _check_against_spec(name: str, cells: list[Cell], parts: tuple) -> None:
-    # a notebook may ask again for a function graded in an earlier notebook that its own part calls
-    # (05_flash_backward's FlashAttentionFunction runs flash_attention, and nbgrader grades a notebook alone)
-    earlier = {f"solution_{n}" for p in parts if p.notebook != name for n in p.names}
     parts = [p for p in parts if p.notebook == name]
     solution_ids = [c.nbgrader["grade_id"] for c in cells if c.role == "solution"]
     expected = [f"solution_{n}" for p in parts for n in p.names]
-    if sorted(i for i in solution_ids if i not in earlier) != sorted(expected):
+    if sorted(solution_ids) != sorted(expected):
         raise SystemExit(f"{name}: solution cells {solution_ids} do not match spec.py {expected}")
     graded = [(c.nbgrader["grade_id"], c.nbgrader["points"]) for c in cells if c.role == "graded"]
     if sorted(graded) != sorted((p.id, p.points) for p in parts):

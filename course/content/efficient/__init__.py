@@ -4,4 +4,4 @@ and plot through `say("English {field}", field=...)`, whose Chinese text is in t
 (listed in course/efficient_demo_text.py)."""
 from . import flash, flash_backward, flex, linear, sliding_window
 
-MODULES = (flash, sliding_window, linear, flex, flash_backward)  # 05_flash_backward follows 01_flash, numbered last
+MODULES = (flash, flash_backward, sliding_window, linear, flex)  # spec.py's order: 05_flash_backward follows 01_flash

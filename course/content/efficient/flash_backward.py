@@ -1,15 +1,19 @@
 """Notebook 05 of `efficient`: FlashAttention's backward pass (the gradient of attention, P recomputed from the lse,
 an autograd.Function that saves O(S), what autograd keeps, a training step)."""
-from course.cells import check, demo, graded_cell, md, setup, solution
+from course.cells import Cell, check, demo, graded_cell, md, setup, solution, solution_source
 
 NAME = "05_flash_backward"
 
+# What FlashAttentionFunction calls from notebook 01: nbgrader grades this notebook alone, so the class's solution
+# cell holds it too (a stub in the release: paste your own), as 04_decoder of `generation` does.
+PIECES = ("flash_attention",)
+
 HINTS = {
     "flash_attention": (
-        "paste here the flash_attention you wrote in 01_flash: FlashAttentionFunction's forward calls it,\n"
-        "and this notebook is graded on its own.",
-        "把你在 01_flash 里写的 flash_attention 粘贴到这里：FlashAttentionFunction 的前向会调用它，\n"
-        "而这个 notebook 是单独评分的。",
+        "paste your own from 01_flash (the graded version is graded there; this copy only serves\n"
+        "FlashAttentionFunction here, since this notebook is graded on its own).",
+        "把你在 01_flash 里写好的版本粘贴过来（那边的版本在那边评分；这份拷贝只供这里的\n"
+        "FlashAttentionFunction 使用，因为这个 notebook 是单独评分的）。",
     ),
     "flash_attention_backward": (
         "the same tiles as the forward, P recomputed from the lse instead of a running max; one delta per query\n"
@@ -36,6 +40,17 @@ DOCSTRINGS_ZH = {
 }
 
 
+def solution_cell() -> Cell:
+    """The class's solution cell: flash_attention (a stub to paste into), then FlashAttentionFunction."""
+    meta = {"solution": True, "grade": False, "locked": False, "grade_id": "solution_FlashAttentionFunction",
+            "schema_version": 3}
+
+    def source(lang):
+        return "\n\n\n".join(solution_source(name, HINTS, lang) for name in (*PIECES, "FlashAttentionFunction"))
+
+    return Cell("code", source("en"), role="solution", nbgrader=meta, zh=source("zh"))
+
+
 def cells():
     return [
         md(r"""
@@ -53,7 +68,7 @@ def cells():
         |---|---|
         | `flash_backward` | `flash_attention_backward(q, k, v, out, lse, grad_out, causal, block_q, block_k)`, `class FlashAttentionFunction` |
 
-        This notebook follows `01_flash` and uses your `flash_attention` (section 0). As there: per-head
+        This notebook follows `01_flash` and uses your `flash_attention` (paste it into section 4's cell). As there: per-head
         tensors `[B, H, S, D]`, values of width `D_v`, no `F.scaled_dot_product_attention` or `flex_attention`
         in your code.
         """, r"""
@@ -65,21 +80,9 @@ def cells():
         |---|---|
         | `flash_backward` | `flash_attention_backward(q, k, v, out, lse, grad_out, causal, block_q, block_k)`、`class FlashAttentionFunction` |
 
-        本 notebook 接着 `01_flash`，要用到你的 `flash_attention`（第 0 节）。约定和那里一样：每个头的张量形状是 `[B, H, S, D]`，值的宽度为 `D_v`，你的代码里不能用 `F.scaled_dot_product_attention` 或 `flex_attention`。
+        本 notebook 接着 `01_flash`，要用到你的 `flash_attention`（粘贴到第 4 节的单元格里）。约定和那里一样：每个头的张量形状是 `[B, H, S, D]`，值的宽度为 `D_v`，你的代码里不能用 `F.scaled_dot_product_attention` 或 `flex_attention`。
         """),
         setup(),
-        md(r"""
-        ## 0. Your `flash_attention`
-
-        `FlashAttentionFunction` (section 4) runs your forward pass, and the grader runs this notebook on its
-        own: paste the `flash_attention` you wrote in `01_flash` into the next cell (the whole function; it is
-        graded in `01_flash`, not here).
-        """, r"""
-        ## 0. 你的 `flash_attention`
-
-        `FlashAttentionFunction`（第 4 节）要调用你的前向，而评分器单独运行这个 notebook：把你在 `01_flash` 里写好的 `flash_attention` 整个粘贴到下一个单元格（它在 `01_flash` 里评分，不在这里）。
-        """),
-        solution("flash_attention", HINTS),
         md(r"""
         ## 1. The gradient of softmax attention
 
@@ -252,6 +255,37 @@ def cells():
         solution("flash_attention_backward", HINTS),
         check("check_flash_attention_backward(flash_attention_backward)", "check_flash_attention_backward"),
         md(r"""
+        ## 4. `FlashAttentionFunction`: teaching autograd the shortcut
+
+        A `torch.autograd.Function` has two static methods. `forward(ctx, q, k, v, causal)` computes the output
+        and keeps what backward will need, with `ctx.save_for_backward(...)` for tensors (plain attributes of
+        `ctx` for the rest, such as `causal`). `backward(ctx, grad_out)` reads `ctx.saved_tensors` and returns
+        one gradient per input of `forward`, in order (`None` for `causal`). `FlashAttentionFunction.apply(q, k,
+        v, causal)` then behaves like any differentiable operation.
+
+        Yours: the forward runs your `flash_attention` (default blocks) and saves **only** `q, k, v, out, lse`;
+        the backward calls your `flash_attention_backward`. The cell starts with a stub of `flash_attention`:
+        paste there the one you wrote in `01_flash` (it is graded there; this notebook is graded on its own
+        and needs it). The cell after the check runs
+        `torch.autograd.gradcheck`, which compares the backward with finite differences of the forward on a tiny
+        float64 case.
+        """, r"""
+        ## 4. `FlashAttentionFunction`：把捷径教给 autograd
+
+        `torch.autograd.Function` 有两个静态方法。`forward(ctx, q, k, v, causal)` 计算输出，并保存反向传播需要的量：张量用 `ctx.save_for_backward(...)`，其余的（比如 `causal`）直接作为 `ctx` 的属性。`backward(ctx, grad_out)` 读取 `ctx.saved_tensors`，按顺序为 `forward` 的每个输入返回一个梯度（`causal` 对应 `None`）。这样 `FlashAttentionFunction.apply(q, k, v, causal)` 就和任何可微运算一样使用。
+
+        你的版本：前向调用你的 `flash_attention`（默认分块），**只**保存 `q, k, v, out, lse`；反向调用你的 `flash_attention_backward`。这个单元格开头是 `flash_attention` 的空壳：把你在 `01_flash` 里写好的版本粘贴进去（它在那边评分；这个 notebook 单独评分，需要用到它）。检查之后的单元格运行 `torch.autograd.gradcheck`，它在一个很小的 float64 例子上，把反向传播与前向的有限差分比较。
+        """),
+        solution_cell(),
+        check("check_flash_attention_function(FlashAttentionFunction)", "check_flash_attention_function"),
+        demo("""
+        torch.manual_seed(3)
+        q, k, v = (torch.randn(1, 2, n, 3, dtype=torch.float64, requires_grad=True) for n in (5, 7, 7))
+        with uses_your_code():
+            passed = torch.autograd.gradcheck(lambda q, k, v: FlashAttentionFunction.apply(q, k, v, True), (q, k, v))
+            print(say("torch.autograd.gradcheck (float64, 5 queries, 7 keys, causal): {passed}", passed=passed))
+        """),
+        md(r"""
         **The price of recomputing.** Per tile the forward does 2 matrix products ($S = QK^\top$, $PV$); the
         backward does 4 ($P^\top dO$, $dO V^\top$, $dS K$, $dS^\top Q$) plus 1 to recompute $S$. The cell counts
         the matrix products your two functions run on a 3 x 4 grid of tiles (PyTorch's dispatcher sees each
@@ -284,35 +318,6 @@ def cells():
                 flash_attention_backward(q, k, v, out, lse, torch.randn_like(out), block_q=4, block_k=4)
             print(say("matrix products per tile: forward {f:g}, backward {b:g}",
                       f=forward.count / tiles, b=backward.count / tiles))
-        """),
-        md(r"""
-        ## 4. `FlashAttentionFunction`: teaching autograd the shortcut
-
-        A `torch.autograd.Function` has two static methods. `forward(ctx, q, k, v, causal)` computes the output
-        and keeps what backward will need, with `ctx.save_for_backward(...)` for tensors (plain attributes of
-        `ctx` for the rest, such as `causal`). `backward(ctx, grad_out)` reads `ctx.saved_tensors` and returns
-        one gradient per input of `forward`, in order (`None` for `causal`). `FlashAttentionFunction.apply(q, k,
-        v, causal)` then behaves like any differentiable operation.
-
-        Yours: the forward runs your `flash_attention` (default blocks) and saves **only** `q, k, v, out, lse`;
-        the backward calls your `flash_attention_backward`. The cell after the check runs
-        `torch.autograd.gradcheck`, which compares the backward with finite differences of the forward on a tiny
-        float64 case.
-        """, r"""
-        ## 4. `FlashAttentionFunction`：把捷径教给 autograd
-
-        `torch.autograd.Function` 有两个静态方法。`forward(ctx, q, k, v, causal)` 计算输出，并保存反向传播需要的量：张量用 `ctx.save_for_backward(...)`，其余的（比如 `causal`）直接作为 `ctx` 的属性。`backward(ctx, grad_out)` 读取 `ctx.saved_tensors`，按顺序为 `forward` 的每个输入返回一个梯度（`causal` 对应 `None`）。这样 `FlashAttentionFunction.apply(q, k, v, causal)` 就和任何可微运算一样使用。
-
-        你的版本：前向调用你的 `flash_attention`（默认分块），**只**保存 `q, k, v, out, lse`；反向调用你的 `flash_attention_backward`。检查之后的单元格运行 `torch.autograd.gradcheck`，它在一个很小的 float64 例子上，把反向传播与前向的有限差分比较。
-        """),
-        solution("FlashAttentionFunction", HINTS),
-        check("check_flash_attention_function(FlashAttentionFunction)", "check_flash_attention_function"),
-        demo("""
-        torch.manual_seed(3)
-        q, k, v = (torch.randn(1, 2, n, 3, dtype=torch.float64, requires_grad=True) for n in (5, 7, 7))
-        with uses_your_code():
-            passed = torch.autograd.gradcheck(lambda q, k, v: FlashAttentionFunction.apply(q, k, v, True), (q, k, v))
-            print(say("torch.autograd.gradcheck (float64, 5 queries, 7 keys, causal): {passed}", passed=passed))
         """),
         md(r"""
         ## 5. What autograd keeps until the backward pass
