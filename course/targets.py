@@ -43,7 +43,9 @@ _SELF_ATTENTION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_check
                            "visible_checks_scores_masks.py": REPO / "course" / "visible_checks_scores_masks.py",
                            **_SHARED_SUPPORT, **_METER}
 _GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_generation.py", **_SHARED_SUPPORT}
-_EFFICIENT_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_efficient.py", **_SHARED_SUPPORT, **_METER}
+_EFFICIENT_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_efficient.py",
+                      "visible_checks_flash_backward.py": REPO / "course" / "visible_checks_flash_backward.py",
+                      **_SHARED_SUPPORT, **_METER}
 # The visible checks' messages in Chinese (one catalog for every assignment's visible checks).
 _ZH_CATALOGS = {"locale/zh_CN/LC_MESSAGES/visible_checks.mo":
                 REPO / "course" / "locale" / "zh_CN" / "LC_MESSAGES" / "visible_checks.po"}

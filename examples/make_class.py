@@ -92,6 +92,8 @@ EFFICIENT_MISTAKES: dict[str, tuple[str, list]] = {
                         [("01_flash", "row_sum = alpha * row_sum + p.sum(dim=-1)", "row_sum = row_sum + p.sum(dim=-1)")]),
     "top_left_flash": ("flash_attention's causal mask aligned top-left (no S_k - S_q offset)",
                        [("01_flash", "offset = S_k - S_q  #", "offset = 0  #")]),
+    "backward_no_delta": ("flash_attention_backward leaves delta out: dS = P * dP",
+                          [("05_flash_backward", "ds = p * (dp - delta[:, :, i0:i1, None])", "ds = p * dp")]),
     "window_reads_every_key": ("sliding_window_attention right, but each chunk reads every key before it (S^2 memory)",
                                [("02_sliding_window", "j0 = max(0, i0 - window + 1)", "j0 = 0")]),
     "phi_not_positive": ("elu_feature_map returns elu(x), without + 1",

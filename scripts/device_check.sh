@@ -10,7 +10,9 @@
 #    then the `efficient` rows (not graded): the reference flash_attention (out and lse) and
 #    sliding_window_attention at the same S, next to a dense S x S baseline
 #    (DEVICE_CHECK_PARTS=efficient or =gpu_stage runs only one of the two);
-# 3. leaves device_check.md, device_check.json and device_check.log in $OUT.
+# 3. leaves device_check.md, device_check.json and device_check.log in $OUT;
+# 4. runs scripts/device_check_flash_backward.py: the reference flash_attention_backward at S = 4096 and 16384
+#    against autograd's dense backward (flash_backward.md and .json in $OUT).
 # Needs no internet and no virtual environment: any python3 with torch (pytest optional).
 set -u
 cd "$(dirname "$0")/.."
@@ -54,4 +56,11 @@ case "$rc" in
   124|137) echo "RESULT: stopped after ${LIMIT} s; partial table in $OUT/device_check.md" ;;
   *) echo "RESULT: device_check.py exited with $rc" ;;
 esac | tee -a "$LOG"
+
+# 4. the reference flash_attention_backward at S = 4096 and 16384 next to autograd's dense backward (not graded)
+echo "== flash_attention_backward (limit ${BACKWARD_LIMIT:-200} s)" | tee -a "$LOG"
+timeout --signal=TERM --kill-after=10 "${BACKWARD_LIMIT:-200}" "$PY" -u scripts/device_check_flash_backward.py 2>&1 \
+  | tee -a "$LOG"
+brc=${PIPESTATUS[0]}
+[ "$rc" = 0 ] && rc=$brc
 exit "$rc"

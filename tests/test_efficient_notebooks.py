@@ -105,7 +105,8 @@ def test_the_english_edition_prints_no_chinese_through_say(executed):
 
 
 def test_the_notebooks_print_the_memory_and_exactness_they_claim(executed):
-    """flash and sliding windows stay far below the score matrix; merged shards equal the whole; compile skipped"""
+    """flash and sliding windows stay far below the score matrix; merged shards equal the whole; compile skipped;
+    FlashAttentionFunction keeps O(S) for backward, recomputes one matrix product per tile and trains as plain attention"""
     text = {name: "".join(stream_text(c) for c in code_cells(executed[("en", "solved", name)])) for name in NOTEBOOKS}
     peaks = re.findall(r"S =  2048: plain attention +([\d.]+) MiB, SDPA +([\d.]+) MiB, flash_attention +([\d.]+) MiB",
                        text["01_flash"])
@@ -117,12 +118,19 @@ def test_the_notebooks_print_the_memory_and_exactness_they_claim(executed):
     assert "Mistral 7B: 32 layers x (4096 - 1) = 131,040 tokens of reach" in text["02_sliding_window"]
     assert "recurrent state 2.02 MiB" in text["03_linear"]
     assert "torch.compile skipped: COURSE_SKIP_COMPILE is set" in text["04_flex"]
+    kept = re.findall(r"S = 16384: plain attention keeps +([\d.]+) MiB, FlashAttentionFunction +([\d.]+) MiB",
+                      text["05_flash_backward"])
+    assert kept and float(kept[0][0]) > 2048 and float(kept[0][1]) < 20, text["05_flash_backward"]
+    assert "matrix products per tile: forward 2, backward 5" in text["05_flash_backward"]
+    assert "gradcheck (float64, 5 queries, 7 keys, causal): True" in text["05_flash_backward"]
+    step = re.findall(r"weights after the step differ by at most ([\d.e+-]+)", text["05_flash_backward"])
+    assert step and float(step[0]) < 1e-6
 
 
 @pytest.mark.parametrize("kind", ["solved", "released"])
 def test_efficient_graded_cells_point_to_the_hidden_autograder(executed, kind):
     graded = [c for name in NOTEBOOKS for c in code_cells(executed[("en", kind, name)], "graded")]
-    assert len(graded) == 4 and all("--assignment efficient" in stream_text(c) for c in graded)
+    assert len(graded) == len(NOTEBOOKS) and all("--assignment efficient" in stream_text(c) for c in graded)
 
 
 def test_every_say_text_of_the_demos_is_listed_for_the_catalog_and_nothing_else():
@@ -155,7 +163,8 @@ def vc():
 CHECK_ARGS = {f"check_{name}": getattr(E, name) for name in (
     "flash_attention", "merge_attention", "sliding_window_mask", "sliding_window_attention", "elu_feature_map",
     "linear_attention", "linear_attention_step", "document_causal_mask_mod", "prefix_lm_mask_mod",
-    "sliding_window_mask_mod", "alibi_score_mod", "softcap_score_mod")}
+    "sliding_window_mask_mod", "alibi_score_mod", "softcap_score_mod", "flash_attention_backward")}
+CHECK_ARGS["check_flash_attention_function"] = E.FlashAttentionFunction
 
 
 def test_every_efficient_visible_check_passes_on_the_reference(vc, capsys):
@@ -243,7 +252,29 @@ def _softcap_clamp(cap):
     return score_mod
 
 
+def _backward_without_delta(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
+    return _dense_backward(q, k, v, lse, grad_out, causal, delta=False)
+
+
+def _dense_backward(q, k, v, lse, grad_out, causal, delta=True, scale_q=True):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2]),
+                          float("-inf"))
+    p = torch.exp(s - lse.to(s.dtype).masked_fill(lse == float("-inf"), float("inf"))[..., None])
+    dp = grad_out @ v.transpose(-2, -1)
+    ds = p * (dp - ((p * dp).sum(-1, keepdim=True) if delta else 0))
+    scale = 1 / math.sqrt(q.shape[-1])
+    return ds @ k * (scale if scale_q else 1), ds.transpose(-2, -1) @ q * scale, p.transpose(-2, -1) @ grad_out
+
+
+def _backward_grad_q_unscaled(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
+    return _dense_backward(q, k, v, lse, grad_out, causal, scale_q=False)
+
+
 BUGS = [
+    ("check_flash_attention_backward", _backward_without_delta, "subtract delta"),
+    ("check_flash_attention_backward", _backward_grad_q_unscaled, "sqrt(D) times too large"),
     ("check_flash_attention", _flash_full_matrix, "MiB"),
     ("check_flash_attention", _flash_lse_without_max, "without the running max"),
     ("check_merge_attention", _merge_plain_exp, "never exp(lse) alone"),

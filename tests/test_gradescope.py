@@ -104,7 +104,7 @@ def test_a_generation_bundle_grades_the_second_assignment_like_the_grader(grader
 
 
 def test_an_efficient_bundle_grades_the_third_assignment_like_the_grader(grader, private_tmp):
-    """gradescope-bundle --assignment efficient: run_autograder grades its four parts (FlexAttention's mods in the
+    """gradescope-bundle --assignment efficient: run_autograder grades its five parts (FlexAttention's mods in the
     bundle's own worker), scores as Grader().grade; a top-left causal flash_attention loses only flash"""
     from autograder.foundation import edition, spec
 
@@ -115,7 +115,7 @@ def test_an_efficient_bundle_grades_the_third_assignment_like_the_grader(grader,
         assert {f"autograder/checks/efficient/test_{p.id}.py" for p in efficient.parts} | {
             "solutions/efficient.py", "autograder/worker/warmup.py"} <= set(z.namelist())
     code = (REPO / "solutions" / "efficient.py").read_text()
-    wrong = code.replace("offset = S_k - S_q  #", "offset = 0  #")  # top-left causal alignment
+    wrong = code.replace("offset = S_k - S_q  #", "offset = 0  #", 1)  # top-left causal alignment, flash_attention's only
     assert wrong != code
     sub = private_tmp / "efficient-buggy" / "efficient.py"
     sub.parent.mkdir()

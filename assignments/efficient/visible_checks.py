@@ -11,13 +11,16 @@ check_harness.py's; `say` prints a demo's text in the notebook's language.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
 from memory_meter import LiveMemoryMeter  # next to this file in the assignment's folder
+from visible_checks_flash_backward import flash_backward_checks  # notebook 05's checks, built on this harness
 
 __all__ = [
     "check_flash_attention", "check_merge_attention",
+    "check_flash_attention_backward", "check_flash_attention_function",
     "check_sliding_window_mask", "check_sliding_window_attention",
     "check_elu_feature_map", "check_linear_attention", "check_linear_attention_step",
     "check_document_causal_mask_mod", "check_prefix_lm_mask_mod", "check_sliding_window_mask_mod",
@@ -25,7 +28,7 @@ __all__ = [
     "graded_part", "uses_your_code", "use_language", "say", "LiveMemoryMeter",
 ]
 
-harness = Harness(__file__)
+harness = Harness(__file__, os.path.join(os.path.dirname(os.path.abspath(__file__)), "visible_checks_flash_backward.py"))
 _ = harness.gettext
 use_language, uses_your_code, say = harness.use_language, harness.uses_your_code, harness.say
 MiB = 2**20
@@ -120,6 +123,9 @@ def check_merge_attention(merge_attention) -> None:
         "a side whose lse is -inf (it saw no key) must add nothing, whatever its out holds (here NaN)")
     ok(_("merge_attention: two halves of the keys merge into attention over all of them, at scores near 100, "
          "and an empty side adds nothing"))
+
+
+check_flash_attention_backward, check_flash_attention_function = flash_backward_checks(harness, close, ok)  # 05
 
 
 # --------------------------------------------------------------------------- #
@@ -335,6 +341,8 @@ def check_softcap_score_mod(softcap_score_mod) -> None:
 # The check cells above each graded cell, which nbgrader's Validate runs again (see graded_cells.py).
 PART_CHECKS = {
     "flash": ("check_flash_attention(flash_attention)", "check_merge_attention(merge_attention)"),
+    "flash_backward": ("check_flash_attention_backward(flash_attention_backward)",
+                       "check_flash_attention_function(FlashAttentionFunction)"),
     "sliding_window": ("check_sliding_window_mask(sliding_window_mask)",
                        "check_sliding_window_attention(sliding_window_attention)"),
     "linear": ("check_elu_feature_map(elu_feature_map)", "check_linear_attention(linear_attention)",

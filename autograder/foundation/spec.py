@@ -134,16 +134,18 @@ GENERATION = Assignment(
     solutions="solutions.generation",
 )
 
-# Attention that scales: FlashAttention's algorithm, sliding windows, linear attention, FlexAttention's mods.
+# Attention that scales: FlashAttention's algorithm (forward and backward), sliding windows, linear attention, FlexAttention's mods.
 # flash, sliding_window and linear build attention themselves: torch's fused attention and flex_attention
 # earn nothing there (FUSED_KERNEL + FLEX_ATTENTION). flex is about flex_attention's mods: calling it is the point.
 EFFICIENT = Assignment(
     id="efficient",
     parts=(
-        Part("flash", ("flash_attention", "merge_attention"), 35, "01_flash", forbids=FUSED_KERNEL + FLEX_ATTENTION),
-        Part("sliding_window", ("sliding_window_mask", "sliding_window_attention"), 20, "02_sliding_window",
+        Part("flash", ("flash_attention", "merge_attention"), 25, "01_flash", forbids=FUSED_KERNEL + FLEX_ATTENTION),
+        Part("flash_backward", ("flash_attention_backward", "FlashAttentionFunction"), 20, "05_flash_backward",
              forbids=FUSED_KERNEL + FLEX_ATTENTION),
-        Part("linear", ("elu_feature_map", "linear_attention", "linear_attention_step"), 25, "03_linear",
+        Part("sliding_window", ("sliding_window_mask", "sliding_window_attention"), 15, "02_sliding_window",
+             forbids=FUSED_KERNEL + FLEX_ATTENTION),
+        Part("linear", ("elu_feature_map", "linear_attention", "linear_attention_step"), 20, "03_linear",
              forbids=FUSED_KERNEL + FLEX_ATTENTION),
         Part("flex", ("document_causal_mask_mod", "prefix_lm_mask_mod", "sliding_window_mask_mod",
                       "alibi_score_mod", "softcap_score_mod"), 20, "04_flex"),

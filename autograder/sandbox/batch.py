@@ -123,6 +123,10 @@ class Job:
         """An object built by the student's class `name` (torch seeded with `seed` first)."""
         return self._call(name, args, kwargs, seed=seed, kind="object")
 
+    def fetch(self, name: str) -> Step:
+        """The student's object `name` itself, not called (a class that a grader function of the worker drives)."""
+        return self._add({"kind": "call", "ns": self._namespace(name), "target": name, "fetch": True}, name)
+
     def measured(self, name: str, *args, **kwargs) -> Step:
         """The call, its tensors metered by the worker (reply["peak_bytes"]): `Student.call_measured` sends it
         alone, sampling the worker's resident memory around it."""

@@ -138,7 +138,7 @@ class Worker:
             release_free_heap()
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
         with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext(), self.watch.watching():
-            value = target(*args, **kwargs)
+            value = target if req.get("fetch") else target(*args, **kwargs)  # fetch: the object itself
         self.codec.results[-1] = value  # what later steps of a batched job may refer to
         result = {"value": self.codec.encode(value)}
         if req.get("measure"):

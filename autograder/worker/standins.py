@@ -126,3 +126,38 @@ def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod=Non
             return _flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
     finally:
         flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (a view of a counted storage adds nothing)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def autograd_function_gradients(function, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                                grad_out: torch.Tensor):
+    """A student's torch.autograd.Function run as training runs it: `out = function.apply(q, k, v, causal)`, then
+    `out.backward(grad_out)`. Returns (out, grad_q, grad_k, grad_v, saved): `saved` the bytes the forward kept for
+    backward (every tensor that went through save_for_backward, seen by saved_tensors_hooks, and every tensor kept
+    as an attribute of ctx), None for a gradient that did not arrive."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    packed = []
+
+    def pack(tensor):
+        packed.append(tensor)
+        return tensor
+
+    with torch.enable_grad():
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            out = function.apply(*leaves, causal)
+        if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+            raise TypeError(f"{getattr(function, '__name__', 'the function')}.apply(q, k, v, causal) returned "
+                            f"{type(out).__name__} without a gradient function: it should return out, a tensor")
+        kept = [value for value in vars(out.grad_fn).values() if isinstance(value, torch.Tensor)]
+        saved = storage_bytes(packed + kept)
+        packed.clear()
+        out.backward(grad_out)
+    return out.detach(), *(leaf.grad for leaf in leaves), saved

@@ -33,6 +33,8 @@ def _load_build():
 
 build = _load_build()
 Case = build.Case
+sys.path.insert(0, str(HERE))
+import efficient_backward  # noqa: E402 - next to this file, after build's Case
 
 
 def _fn(name: str, body: str) -> tuple:
@@ -107,7 +109,8 @@ CASES: tuple = (
            "    if not causal:\n"
            "        s = q @ k.transpose(-2, -1) / math.sqrt(D)\n"
            "        return F.scaled_dot_product_attention(q, k, v), torch.logsumexp(s.float(), dim=-1)\n"),),
-         zero=("flash",), says="scaled_dot_product_attention"),
+         # FlashAttentionFunction's forward runs this flash_attention, so flash_backward calls the fused kernel too
+         zero=("flash", "flash_backward"), says="scaled_dot_product_attention"),
     Case("merge_overflows", "merge_attention weights each side by exp(lse) directly (overflow past 88)",
          (_fn("merge_attention", "def merge_attention(out_a, lse_a, out_b, lse_b):\n"
               "    w_a, w_b = torch.exp(lse_a), torch.exp(lse_b)\n"
@@ -118,6 +121,8 @@ CASES: tuple = (
          (("merge_attention", "    lse = m + torch.log(total)  # -inf when neither side sees a key",
            "    lse = lse_a + torch.log1p(torch.exp(lse_b - lse_a))"),),
          lose=("flash",), says="NaN when lse_a is -inf"),
+    # ------------------------------------------------------------------ flash_backward (tests/catalogue/efficient_backward.py)
+    *efficient_backward.cases(Case),
     # ------------------------------------------------------------------ wrong: sliding_window
     Case("window_one_too_wide", "sliding_window_mask lets each query see window + 1 keys",
          (("sliding_window_mask", "return (j <= i) & (j > i - window)", "return (j <= i) & (j >= i - window)"),),
