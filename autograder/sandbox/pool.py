@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from . import prestart
 from ..foundation.extract import Source
-from ..foundation.limits import SandboxUnavailable, refusal
+from ..foundation import hosts
+from ..foundation.limits import SandboxUnavailable, reason, refusal
 from ..worker import protocol
 from ..worker.sandbox import SandboxConfig
 
@@ -148,12 +149,17 @@ def start_worker(zygote: Zygote, sources: list[Source], config: SandboxConfig, t
                  warm: tuple[str, ...] = ()):
     """A fresh sandboxed worker with the student's code loaded. Returns (worker, load report)."""
     started = time.perf_counter()
+    host = hosts.this_host()
+    if not hosts.sandbox_platform(host) and not config.unsafe_no_sandbox:  # (the zygote cannot confine a worker)
+        off = {"namespaces": f"no Linux namespaces on {host.platform}"}
+        raise SandboxUnavailable(refusal(off, "platform"), reason(off, "platform"))
     worker = zygote.spawn(config, warm=warm)
     worker.hello(timeout)
     off = worker.protections.get("off") or {}
     if off and not config.unsafe_no_sandbox:  # before any student code is sent
         worker.kill()
-        raise SandboxUnavailable(refusal(off))
+        cause = worker.protections.get("cause", "")
+        raise SandboxUnavailable(refusal(off, cause), reason(off, cause))
     left = max(timeout - (time.perf_counter() - started), 1.0)
     reply = worker.request({"kind": "load", "sources": [(s.name, list(s.cells)) for s in sources]}, left)
     return worker, reply
