@@ -111,3 +111,13 @@ def refusal(off: dict, cause: str = "") -> str:
     return (f"refusing to grade: {head} incomplete on this machine, missing {', '.join(sorted(off))} "
             f"({first}: {off[first]}); student code could read the solutions and the gradebook. To grade anyway, "
             f"pass {UNSAFE_FLAG} (nbgrader: {UNSAFE_ENV}=1)")
+
+
+def platform_refusal() -> SandboxUnavailable | None:
+    """Where the Linux sandbox cannot exist at all (macOS, Windows): what every command that grades raises before
+    it starts a worker (None on Linux)."""
+    host = hosts.this_host()
+    if hosts.sandbox_platform(host):
+        return None
+    off = {"namespaces": f"no Linux namespaces on {host.platform}"}
+    return SandboxUnavailable(refusal(off, "platform"), reason(off, "platform"))

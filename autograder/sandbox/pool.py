@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 
 from . import prestart
 from ..foundation.extract import Source
-from ..foundation import hosts
-from ..foundation.limits import SandboxUnavailable, reason, refusal
+from ..foundation.limits import SandboxUnavailable, platform_refusal, reason, refusal
 from ..worker import protocol
 from ..worker.sandbox import SandboxConfig
 
@@ -149,10 +148,8 @@ def start_worker(zygote: Zygote, sources: list[Source], config: SandboxConfig, t
                  warm: tuple[str, ...] = ()):
     """A fresh sandboxed worker with the student's code loaded. Returns (worker, load report)."""
     started = time.perf_counter()
-    host = hosts.this_host()
-    if not hosts.sandbox_platform(host) and not config.unsafe_no_sandbox:  # (the zygote cannot confine a worker)
-        off = {"namespaces": f"no Linux namespaces on {host.platform}"}
-        raise SandboxUnavailable(refusal(off, "platform"), reason(off, "platform"))
+    if not config.unsafe_no_sandbox and (refused := platform_refusal()):  # (no Linux: the zygote cannot confine)
+        raise refused
     worker = zygote.spawn(config, warm=warm)
     worker.hello(timeout)
     off = worker.protections.get("off") or {}
