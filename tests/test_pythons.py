@@ -78,3 +78,20 @@ def test_requires_python_names_the_range_the_check_script_runs():
     text = (REPO / "pyproject.toml").read_text()
     assert 'requires-python = ">=3.10,<3.14"' in text
     assert os.access(REPO / "scripts" / "check_pythons.sh", os.X_OK)
+
+
+def test_on_python_3_10_the_watch_names_a_students_method_by_its_qualified_name_as_co_qualname_does():
+    """Python 3.10's code objects have no co_qualname: the forbidden-call watch finds the function's __qualname__
+    (it raised AttributeError inside every student call of a watched torch function, scoring those parts 0)."""
+    from autograder.worker.watch import owner_qualname, qualname_by_referrers
+
+    class SelfAttention:
+        def forward(self):
+            return None
+
+    def sdpa_attention():
+        return None
+
+    for func in (SelfAttention.forward, sdpa_attention):
+        assert qualname_by_referrers(func.__code__) == func.__qualname__ == owner_qualname(func.__code__)
+    assert qualname_by_referrers(compile("1", "<student:x>", "exec")) == "<module>"
