@@ -13,7 +13,7 @@ import sys
 
 from .sandbox import Protections, SandboxConfig
 
-LINUX_LAYERS = ("namespaces", "network", "filesystem", "processes_tree", "unprivileged")
+LINUX_LAYERS = ("namespaces", "network", "filesystem", "processes_tree", "unprivileged", "keyring", "seccomp")
 
 
 def _close_fds(keep: int) -> None:
