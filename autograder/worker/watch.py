@@ -22,6 +22,7 @@ recorded, as made by "code" (the message: "your code called ...").
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import sys
 import threading
@@ -73,22 +74,18 @@ def torch_label(func) -> str | None:
     return PUBLIC_LABELS.get(name, f"torch.{name}")
 
 
-_OWNERS: dict = {}  # code object -> the __qualname__ of its function (Python 3.10), found once
-
-
 def owner_qualname(code) -> str:
     """code.co_qualname where Python has it (3.11+), else (3.10) `qualname_by_referrers`."""
     name = getattr(code, "co_qualname", None)
     return name if isinstance(name, str) else qualname_by_referrers(code)
 
 
+@functools.lru_cache(maxsize=1024)
 def qualname_by_referrers(code) -> str:
     """The __qualname__ of the function whose code `code` is, found once among the objects that refer to it
     (else its co_name)."""
-    if code not in _OWNERS:
-        owners = [f for f in gc.get_referrers(code) if getattr(f, "__code__", None) is code]
-        _OWNERS[code] = owners[0].__qualname__ if owners else code.co_name
-    return _OWNERS[code]
+    owners = [f for f in gc.get_referrers(code) if getattr(f, "__code__", None) is code]
+    return owners[0].__qualname__ if owners else code.co_name
 
 
 def student_caller(frame) -> str | None:
