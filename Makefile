@@ -1,5 +1,7 @@
 # Self-attention course. Quickstart: `make demo`, then `make test`.
-PYTHON ?= python3.11
+# The Python that creates .venv/: python3.11 where it runs, else the newest of 3.13, 3.12, 3.10 that runs (the range
+# scripts/check_pythons.sh checks), or yours: make demo PYTHON=/path/to/python3.
+PYTHON ?= $(shell for p in python3.11 python3.13 python3.12 python3.10; do $$p -c "" >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -13,6 +15,8 @@ venv: $(STAMP)
 
 # The virtual environment, reused while requirements.txt is unchanged.
 $(STAMP): requirements.txt
+	@test -x $(PY) || test -n "$(PYTHON)" || { echo "make: no Python 3.10 to 3.13 found (python3.11, python3.13, python3.12, python3.10): install one, or name it: make demo PYTHON=/path/to/python3" >&2; exit 1; }
+	@test -x $(PY) || echo "make: creating $(VENV)/ with $(PYTHON) ($$($(PYTHON) --version 2>&1))"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ipykernel)"

@@ -45,7 +45,7 @@ from .classreport import DEFAULT_THRESHOLD
 from ..foundation.copies import Originals, refuse_copies
 from ..foundation.extract import extract
 from ..sandbox.lifetime import Interrupted, Stopper
-from ..foundation.limits import Limits, SandboxUnavailable
+from ..foundation.limits import Limits, SandboxUnavailable, platform_refusal
 from .report import summary_table
 from .resume import State, atomic_write, grader_fingerprint
 from ..foundation.results import CheckResult, GradeResult, PartResult
@@ -317,6 +317,8 @@ def main(course: str, assignment: str = spec.ASSIGNMENT, settings: Settings | No
     if exposed := exposure.warning(Path(course)):
         print(exposed, file=sys.stderr)
     try:
+        if not settings.limits.unsafe_no_sandbox and (refused := platform_refusal()):
+            raise refused  # (macOS, Windows: before any grading process starts)
         outcomes = grade_class(course, assignment, settings)
     except (FileNotFoundError, courselock.CourseBusy, SandboxUnavailable) as exc:
         console.print(f"error: {gradebook.redact(str(exc))}", style="red", soft_wrap=True, markup=False)

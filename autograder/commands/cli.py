@@ -199,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "unsafe_no_sandbox", False):
         os.environ[limits.UNSAFE_ENV] = "1"  # (the pool's and nbgrader's processes inherit it)
     try:
+        if not hasattr(os, "fork") and args.command != "gradescope-bundle" and (refused := limits.platform_refusal()):
+            raise refused  # (Windows: no worker can start at all, not even without the sandbox)
         return args.func(args)
     except (SubmissionError, spec.UnknownAssignment, edition.UnknownLanguage, SandboxUnavailable) as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)

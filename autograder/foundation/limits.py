@@ -12,6 +12,8 @@ import os
 import resource
 from dataclasses import dataclass, field
 
+from . import hosts
+
 GIB = 2**30
 
 
@@ -104,12 +106,36 @@ def unsafe_from_env() -> bool:
 
 class SandboxUnavailable(Exception):
     """A layer of the sandbox could not be had on this machine and the instructor did not allow grading
-    without it: no student code runs. str() is the one line every command prints."""
+    without it: no student code runs. str() is the one line every command prints; `reason`, its cause alone
+    (what `make grade` says when it grades a student's own work without the sandbox)."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
-def refusal(off: dict) -> str:
-    """The one line that says which layers are missing (and why the first is) and how to grade anyway."""
+def reason(off: dict, cause: str = "") -> str:
+    """Why the sandbox cannot be had here, in a few words: the host's cause (hosts.py), else the missing layers."""
+    why = hosts.explain(cause, hosts.this_host()) if cause else None
+    return why[0] if why else f"missing {', '.join(sorted(off))}"
+
+
+def refusal(off: dict, cause: str = "") -> str:
+    """The one line that says why the sandbox cannot be had on this host and the fix there, when the worker's
+    `cause` names one (hosts.py), then which layers are missing (and why the first is) and how to grade anyway."""
     first = min(off)
-    return (f"refusing to grade: the sandbox is incomplete on this machine, missing {', '.join(sorted(off))} "
+    why = hosts.explain(cause, hosts.this_host()) if cause else None
+    head = f"{why[0]}; fix: {why[1]}. The sandbox is" if why else "the sandbox is"
+    return (f"refusing to grade: {head} incomplete on this machine, missing {', '.join(sorted(off))} "
             f"({first}: {off[first]}); student code could read the solutions and the gradebook. To grade anyway, "
             f"pass {UNSAFE_FLAG} (nbgrader: {UNSAFE_ENV}=1)")
+
+
+def platform_refusal() -> SandboxUnavailable | None:
+    """Where the Linux sandbox cannot exist at all (macOS, Windows): what every command that grades raises before
+    it starts a worker (None on Linux)."""
+    host = hosts.this_host()
+    if hosts.sandbox_platform(host):
+        return None
+    off = {"namespaces": f"no Linux namespaces on {host.platform}"}
+    return SandboxUnavailable(refusal(off, "platform"), reason(off, "platform"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from . import prestart
 from ..foundation.extract import Source
-from ..foundation.limits import SandboxUnavailable, refusal
+from ..foundation.limits import SandboxUnavailable, platform_refusal, reason, refusal
 from ..worker import protocol
 from ..worker.sandbox import SandboxConfig
 
@@ -148,12 +148,15 @@ def start_worker(zygote: Zygote, sources: list[Source], config: SandboxConfig, t
                  warm: tuple[str, ...] = ()):
     """A fresh sandboxed worker with the student's code loaded. Returns (worker, load report)."""
     started = time.perf_counter()
+    if not config.unsafe_no_sandbox and (refused := platform_refusal()):  # (no Linux: the zygote cannot confine)
+        raise refused
     worker = zygote.spawn(config, warm=warm)
     worker.hello(timeout)
     off = worker.protections.get("off") or {}
     if off and not config.unsafe_no_sandbox:  # before any student code is sent
         worker.kill()
-        raise SandboxUnavailable(refusal(off))
+        cause = worker.protections.get("cause", "")
+        raise SandboxUnavailable(refusal(off, cause), reason(off, cause))
     left = max(timeout - (time.perf_counter() - started), 1.0)
     reply = worker.request({"kind": "load", "sources": [(s.name, list(s.cells)) for s in sources]}, left)
     return worker, reply

@@ -76,6 +76,10 @@ class SandboxConfig:
 class Protections:
     on: dict[str, str] = field(default_factory=dict)
     off: dict[str, str] = field(default_factory=dict)
+    # Why the namespaces are missing, for the trusted side to name the host's fix (foundation/hosts.py):
+    # "unshare-user:EPERM" (user namespaces refused), "mount-user:EPERM" (one created, without capabilities),
+    # "unshare-root:EPERM", "mount-root:EPERM"; "" when nothing failed for a reason of the host.
+    cause: str = ""
 
     def set(self, name: str, ok: bool, detail: str) -> None:
         (self.on if ok else self.off)[name] = detail
@@ -236,6 +240,7 @@ def _enter_namespaces(cfg: SandboxConfig, prot: Protections) -> str | None:
     if _libc.unshare(flags) != 0:
         err = ctypes.get_errno()
         prot.set("namespaces", False, f"unshare failed: {os.strerror(err)} (needs root or user namespaces)")
+        prot.cause = f"unshare-{'user' if uid != 0 else 'root'}:{errno.errorcode.get(err, err)}"
         return None
     if uid != 0:
         with open("/proc/self/setgroups", "w") as f:
@@ -328,6 +333,8 @@ def _setup_filesystem(cfg: SandboxConfig, prot: Protections, created: str) -> No
                                          "is the worker's own, without the host's interfaces and cgroups")
     except OSError as exc:
         prot.set("filesystem", False, str(exc))
+        if exc.errno in (errno.EPERM, errno.EACCES):  # a mount refused in a namespace of our own: a policy's
+            prot.cause = f"mount-{created}:{errno.errorcode[exc.errno]}"
 
 
 def confine(sock_fd: int, cfg: SandboxConfig) -> Protections:

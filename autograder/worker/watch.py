@@ -22,6 +22,8 @@ recorded, as made by "code" (the message: "your code called ...").
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import sys
 import threading
 
@@ -72,6 +74,20 @@ def torch_label(func) -> str | None:
     return PUBLIC_LABELS.get(name, f"torch.{name}")
 
 
+def owner_qualname(code) -> str:
+    """code.co_qualname where Python has it (3.11+), else (3.10) `qualname_by_referrers`."""
+    name = getattr(code, "co_qualname", None)
+    return name if isinstance(name, str) else qualname_by_referrers(code)
+
+
+@functools.lru_cache(maxsize=1024)
+def qualname_by_referrers(code) -> str:
+    """The __qualname__ of the function whose code `code` is, found once among the objects that refer to it
+    (else its co_name)."""
+    owners = [f for f in gc.get_referrers(code) if getattr(f, "__code__", None) is code]
+    return owners[0].__qualname__ if owners else code.co_name
+
+
 def student_caller(frame) -> str | None:
     """The qualified name of the innermost student function on the stack from `frame` outwards; None when
     a grader's stand-in made the call."""
@@ -80,7 +96,7 @@ def student_caller(frame) -> str | None:
         if filename == STANDINS_FILE:
             return None
         if filename.startswith(STUDENT_PREFIX):
-            return frame.f_code.co_qualname
+            return owner_qualname(frame.f_code)
         frame = frame.f_back
     return UNKNOWN_CALLER
 

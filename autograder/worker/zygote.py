@@ -33,7 +33,9 @@ import torch.utils._python_dispatch
 import torch.utils._pytree
 import torch.fx.experimental.symbolic_shapes
 
-from . import proctree, protocol, runtime, sandbox, warmup
+from . import elsewhere, proctree, protocol, runtime, sandbox, warmup
+
+LINUX = sys.platform.startswith("linux")
 
 
 def _recv_with_fd(sock: socket.socket):
@@ -88,12 +90,13 @@ def kill_tree(pid: int, workers: set[int], wait: float = 2.0) -> int:
 def _child(worker_fd: int, control: socket.socket, config: dict, zygote: int) -> None:
     control.close()
     try:
-        if not sandbox.die_with_parent(zygote):  # the zygote ended: so does its worker (and its namespace)
+        if LINUX and not sandbox.die_with_parent(zygote):  # the zygote ended: so does its worker (and namespace)
             return
-        prot = sandbox.confine(worker_fd, sandbox.SandboxConfig(**config))
+        prot = (sandbox.confine if LINUX else elsewhere.confine)(worker_fd, sandbox.SandboxConfig(**config))
         sock = socket.socket(fileno=worker_fd)
         torch.set_num_threads(1)
-        protocol.send(sock, {"hello": True, "protections": {"on": prot.on, "off": prot.off}})
+        protocol.send(sock, {"hello": True, "protections": {"on": prot.on, "off": prot.off,
+                                                           "cause": prot.cause}})
         runtime.Worker(sock).serve()
     finally:
         os._exit(0)
@@ -101,7 +104,8 @@ def _child(worker_fd: int, control: socket.socket, config: dict, zygote: int) ->
 
 def main(control_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
-    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of workers come to us
+    if LINUX:
+        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of workers come to us
     control = socket.socket(fileno=control_fd)
     workers: set[int] = set()
     me = os.getpid()
