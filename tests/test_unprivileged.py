@@ -21,18 +21,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.runcache import machine_wide
+
 REPO = Path(__file__).resolve().parent.parent
 USER = "autograder-test"
 INNER = ["tests/test_sandbox.py", "tests/test_hostile.py",  # the whole sandbox and hostile suites
          "tests/test_worker_image.py::test_a_worker_of_grade_holds_no_secret_no_shared_memory_and_no_capability"]
-COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/test_sandbox.py",
+COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/runcache.py", "tests/test_sandbox.py",
           "tests/test_hostile.py", "tests/test_worker_image.py", "pyproject.toml"]
 
 
 def _ensure_user() -> None:
-    if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
-                       check=True, capture_output=True)
+    with machine_wide(f"users-{USER}"):  # (another run on this machine creating it at the same moment)
+        if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+                           check=True, capture_output=True)
 
 
 def _copy(dest: Path) -> None:
