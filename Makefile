@@ -26,8 +26,11 @@ $(STAMP): requirements.txt
 demo: $(STAMP)
 	$(DEMO)
 
+# The whole suite on every core (pytest-xdist): each file on one worker, the longest files handed out first
+# (tests/conftest.py), what several files build made once per run (tests/runcache.py); the ten slowest
+# tests listed at the end. Serially, one file after another: .venv/bin/python -m pytest -q
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=10
 
 # Mutation testing of the hidden checks: every small edit of solutions/attention.py and solutions/generation.py
 # graded by warm graders; fails if a mutant not reviewed as equivalent keeps full marks (tests/mutation/).

@@ -11,7 +11,8 @@ import pytest
 
 
 from autograder.foundation.spec import ASSIGNMENT, PARTS
-from examples.make_class import collect, make_course, own_file
+from examples.make_class import collect, own_file
+from tests.runcache import released_course
 
 REPO = Path(__file__).resolve().parent.parent
 STUDENTS = {"good": "correct", "jo": "corrupt", "miss": "missing"}
@@ -27,7 +28,7 @@ def auto_scores(course: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def course(private_tmp):
-    root = make_course(private_tmp / "classgrade" / "course")
+    root = released_course(private_tmp / "classgrade" / "course")  # (make_course, built once per run)
     collect(root, STUDENTS)
     proc = subprocess.run([sys.executable, "-m", "autograder", "grade-class", str(root), "--workers", "2"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)

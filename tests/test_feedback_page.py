@@ -96,9 +96,10 @@ def test_the_exporter_leaves_no_live_script_in_markdown_raw_cells_outputs_or_met
 def feedback(private_tmp):
     """A course of the real self_attention notebooks; eve's 01_scores is correct, with the attacks in a markdown
     cell of hers and, after autograde (which clears outputs), in an output of the autograded notebook."""
-    from examples.make_class import make_course, nbgrader, solved
+    from examples.make_class import nbgrader, solved
+    from tests.runcache import released_course
 
-    root = make_course(private_tmp / "feedback" / "course", assignments=("self_attention",))
+    root = released_course(private_tmp / "feedback" / "course", ("self_attention",))
     nb = solved(root, "01_scores")
     nb["cells"].append({"cell_type": "markdown", "id": "eve-markdown", "metadata": {}, "source": MARKDOWN})
     folder = root / "submitted" / "eve" / "self_attention"

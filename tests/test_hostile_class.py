@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from autograder.foundation.spec import ASSIGNMENT, PARTS
-from examples.make_class import collect, make_course
+from examples.make_class import collect
+from tests.runcache import released_course
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "hostile"
@@ -76,7 +77,7 @@ def tree_digest(*roots: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def hostile_class(private_tmp):
-    course = make_course(private_tmp / "hostile-class" / "course")
+    course = released_course(private_tmp / "hostile-class" / "course")
     students = {**HONEST, **{s: "correct" for s in (*ATTACKS, *FILES)}}
     collect(course, students)
     folder = course / "submitted"
@@ -133,7 +134,7 @@ def test_the_honest_students_score_as_they_score_alone(hostile_class, grader, pr
     from autograder.commands.classgrade import grade_folder
 
     course = hostile_class[0]
-    alone = make_course(private_tmp / "hostile-class" / "alone")
+    alone = released_course(private_tmp / "hostile-class" / "alone")
     collect(alone, HONEST)
     for student in HONEST:
         graded = grade_folder(str(alone / "submitted" / student / ASSIGNMENT), ASSIGNMENT, grader)

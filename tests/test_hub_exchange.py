@@ -39,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from autograder.commands import exposure
+from tests.runcache import machine_wide
 
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "self_attention"
@@ -173,6 +174,11 @@ def student_works_on_01_scores(hub: Hub) -> None:
 
 @pytest.fixture(scope="module")
 def hub():
+    with machine_wide(f"users-{INSTRUCTOR}-{STUDENT}"):  # another run on this machine waits: the same user names
+        yield from built_hub()
+
+
+def built_hub():
     root = Path(tempfile.mkdtemp(prefix="ag-hub-"))
     root.chmod(0o755)
     hub = Hub(root, root / "venv", root / "exchange", root / "etc-jupyter", root / "student-lab-config")

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from autograder.foundation import spec
-from examples.make_class import collect, make_course, nbgrader, repo_source
+from examples.make_class import collect, nbgrader, repo_source
+from tests.runcache import released_course
 
 REPO = Path(__file__).resolve().parent.parent
 # assignment -> {student: mistake}, and the part (with its notebook) the buggy student's mistake is in
@@ -43,7 +44,7 @@ def rows(db: Path, assignment: str) -> dict:
 def course(private_tmp):
     for assignment in ASSIGNMENTS:
         assert repo_source(assignment=assignment) is not None, f"source/{assignment}/ is missing: run `make release`"
-    root = make_course(private_tmp / "e2e" / "course", assignments=tuple(ASSIGNMENTS))
+    root = released_course(private_tmp / "e2e" / "course", tuple(ASSIGNMENTS))  # (make_course, once per run)
     for assignment in ASSIGNMENTS:
         collect(root, STUDENTS[assignment], assignment)
     shutil.copy(root / "gradebook.db", root.parent / "fresh-gradebook.db")

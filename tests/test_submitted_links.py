@@ -29,7 +29,8 @@ import pytest
 from autograder.commands import cli
 from autograder.foundation import spec
 from autograder.foundation.extract import extract
-from examples.make_class import TIMESTAMP, make_course, nbgrader, solved
+from examples.make_class import TIMESTAMP, nbgrader, solved
+from tests.runcache import released_course
 
 REPO = Path(__file__).resolve().parent.parent
 A = spec.DEFAULT  # self_attention
@@ -74,7 +75,7 @@ def hub_submission(course: Path) -> None:
 
 @pytest.fixture(scope="module")
 def course(private_tmp):
-    root = make_course(private_tmp / "links" / "course")
+    root = released_course(private_tmp / "links" / "course")
     sub = root / "submitted"
     source = root / "source" / A.id
     release = (root / "release" / A.id / f"{SCORES}.ipynb").read_text(encoding="utf-8")

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from autograder.foundation.spec import ASSIGNMENT, PARTS
-from examples.make_class import collect, make_course, nbgrader
+from examples.make_class import collect, nbgrader
+from tests.runcache import released_course
 
 REPO = Path(__file__).resolve().parent.parent
 FLOOD = (REPO / "tests" / "hostile" / "json_flood.py").read_text().split("# --- attack ---")[1]
@@ -44,7 +45,7 @@ def edit_notebook(course: Path, student: str, notebook: str, code: str = "", met
 def course(private_tmp):
     """good; flood (01_scores answers with frames of millions of JSON values); huge (01_scores of 2 million empty
     lists in its metadata, 6 MB); hang (02_masks never finishes loading)."""
-    root = make_course(private_tmp / "trusted" / "course")
+    root = released_course(private_tmp / "trusted" / "course")
     collect(root, {"good": "correct", "flood": "correct", "huge": "correct", "hang": "correct"})
     edit_notebook(root, "flood", "01_scores", FLOOD)
     edit_notebook(root, "huge", "01_scores", metadata=[[] for _ in range(2_000_000)])

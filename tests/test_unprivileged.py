@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.runcache import machine_wide
+
 REPO = Path(__file__).resolve().parent.parent
 USER = "autograder-test"
 INNER = ["tests/test_sandbox.py", "tests/test_hostile.py",  # the whole sandbox and hostile suites
@@ -33,15 +35,16 @@ INNER = ["tests/test_sandbox.py", "tests/test_hostile.py",  # the whole sandbox 
 # The submitted-files suite (links, copies) with grade, grade-class and nbgrader: a course of its own, built by
 # nbgrader as the user from the first assignment's instructor notebooks and the course's configuration.
 LINKS = ["tests/test_submitted_links.py"]
-COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/test_sandbox.py",
-          "tests/test_hostile.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py", "pyproject.toml",
-          *LINKS, "source/self_attention", "nbgrader_config.py"]
+COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/runcache.py",
+          "tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py",
+          "pyproject.toml", *LINKS, "source/self_attention", "nbgrader_config.py"]
 
 
 def _ensure_user() -> None:
-    if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
-                       check=True, capture_output=True)
+    with machine_wide(f"users-{USER}"):  # (another run on this machine creating it at the same moment)
+        if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+                           check=True, capture_output=True)
 
 
 def _copy(dest: Path) -> None:

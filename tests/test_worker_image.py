@@ -25,7 +25,7 @@ from autograder.foundation.extract import Source
 from autograder.foundation.spec import ASSIGNMENT
 from autograder.sandbox.session import Session
 from autograder.sandbox.student import Student
-from examples.make_class import make_course
+from tests.runcache import released_course
 
 SECRET_NAME, SECRET = "PGPASSWORD", "planted-instructor-secret-5f2c9e"
 # What the zygote's exec gives it (autograder/sandbox/prestart.py ZYGOTE_ENV, PASSED_THROUGH): names only, no value of the
@@ -107,7 +107,7 @@ def submit(course: Path, student: str, code: str) -> None:
 def class_run(private_tmp):
     """grade-class on {hang, probe}, two grading processes, a 10 s deadline per submission, the secret planted in
     the instructor's environment: (completed process, seconds, course)."""
-    course = make_course(private_tmp / "image" / "course")
+    course = released_course(private_tmp / "image" / "course")  # (make_course, built once per run)
     submit(course, "hang", HANG)
     submit(course, "probe", PROBE_AT_LOAD)
     env = dict(os.environ, **{SECRET_NAME: SECRET}, PYTHONPATH=str(kit.REPO))

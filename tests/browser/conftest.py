@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import runcache
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "build" / "browser-test"
 DEBIAN_PACKAGES = {"chromium": "chromium", "chromium-driver": "chromedriver"}  # package -> program
@@ -75,11 +77,16 @@ def _stop_group(process: subprocess.Popen, grace: float = 15) -> None:
     process.wait()
 
 
-@pytest.fixture(scope="session")
-def artifacts():
-    """build/browser-test/, emptied once per session (each module's screenshots stay)."""
+def _empty_artifacts() -> None:
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     ARTIFACTS.mkdir(parents=True)
+
+
+@pytest.fixture(scope="session")
+def artifacts():
+    """build/browser-test/, emptied once per run (each module's screenshots stay; under pytest-xdist, not by a
+    second worker while the first writes its server's log there)."""
+    runcache.once("browser-artifacts", _empty_artifacts)
     return ARTIFACTS
 
 

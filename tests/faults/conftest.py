@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.make_class import collect, make_course
+from examples.make_class import collect
+from tests.runcache import released_course
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faultkit import STUDENTS, MemoGrader, dump, sqlite_url
@@ -27,7 +28,7 @@ def fault_root():
 @pytest.fixture(scope="session")
 def pristine(fault_root) -> Path:
     """The released course with the class collected, never graded."""
-    course = make_course(fault_root / "pristine")
+    course = released_course(fault_root / "pristine")  # (make_course, built once per run)
     collect(course, STUDENTS)
     return course
 
