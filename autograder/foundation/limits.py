@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 from dataclasses import dataclass, field
 
 from . import hosts
@@ -89,6 +88,8 @@ def limit_grader_memory(limit_bytes: int) -> None:
     CUDA's reserved address space is not counted). Past it an allocation fails here (MemoryError: the check or the
     reply that asked for it fails) instead of the machine. The zygote, started from here, lifts it back to the hard
     limit (worker/start.py): a worker keeps its own limits."""
+    import resource  # noqa: PLC0415 - POSIX only: this module is imported on Windows too, where grading refuses
+
     _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes if hard == resource.RLIM_INFINITY else min(limit_bytes, hard),
                                               hard))

@@ -260,8 +260,14 @@ def sliding_window_mask_mod(window: int):
 
 
 def alibi_score_mod(num_heads: int):
-    """score_mod of ALiBi: score + slope_h * (kv_idx - q_idx), slope_h = 2^(-8 (h + 1) / num_heads)."""
-    slopes = torch.exp2(-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float32) / num_heads)  # [H]
+    """score_mod of ALiBi: score + slope_h * (kv_idx - q_idx), with the slopes of the ALiBi paper's code:
+    2^(-8 (h + 1) / num_heads) for a power of two; else those of the largest power of two n below, then every
+    other slope of 2n heads."""
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+    n = 2 ** int(math.floor(math.log2(num_heads)))  # the largest power of two <= num_heads
+    slopes = torch.tensor(power_of_two(n) + power_of_two(2 * n)[0::2][: num_heads - n], dtype=torch.float32)  # [H]
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + slopes[h] * (kv_idx - q_idx)

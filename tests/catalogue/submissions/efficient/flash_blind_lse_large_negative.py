@@ -83,6 +83,66 @@ def merge_attention(
 
 
 # --------------------------------------------------------------------------- #
+# Part flash_backward
+# --------------------------------------------------------------------------- #
+
+
+def flash_attention_backward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, grad_out: torch.Tensor,
+    causal: bool = False, block_q: int = 64, block_k: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad_q, grad_k, grad_v) of flash_attention's out, each tile's probabilities recomputed from q, k and lse: never an [S_q, S_k] matrix."""
+    B, H, S_q, D = q.shape
+    S_k = k.shape[-2]
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32  # half inputs accumulate in float32
+    scale = 1.0 / math.sqrt(D)
+    offset = S_k - S_q  # bottom-right causal: query i sees keys j <= i + offset
+    grad_q = torch.zeros(q.shape, dtype=acc, device=q.device)  # [B, H, S_q, D]
+    grad_k = torch.zeros(k.shape, dtype=acc, device=q.device)  # [B, H, S_k, D]
+    grad_v = torch.zeros(v.shape, dtype=acc, device=q.device)  # [B, H, S_k, D_v]
+    # delta_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij: one number per query, computed once
+    delta = (grad_out.to(acc) * out.to(acc)).sum(dim=-1)  # [B, H, S_q]
+    # a query that sees no key has lse = -inf: +inf makes each of its P = exp(s - lse) exactly 0
+    lse_safe = lse.to(acc).masked_fill(lse == float("-inf"), float("inf"))  # [B, H, S_q]
+    for i0 in range(0, S_q, block_q):
+        i1 = min(i0 + block_q, S_q)
+        q_blk, do_blk = q[:, :, i0:i1].to(acc), grad_out[:, :, i0:i1].to(acc)  # [B, H, bq, D], [B, H, bq, D_v]
+        kv_stop = min(S_k, i1 + offset) if causal else S_k  # key blocks after the last visible key: skipped
+        for j0 in range(0, max(kv_stop, 0), block_k):
+            j1 = min(j0 + block_k, S_k)
+            k_blk, v_blk = k[:, :, j0:j1].to(acc), v[:, :, j0:j1].to(acc)  # [B, H, bk, D], [B, H, bk, D_v]
+            s = q_blk @ k_blk.transpose(-2, -1) * scale  # [B, H, bq, bk]
+            if causal and j1 - 1 > i0 + offset:  # the tile crosses the diagonal
+                query = torch.arange(i0, i1, device=q.device)[:, None]  # [bq, 1]
+                key = torch.arange(j0, j1, device=q.device)[None, :]  # [1, bk]
+                s = s.masked_fill(key > query + offset, float("-inf"))
+            p = torch.exp(s - lse_safe[:, :, i0:i1, None])  # [B, H, bq, bk]: the forward's probabilities
+            grad_v[:, :, j0:j1] += p.transpose(-2, -1) @ do_blk  # [B, H, bk, D_v]
+            dp = do_blk @ v_blk.transpose(-2, -1)  # [B, H, bq, bk]
+            ds = p * (dp - delta[:, :, i0:i1, None])  # [B, H, bq, bk]: the softmax's backward
+            grad_q[:, :, i0:i1] += ds @ k_blk * scale  # [B, H, bq, D]
+            grad_k[:, :, j0:j1] += ds.transpose(-2, -1) @ q_blk * scale  # [B, H, bk, D]
+    return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype)
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """Attention whose forward is flash_attention and whose backward is flash_attention_backward: it saves q, k, v, out, lse, never the probabilities."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False):
+        out, lse = flash_attention(q, k, v, causal=causal)
+        ctx.save_for_backward(q, k, v, out, lse)  # O(S) per head: no [S_q, S_k] tensor survives the forward
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        grad_q, grad_k, grad_v = flash_attention_backward(q, k, v, out, lse, grad_out, causal=ctx.causal)
+        return grad_q, grad_k, grad_v, None  # no gradient for causal
+
+
+# --------------------------------------------------------------------------- #
 # Part sliding_window
 # --------------------------------------------------------------------------- #
 
