@@ -168,16 +168,22 @@ def test_backward_with_more_queries_than_keys(student):
         check_gradients(call, expect.value(outcome), backward_what(call))
 
 
+def gradients_in_dtype(call, outcome, dtype: torch.dtype) -> tuple:
+    """The three gradients of a backward call, each checked to be in its inputs' `dtype`."""
+    got = triple(expect.value(outcome), backward_what(call))
+    for name, grad in zip(GRADIENTS, got):
+        if isinstance(grad, torch.Tensor) and grad.dtype != dtype:
+            raise expect.CheckFailure(_("{what}: {name} has dtype {dtype}, expected {expected} (each gradient in its "
+                                        "input's dtype)").format(what=backward_what(call), name=name,
+                                                                 dtype=grad.dtype, expected=dtype))
+    return got
+
+
 @pytest.mark.points(2)
 def test_backward_accumulates_half_inputs_in_float32(student):
     """flash_attention_backward on float16 inputs returns float16 gradients, accumulated in float32"""
     call, outcome = case_of(student, "half")
-    got = triple(expect.value(outcome), backward_what(call))
-    for name, grad in zip(GRADIENTS, got):
-        if isinstance(grad, torch.Tensor) and grad.dtype != torch.float16:
-            raise expect.CheckFailure(_("{what}: {name} has dtype {dtype}, expected torch.float16 (each gradient in "
-                                        "its input's dtype)").format(what=backward_what(call), name=name,
-                                                                     dtype=grad.dtype))
+    got = gradients_in_dtype(call, outcome, torch.float16)
     check_gradients(call, got, backward_what(call), atol=4e-5, rtol=2e-3)  # float16 sums lose 1e-4 here
 
 
@@ -185,12 +191,7 @@ def test_backward_accumulates_half_inputs_in_float32(student):
 def test_backward_with_its_default_blocks(student):
     """flash_attention_backward(..., causal=True) with the default blocks of 64 is exact in float64 when S spans several blocks"""
     call, outcome = case_of(student, "defaults")
-    got = triple(expect.value(outcome), backward_what(call))
-    for name, grad in zip(GRADIENTS, got):
-        if isinstance(grad, torch.Tensor) and grad.dtype != torch.float64:
-            raise expect.CheckFailure(_("{what}: {name} has dtype {dtype}, expected torch.float64 (each gradient in "
-                                        "its input's dtype)").format(what=backward_what(call), name=name,
-                                                                     dtype=grad.dtype))
+    got = gradients_in_dtype(call, outcome, torch.float64)
     check_gradients(call, got, backward_what(call), atol=1e-5, rtol=1e-5)
 
 
