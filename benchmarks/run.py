@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/run.py [--students 40] [--stock-students 4] [--growth 10,40,200]
                                       [--cells 0,1000,10000] [--workers N] [--out FILE]
+    .venv/bin/python benchmarks/run.py --compare REV [--students 40] [--growth 200] [--rounds 2] ...
 
 One command prints every figure of the goals (docs/benchmark.md), each measured in this run:
   * stock nbgrader autograde (its default Execute preprocessor: a kernel per notebook) on
@@ -17,6 +18,7 @@ Each run is a child process. Memory is sampled from /proc every 0.1 s over the c
 process tree: the largest single process (the peak of its VmHWM) and the whole tree (the peak of
 the summed proportional set size, Pss: pages shared by forked processes are counted once, split
 between them). The machine's load average is printed with the figures.
+With --compare REV it measures this tree and revision REV side by side instead (benchmarks/compare.py).
 """
 from __future__ import annotations
 
@@ -26,84 +28,18 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from examples.make_class import collect, make_course, synthetic_class  # noqa: E402
+from examples.make_class import synthetic_class  # noqa: E402
 from autograder.foundation.spec import ASSIGNMENT  # noqa: E402
-from autograder.worker.proctree import descendants  # noqa: E402
-
-PY = sys.executable
-
-
-def _status_kib(pid: int, field: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def _pss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return _status_kib(pid, "VmRSS:")  # (a kernel without smaps_rollup: RSS, which overstates)
-
-
-class Sampler:
-    """Peak memory of a process tree, sampled from /proc every `interval` seconds."""
-
-    def __init__(self, root: int, interval: float = 0.1):
-        self.root, self.interval = root, interval
-        self.tree_kib = self.largest_kib = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            pids = descendants(self.root)
-            self.tree_kib = max(self.tree_kib, sum(_pss_kib(p) for p in pids))
-            self.largest_kib = max([self.largest_kib] + [_status_kib(p, "VmHWM:") for p in pids])
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def run_timed(cmd: list[str], cwd: Path, env: dict) -> dict:
-    """Run cmd (its output discarded); wall seconds, peak memory of its tree (MiB), exit code."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with Sampler(proc.pid) as sampler:
-        rc = proc.wait()
-    return {"wall": time.perf_counter() - started, "tree_mib": sampler.tree_kib / 1024,
-            "largest_mib": sampler.largest_kib / 1024, "rc": rc}
-
-
-def course_with(base: Path, name: str, students: dict[str, str], plugin: bool = True) -> Path:
-    course = make_course(base / name, plugin=plugin)
-    collect(course, students)
-    return course
+from benchmarks.compare import compare  # noqa: E402
+from benchmarks.measure import PY, course_with, run_timed  # noqa: E402
 
 
 def bigger(folder: Path, cells: int) -> None:
@@ -142,7 +78,14 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", help="also write the Markdown tables here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary course directories")
+    ap.add_argument("--compare", metavar="REV", help="instead: grade-class, one cold grade and the nbgrader path "
+                    "of this tree and of git revision REV side by side, on the same classes (benchmarks/compare.py)")
+    ap.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each side on the --students class")
+    ap.add_argument("--plugin-students", type=int, default=4,
+                    help="with --compare: students `nbgrader autograde` grades with the course's plugin (0: none)")
     args = ap.parse_args(argv)
+    if args.compare:
+        return compare(args, list(argv if argv is not None else sys.argv[1:]))
     sizes = sorted({int(s) for s in args.growth.split(",") if s} | {args.students})
     cells = [int(c) for c in args.cells.split(",") if c]
     began = time.perf_counter()

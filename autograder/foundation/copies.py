@@ -66,6 +66,22 @@ def _digest(path: str, inside: str | None, _dev: int, _ino: int, _size: int, _mt
         return None
 
 
+def released_cells(path: Path) -> tuple[str, ...] | None:
+    """The solution cells of the released notebook `path` (None when it cannot be read), parsed once per process
+    while it is unchanged (as digest_of): grade-class compares every notebook of every submission with it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _released_cells(str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _released_cells(path: str, _dev: int, _ino: int, _size: int, _mtime_ns: int) -> tuple[str, ...] | None:
+    released = read_notebook(Path(path))
+    return None if released.error is not None else released.cells
+
+
 def why_copied(source: Source, originals: Originals) -> i18n.Message | None:
     """Why the readable notebook `source` is not the student's own work (a Message), or None."""
     name = Path(source.path).name
@@ -75,8 +91,8 @@ def why_copied(source: Source, originals: Originals) -> i18n.Message | None:
         return SOURCE_COPY.format(name=name, assignment=originals.assignment)
     if not originals.others or originals.release is None:
         return None
-    released = read_notebook(originals.release / name)
-    if released.error is not None or released.cells == source.cells:
+    released = released_cells(originals.release / name)
+    if released is None or released == source.cells:
         return None  # untouched (or no release to tell): alike by design, never a copy
     same = sorted(folder.parent.name for folder in originals.others
                   if digest_of(folder / name, inside=folder) == source.digest)
