@@ -34,7 +34,7 @@ INNER = ["tests/test_sandbox.py", "tests/test_hostile.py",  # the whole sandbox 
          "tests/test_trusted_memory.py::test_a_grading_process_caps_its_own_memory_and_its_workers_do_not_inherit_it"]
 # The submitted-files suite (links, copies) with grade, grade-class and nbgrader: a course of its own, built by
 # nbgrader as the user from the first assignment's instructor notebooks and the course's configuration.
-LINKS = ["tests/test_submitted_links.py"]
+LINKS = ["tests/test_submitted_links.py", "tests/test_hostile_class.py"]
 COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/runcache.py",
           "tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py",
           "pyproject.toml", *LINKS, "source/self_attention", "nbgrader_config.py"]
@@ -127,5 +127,6 @@ def test_the_sandbox_and_hostile_suites_pass_as_an_ordinary_user(inner_run):
 
 
 def test_linked_and_copied_notebooks_score_0_as_an_ordinary_user_too():
-    """tests/test_submitted_links.py (grade, grade-class, nbgrader collect and autograde) as a hub's instructor."""
+    """tests/test_submitted_links.py (grade, grade-class, nbgrader collect and autograde) and the class with a hostile
+    student of each kind (tests/test_hostile_class.py) as a hub's instructor."""
     assert_passed_as_an_ordinary_user(run_as_user(LINKS, 600))
