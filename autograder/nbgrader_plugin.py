@@ -115,6 +115,7 @@ _CHILD: classpool.GradingProcess | None = None
 _LOCK = threading.Lock()
 NOTEBOOK_DIED = _("not graded: grading your notebook ended the grader's own process ({why}): code that makes the "
                   "grader run out of memory?")
+NOT_GRADED = _("not graded: {reason}")
 
 
 def grading_process(limits: Limits) -> classpool.GradingProcess:
@@ -168,7 +169,8 @@ def grade_in_child(path: Path, ids: list[str], assignment: spec.Assignment, lang
     if kind == "refused":
         raise SandboxUnavailable(payload)
     if kind == "error":  # the grader's own failure on this notebook: it scores 0 with the reason, the rest go on
-        return {p.id: p for p in zeros([assignment.part(pid) for pid in ids], f"not graded: {payload}")}, []
+        why = NOT_GRADED.format(reason=payload).render(lang or spec.DEFAULT_LANGUAGE)
+        return {p.id: p for p in zeros([assignment.part(pid) for pid in ids], why)}, []
     return payload
 
 
