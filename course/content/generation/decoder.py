@@ -74,7 +74,7 @@ def cells():
         """, r"""
         # 04 · 解码器层：把 RoPE、KV 缓存和分组查询注意力合在一起
 
-        notebook 01 和 02 分别实现了 RoPE、KV 缓存和分组查询注意力。真实的解码器（Meta Llama 的 `Attention.forward`、Hugging Face 的 `LlamaAttention`）在同一层里同时用到这三样，而大家真正写出来的 bug 恰恰出在它们的接口处：新 token 旋转到了错误的位置、缓存里的键被转了两次、缓存存了太多的头、掩码对齐方向反了、忘了处理填充。本 notebook 实现这一层，并用具体数字展示每一种错误。
+        notebook 01 和 02 分别实现了 RoPE、KV 缓存和分组查询注意力。真实的解码器（Meta Llama 的 `Attention.forward`、Hugging Face 的 `LlamaAttention`）在同一层里同时用到这三样，而实际代码里常见的 bug 恰恰出在它们的衔接处：新 token 旋转到了错误的位置、缓存里的键被转了两次、缓存存了太多的头、掩码对齐方向反了、忘了处理填充。本 notebook 实现这一层，并用具体数字展示每一种错误。
 
         | 评分部分 | 你要写的内容 |
         |---|---|
@@ -157,7 +157,7 @@ def cells():
         """, r"""
         ## 2. 两个位置 bug，用数字说话
 
-        先输入 4 个 token 的提示词，再逐个输入 2 个 token，与一次性处理整条序列比较。第一次运行用你的实现。第二次对每个新 token 都传 `positions=[0]`：这就是忘了缓存偏移的层会做的事。第三次用一个缓存，它把返回的键在 `0 .. S_k - 1` 上再旋转一次：这就是读出缓存之后"对所有键做 RoPE"的层会做的事。每一行打印与一次性计算的最大差值，以及它相对于最大输出的比例。
+        先输入 4 个 token 的提示词，再逐个输入 2 个 token，与一次性处理整条序列比较。第一次运行用你的实现。第二次对每个新 token 都传 `positions=[0]`，模拟忘了加上缓存偏移量的层。第三次用的缓存会把返回的键在 `0 .. S_k - 1` 上再旋转一次，模拟读出缓存之后又"对所有键做一遍 RoPE"的层。每一行打印与一次性计算的最大差值，以及它相对于最大输出的比例。
         """),
         demo("""
         torch.manual_seed(0)
@@ -293,8 +293,8 @@ def cells():
         q, k, v = torch.randn(1, 1, S_q, 8), torch.randn(1, 1, S_k, 8), torch.randn(1, 1, S_k, 8)
         top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         bottom_right = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(S_q, S_k))
-        print(f"the two outputs differ by up to {(top_left - bottom_right).abs().max().item():.2f} "
-              f"(largest |output| {bottom_right.abs().max().item():.2f})")
+        print(f"the two outputs differ by up to {(top_left - bottom_right).abs().max().item():.2f}"
+              f" (largest |output| {bottom_right.abs().max().item():.2f})")
         """),
         md(r"""
         ## 7. Generating a batch: left padding
@@ -485,7 +485,7 @@ DEMO_ZH = {
     '"top-left (is_causal=True, tril()):\\n"': '"左上对齐（is_causal=True，tril()）：\\n"',
     '"bottom-right (flash-attn, causal_lower_right):\\n"': '"右下对齐（flash-attn，causal_lower_right）：\\n"',
     'f"the two outputs differ by up to ': 'f"两种输出最多相差 ',
-    'f"(largest |output| {bottom_right.abs().max().item():.2f})"': 'f"（最大 |输出| 为 {bottom_right.abs().max().item():.2f}）"',
+    'f" (largest |output| {bottom_right.abs().max().item():.2f})"': 'f"（最大 |输出| 为 {bottom_right.abs().max().item():.2f}）"',
     "# [B, S]: 0 at each first real token": "# [B, S]：每条序列第一个真实 token 处为 0",
     "# a learned absolute position table, as in GPT-2": "# 一张可学习的绝对位置表，和 GPT-2 一样",
     "# [B, S]: from the first column": "# [B, S]：从第一列开始数",

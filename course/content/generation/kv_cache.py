@@ -200,7 +200,7 @@ def cells():
 
         画成矩阵的话，下三角在右下角结束：这个掩码是**右下对齐**的。以 `S_q = 2, S_k = 5` 为例，查询 0 位于位置 3，能看到键 0..3；查询 1 位于位置 4，五个键全都能看到。
 
-        **陷阱。** `F.scaled_dot_product_attention(q, k, v, is_causal=True)` 使用的是 `[S_q, S_k]` 矩阵中与 **左上**角对齐的下三角：查询 0 只能看到键 0。当 `S_q = S_k` 时两种对齐方式一致，所以这个 bug 一直藏到解码时才出现；在一个新 token、缓存里有五个位置的情况下，左上对齐会让最新的 token 只能看到提示词的第一个 token。这个单元格打印 `is_causal=True` 实际相当于的掩码，并说明 SDPA 的输出与使用这个掩码的注意力相同。
+        **陷阱。** `F.scaled_dot_product_attention(q, k, v, is_causal=True)` 使用的是 `[S_q, S_k]` 矩阵中与 **左上**角对齐的下三角：查询 0 只能看到键 0。当 `S_q = S_k` 时两种对齐方式一致，所以这个 bug 一直藏到解码时才出现；在一个新 token、缓存里有五个位置的情况下，左上对齐会让最新的 token 只能看到提示词的第一个 token。这个单元格打印 `is_causal=True` 实际等价的掩码，并验证 SDPA 的输出与使用这个掩码的注意力相同。
         """),
         demo("""
         torch.manual_seed(1)
@@ -237,8 +237,8 @@ def cells():
             mine = F.scaled_dot_product_attention(q, k, v, attn_mask=yours)
             top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             print(f"SDPA with your mask vs causal_lower_right: largest difference {(mine - official).abs().max().item():.1e}")
-            print(f"SDPA with is_causal=True vs causal_lower_right: largest difference {(top_left - official).abs().max().item():.2f} "
-                  f"(largest |output| {official.abs().max().item():.2f})")
+            print(f"SDPA with is_causal=True vs causal_lower_right: largest difference {(top_left - official).abs().max().item():.2f}"
+                  f" (largest |output| {official.abs().max().item():.2f})")
         """),
         md(r"""
         ## 3. The cache
@@ -312,7 +312,7 @@ def cells():
         generated one by one. The second times a generation loop of a toy one-layer model, once
         re-running the whole prefix at every step and once with the cache.
         """, r"""
-        第一个单元格验证这个承诺：把一条 8 个 token 的序列按所有可能的方式切成一段提示词和逐个生成的 token。第二个单元格对一个单层玩具模型的生成循环计时，一次在每一步都把整个前缀重跑一遍，一次使用缓存。
+        第一个单元格验证这一点：把一条 8 个 token 的序列按所有可能的方式切成一段提示词和逐个生成的 token。第二个单元格对一个单层玩具模型的生成循环计时，一次在每一步都把整个前缀重跑一遍，一次使用缓存。
         """),
         demo("""
         torch.manual_seed(2)
@@ -525,7 +525,7 @@ DEMO_ZH = {
     '"your decode_causal_mask(2, 5):"': '"你的 decode_causal_mask(2, 5)："',
     'f"SDPA with your mask vs causal_lower_right: largest difference {': 'f"用你的掩码的 SDPA 与 causal_lower_right 相比：最大差值 {',
     'f"SDPA with is_causal=True vs causal_lower_right: largest difference {': 'f"is_causal=True 的 SDPA 与 causal_lower_right 相比：最大差值 {',
-    'f"(largest |output| {official.abs().max().item():.2f})"': 'f"（最大 |输出| 为 {official.abs().max().item():.2f}）"',
+    'f" (largest |output| {official.abs().max().item():.2f})"': 'f"（最大 |输出| 为 {official.abs().max().item():.2f}）"',
     """f"prompt of {prompt}, then {8 - prompt} token{'s' if prompt < 7 else ''} one at a time: \"""":
         """f"先输入 {prompt} 个 token 的提示词，再逐个输入 {8 - prompt} 个 token{'' if prompt < 7 else ''}：\"""",
     'f"largest difference from the full pass {gap:.1e}, len(cache) = {len(cache)}"': 'f"与一次性计算相比最大差值 {gap:.1e}，len(cache) = {len(cache)}"',
