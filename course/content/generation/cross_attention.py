@@ -262,7 +262,7 @@ DEMO_ZH = {
     "# [B, S_k], True = real token": "# [B, S_k]，True = 真实 token",
     '"ours, True = real token:                   "': '"本课程，True = 真实 token：                    "',
     '"nn.MultiheadAttention key_padding_mask, True = ignore:"': '"nn.MultiheadAttention 的 key_padding_mask，True = 忽略："',
-    '"SDPA attn_mask [B, 1, 1, S_k], True = may attend:     "': '"SDPA 的 attn_mask [B, 1, 1, S_k]，True = 可以关注：   "',
+    '"SDPA attn_mask [B, 1, 1, S_k], True = may attend:     "': '"SDPA 的 attn_mask [B, 1, 1, S_k]，True = 可以关注：     "',
     "# True = real context token": "# True = 真实的上下文 token",
     'f"largest difference from nn.MultiheadAttention: {': 'f"与 nn.MultiheadAttention 的最大差值：{',
     '"weights", list(weights.shape), "- sample 1, weight on its padded tokens:"': '"权重", list(weights.shape), "- 样本 1 在它的填充 token 上的权重："',
