@@ -182,6 +182,26 @@ class DecoderLoop(Decoder):
         return torch.cat(rows, dim=2)
 
 
+class DecoderGQA(Decoder):
+    """Right, written differently: no repeat_kv at all, SDPA groups the heads itself (enable_gqa=True)."""
+
+    def forward(self, x, cache=None, positions=None, key_mask=None):
+        B, S, d = x.shape
+        q = self.W_q(x).view(B, S, self.H, self.hd).transpose(1, 2)  # [B, H, S, hd]
+        k = self.W_k(x).view(B, S, self.H_kv, self.hd).transpose(1, 2)  # [B, H_kv, S, hd]
+        v = self.W_v(x).view(B, S, self.H_kv, self.hd).transpose(1, 2)
+        start = 0 if cache is None else len(cache)
+        positions = torch.arange(start, start + S) if positions is None else positions
+        q, k = apply_rope(q, positions, base=self.rope_base), apply_rope(k, positions, base=self.rope_base)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        allowed = decode_causal_mask(S, k.shape[2])
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)  # [B, H, S, hd]
+        return self.W_o(out.transpose(1, 2).reshape(B, S, d))
+
+
 DECODER_MISTAKES = {
     "no RoPE": (_mistake(rope="none"), "no RoPE"),
     "values rotated": (_mistake(rope="qkv"), "you rotated the values too"),
@@ -201,7 +221,8 @@ def test_check_decoder_attention_names_a_wrong_layer(vc, mistake):
     assert needle in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 
-@pytest.mark.parametrize("cls", [Decoder, DecoderSDPA, DecoderLoop], ids=["plain", "sdpa", "per-query loop"])
+@pytest.mark.parametrize("cls", [Decoder, DecoderSDPA, DecoderLoop, DecoderGQA],
+                         ids=["plain", "sdpa", "per-query loop", "sdpa enable_gqa"])
 def test_check_decoder_attention_passes_a_right_layer_written_differently(vc, capsys, cls):
     vc.check_decoder_attention(cls)
     out = capsys.readouterr().out
