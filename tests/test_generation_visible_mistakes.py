@@ -157,7 +157,7 @@ def _mistake(**flags):
 
 
 class DecoderSDPA(Decoder):
-    """Right, written differently: SDPA with a boolean mask and enable_gqa-style heads repeated inline."""
+    """Right, written differently: SDPA with a boolean mask built by comparing positions."""
 
     def attend(self, q, k, v, key_mask):
         S_q, S_k = q.shape[-2], k.shape[-2]
