@@ -42,7 +42,8 @@ _METER = {"memory_meter.py": REPO / "autograder" / "worker" / "meter.py"}
 _SELF_ATTENTION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks.py",
                            "visible_checks_scores_masks.py": REPO / "course" / "visible_checks_scores_masks.py",
                            **_SHARED_SUPPORT, **_METER}
-_GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_generation.py", **_SHARED_SUPPORT}
+_GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_generation.py",
+                       "visible_checks_decoder.py": REPO / "course" / "visible_checks_decoder.py", **_SHARED_SUPPORT}
 _EFFICIENT_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_efficient.py",
                       "visible_checks_flash_backward.py": REPO / "course" / "visible_checks_flash_backward.py",
                       **_SHARED_SUPPORT, **_METER}

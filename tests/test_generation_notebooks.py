@@ -85,17 +85,26 @@ def test_the_kv_cache_notebook_prints_the_claims_it_makes(executed):
 
 def test_the_decoder_notebook_prints_the_claims_it_makes(executed):
     """the two position bugs are visible, the cache holds H_kv heads, GQA's memory, the wavelengths, Meta's form, the
-    two causal conventions and the left-padded batch equal to each prompt alone"""
+    two causal conventions, the left-padded batch equal to each prompt alone with per-sequence or batch-wide RoPE
+    positions (not with a learned position table), and two stacked layers spreading a padded query's NaN"""
     text = "".join(stream_text(c) for c in code_cells(executed[("solved", "04_decoder")]))
-    lines = {line.split(":")[0].strip(): line for line in text.splitlines()}
-    assert float(lines["positions len(cache), len(cache) + 1"].split()[-1]) < 1e-5
-    assert float(lines["every new token at position 0"].split()[-1]) > 1e-2
-    assert float(lines["cached keys rotated again"].split()[-1]) > 1e-2
+    gaps = {line.rpartition(": ")[2]: float(line.split()[0]) for line in text.splitlines() if "of the largest |output|" in line}
+    assert gaps["positions len(cache), len(cache) + 1"] < 1e-5
+    assert gaps["every new token at position 0"] > 1e-2 and gaps["cached keys rotated again"] > 1e-2
     assert "the cache receives keys of shape [1, 2, 5, 4]" in text
     assert "(repeat after reading): 1.00 GiB" in text and "(repeat before appending): 4.00 GiB" in text
-    assert "base    10,000: the slowest pair turns once every       54,410 positions" in text
-    assert float(lines["Meta's form vs your apply_rope"].split()[-1]) < 1e-5
+    assert "base    10,000: slowest pair turns once every       54,410 positions; 14 of 64 pairs" in text
+    meta = next(line for line in text.splitlines() if line.startswith("Meta's form vs your apply_rope"))
+    assert float(meta.split("largest difference ")[1].split(",")[0]) < 1e-5
     assert text.count("equal: True") == 3 and "equal: False" not in text
+    rope = next(line for line in text.splitlines() if line.startswith("RoPE, positions from the first column"))
+    assert "same tokens True" in rope and float(rope.split("relative ")[1].rstrip(")")) < 1e-5
+    assert "a learned position table, per-sequence positions: every prompt as if alone True" in text
+    assert "a learned position table, positions from the first column: every prompt as if alone False" in text
+    left, zeroed = text.split("padded rows left as they are")[1].split("padded rows zeroed")
+    assert "after layer 2: real tokens with NaN per sequence [0, 0, 0]" not in left
+    assert zeroed.count("real tokens with NaN per sequence [0, 0, 0]") == 2
+    assert "SDPA, queries that see no key: [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]" in text
 
 
 @pytest.mark.parametrize("kind", ["solved", "released"])

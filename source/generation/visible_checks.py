@@ -17,10 +17,12 @@ own line, the language) is check_harness.py's.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn as nn
 from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
+from visible_checks_decoder import decoder_checks  # notebook 04's check, built on this harness
 
 __all__ = [
     "check_sinusoidal_positions", "check_apply_rope",
@@ -31,7 +33,7 @@ __all__ = [
     "graded_part", "uses_your_code", "use_language",
 ]
 
-harness = Harness(__file__)
+harness = Harness(__file__, os.path.join(os.path.dirname(os.path.abspath(__file__)), "visible_checks_decoder.py"))
 _ = harness.gettext
 use_language, uses_your_code = harness.use_language, harness.uses_your_code
 
@@ -92,7 +94,68 @@ def check_apply_rope(apply_rope) -> None:
     assert math.isclose(near, far, rel_tol=1e-4, abs_tol=1e-4), _(
         "the score of (query at 3, key at 1) is {near:.4f} but of (query at 23, key at 21) is {far:.4f}: with RoPE "
         "it may depend only on the offset m - n").format(near=near, far=far)
-    ok(_("apply_rope: shape and dtype kept, pair lengths kept, score(3, 1) = score(23, 21) = {score:.4f}").format(score=near))
+    _rope_angles(apply_rope, 10000.0)
+    _rope_angles(apply_rope, ROPE_BASE_CHECKED)
+    _rope_per_sequence(apply_rope)
+    ok(_("apply_rope: shape and dtype kept, pair lengths kept, score(3, 1) = score(23, 21) = {score:.4f}; the angles "
+          "of base 10000 and base {base:g} at position {p}; positions [B, S], one row per sequence").format(
+        score=near, base=ROPE_BASE_CHECKED, p=ROPE_POSITION))
+
+
+ROPE_BASE_CHECKED = 50.0  # far from 10000, so that every pair's angle differs from the default's
+ROPE_POSITION = 3  # every angle 3 * base^(-2i / 8) stays below pi, so atan2 reads it back without wrapping
+
+
+def _rope_angles(apply_rope, base: float) -> None:
+    """A vector (1, 0) in every pair, at position 3: pair i must come out as (cos t_i, sin t_i), t_i = 3 base^(-2i/8);
+    the angles read back name a wrong exponent, a base ignored or the other direction."""
+    unit = torch.zeros(1, 1, 1, 8)  # [B, H, S, head_dim]
+    unit[..., 0::2] = 1.0
+    where = torch.tensor([ROPE_POSITION])
+    call = harness.watch(apply_rope, "apply_rope", lambda error, args: _(
+        "apply_rope takes the base as its third argument: apply_rope(x, positions, base=10000.0)")
+        if isinstance(error, TypeError) else "")
+    out = call(unit, where) if base == 10000.0 else call(unit, where, base=base)
+    out = harness.expect_shape(out, unit.shape, _("apply_rope(x [1, 1, 1, 8], positions=[3], base={base:g})").format(
+        base=base)).double()[0, 0, 0]
+    i = torch.arange(4, dtype=torch.float64)
+    got = torch.atan2(out[1::2], out[0::2])  # [4]: the angle each pair turned by
+
+    def angles(b, exponent):
+        return ROPE_POSITION * b ** (-exponent * i / 8)
+
+    want = angles(base, 2)
+    if torch.allclose(got, want, atol=1e-4):
+        return
+    said = [round(a, 4) for a in got.tolist()]
+    if torch.allclose(got, angles(base, 1), atol=1e-4):
+        raise AssertionError(_("at position 3 with base {base:g} your pairs turned by {got} rad: that is base^(-i / "
+                               "head_dim); pair i turns by position * base^(-2i / head_dim), i counting pairs").format(
+            base=base, got=said))
+    if base != 10000.0 and torch.allclose(got, angles(10000.0, 2), atol=1e-4):
+        raise AssertionError(_("apply_rope(x, positions, base={base:g}) turned the pairs by the angles of base 10000: "
+                               "use the `base` argument, not the number 10000").format(base=base))
+    if torch.allclose(got, -want, atol=1e-4):
+        raise AssertionError(_("your pairs turned the other way: (a, b) -> (a cos t - b sin t, a sin t + b cos t)"))
+    raise AssertionError(_("at position 3 with base {base:g} the four pairs of (1, 0) turned by {got} rad, expected "
+                           "{want} (t_i = position * base^(-2i / head_dim))").format(
+        base=base, got=said, want=[round(a, 4) for a in want.tolist()]))
+
+
+def _rope_per_sequence(apply_rope) -> None:
+    """positions [B, S] with x [B, H, S, head_dim]: sequence b rotated at its own row of positions."""
+    x = torch.randn(2, 3, 4, 8)  # [B, H, S, head_dim]
+    per_row = torch.tensor([[0, 1, 2, 3], [5, 3, 9, 2]])  # [B, S]: neither a shift of the other nor sorted
+    call = harness.watch(apply_rope, "apply_rope", lambda error, args: _(
+        "positions may be [B, S], one row per sequence: the angles are then [B, S, head_dim / 2], and for x [B, H, "
+        "S, head_dim] they need a head axis, angle[:, None]"))
+    out = harness.expect_shape(call(x, per_row), x.shape, _("apply_rope(x [2, 3, 4, 8], positions [2, 4])"))
+    for b in range(2):
+        alone = apply_rope(x[b:b + 1], per_row[b])
+        assert close(out[b:b + 1], alone, 1e-5), _(
+            "with positions [B, S] = {rows}, sequence {b} is not rotated as apply_rope(x[{b}:{b1}], {row}) rotates it: "
+            "row b of the positions belongs to sequence b, for every head").format(
+            rows=per_row.tolist(), b=b, b1=b + 1, row=per_row[b].tolist())
 
 
 # --------------------------------------------------------------------------- #
@@ -234,62 +297,10 @@ def check_cross_attention(CrossAttention) -> None:
 
 
 # --------------------------------------------------------------------------- #
-# 04 decoder
+# 04 decoder (its checks live in visible_checks_decoder.py, built on this harness)
 # --------------------------------------------------------------------------- #
 
-
-class _Recorder:
-    """A KV cache that remembers the shape of what was appended (the check's own, so only your layer is tested)."""
-
-    def __init__(self):
-        self.keys, self.values, self.shapes = [], [], []
-
-    def append(self, k, v):
-        self.shapes.append(list(k.shape))
-        self.keys.append(k)
-        self.values.append(v)
-        return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
-
-    def __len__(self):
-        return sum(k.shape[2] for k in self.keys)
-
-
-@harness.check("DecoderAttention")
-def check_decoder_attention(DecoderAttention) -> None:
-    layer = DecoderAttention(16, 4, 2)
-    for name, d_out in (("W_q", 16), ("W_k", 8), ("W_v", 8), ("W_o", 16)):
-        _linear(layer, name, 16, d_out, "DecoderAttention(16, 4, 2)")
-    layer.eval()
-    x = torch.randn(2, 6, 16)
-    with torch.no_grad():
-        full = harness.expect_shape(layer(x), [2, 6, 16], "DecoderAttention(16, 4, 2)(x [2, 6, 16])")
-        changed = x.clone()
-        changed[:, 4:] = 5.0
-        assert close(layer(changed)[:, :4], full[:, :4]), _(
-            "without a cache, forward must be causal: outputs 0..3 changed when only tokens 4 and 5 did")
-        cache = _Recorder()
-        outs = [layer(x[:, :3], cache), layer(x[:, 3:5], cache), layer(x[:, 5:6], cache)]
-    assert cache.shapes and cache.shapes[0][1] != 4, _(
-        "the cache received keys with 4 heads: append the 2 key/value heads, repeat_kv after reading the cache")
-    assert cache.shapes == [[2, 2, 3, 4], [2, 2, 2, 4], [2, 2, 1, 4]], _(
-        "the cache received keys of shapes {shapes}, expected [2, 2, 3, 4], then [2, 2, 2, 4], then [2, 2, 1, 4]: "
-        "append the new keys [B, H_kv, S_new, head_dim] once per call").format(shapes=cache.shapes)
-    gap = (torch.cat(outs, dim=1) - full).abs().max().item()
-    assert gap < 1e-5, _(
-        "a prompt of 3 tokens, then 2 at once, then 1, differs from the full pass by up to {gap:.3g}: are the new "
-        "tokens at positions len(cache), len(cache) + 1, ... (not 0)? are only the new keys rotated, once? is the "
-        "causal mask bottom-right aligned (decode_causal_mask)?").format(gap=gap)
-    mask = torch.tensor([[False, False, True, True, True], [True] * 5])  # sequence 0: left-padded, 3 real tokens
-    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    xs = torch.randn(2, 5, 16)
-    with torch.no_grad():
-        batched = layer(xs, _Recorder(), positions, mask)[0, 2:]
-        alone = layer(xs[:1, 2:])[0]
-    assert close(batched, alone), _(
-        "a left-padded sequence (2 pads, then 3 tokens, positions from mask.cumsum(-1) - 1) differs from the same 3 "
-        "tokens alone: hide the padded keys with key_mask[:, None, None, :] and rotate at the positions given")
-    ok(_("DecoderAttention: W_k, W_v of H_kv heads; the cache gets [B, H_kv, S_new, head_dim]; prompt, chunk and "
-          "token equal the full pass; a left-padded sequence equals itself alone"))
+check_decoder_attention = decoder_checks(harness, close, ok, _linear)
 
 
 # --------------------------------------------------------------------------- #

@@ -49,7 +49,7 @@ def cells():
         在自注意力里，查询、键和值都来自同一个序列。在**交叉注意力**里，查询来自正在构建的序列（`x`），键和值则来自另一个序列，即**上下文**（context）：
 
         - 翻译模型的解码器在每一层都读取编码器的输出（源语言句子）：这就是最初 Transformer 中的第二个注意力模块；
-        - 图像生成模型的特征读取文本提示的嵌入；
+        - 图像生成模型的特征读取文本提示词的嵌入；
         - 语音识别模型的文本解码器读取音频编码器的输出。
 
         上下文可以比 `x` 长，也可以比它短；由于它来自另一个网络，它的向量还可以有另一个宽度 `d_context`。
@@ -262,7 +262,7 @@ DEMO_ZH = {
     "# [B, S_k], True = real token": "# [B, S_k]，True = 真实 token",
     '"ours, True = real token:                   "': '"本课程，True = 真实 token：                    "',
     '"nn.MultiheadAttention key_padding_mask, True = ignore:"': '"nn.MultiheadAttention 的 key_padding_mask，True = 忽略："',
-    '"SDPA attn_mask [B, 1, 1, S_k], True = may attend:     "': '"SDPA 的 attn_mask [B, 1, 1, S_k]，True = 可以关注：   "',
+    '"SDPA attn_mask [B, 1, 1, S_k], True = may attend:     "': '"SDPA 的 attn_mask [B, 1, 1, S_k]，True = 可以关注：     "',
     "# True = real context token": "# True = 真实的上下文 token",
     'f"largest difference from nn.MultiheadAttention: {': 'f"与 nn.MultiheadAttention 的最大差值：{',
     '"weights", list(weights.shape), "- sample 1, weight on its padded tokens:"': '"权重", list(weights.shape), "- 样本 1 在它的填充 token 上的权重："',

@@ -8,15 +8,21 @@ NAME = "04_decoder"
 # The pieces of notebooks 01 and 02 that DecoderAttention calls: this notebook stands alone, so its solution cell
 # holds them too (stubs in the release: paste your own).
 PIECES = ("apply_rope", "decode_causal_mask", "repeat_kv", "KVCache")
-PASTE = ("paste your own from notebook 01 or 02 (the graded version is graded there; this copy only serves\n"
-         "DecoderAttention here).",
-         "把你在 notebook 01 或 02 里写好的版本粘贴过来（那边的版本在那边评分；\n"
-         "这份拷贝只供这里的 DecoderAttention 使用）。")
+
+
+def _paste(notebook: str) -> tuple[str, str]:
+    return (f"paste your own from {notebook} (the version there is the graded one; this copy only serves\n"
+            "DecoderAttention here).",
+            f"把你在 {notebook} 里写好的版本粘贴过来（评分的是那边的版本；\n"
+            "这份拷贝只供这里的 DecoderAttention 使用）。")
+
+
 HINTS = {
-    **{name: PASTE for name in ("apply_rope", "decode_causal_mask", "repeat_kv")},
-    "KVCache.__init__": PASTE,
-    "KVCache.append": ("as in notebook 02.", "与 notebook 02 相同。"),
-    "KVCache.__len__": ("as in notebook 02.", "与 notebook 02 相同。"),
+    "apply_rope": _paste("01_positions"),
+    **{name: _paste("02_kv_cache") for name in ("decode_causal_mask", "repeat_kv")},
+    "KVCache.__init__": _paste("02_kv_cache"),
+    "KVCache.append": ("as in 02_kv_cache.", "与 02_kv_cache 相同。"),
+    "KVCache.__len__": ("as in 02_kv_cache.", "与 02_kv_cache 相同。"),
     "DecoderAttention.__init__": (
         "the key and value projections are narrower: num_kv_heads * head_dim outputs each.",
         "键和值的投影更窄：各自输出 num_kv_heads * head_dim 个特征。",
@@ -68,7 +74,7 @@ def cells():
         """, r"""
         # 04 · 解码器层：把 RoPE、KV 缓存和分组查询注意力合在一起
 
-        notebook 01 和 02 分别实现了 RoPE、KV 缓存和分组查询注意力。真实的解码器（Meta Llama 的 `Attention.forward`、Hugging Face 的 `LlamaAttention`）在同一层里同时用到这三样，而大家真正写出来的 bug 恰恰出在它们的接口处：新 token 旋转到了错误的位置、缓存里的键被转了两次、缓存存了太多的头、掩码对齐方向反了、忘了处理填充。本 notebook 实现这一层，并用具体数字展示每一种错误。
+        notebook 01 和 02 分别实现了 RoPE、KV 缓存和分组查询注意力。真实的解码器（Meta Llama 的 `Attention.forward`、Hugging Face 的 `LlamaAttention`）在同一层里同时用到这三样，而实际代码里常见的 bug 恰恰出在它们的衔接处：新 token 旋转到了错误的位置、缓存里的键被转了两次、缓存存了太多的头、掩码对齐方向反了、忘了处理填充。本 notebook 实现这一层，并用具体数字展示每一种错误。
 
         | 评分部分 | 你要写的内容 |
         |---|---|
@@ -101,7 +107,10 @@ def cells():
         time and breaks the scores (section 2 measures by how much).
 
         The cell below holds the pieces from notebooks 01 and 02 as stubs (this notebook stands alone: paste
-        your own versions, `apply_rope` with its `base` argument and `[B, S]` positions), then the class.
+        your own versions, `apply_rope` from `01_positions`, with its `base` argument and `[B, S]` positions,
+        and `decode_causal_mask`, `repeat_kv`, `KVCache` from `02_kv_cache`), then the class. The check below
+        runs your layer with its own copies of `apply_rope`, `decode_causal_mask` and `repeat_kv`, as the grader
+        does: a mistake in one of them costs points once, in its own notebook, and the check names it in a note.
         """, r"""
         ## 1. 逐步拆解这一层
 
@@ -116,7 +125,7 @@ def cells():
 
         为什么缓存里存的是*旋转后*的键：RoPE 旋转一个键的角度只取决于它自己的位置，而这个位置永远不会变。键一到达就旋转一次，之后就定型了；以后每一步缓存都可以原样把它交回来。如果再把缓存返回的键旋转一遍，每个旧键都会被转第二次，分数就坏了（第 2 节测量坏了多少）。
 
-        下面的单元格先放着 notebook 01 和 02 里那些函数的空壳（本 notebook 自成一体：把你自己的版本粘贴进来，`apply_rope` 要带 `base` 参数并支持 `[B, S]` 的位置），然后是这个类。
+        下面的单元格先放着 notebook 01 和 02 里那些函数的空壳（本 notebook 自成一体：把你自己的版本粘贴进来：`apply_rope` 来自 `01_positions`，要带 `base` 参数并支持 `[B, S]` 的位置；`decode_causal_mask`、`repeat_kv`、`KVCache` 来自 `02_kv_cache`），然后是这个类。下面的检查和自动评分器一样，用它自己的 `apply_rope`、`decode_causal_mask` 和 `repeat_kv` 来运行你的层：这些函数里的错误只在它们自己的 notebook 里扣一次分，检查会在一行说明里指出来。
         """),
         md(r"""
         <details><summary>Hint: the recipe of <code>forward</code>, if you are stuck</summary>
@@ -143,11 +152,12 @@ def cells():
         A prompt of 4 tokens, then 2 tokens one at a time, against the whole sequence at once. The first
         run is yours. The second passes `positions=[0]` for every new token: what a layer that forgets the
         cache's offset does. The third uses a cache that rotates the keys it returns once more at
-        `0 .. S_k - 1`: what a layer that "applies RoPE to all keys" after reading the cache does.
+        `0 .. S_k - 1`: what a layer that "applies RoPE to all keys" after reading the cache does. Each line
+        prints the largest difference from the full pass, and that difference relative to the largest output.
         """, r"""
         ## 2. 两个位置 bug，用数字说话
 
-        先输入 4 个 token 的提示，再逐个输入 2 个 token，与一次性处理整条序列比较。第一次运行用你的实现。第二次对每个新 token 都传 `positions=[0]`：这就是忘了缓存偏移的层会做的事。第三次用一个缓存，它把返回的键在 `0 .. S_k - 1` 上再旋转一次：这就是读出缓存之后"对所有键做 RoPE"的层会做的事。
+        先输入 4 个 token 的提示词，再逐个输入 2 个 token，与一次性处理整条序列比较。第一次运行用你的实现。第二次对每个新 token 都传 `positions=[0]`，模拟忘了加上缓存偏移量的层。第三次用的缓存会把返回的键在 `0 .. S_k - 1` 上再旋转一次，模拟读出缓存之后又"对所有键做一遍 RoPE"的层。每一行打印与一次性计算的最大差值，以及它相对于最大输出的比例。
         """),
         demo("""
         torch.manual_seed(0)
@@ -170,7 +180,7 @@ def cells():
                     outs = [layer(x[:, :4], cache)]
                     outs += [layer(x[:, t : t + 1], cache, None if fixed is None else fixed) for t in (4, 5)]
                     gap = (torch.cat(outs, dim=1) - full).abs().max().item()
-                    print(f"{label:>38}: largest difference from the full pass {gap:.2e}")
+                    print(f"{gap:.2e} ({gap / full.abs().max().item():.0e} of the largest |output|): {label}")
         """),
         md(r"""
         ## 3. A cache of `H_kv` heads, repeated after reading
@@ -211,28 +221,36 @@ def cells():
         ## 4. Why `rope_base` matters
 
         Pair $i$ turns by $\theta_i = \text{base}^{-2i/\text{head\_dim}}$ per position, so it comes back to
-        its start after $2\pi / \theta_i$ positions. The slowest pair sets how far apart two tokens can be
-        before their angle repeats (and, in practice, how long a context the model can tell apart). The cell
-        prints that wavelength for the original base 10000 and for Llama 3's 500000, at head_dim 128.
+        its start after $2\pi / \theta_i$ positions, its wavelength. The slowest pair's wavelength is *not*
+        the context a model can use: that is set by the lengths it was trained on (Llama 2 was trained on
+        4096 tokens, with base 10000). What the wavelengths tell is which pairs saw every angle in training: a
+        pair whose wavelength is longer than the training length only ever saw part of its turn, and past
+        that length it meets angles it never saw. The cell prints the slowest wavelength for the original
+        base 10000 and for Llama 3's 500000 at head_dim 128, and how many of the 64 pairs do not complete one
+        turn in 8192 tokens (Llama 3's training length).
 
         Context extension methods change exactly these angles: position interpolation divides the positions
-        by a factor (longer inputs squeezed into the trained range), NTK-aware scaling raises the base
-        instead (slow pairs stretched, fast pairs kept), and YaRN mixes the two per frequency. Llama 3 simply
-        trained with a larger base. In your layer the base is a constructor argument, passed to every
-        `apply_rope` call; forgetting it silently uses 10000.
+        by the extension factor $s$ (longer inputs squeezed into the trained range), NTK-aware scaling raises
+        the base instead (slow pairs stretched, fast pairs kept), and YaRN interpolates only the pairs whose
+        wavelength is long against the training length (fast pairs kept, a ramp between) and also sharpens the
+        softmax: it multiplies $q$ and $k$ each by $0.1 \ln s + 1$. Llama 3 simply trained with a larger base.
+        In your layer the base is a constructor argument, passed to every `apply_rope` call; forgetting it
+        silently uses 10000.
         """, r"""
         ## 4. 为什么 `rope_base` 很重要
 
-        第 $i$ 对每个位置旋转 $\theta_i = \text{base}^{-2i/\text{head\_dim}}$，所以经过 $2\pi / \theta_i$ 个位置它就转回起点。最慢的那一对决定了两个 token 相距多远时角度才会重复（实际上也决定了模型能区分多长的上下文）。下面的单元格在 head_dim 128 时，打印原始底数 10000 和 Llama 3 所用的 500000 对应的这个波长。
+        第 $i$ 对每个位置旋转 $\theta_i = \text{base}^{-2i/\text{head\_dim}}$，所以经过 $2\pi / \theta_i$ 个位置（它的波长）就转回起点。最慢那一对的波长*并不是*模型能用的上下文长度：那是由训练时的序列长度决定的（Llama 2 用 4096 个 token 训练，底数为 10000）。波长告诉我们的是：哪些对在训练中见过所有角度。波长比训练长度还长的对，训练时只转过一圈中的一部分，超过这个长度后就会遇到从没见过的角度。下面的单元格在 head_dim 128 时，打印原始底数 10000 和 Llama 3 所用的 500000 对应的最慢波长，以及 64 对里有多少对在 8192 个 token（Llama 3 的训练长度）内转不满一圈。
 
-        上下文扩展方法改的正是这些角度：位置插值（position interpolation）把位置除以一个系数（把更长的输入压进训练时的范围），NTK-aware 缩放则改为调大底数（拉长慢的对，保留快的对），YaRN 按频率把两种做法混合起来。Llama 3 则直接用更大的底数训练。在你的层里，底数是构造函数的参数，要传给每一次 `apply_rope` 调用；忘了传就会悄悄用上 10000。
+        上下文扩展方法改的正是这些角度：位置插值（position interpolation）把位置除以扩展倍数 $s$（把更长的输入压进训练时的范围）；NTK-aware 缩放则改为调大底数（拉长慢的对，保留快的对）；YaRN 只对波长相对训练长度较长的那些对做插值（快的对保持不变，中间用一段斜坡过渡），同时让 softmax 更尖锐：把 $q$ 和 $k$ 各乘以 $0.1 \ln s + 1$。Llama 3 则直接用更大的底数训练。在你的层里，底数是构造函数的参数，要传给每一次 `apply_rope` 调用；忘了传就会悄悄用上 10000。
         """),
         demo("""
-        head_dim = 128
-        slowest = (head_dim - 2) / head_dim  # the exponent 2i / head_dim of the last pair
+        head_dim, trained = 128, 8192
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # 2i / head_dim of every pair
         for base in (10000.0, 500000.0):
-            wavelength = 2 * math.pi * base ** slowest
-            print(f"base {base:>9,.0f}: the slowest pair turns once every {wavelength:>12,.0f} positions")
+            wavelengths = 2 * math.pi * base ** exponents  # positions per full turn, pair by pair
+            longer = int((wavelengths > trained).sum())
+            print(f"base {base:>9,.0f}: slowest pair turns once every {wavelengths[-1].item():>12,.0f} positions; "
+                  f"{longer:>2} of {len(wavelengths)} pairs turn less than once in {trained:,} tokens")
         """),
         md(r"""
         ## 5. Meta's complex-number RoPE is your RoPE
@@ -250,7 +268,8 @@ def cells():
         freqs_cis = torch.polar(torch.ones(7, 8), pos[:, None] * 10000.0 ** (-torch.arange(0, 16, 2) / 16))
         meta = torch.view_as_real(torch.view_as_complex(x.reshape(2, 4, 7, 8, 2)) * freqs_cis).flatten(-2)
         with uses_your_code():
-            print(f"Meta's form vs your apply_rope: largest difference {(meta - apply_rope(x, pos)).abs().max().item():.1e}")
+            gap = (meta - apply_rope(x, pos)).abs().max().item()
+            print(f"Meta's form vs your apply_rope: largest difference {gap:.1e}, largest |x| {x.abs().max().item():.1f}")
         """),
         md(r"""
         ## 6. Two causal conventions: which one decoding needs
@@ -274,53 +293,69 @@ def cells():
         q, k, v = torch.randn(1, 1, S_q, 8), torch.randn(1, 1, S_k, 8), torch.randn(1, 1, S_k, 8)
         top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         bottom_right = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(S_q, S_k))
-        print(f"the two outputs differ by up to {(top_left - bottom_right).abs().max().item():.2f}")
+        print(f"the two outputs differ by up to {(top_left - bottom_right).abs().max().item():.2f}"
+              f" (largest |output| {bottom_right.abs().max().item():.2f})")
         """),
         md(r"""
         ## 7. Generating a batch: left padding
 
         To generate for several prompts at once they are padded to one length. Padding goes on the **left**,
         so that every prompt's last token sits in the last column and the next token of each sequence is
-        appended in the same place. Two things must then follow each sequence, not the batch:
+        appended in the same place. What makes the padded batch right is the **`key_mask`**: padded keys must
+        be hidden from every query, at every step; the mask covers the cached positions and the new ones, so
+        it grows by one column per generated token.
 
-        - **positions**: a sequence's first real token is its position 0. From the padding mask,
-          `positions = mask.cumsum(-1) - 1` (padding gets -1; clamp it to 0, it is masked anyway); each new
-          token is one more than its sequence's last position;
-        - **`key_mask`**: padded keys must be hidden from every query, at every step: the mask covers the
-          cached positions and the new ones, so it grows by one column per generated token.
+        **Positions.** Real stacks also count each sequence's positions from its first real token:
+        `positions = mask.cumsum(-1) - 1` (padding gets -1; clamp it to 0, it is masked anyway), and each new
+        token one more than its sequence's last position (Hugging Face's `position_ids` does this). With RoPE
+        alone this changes nothing that is computed: a score depends on $m - n$ only, and shifting a whole
+        sequence by its number of pads shifts $m$ and $n$ together. The cell checks it: it builds a tiny
+        model (an embedding, your layer, an output projection), generates 4 tokens greedily for three prompts
+        of different lengths in one left-padded batch, then for each prompt alone, first with per-sequence
+        positions, then with positions counted from the padded row's first column (the default,
+        `len(cache) + arange(S_new)`), both with the key mask.
 
-        The cell builds a tiny model (an embedding, your layer, an output projection), generates 4 tokens
-        greedily for three prompts of different lengths in one left-padded batch, then for each prompt alone.
-        (A padded query that sees no key at all gets a NaN output; it is never read.)
+        Per-sequence positions matter wherever the position enters other than through $m - n$:
+        **absolute or learned position embeddings** added to the input (the original Transformer, GPT-2's
+        learned table; the last two lines of the cell add a learned table to the same model), **scaling that
+        depends on the absolute position** (Llama 4 scales its queries by a function of the position), and
+        **rounding**: a float angle $m \theta_i$ is rounded, so a shift is exact only up to that rounding
+        (the difference of about $10^{-7}$ the cell prints), a gap that grows with the positions and in
+        low precision.
         """, r"""
         ## 7. 批量生成：左填充
 
-        要同时为几个提示生成，就得把它们填充到同一长度。填充放在**左边**，这样每个提示的最后一个 token 都在最后一列，每条序列的下一个 token 也都追加在同一个位置。于是有两样东西必须按每条序列来算，而不是按整个批次：
+        要同时为几个提示词生成，就得把它们填充到同一长度。填充放在**左边**，这样每个提示词的最后一个 token 都在最后一列，每条序列的下一个 token 也都追加在同一个位置。让填充后的批次算对的是 **`key_mask`**：填充的键在每一步都要对所有查询隐藏；掩码覆盖已缓存的位置和新位置，所以每生成一个 token 它就多一列。
 
-        - **位置**：每条序列第一个真实 token 的位置是 0。从填充掩码得到 `positions = mask.cumsum(-1) - 1`（填充处是 -1；把它截到 0，反正会被遮住）；每个新 token 的位置是它所在序列最后一个位置加一；
-        - **`key_mask`**：填充的键在每一步都要对所有查询隐藏：掩码覆盖已缓存的位置和新位置，所以每生成一个 token 它就多一列。
+        **位置。** 实际的模型还会让每条序列的位置从它第一个真实 token 开始计数：`positions = mask.cumsum(-1) - 1`（填充处是 -1；截到 0 即可，反正会被遮住），每个新 token 的位置是所在序列上一个位置加一（Hugging Face 的 `position_ids` 就是这样做的）。只用 RoPE 时，这不会改变任何计算结果：分数只取决于 $m - n$，而把一整条序列按它的填充个数平移，$m$ 和 $n$ 会一起平移。下面的单元格验证这一点：它搭一个很小的模型（一个嵌入层、你的这一层、一个输出投影），把三个长度不同的提示词放进一个左填充的批次里，贪心地生成 4 个 token，再把每个提示词单独生成一遍；先用按序列计算的位置，再用从填充后那一行第一列开始数的位置（即默认的 `len(cache) + arange(S_new)`），两种都带键掩码。
 
-        下面的单元格搭一个很小的模型（一个嵌入层、你的这一层、一个输出投影），把三个长度不同的提示放进一个左填充的批次里，贪心地生成 4 个 token，再把每个提示单独生成一遍。（一个什么键都看不到的填充查询会输出 NaN；这个输出从来不会被读取。）
+        只要位置不是仅通过 $m - n$ 起作用，按序列计算的位置就很重要：加到输入上的**绝对位置编码或可学习的位置嵌入**（原始 Transformer、GPT-2 的可学习位置表；单元格最后两行给同一个模型加上一张可学习的位置表）、**随绝对位置变化的缩放**（Llama 4 按位置的某个函数缩放查询），以及**舍入误差**：浮点角度 $m \theta_i$ 是舍入过的，所以平移只在舍入误差范围内精确（单元格打印的约 $10^{-7}$ 的差值），位置越大、精度越低，这个差距越大。
         """),
         demo("""
         torch.manual_seed(4)
         vocab, d_model = 50, 32
         with uses_your_code():
             embed, layer, head = nn.Embedding(vocab, d_model), DecoderAttention(d_model, 4, 2).eval(), nn.Linear(d_model, vocab)
+            learned = nn.Embedding(64, d_model)  # a learned absolute position table, as in GPT-2
 
 
-            def generate(tokens, mask, steps=4):
+            def generate(tokens, mask, per_sequence=True, absolute=False, steps=4):
                 cache = KVCache()
-                positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, S]: 0 at each first real token
-                out = layer(embed(tokens), cache, positions, mask)
-                generated = []
+                if per_sequence:
+                    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, S]: 0 at each first real token
+                else:
+                    positions = torch.arange(tokens.shape[1]).expand_as(tokens)  # [B, S]: from the first column
+                h = embed(tokens) + (learned(positions) if absolute else 0)
+                out = layer(h, cache, positions, mask)
+                generated, logits = [], []
                 for _ in range(steps):
-                    nxt = head(out[:, -1]).argmax(-1, keepdim=True)  # [B, 1]: greedy
+                    logits.append(head(out[:, -1]))  # [B, vocab]
+                    nxt = logits[-1].argmax(-1, keepdim=True)  # [B, 1]: greedy
                     generated.append(nxt)
                     positions = positions[:, -1:] + 1  # one more than each sequence's last position
                     mask = torch.cat([mask, torch.ones_like(nxt, dtype=torch.bool)], dim=1)  # past and new keys
-                    out = layer(embed(nxt), cache, positions, mask)
-                return torch.cat(generated, dim=1)
+                    out = layer(embed(nxt) + (learned(positions) if absolute else 0), cache, positions, mask)
+                return torch.cat(generated, dim=1), torch.stack(logits, dim=1)
 
 
             prompts = [torch.randint(vocab, (n,)) for n in (6, 2, 4)]
@@ -330,11 +365,73 @@ def cells():
             for b, p in enumerate(prompts):
                 tokens[b, width - len(p):], mask[b, width - len(p):] = p, True  # left padding
             with torch.no_grad():
-                batched = generate(tokens, mask)
+                batched, logits = generate(tokens, mask)
                 for b, p in enumerate(prompts):
-                    alone = generate(p[None], torch.ones(1, len(p), dtype=torch.bool))
+                    alone = generate(p[None], torch.ones(1, len(p), dtype=torch.bool))[0]
                     print(f"prompt of {len(p)}: batched {batched[b].tolist()}, alone {alone[0].tolist()}, "
                           f"equal: {torch.equal(batched[b], alone[0])}")
+                shared, shared_logits = generate(tokens, mask, per_sequence=False)
+                gap, scale = (shared_logits - logits).abs().max().item(), logits.abs().max().item()
+                print(f"RoPE, positions from the first column: same tokens {torch.equal(shared, batched)}, "
+                      f"logits differ by up to {gap:.1e} (largest |logit| {scale:.2f}, relative {gap / scale:.0e})")
+                alone = [generate(p[None], torch.ones(1, len(p), dtype=torch.bool), absolute=True)[0][0] for p in prompts]
+                for per_sequence, label in ((True, "per-sequence positions"), (False, "positions from the first column")):
+                    got = generate(tokens, mask, per_sequence, absolute=True)[0]
+                    same = all(torch.equal(got[b], alone[b]) for b in range(len(prompts)))
+                    print(f"a learned position table, {label}: every prompt as if alone {same}")
+        """),
+        md(r"""
+        ## 8. A padded query sees no key: what a stack of layers does with it
+
+        In the left-padded batch, a padded query's causal keys are all padding: its softmax row is all
+        $-\infty$, and its output is NaN. In one layer that row is never read (the next token comes from the
+        last column). In a real model it is: with residual connections the layer's output becomes the next
+        layer's input, so the NaN rows become the next layer's keys and values there. A masked key gets
+        weight 0, and $0 \times \text{NaN} = \text{NaN}$: every real token of that sequence turns NaN.
+
+        So real stacks never leave a fully masked row as NaN. They let it attend to something (Hugging Face
+        lets such a row attend to every key before calling SDPA), zero it, or compute 0 for it as flash-attn,
+        PyTorch's SDPA (the cell prints it) and the `flash_attention` of the `efficient` assignment do. The
+        cell stacks your layer twice with residuals, first as it is, then with the padded rows of each
+        layer's output set to 0.
+        """, r"""
+        ## 8. 看不到任何键的填充查询：多层堆叠时会怎样
+
+        在左填充的批次里，一个填充查询按因果掩码能看到的键全是填充：它的 softmax 那一行全是 $-\infty$，输出是 NaN。只有一层时，这一行从来不会被读取（下一个 token 取自最后一列）。但在真实的模型里它会被读取：有残差连接时，这一层的输出就是下一层的输入，于是这些 NaN 行在下一层成了键和值。被遮住的键权重为 0，而 $0 \times \text{NaN} = \text{NaN}$：这条序列的每一个真实 token 都会变成 NaN。
+
+        所以实际的模型从不让一整行都被遮住的查询输出 NaN。做法有三种：让它关注某些键（Hugging Face 在调用 SDPA 之前让这样的行关注所有键）、把它置零，或者像 flash-attn、PyTorch 的 SDPA（单元格会打印）以及 `efficient` 作业里的 `flash_attention` 那样直接给它算出 0。下面的单元格把你的层叠两层、带残差连接，先原样运行，再把每一层输出中填充位置的行置为 0。
+        """),
+        demo("""
+        torch.manual_seed(5)
+        with uses_your_code():
+            layers = [DecoderAttention(d_model, 4, 2).eval() for _ in range(2)]
+
+
+            def stack(tokens, mask, zero_padded_rows, show=False):
+                h = embed(tokens)  # [B, S, d_model]
+                positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+                for depth, block in enumerate(layers, 1):
+                    out = block(h, None, positions, mask)
+                    if zero_padded_rows:
+                        out = out.masked_fill(~mask[..., None], 0.0)  # a query that sees no key gives 0
+                    h = h + out  # the residual connection: the next layer's input
+                    nan_real = [int(torch.isnan(h[b][mask[b]]).any(-1).sum()) for b in range(len(h))]
+                    if show:
+                        print(f"  after layer {depth}: real tokens with NaN per sequence {nan_real}")
+                return h
+
+
+            with torch.no_grad():
+                for zero in (False, True):
+                    print("padded rows zeroed" if zero else "padded rows left as they are")
+                    h = stack(tokens, mask, zero, show=True)
+                gaps = [(h[b][mask[b]] - stack(p[None], torch.ones(1, len(p), dtype=torch.bool), True)[0]).abs().max()
+                        for b, p in enumerate(prompts)]
+                print(f"zeroed, two layers, batched vs each prompt alone: largest difference {max(gaps).item():.1e}, "
+                      f"largest |h| {h[mask].abs().max().item():.1f}")
+            q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
+            sees_nothing = torch.zeros(2, 3, dtype=torch.bool)
+            print("SDPA, queries that see no key:", F.scaled_dot_product_attention(q, k, v, attn_mask=sees_nothing)[0, 0].tolist())
         """),
         md(r"""
         ## Summary
@@ -342,18 +439,24 @@ def cells():
         - New tokens are at positions `len(cache)`, `len(cache) + 1`, ...; read the length before appending.
         - The cache holds keys rotated once, at their own position; never rotate what it returns.
         - The cache holds `H_kv` heads; `repeat_kv` comes after reading it (4x less memory for Llama-3-8B).
-        - `rope_base` sets the slowest pair's wavelength; pass it to every `apply_rope`.
+        - `rope_base` sets the pairs' wavelengths (not the usable context, which training sets); pass it to every
+          `apply_rope`.
         - Decoding needs the bottom-right causal mask (flash-attn's), not `is_causal=True`'s top-left one.
-        - A left-padded batch needs per-sequence positions (`cumsum - 1`) and a key mask over past and new tokens.
+        - A left-padded batch needs a key mask over past and new tokens; with RoPE alone, per-sequence positions
+          (`cumsum - 1`) and positions from the first column generate the same tokens; with absolute or learned
+          position embeddings only per-sequence positions do.
+        - A padded query that sees no key gives NaN, which a second layer spreads to every real token: zero it,
+          let it attend to something, or return 0 (flash-attn, SDPA).
         """, r"""
         ## 小结
 
         - 新 token 的位置是 `len(cache)`、`len(cache) + 1`、……；长度要在追加之前读。
         - 缓存里存的是在各自位置上旋转过一次的键；缓存返回的键永远不要再转。
         - 缓存存 `H_kv` 个头；`repeat_kv` 放在读缓存之后（Llama-3-8B 的缓存因此小 4 倍）。
-        - `rope_base` 决定最慢那一对的波长；每次调用 `apply_rope` 都要把它传进去。
+        - `rope_base` 决定各对的波长（而不是模型能用的上下文长度，那由训练决定）；每次调用 `apply_rope` 都要把它传进去。
         - 解码需要右下对齐的因果掩码（flash-attn 的约定），而不是 `is_causal=True` 的左上对齐。
-        - 左填充的批次需要按序列计算的位置（`cumsum - 1`），以及覆盖历史和新 token 的键掩码。
+        - 左填充的批次需要覆盖历史和新 token 的键掩码；只用 RoPE 时，按序列计算的位置（`cumsum - 1`）和从第一列数起的位置生成的 token 相同；用绝对位置编码或可学习的位置嵌入时，只有按序列计算的位置才对。
+        - 看不到任何键的填充查询会输出 NaN，第二层会把它扩散到每个真实 token：把它置零、让它关注某些键，或者直接返回 0（flash-attn、SDPA 的做法）。
         """),
     ]
 
@@ -363,27 +466,55 @@ DEMO_ZH = {
     '"positions len(cache), len(cache) + 1"': '"位置为 len(cache)、len(cache) + 1"',
     '"every new token at position 0"': '"每个新 token 都放在位置 0"',
     '"cached keys rotated again"': '"缓存里的键被再次旋转"',
-    'f"{label:>38}: largest difference from the full pass {gap:.2e}"': 'f"{label:>30}：与一次性计算相比最大差值 {gap:.2e}"',
+    'f"{gap:.2e} ({gap / full.abs().max().item():.0e} of the largest |output|): {label}"':
+        'f"{gap:.2e}（最大 |输出| 的 {gap / full.abs().max().item():.0e}）：{label}"',
     'f"H = 8 query heads, H_kv = 2: the cache receives keys of shape {list(k.shape)}"':
         'f"H = 8 个查询头，H_kv = 2：缓存收到的键形状为 {list(k.shape)}"',
     '"H_kv = 8 heads cached (repeat after reading)"': '"缓存 H_kv = 8 个头（读出后再复制）"',
     '"H = 32 heads cached (repeat before appending)"': '"缓存 H = 32 个头（追加前就复制）"',
     "# keys and values, every layer": "# 键和值，所有层",
     'f"{label}: {total / 2**30:.2f} GiB per sequence"': 'f"{label}：每条序列 {total / 2**30:.2f} GiB"',
-    "# the exponent 2i / head_dim of the last pair": "# 最后一对的指数 2i / head_dim",
-    'f"base {base:>9,.0f}: the slowest pair turns once every {wavelength:>12,.0f} positions"':
-        'f"base {base:>9,.0f}：转得最慢的那一对每 {wavelength:>12,.0f} 个位置转一圈"',
-    'f"Meta\'s form vs your apply_rope: largest difference ': 'f"Meta 的复数写法与你的 apply_rope 相比：最大差值 ',
+    "# 2i / head_dim of every pair": "# 每一对的 2i / head_dim",
+    "# positions per full turn, pair by pair": "# 每一对转一整圈所需的位置数",
+    'f"base {base:>9,.0f}: slowest pair turns once every {wavelengths[-1].item():>12,.0f} positions; "':
+        'f"base {base:>9,.0f}：最慢的一对每 {wavelengths[-1].item():>12,.0f} 个位置转一圈；"',
+    'f"{longer:>2} of {len(wavelengths)} pairs turn less than once in {trained:,} tokens"':
+        'f"{len(wavelengths)} 对中有 {longer:>2} 对在 {trained:,} 个 token 内转不满一圈"',
+    'f"Meta\'s form vs your apply_rope: largest difference {gap:.1e}, largest |x| {x.abs().max().item():.1f}"':
+        'f"Meta 的复数写法与你的 apply_rope 相比：最大差值 {gap:.1e}，最大 |x| 为 {x.abs().max().item():.1f}"',
     '"top-left (is_causal=True, tril()):\\n"': '"左上对齐（is_causal=True，tril()）：\\n"',
     '"bottom-right (flash-attn, causal_lower_right):\\n"': '"右下对齐（flash-attn，causal_lower_right）：\\n"',
     'f"the two outputs differ by up to ': 'f"两种输出最多相差 ',
+    'f" (largest |output| {bottom_right.abs().max().item():.2f})"': 'f"（最大 |输出| 为 {bottom_right.abs().max().item():.2f}）"',
     "# [B, S]: 0 at each first real token": "# [B, S]：每条序列第一个真实 token 处为 0",
+    "# a learned absolute position table, as in GPT-2": "# 一张可学习的绝对位置表，和 GPT-2 一样",
+    "# [B, S]: from the first column": "# [B, S]：从第一列开始数",
+    "# [B, vocab]": "# [B, vocab]：下一个 token 的 logits",
+    'f"RoPE, positions from the first column: same tokens {torch.equal(shared, batched)}, "':
+        'f"RoPE，位置从第一列数起：生成的 token 相同 {torch.equal(shared, batched)}，"',
+    'f"logits differ by up to {gap:.1e} (largest |logit| {scale:.2f}, relative {gap / scale:.0e})"':
+        'f"logits 最多相差 {gap:.1e}（最大 |logit| 为 {scale:.2f}，相对误差 {gap / scale:.0e}）"',
+    '"per-sequence positions"': '"按序列计算的位置"',
+    '"positions from the first column"': '"从第一列数起的位置"',
+    'f"a learned position table, {label}: every prompt as if alone {same}"':
+        'f"可学习的位置表，{label}：每个提示词都与单独生成时相同 {same}"',
+    "# [B, S, d_model]": "# [B, S, d_model]：嵌入",
+    "# a query that sees no key gives 0": "# 看不到任何键的查询输出 0",
+    "# the residual connection: the next layer's input": "# 残差连接：下一层的输入",
+    'f"  after layer {depth}: real tokens with NaN per sequence {nan_real}"':
+        'f"  第 {depth} 层之后：每条序列中含 NaN 的真实 token 个数 {nan_real}"',
+    '"padded rows zeroed"': '"填充位置的行置零"',
+    '"padded rows left as they are"': '"填充位置的行保持原样"',
+    'f"zeroed, two layers, batched vs each prompt alone: largest difference {max(gaps).item():.1e}, "':
+        'f"置零、两层：批量生成与每个提示词单独生成相比，最大差值 {max(gaps).item():.1e}，"',
+    'f"largest |h| {h[mask].abs().max().item():.1f}"': 'f"最大 |h| 为 {h[mask].abs().max().item():.1f}"',
+    '"SDPA, queries that see no key:"': '"SDPA 中看不到任何键的查询："',
     "# [B, 1]: greedy": "# [B, 1]：贪心解码",
     "# one more than each sequence's last position": "# 每条序列上一个位置加一",
     "# past and new keys": "# 过去的键和新的键",
     "# 0 as the pad token": "# 用 0 作填充 token",
     "# left padding": "# 左填充",
     'f"prompt of {len(p)}: batched {batched[b].tolist()}, alone {alone[0].tolist()}, "':
-        'f"长度为 {len(p)} 的提示：批量生成 {batched[b].tolist()}，单独生成 {alone[0].tolist()}，"',
+        'f"长度为 {len(p)} 的提示词：批量生成 {batched[b].tolist()}，单独生成 {alone[0].tolist()}，"',
     'f"equal: {torch.equal(batched[b], alone[0])}"': 'f"相同：{torch.equal(batched[b], alone[0])}"',
 }

@@ -109,7 +109,7 @@ def cells():
         """, r"""
         # 02 · 一次生成一个 token：KV 缓存
 
-        语言模型是一个 token 一个 token 地写出文本的：读入提示（prompt），预测下一个 token，把它接到后面，然后重复。本 notebook 用 **KV 缓存** 让这个循环变得便宜，把它的因果掩码写对（一个经典 bug 就藏在这里），测量缓存占用多少显存，再用 **分组查询注意力**（grouped-query attention）把它缩小。
+        语言模型是一个 token 一个 token 地写出文本的：读入提示词（prompt），预测下一个 token，把它接到后面，然后重复。本 notebook 用 **KV 缓存** 让这个循环变得便宜，把它的因果掩码写对（一个经典 bug 就藏在这里），测量缓存占用多少显存，再用 **分组查询注意力**（grouped-query attention）把它缩小。
 
         | 评分部分 | 你要写的内容 |
         |---|---|
@@ -194,13 +194,13 @@ def cells():
 
         ## 2. 查询比键少时的因果掩码
 
-        生成时调用注意力，查询比键少。第一次调用（**预填充**，prefill）处理整个提示：`S_q = S_k`。之后的每次调用（**解码**）有 `S_q` 个新 token，常常只有一个，而 `S_k = ` 缓存的位置数 + 新位置数。查询是**最后** `S_q` 个位置，所以这次调用的第 $i$ 个查询位于绝对位置 $i + (S_k - S_q)$，可以看到满足下式的键
+        生成时调用注意力，查询比键少。第一次调用（**预填充**，prefill）处理整个提示词：`S_q = S_k`。之后的每次调用（**解码**）有 `S_q` 个新 token，常常只有一个，而 `S_k = ` 缓存的位置数 + 新位置数。查询是**最后** `S_q` 个位置，所以这次调用的第 $i$ 个查询位于绝对位置 $i + (S_k - S_q)$，可以看到满足下式的键
 
         $$j \le i + (S_k - S_q).$$
 
         画成矩阵的话，下三角在右下角结束：这个掩码是**右下对齐**的。以 `S_q = 2, S_k = 5` 为例，查询 0 位于位置 3，能看到键 0..3；查询 1 位于位置 4，五个键全都能看到。
 
-        **陷阱。** `F.scaled_dot_product_attention(q, k, v, is_causal=True)` 使用的是 `[S_q, S_k]` 矩阵中与 **左上**角对齐的下三角：查询 0 只能看到键 0。当 `S_q = S_k` 时两种对齐方式一致，所以这个 bug 一直藏到解码时才出现；在一个新 token、缓存里有五个位置的情况下，左上对齐会让最新的 token 只能看到提示的第一个 token。这个单元格打印 `is_causal=True` 实际相当于的掩码，并说明 SDPA 的输出与使用这个掩码的注意力相同。
+        **陷阱。** `F.scaled_dot_product_attention(q, k, v, is_causal=True)` 使用的是 `[S_q, S_k]` 矩阵中与 **左上**角对齐的下三角：查询 0 只能看到键 0。当 `S_q = S_k` 时两种对齐方式一致，所以这个 bug 一直藏到解码时才出现；在一个新 token、缓存里有五个位置的情况下，左上对齐会让最新的 token 只能看到提示词的第一个 token。这个单元格打印 `is_causal=True` 实际等价的掩码，并验证 SDPA 的输出与使用这个掩码的注意力相同。
         """),
         demo("""
         torch.manual_seed(1)
@@ -237,7 +237,8 @@ def cells():
             mine = F.scaled_dot_product_attention(q, k, v, attn_mask=yours)
             top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             print(f"SDPA with your mask vs causal_lower_right: largest difference {(mine - official).abs().max().item():.1e}")
-            print(f"SDPA with is_causal=True vs causal_lower_right: largest difference {(top_left - official).abs().max().item():.2f}")
+            print(f"SDPA with is_causal=True vs causal_lower_right: largest difference {(top_left - official).abs().max().item():.2f}"
+                  f" (largest |output| {official.abs().max().item():.2f})")
         """),
         md(r"""
         ## 3. The cache
@@ -263,7 +264,7 @@ def cells():
         | 调用 | 存储的键 | 返回的 `k_all` |
         |---|---|---|
         | `KVCache()` | 什么都没有，`len(cache) == 0` | |
-        | 提示有 4 个 token 时 `append(k, v)` | `[B, H, 4, head_dim]` | `[B, H, 4, head_dim]` |
+        | 提示词有 4 个 token 时 `append(k, v)` | `[B, H, 4, head_dim]` | `[B, H, 4, head_dim]` |
         | 1 个新 token 时 `append(k, v)` | `[B, H, 5, head_dim]` | `[B, H, 5, head_dim]` |
 
         `len(cache)` 是缓存的位置数。（拼接在每一步都会复制整个缓存；推理服务会一次性分配 `[B, H, S_max, head_dim]` 然后往里写，或者把缓存分成若干页。这里用简单版本就够了。）
@@ -302,7 +303,7 @@ def cells():
         | 在 `decode_causal_mask(S_new, S_k)` 为 False 处填 `-inf` | `[2, 4, 1, 6]` |
         | 对键做 softmax，`@ v`，合并多头，`W_o` | `[2, 1, 16]` |
 
-        没有缓存时，它就是普通的因果自注意力（`S_k = S_new`）。它保证：先输入提示，再一次一个 token，全程用同一个缓存，得到的输出与把整条序列一次性算出来的输出完全相同。
+        没有缓存时，它就是普通的因果自注意力（`S_k = S_new`）。它保证：先输入提示词，再一次一个 token，全程用同一个缓存，得到的输出与把整条序列一次性算出来的输出完全相同。
         """),
         solution("CachedSelfAttention", HINTS),
         check("check_cached_self_attention(CachedSelfAttention, KVCache)", "check_cached_self_attention"),
@@ -311,7 +312,7 @@ def cells():
         generated one by one. The second times a generation loop of a toy one-layer model, once
         re-running the whole prefix at every step and once with the cache.
         """, r"""
-        第一个单元格验证这个承诺：把一条 8 个 token 的序列按所有可能的方式切成一段提示和逐个生成的 token。第二个单元格对一个单层玩具模型的生成循环计时，一次在每一步都把整个前缀重跑一遍，一次使用缓存。
+        第一个单元格验证这一点：把一条 8 个 token 的序列按所有可能的方式切成一段提示词和逐个生成的 token。第二个单元格对一个单层玩具模型的生成循环计时，一次在每一步都把整个前缀重跑一遍，一次使用缓存。
         """),
         demo("""
         torch.manual_seed(2)
@@ -499,8 +500,8 @@ def cells():
         """, r"""
         ## 7. 常见错误与调试方法
 
-        - **解码时用了左上对齐的因果掩码**：`is_causal=True` 或对 `[S_q, S_k]` 取 `tril()`；这样最新的 token 只能看到第一个 token。请用 `decode_causal_mask` / `causal_lower_right`。测试时既要用"提示加逐个 token"，*也要*用一次输入多个新 token 的情况。
-        - **提示之后不加掩码**：一个新 token 可以看到所有位置，但一次输入两个新 token 时，它们不能看到对方的未来。
+        - **解码时用了左上对齐的因果掩码**：`is_causal=True` 或对 `[S_q, S_k]` 取 `tril()`；这样最新的 token 只能看到第一个 token。请用 `decode_causal_mask` / `causal_lower_right`。测试时既要用"提示词加逐个 token"，*也要*用一次输入多个新 token 的情况。
+        - **提示词之后不加掩码**：一个新 token 可以看到所有位置，但一次输入两个新 token 时，它们不能看到对方的未来。
         - **维度错了**：缓存沿序列维度增长，即 `[B, H, S, head_dim]` 的 dim 2。
         - **先做注意力再追加**：新 token 必须能看到自己；要先追加。
         - **`len(cache)`**：是位置数，不是调用次数（它就是下一个 token 的位置，RoPE 要用）。
@@ -524,8 +525,9 @@ DEMO_ZH = {
     '"your decode_causal_mask(2, 5):"': '"你的 decode_causal_mask(2, 5)："',
     'f"SDPA with your mask vs causal_lower_right: largest difference {': 'f"用你的掩码的 SDPA 与 causal_lower_right 相比：最大差值 {',
     'f"SDPA with is_causal=True vs causal_lower_right: largest difference {': 'f"is_causal=True 的 SDPA 与 causal_lower_right 相比：最大差值 {',
+    'f" (largest |output| {official.abs().max().item():.2f})"': 'f"（最大 |输出| 为 {official.abs().max().item():.2f}）"',
     """f"prompt of {prompt}, then {8 - prompt} token{'s' if prompt < 7 else ''} one at a time: \"""":
-        """f"先输入 {prompt} 个 token 的提示，再逐个输入 {8 - prompt} 个 token{'' if prompt < 7 else ''}：\"""",
+        """f"先输入 {prompt} 个 token 的提示词，再逐个输入 {8 - prompt} 个 token{'' if prompt < 7 else ''}：\"""",
     'f"largest difference from the full pass {gap:.1e}, len(cache) = {len(cache)}"': 'f"与一次性计算相比最大差值 {gap:.1e}，len(cache) = {len(cache)}"',
     '# a stand-in for "embed the predicted token": the last output, rescaled': "# 代替“嵌入预测出的 token”：把最后一个输出重新缩放",
     "# no cache: the whole prefix again at every step": "# 不用缓存：每一步都重新计算整个前缀",

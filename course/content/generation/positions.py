@@ -93,7 +93,7 @@ def cells():
         | 旋转位置编码 | rotary position embedding (RoPE) | `apply_rope(x, positions)`，角度 $m \cdot \theta_i$ |
         | 交错配对 / 前后半配对 | interleaved / half-split pairing | $(x_{2i}, x_{2i+1})$ / $(x_i, x_{i + \text{head\_dim}/2})$，`rotate_half` |
         | 自回归生成、解码 | autoregressive generation, decoding | 每一步生成一个新 token |
-        | 预填充 | prefill | 一次处理整段提示，同时填满缓存 |
+        | 预填充 | prefill | 一次处理整段提示词，同时填满缓存 |
         | KV 缓存（键值缓存） | KV cache (key/value cache) | `KVCache`，每层 `[B, H_kv, S, head_dim]` |
         | 右下对齐 / 左上对齐 | bottom-right / top-left alignment（因果掩码的） | `decode_causal_mask(S_q, S_k)` / `is_causal=True` |
         | 分组查询注意力 | grouped-query attention (GQA) | `H` 个查询头，`H_kv < H` 个键/值头，`repeat_kv` |
@@ -130,15 +130,16 @@ def cells():
             out, _ = attention(x, x, x, need_weights=False)
             out_shuffled, _ = attention(x[:, perm], x[:, perm], x[:, perm], need_weights=False)
         print("shuffle:", perm.tolist())
-        print(f"largest |attention(shuffled x) - shuffled attention(x)|: {(out_shuffled - out[:, perm]).abs().max().item():.1e}")
-        print(f"largest |attention(shuffled x) - attention(x)|:          {(out_shuffled - out).abs().max().item():.2f}")
+        print(f"{(out_shuffled - out[:, perm]).abs().max().item():>8.1e}  largest |attention(shuffled x) - shuffled attention(x)|")
+        print(f"{(out_shuffled - out).abs().max().item():>8.2f}  largest |attention(shuffled x) - attention(x)|")
+        print(f"{out.abs().max().item():>8.2f}  largest |attention(x)|, for scale")
 
         # A causal mask (a decoder) breaks the symmetry a little: token i sees i + 1 tokens.
         causal = torch.ones(6, 6, dtype=torch.bool).triu(1)  # True = may NOT attend, in nn.MultiheadAttention
         with torch.no_grad():
             c_out, _ = attention(x, x, x, attn_mask=causal, need_weights=False)
             c_shuffled, _ = attention(x[:, perm], x[:, perm], x[:, perm], attn_mask=causal, need_weights=False)
-        print(f"with a causal mask, largest |shuffled - shuffled original|: {(c_shuffled - c_out[:, perm]).abs().max().item():.2f}")
+        print(f"{(c_shuffled - c_out[:, perm]).abs().max().item():>8.2f}  with a causal mask, largest |shuffled - shuffled original|")
         """),
         md(r"""
         Without a mask the first difference is zero up to rounding: the output of a token depends on
@@ -296,11 +297,12 @@ def cells():
         **RoPE** applies this to every head: cut the query (and the key) of the token at position $m$ into
         `head_dim / 2` pairs of neighbouring features $(x_{2i}, x_{2i+1})$, and turn pair $i$ by the angle
 
-        $$t = m \cdot \theta_i, \qquad \theta_i = 10000^{-2i/\text{head\_dim}}$$
+        $$t = m \cdot \theta_i, \qquad \theta_i = \text{base}^{-2i/\text{head\_dim}}$$
 
-        (the sinusoidal encoding's formula with `head_dim` in place of `d_model`, so the speeds are not
+        with `base = 10000` by default, the `base` argument of `apply_rope` (Llama 3 uses 500000; notebook
+        04 says why it matters). With the default base this is the sinusoidal encoding's formula with `head_dim` in place of `d_model`, so the speeds are not
         the same: a head is narrower than the model, and every pair but the first turns faster than its
-        namesake in the sinusoidal encoding; the next cell prints pair 1 for both). The score of a query at $m$ and a key at $n$ is a sum
+        namesake in the sinusoidal encoding; the next cell prints pair 1 for both. The score of a query at $m$ and a key at $n$ is a sum
         over pairs of dot products of rotated pairs, so it depends on the positions only through $m - n$.
         The values are *not* rotated: positions shape who attends to whom, not what is passed along.
 
@@ -308,11 +310,14 @@ def cells():
         |---|---|
         | `x` (queries or keys of one or more heads) | `[..., S, head_dim]` |
         | the two members of every pair | two `[..., S, head_dim / 2]` |
-        | angles `positions[:, None] * theta[None, :]` | `[S, head_dim / 2]`, broadcast over `...` |
+        | angles `positions[..., None] * theta` | `[S, head_dim / 2]`, broadcast over `...`; `[B, S, head_dim / 2]` for positions `[B, S]` |
         | rotated members, put back in place | `[..., S, head_dim]`, the dtype of `x` |
 
         `positions` is a LongTensor `[S]`: `0, 1, ..., S - 1` for a whole sequence, but
-        `len(cache), len(cache) + 1, ...` for the new tokens of a generating model (notebook 02). In a
+        `len(cache), len(cache) + 1, ...` for the new tokens of a generating model (notebook 02). It may
+        also be `[B, S]`, one row per sequence of a batch (a batch whose sequences start at different
+        places, notebook 04): then the angles are `[B, S, head_dim / 2]`, and for `x` `[B, H, S, head_dim]`
+        they need a head axis, `[B, 1, S, head_dim / 2]`, to reach every head. In a
         model, RoPE is applied to the queries and keys *after* the projections and the split into heads,
         right before the scores.
 
@@ -328,18 +333,18 @@ def cells():
 
         **RoPE** 把这一点用到每个头上：把位置 $m$ 上 token 的查询（以及键）切成 `head_dim / 2` 对相邻特征 $(x_{2i}, x_{2i+1})$，第 $i$ 对旋转角度
 
-        $$t = m \cdot \theta_i, \qquad \theta_i = 10000^{-2i/\text{head\_dim}}$$
+        $$t = m \cdot \theta_i, \qquad \theta_i = \text{base}^{-2i/\text{head\_dim}}$$
 
-        （公式与正弦位置编码相同，只是用 `head_dim` 代替了 `d_model`，所以转速并不相同：一个头比整个模型窄，除第 0 对以外，每一对都比正弦位置编码中同编号的那一对转得快；下一个单元格打印两者第 1 对的转速）。位置 $m$ 的查询与位置 $n$ 的键之间的分数，是各对旋转后点积之和，因此它只通过 $m - n$ 依赖于位置。值*不*旋转：位置决定的是谁关注谁，而不是传递什么内容。
+        其中 `base` 默认为 10000，即 `apply_rope` 的 `base` 参数（Llama 3 用 500000；notebook 04 会讲它为什么重要）。用默认底数时，公式与正弦位置编码相同，只是用 `head_dim` 代替了 `d_model`，所以转速并不相同：一个头比整个模型窄，除第 0 对以外，每一对都比正弦位置编码中同编号的那一对转得快；下一个单元格打印两者第 1 对的转速。位置 $m$ 的查询与位置 $n$ 的键之间的分数，是各对旋转后点积之和，因此它只通过 $m - n$ 依赖于位置。值*不*旋转：位置决定的是谁关注谁，而不是传递什么内容。
 
         | 步骤 | 形状 |
         |---|---|
         | `x`（一个或多个头的查询或键） | `[..., S, head_dim]` |
         | 每一对的两个成员 | 两个 `[..., S, head_dim / 2]` |
-        | 角度 `positions[:, None] * theta[None, :]` | `[S, head_dim / 2]`，在 `...` 上广播 |
+        | 角度 `positions[..., None] * theta` | `[S, head_dim / 2]`，在 `...` 上广播；positions 为 `[B, S]` 时是 `[B, S, head_dim / 2]` |
         | 旋转后的成员，放回原位 | `[..., S, head_dim]`，dtype 与 `x` 相同 |
 
-        `positions` 是一个 LongTensor `[S]`：对整条序列是 `0, 1, ..., S - 1`，而对正在生成的模型的新 token 则是 `len(cache), len(cache) + 1, ...`（notebook 02）。在模型里，RoPE 作用于查询和键，时机是在投影和拆分成多头*之后*、计算分数之前。
+        `positions` 是一个 LongTensor `[S]`：对整条序列是 `0, 1, ..., S - 1`，而对正在生成的模型的新 token 则是 `len(cache), len(cache) + 1, ...`（notebook 02）。它也可以是 `[B, S]`，批次里每条序列一行（各条序列起点不同的批次，见 notebook 04）：这时角度是 `[B, S, head_dim / 2]`，而 `x` 为 `[B, H, S, head_dim]` 时还要补一个头的维度，变成 `[B, 1, S, head_dim / 2]`，才能作用到每个头上。在模型里，RoPE 作用于查询和键，时机是在投影和拆分成多头*之后*、计算分数之前。
 
         **哪些特征配成一对。** 本课程和论文一样，把*相邻*特征配成一对：$(x_{2i}, x_{2i+1})$。网上能找到的很多代码（GPT-NeoX、Hugging Face 的 `rotate_half`）则把前一半和后一半配对：$(x_i, x_{i + \text{head\_dim}/2})$，也就是 §4 里的*前后半配对*。它同样是合格的 RoPE，但不是本课程要求的这一种，检查会把两者区分开。
 
@@ -435,6 +440,7 @@ def cells():
             fixed = apply_rope(q[..., perm], positions) @ apply_rope(k[..., perm], positions).T  # weights permuted
             print(f"scores with the other pairing:        off by up to {(wrong - right).abs().max().item():.3f}")
             print(f"scores with permuted W_q, W_k:        off by up to {(fixed - right).abs().max().item():.1e}")
+            print(f"scores the model was trained with:    largest |score| {right.abs().max().item():.3f}")
             diagonals = [wrong.diagonal(d) for d in range(-S + 1, S)]
             print("the wrong pairing is still relative:", all(torch.allclose(d, d[0].expand_as(d), atol=1e-5) for d in diagonals))
         """),
@@ -447,8 +453,10 @@ def cells():
         - **Pairing**: this course pairs neighbours, `x[..., 0::2]` with `x[..., 1::2]`; code copied from a
           `rotate_half` implementation pairs halves. Check one pair's length before and after: a rotation
           keeps it.
-        - **Frequencies**: $\theta_i = 10000^{-2i/\text{head\_dim}}$, with `head_dim` (the width of one head),
-          not `d_model`, and $i$ counting pairs.
+        - **Frequencies**: $\theta_i = \text{base}^{-2i/\text{head\_dim}}$, with the `base` argument (not the
+          number 10000), `head_dim` (the width of one head), not `d_model`, and $i$ counting pairs (not
+          $\text{base}^{-i/\text{head\_dim}}$).
+        - **Positions `[B, S]`**: one row per sequence; add a head axis to the angles for `x` `[B, H, S, head_dim]`.
         - **Positions after a cache**: the new token of a generating model is at position `len(cache)`, not 0.
         - **dtype**: compute the angles in float32 or float64, return `x`'s dtype.
         - **Where**: queries and keys, after the projections and the split into heads; never the values.
@@ -459,7 +467,8 @@ def cells():
         ## 5. 常见错误与调试方法
 
         - **配对**：本课程的约定是相邻特征配对，`x[..., 0::2]` 与 `x[..., 1::2]`；从 `rotate_half` 实现里抄来的代码配对的是前后两半。检查某一对在旋转前后的长度：旋转不改变长度。
-        - **频率**：$\theta_i = 10000^{-2i/\text{head\_dim}}$，用的是 `head_dim`（一个头的宽度）而不是 `d_model`，$i$ 数的是对。
+        - **频率**：$\theta_i = \text{base}^{-2i/\text{head\_dim}}$，用的是 `base` 参数（而不是写死的 10000）、`head_dim`（一个头的宽度）而不是 `d_model`，$i$ 数的是对（不是 $\text{base}^{-i/\text{head\_dim}}$）。
+        - **`[B, S]` 的位置**：每条序列一行；`x` 为 `[B, H, S, head_dim]` 时给角度补一个头的维度。
         - **有缓存时的位置**：生成模型的新 token 位于位置 `len(cache)`，而不是 0。
         - **dtype**：角度用 float32 或 float64 计算，返回 `x` 的 dtype。
         - **作用在哪里**：查询和键，在投影和拆分成多头之后；绝不作用于值。
@@ -472,12 +481,13 @@ DEMO_ZH = {
     "# one sequence of 6 token vectors [B, S, d_model]": "# 一个由 6 个 token 向量组成的序列 [B, S, d_model]",
     "# a shuffle of the six positions": "# 六个位置的一种打乱方式",
     '"shuffle:"': '"打乱顺序："',
-    'f"largest |attention(shuffled x) - shuffled attention(x)|: {': 'f"最大的 |attention(打乱的 x) - 打乱的 attention(x)|：{',
-    'f"largest |attention(shuffled x) - attention(x)|:          {': 'f"最大的 |attention(打乱的 x) - attention(x)|：        {',
+    '  largest |attention(shuffled x) - shuffled attention(x)|"': '  最大的 |attention(打乱的 x) - 打乱的 attention(x)|"',
+    '  largest |attention(shuffled x) - attention(x)|"': '  最大的 |attention(打乱的 x) - attention(x)|"',
+    '  largest |attention(x)|, for scale"': '  最大的 |attention(x)|，作为量级参考"',
     "# A causal mask (a decoder) breaks the symmetry a little: token i sees i + 1 tokens.":
         "# 因果掩码（解码器）稍稍打破了这种对称：token i 能看到 i + 1 个 token。",
     "# True = may NOT attend, in nn.MultiheadAttention": "# 在 nn.MultiheadAttention 中 True = 不能关注",
-    'f"with a causal mask, largest |shuffled - shuffled original|: {': 'f"加因果掩码时，最大的 |打乱后的输出 - 打乱的原输出|：{',
+    '  with a causal mask, largest |shuffled - shuffled original|"': '  加因果掩码时，最大的 |打乱后的输出 - 打乱的原输出|"',
     "# radians per position": "# 每个位置转过的弧度",
     'f"pair {i} (features {2 * i}, {2 * i + 1}): angle = p x {omega:<7.4g} "': 'f"第 {i} 对（特征 {2 * i}、{2 * i + 1}）：角度 = p x {omega:<7.4g} "',
     'f"-> one full turn every {2 * math.pi / omega:>9,.1f} positions"': 'f"-> 每 {2 * math.pi / omega:>9,.1f} 个位置转一整圈"',
@@ -512,5 +522,6 @@ DEMO_ZH = {
     "# weights permuted": "# 置换过的权重",
     'f"scores with the other pairing:        off by up to {': 'f"用另一种配对的分数：        最多相差 {',
     'f"scores with permuted W_q, W_k:        off by up to {': 'f"用置换后的 W_q、W_k 的分数：最多相差 {',
+    'f"scores the model was trained with:    largest |score| {': 'f"模型训练时用的分数：        最大 |分数| 为 {',
     '"the wrong pairing is still relative:"': '"错误的配对仍然只依赖相对位置："',
 }

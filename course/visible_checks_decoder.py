@@ -1,0 +1,238 @@
+"""The visible check of notebook 04_decoder (`generation`): DecoderAttention.
+
+visible_checks.py (course/visible_checks_generation.py) builds it on its harness with `decoder_checks`, so that it
+speaks the notebook's language and names the student's line like the others; it lives here to keep each file short.
+
+The check compares the layer with its own computation of the layer from scratch (reference values from the layer's
+own weights, in float64), with rope_base 10000 and 50 and with positions [B, S], then with itself (causal, cached
+versus full, left-padded versus alone). While it runs, its own apply_rope, decode_causal_mask and repeat_kv stand
+in for the student's where the layer finds them, as the grader's do (autograder/checks/lent.py): a mistake in one
+of those pieces costs once, in its own notebook; the check says in one line which of the student's were wrong.
+Pure torch.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+class _Recorder:
+    """A KV cache that remembers the shape of what was appended (the check's own, so only your layer is tested)."""
+
+    def __init__(self):
+        self.keys, self.values, self.shapes = [], [], []
+
+    def append(self, k, v):
+        self.shapes.append(list(k.shape))
+        self.keys.append(k)
+        self.values.append(v)
+        return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
+
+    def __len__(self):
+        return sum(k.shape[2] for k in self.keys)
+
+
+# The check's own computation of the layer, from scratch (RoPE in Meta's complex form, as in the notebook's section
+# 5): the reference values your layer is compared with, and, lent to it while the check runs, the pieces it calls.
+
+
+def _turn(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoPE as a complex product: pair (x[2i], x[2i + 1]) times e^(i * position * base^(-2i / head_dim))."""
+    hd = x.shape[-1]
+    speed = base ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)  # [hd / 2] radians per position
+    t = positions.to(torch.float64)[..., None] * speed  # [S, hd / 2] or [B, S, hd / 2]
+    if t.dim() == 3 and x.dim() == 4:
+        t = t[:, None]  # [B, 1, S, hd / 2]: one row of positions per sequence
+    z = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], hd // 2, 2).contiguous())
+    return torch.view_as_real(z * torch.polar(torch.ones_like(t), t)).flatten(-2).to(x.dtype)
+
+
+def _share(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    return x.repeat_interleave(n_rep, dim=1)  # kv head h serves query heads h * n_rep ... (h + 1) * n_rep - 1
+
+
+def _bottom_right(S_q: int, S_k: int) -> torch.Tensor:
+    return torch.arange(S_k)[None, :] <= torch.arange(S_q)[:, None] + (S_k - S_q)
+
+
+LENT = {"apply_rope": _turn, "decode_causal_mask": _bottom_right, "repeat_kv": _share}
+
+
+def _layer_output(layer, x, heads: int, kv_heads: int, positions, base: float, *, rope: str = "qk",
+                  scale: float | None = None, tiled: bool = False) -> torch.Tensor:
+    """The layer's output for x [B, S, d_model] without a cache, from its own weights, in float64. rope: "qk" (the
+    contract), "none", "qkv" (the values rotated too); scale: the factor of the scores (1 / sqrt(head_dim));
+    tiled: kv heads 0, 1, 0, 1, ... instead of 0, 0, 1, 1, ..."""
+    B, S, d = x.shape
+    hd = d // heads
+
+    def heads_of(name, count):  # [B, count, S, hd]
+        return (x.double() @ getattr(layer, name).weight.double().T).view(B, S, count, hd).transpose(1, 2)
+
+    q, k, v = heads_of("W_q", heads), heads_of("W_k", kv_heads), heads_of("W_v", kv_heads)
+    if rope != "none":
+        q, k = _turn(q, positions, base), _turn(k, positions, base)
+    if rope == "qkv":
+        v = _turn(v, positions, base)
+    rep = heads // kv_heads
+    k, v = (t.repeat(1, rep, 1, 1) if tiled else _share(t, rep) for t in (k, v))
+    scores = q @ k.transpose(-2, -1) * (hd ** -0.5 if scale is None else scale)  # [B, H, S, S]
+    scores = scores.masked_fill(~_bottom_right(S, S), float("-inf"))
+    out = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, S, d)  # heads merged: [B, S, d]
+    return out @ layer.W_o.weight.double().T
+
+
+def _namespaces(cls) -> list[dict]:
+    """The global namespaces of the functions of cls and of its bases (where its forward finds apply_rope)."""
+    found = {}
+    for klass in getattr(cls, "__mro__", ())[:-1]:
+        if klass.__module__.startswith("torch."):
+            continue
+        for attr in vars(klass).values():
+            ns = getattr(getattr(attr, "__func__", attr), "__globals__", None)
+            if isinstance(ns, dict):
+                found[id(ns)] = ns
+    return list(found.values())
+
+
+@contextlib.contextmanager
+def _lent(cls):
+    """While inside: the check's apply_rope, decode_causal_mask and repeat_kv stand in for yours where your layer
+    finds them (as the grader's do: each piece is graded in its own notebook). Yields your own versions."""
+    spaces = [ns for ns in _namespaces(cls) if any(name in ns for name in LENT)]
+    saved = [{name: ns[name] for name in LENT if name in ns} for ns in spaces]
+    own = {name: fn for kept in saved for name, fn in kept.items()}
+    for ns, kept in zip(spaces, saved):
+        ns.update({name: LENT[name] for name in kept})
+    try:
+        yield own
+    finally:
+        for ns, kept in zip(spaces, saved):
+            ns.update(kept)
+
+
+def decoder_checks(harness, close, ok, linear):
+    """check_decoder_attention on `harness` (close, ok: the harness module's; linear: the submodule check)."""
+    _ = harness.gettext
+
+    def _pieces_note(own: dict) -> str:
+        """One line about your pasted pieces that are stubs or give other values than the check's own ('' if none)."""
+        g = torch.Generator().manual_seed(5)
+        x, heads = torch.randn(2, 3, 4, 8, generator=g), torch.randn(2, 3, 5, 4, generator=g)
+        rows = torch.tensor([[0, 2, 5, 7], [3, 1, 4, 9]])
+        calls = {"apply_rope": [((x, torch.tensor([0, 3, 1, 7])), {}), ((x, rows), {"base": 50.0})],
+                 "decode_causal_mask": [((2, 5), {}), ((4, 4), {})], "repeat_kv": [((heads, 2), {})]}
+        stubs, wrong = [], []
+        for name, fn in own.items():
+            try:
+                same = all(close(torch.as_tensor(fn(*args, **kwargs)), LENT[name](*args, **kwargs))
+                           for args, kwargs in calls[name])
+            except NotImplementedError:
+                stubs.append(name)
+                continue
+            except Exception:  # noqa: BLE001 - a piece that raises is a wrong piece; its own check says why
+                same = False
+            if not same:
+                wrong.append(name)
+        said = []
+        if wrong:
+            said.append(_("your pasted {names} gave other results than the contract's (their own checks, in 01_positions "
+                          "and 02_kv_cache, say why): fix the copies here too, or the demos below go wrong").format(
+                names=", ".join(wrong)))
+        if stubs:
+            said.append(_("your {names} here is still a stub: paste your own from 01_positions (apply_rope) or "
+                          "02_kv_cache (decode_causal_mask, repeat_kv, KVCache), so that the demos below run").format(
+                names=", ".join(stubs)))
+        return _("note: this check, like the grader, ran your layer with its own apply_rope, decode_causal_mask and "
+                 "repeat_kv; {what}").format(what="; ".join(said)) if said else ""
+
+
+    def _compare_with_reference(got: torch.Tensor, layer, x, what: str, *, heads: int, kv_heads: int, positions,
+                                base: float, extra: dict) -> None:
+        """got equals the check's own computation of the layer; if not, the mistake it equals is named."""
+        want = _layer_output(layer, x, heads, kv_heads, positions, base)
+        if close(got, want, 1e-4):
+            return
+        d = x.shape[-1]
+        mistakes = {
+            **extra,
+            _("no RoPE: rotate q and k with apply_rope(..., positions, base=self.rope_base) before the scores"):
+                dict(rope="none"),
+            _("you rotated the values too: RoPE rotates the queries and keys only, the values pass unrotated"):
+                dict(rope="qkv"),
+            _("you did not scale the scores: divide q k^T by sqrt(head_dim)"): dict(scale=1.0),
+            _("you scaled by sqrt(d_model) = sqrt({d}): scale each head by sqrt(head_dim) = sqrt({hd})").format(
+                d=d, hd=d // heads): dict(scale=d ** -0.5),
+            _("you tiled the key/value heads (kv 0, 1, 0, 1, ...: .repeat): repeat each kv head in place, 0, 0, 1, 1, "
+              "..., as repeat_kv does, so that query heads 2h and 2h + 1 share kv head h"): dict(tiled=True),
+        }
+        for sentence, change in mistakes.items():
+            variant = {"positions": positions, "base": base, **change}
+            if close(got, _layer_output(layer, x, heads, kv_heads, **variant), 1e-4):
+                raise AssertionError(_("{what}: {mistake}").format(what=what, mistake=sentence))
+        raise AssertionError(_(
+            "{what} differs from the check's own computation of the layer by up to {gap:.3g} (q, k rotated at the "
+            "positions with base {base:g}, kv head h serving query heads 2h and 2h + 1, softmax(q k^T / sqrt(head_dim)) "
+            "with the causal mask, times v, heads merged, W_o)").format(
+            what=what, gap=(got.double() - want).abs().max().item(), base=base))
+
+
+    @harness.check("DecoderAttention")
+    def check_decoder_attention(DecoderAttention) -> None:
+        layer = DecoderAttention(16, 4, 2)
+        for name, d_out in (("W_q", 16), ("W_k", 8), ("W_v", 8), ("W_o", 16)):
+            linear(layer, name, 16, d_out, "DecoderAttention(16, 4, 2)")
+        layer.eval()
+        x = torch.randn(2, 6, 16)
+        with _lent(DecoderAttention) as own, torch.no_grad():
+            note = _pieces_note(own)
+            full = harness.expect_shape(layer(x), [2, 6, 16], "DecoderAttention(16, 4, 2)(x [2, 6, 16])")
+            _compare_with_reference(full, layer, x, "DecoderAttention(16, 4, 2)(x [2, 6, 16])", heads=4, kv_heads=2,
+                                    positions=torch.arange(6), base=10000.0, extra={})
+            per_row = torch.tensor([[0, 1, 2, 6, 7, 11], [4, 5, 9, 10, 15, 16]])  # [B, S]: no row a shift of the other
+            given = harness.expect_shape(layer(x, positions=per_row), [2, 6, 16], "forward(x, positions [2, 6])")
+            _compare_with_reference(
+                given, layer, x, _("forward(x [2, 6, 16], positions={rows})").format(rows=per_row.tolist()), heads=4,
+                kv_heads=2, positions=per_row, base=10000.0,
+                extra={_("the positions argument was ignored: when it is given, rotate q and k at exactly those positions "
+                         "([S_new], or [B, S_new] with one row per sequence)"): dict(positions=torch.arange(6))})
+            other = DecoderAttention(16, 4, 2, rope_base=50.0).eval()
+            other.load_state_dict(layer.state_dict())
+            based = harness.expect_shape(other(x), [2, 6, 16], "DecoderAttention(16, 4, 2, rope_base=50.0)(x)")
+            _compare_with_reference(
+                based, other, x, "DecoderAttention(16, 4, 2, rope_base=50.0)(x [2, 6, 16])", heads=4, kv_heads=2,
+                positions=torch.arange(6), base=50.0,
+                extra={_("rope_base was ignored: pass base=self.rope_base to every apply_rope call (it is 10000 by "
+                         "default; Llama 3 uses 500000)"): dict(base=10000.0)})
+            changed = x.clone()
+            changed[:, 4:] = 5.0
+            assert close(layer(changed)[:, :4], full[:, :4]), _(
+                "without a cache, forward must be causal: outputs 0..3 changed when only tokens 4 and 5 did")
+            cache = _Recorder()
+            outs = [layer(x[:, :3], cache), layer(x[:, 3:5], cache), layer(x[:, 5:6], cache)]
+            assert cache.shapes and cache.shapes[0][1] != 4, _(
+                "the cache received keys with 4 heads: append the 2 key/value heads, repeat_kv after reading the cache")
+            assert cache.shapes == [[2, 2, 3, 4], [2, 2, 2, 4], [2, 2, 1, 4]], _(
+                "the cache received keys of shapes {shapes}, expected [2, 2, 3, 4], then [2, 2, 2, 4], then [2, 2, 1, 4]: "
+                "append the new keys [B, H_kv, S_new, head_dim] once per call").format(shapes=cache.shapes)
+            gap = (torch.cat(outs, dim=1) - full).abs().max().item()
+            assert gap < 1e-5, _(
+                "a prompt of 3 tokens, then 2 at once, then 1, differs from the full pass by up to {gap:.3g}: are the new "
+                "tokens at positions len(cache), len(cache) + 1, ... (not 0)? are only the new keys rotated, once? is the "
+                "causal mask bottom-right aligned (decode_causal_mask)?").format(gap=gap)
+            mask = torch.tensor([[False, False, True, True, True], [True] * 5])  # sequence 0: left-padded, 3 real tokens
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            xs = torch.randn(2, 5, 16)
+            batched = layer(xs, _Recorder(), positions, mask)[0, 2:]
+            alone = layer(xs[:1, 2:])[0]
+        assert close(batched, alone), _(
+            "a left-padded sequence (2 pads, then 3 tokens, positions from mask.cumsum(-1) - 1) differs from the same 3 "
+            "tokens alone: hide the padded keys with key_mask[:, None, None, :] and rotate at the positions given")
+        ok(_("DecoderAttention: equals the check's own computation (base 10000 and 50, positions [B, S]); W_k, W_v of "
+             "H_kv heads; the cache gets [B, H_kv, S_new, head_dim]; prompt, chunk and token equal the full pass; a "
+             "left-padded sequence equals itself alone"))
+        if note:
+            print(note)
+
+    return check_decoder_attention
