@@ -271,8 +271,14 @@ def cells():
         """),
         demo("""
         import time
+        import unicodedata
 
         import matplotlib.pyplot as plt
+
+
+        def pad(text, width, align="<"):  # `text` padded to `width` columns on screen (a Chinese character takes two)
+            return f"{text:{align}{width - sum(unicodedata.east_asian_width(c) in 'WF' for c in text)}}"
+
 
         with uses_your_code():
             torch.manual_seed(0)
@@ -332,7 +338,7 @@ def cells():
                     target = target_of(test)
                     accuracy = (predicted == target)[target != -100].float().mean().item()
                     on_needed = torch.stack([weights[i, needed_key(i)] for i in range(S) if needed_key(i) >= 0]).mean().item()
-                    print(f"{name:<15} trained in {time.perf_counter() - started:.1f} s: accuracy {accuracy:.3f}, "
+                    print(f"{pad(name, 15)} trained in {time.perf_counter() - started:.1f} s: accuracy {accuracy:.3f}, "
                           f"average weight on the key the task needs {on_needed:.2f}")
             finally:
                 torch.set_num_threads(threads)
@@ -392,13 +398,13 @@ DOCSTRINGS_ZH = {
 # The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
 DEMO_ZH = {
     "# one query's weights over 6 keys": "# 一个查询在 6 个键上的权重",
-    '"weights:              "': '"权重：                "',
+    '"weights:              "': '"权重：                  "',
     '" sum"': '" 和"',
     '"dropout(0.5), train:  "': '"dropout(0.5)，训练模式："',
     '" (survivors doubled)"': '"（保留下来的翻倍）"',
     '"dropout(0.5), eval:   "': '"dropout(0.5)，评估模式："',
     '"train mode, two calls differ (dropout):"': '"训练模式，两次调用结果不同（dropout）："',
-    '"eval mode, two calls agree:            "': '"评估模式，两次调用结果一致：          "',
+    '"eval mode, two calls agree:            "': '"评估模式，两次调用结果一致：           "',
     '"output"': '"输出"',
     '"| the seed\'s view"': '"| 原文的视图"',
     '"| torch.cat of the three weights along dim 0"': '"| 三个权重沿 dim 0 的 torch.cat"',
@@ -406,18 +412,20 @@ DEMO_ZH = {
     '"seed\'s copy: RuntimeError:"': '"原文的复制：RuntimeError："',
     "# [3] broadcasts to [2, 3]: copied into every row": "# [3] 广播到 [2, 3]：复制到每一行",
     '"[2, 3].copy_([3]) works:"': '"[2, 3].copy_([3]) 可以："',
+    '"[2, 3].copy_([6]): RuntimeError:"': '"[2, 3].copy_([6]) 报错：RuntimeError："',
     "# [6] does not broadcast to [2, 3], though it has 6 numbers": "# [6] 不能广播到 [2, 3]，尽管它也有 6 个数",
     "# True = real token": "# True = 真实 token",
-    "# bug: drops the padding mask": "# bug：丢掉了填充掩码",
-    "# bug: an encoder that cannot see the future": "# bug：一个看不到后文的编码器",
-    'f"correct module, padding mask:   {': 'f"正确的模块，填充掩码：        {',
-    "padding mask:   {parity_error(broken, x, mask):.2e}": "填充掩码：        {parity_error(broken, x, mask):.2e}",
-    'f"official module, its two paths: {': 'f"官方模块自身的两条路径：      {',
+    "# bug: drops the padding mask": "# 错误：丢掉了填充掩码",
+    "# bug: an encoder that cannot see the future": "# 错误：一个看不到后文的编码器",
+    'f"correct module, padding mask:   {': 'f"正确的模块，填充掩码：       {',
+    "Broken.__name__ + ','": "Broken.__name__ + '，'",
+    "padding mask:   {parity_error(broken, x, mask):.2e}": "填充掩码：  {parity_error(broken, x, mask):.2e}",
+    'f"official module, its two paths: {': 'f"官方模块自身的两条路径：     {',
     ':.2e}   (float32 eps: {': ':.2e}   （float32 的 eps：{',
     '.eps:.2e})"': '.eps:.2e}）"',
     "# The batch_first trap: the same official module reading [B, S, d] as [S, B, d].":
         "# batch_first 陷阱：同一个官方模块把 [B, S, d] 当成 [S, B, d] 来读。",
-    'f"batch_first=False by mistake:   {': 'f"误用 batch_first=False：        {',
+    'f"batch_first=False by mistake:   {': 'f"误用 batch_first=False：     {',
     '"""Token and position embeddings, your SelfAttention, a read-out to one token per position."""':
         '"""token 嵌入和位置嵌入、你的 SelfAttention、每个位置读出一个 token。"""',
     "# x [B, S] token ids -> [B, S, vocab] scores": "# x [B, S] 的 token id -> [B, S, vocab] 的分数",
@@ -426,10 +434,11 @@ DEMO_ZH = {
     '"reverse": (False': '"反转": (False',
     '"previous token": (True': '"前一个 token": (True',
     '"reverse, before training"': '"反转，训练之前"',
+    "# `text` padded to `width` columns on screen (a Chinese character takes two)": "# 把 `text` 补齐到屏幕上的 `width` 列（一个汉字占两列）",
     "# tiny matrices: one CPU thread is enough": "# 矩阵很小：一个 CPU 线程就够了",
     'f"{name}, trained"': 'f"{name}，训练之后"',
-    'f"{name:<15} trained in {time.perf_counter() - started:.1f} s: accuracy {accuracy:.3f}, "':
-        'f"{name:<8} 训练用时 {time.perf_counter() - started:.1f} 秒：准确率 {accuracy:.3f}，"',
+    'f"{pad(name, 15)} trained in {time.perf_counter() - started:.1f} s: accuracy {accuracy:.3f}, "':
+        'f"{pad(name, 15)} 训练用时 {time.perf_counter() - started:.1f} 秒：准确率 {accuracy:.3f}，"',
     'f"average weight on the key the task needs {on_needed:.2f}"': 'f"任务所需的键上的平均权重 {on_needed:.2f}"',
     'ax.set(title=title, xlabel="key j", ylabel="query i")': 'ax.set(title=title, xlabel="键 j", ylabel="查询 i")',
 }

@@ -1,7 +1,13 @@
 """Notebook 05: long sequences: the S^2 memory wall, SDPA and chunked attention."""
-from course.cells import check, demo, graded_cell, md, recipe, setup, solution
+import dataclasses
+
+from course.cells import check, demo, graded_cell, md, recipe, setup, setup_source, solution
 
 NAME = "05_long_sequence"
+
+# The setup cell's extra import, in each edition (the comment is the only difference).
+SETUP = "from memory_meter import LiveMemoryMeter  # peak live CPU tensor memory (see memory_meter.py)"
+SETUP_ZH = "from memory_meter import LiveMemoryMeter  # CPU 上存活张量内存的峰值（见 memory_meter.py）"
 
 HINTS = {
     "attention_matrix_bytes": ("bytes = how many scores the tensor holds x how many bytes one score takes in `dtype`.",
@@ -53,7 +59,7 @@ def cells():
 
         评分部分 `long_sequence`：`attention_matrix_bytes`、`sdpa_attention`、`chunked_attention`（`q, k, v` 是按头划分的张量 `[B, H, S, head_dim]`）。
         """),
-        setup("from memory_meter import LiveMemoryMeter  # peak live CPU tensor memory (see memory_meter.py)"),
+        dataclasses.replace(setup(SETUP), zh=setup_source(SETUP_ZH, "zh")),
         md(r"""
         ## 1. How big is the score matrix?
 
@@ -168,7 +174,13 @@ def cells():
         `LiveMemoryMeter`（在本 notebook 旁边的 `memory_meter.py` 中）监视每一个 PyTorch 操作，记录同一时刻存活张量的最大总大小，只统计在 `with` 块内创建的张量：也就是一个函数所需的*额外*内存。我们在一系列长度上比较朴素注意力（这里直接内联写出）、你的分块注意力（`chunk_size=128`）和你的 SDPA 版本。尺寸小一些可以跑得快；重要的是曲线的形状。
         """),
         demo("""
+        import unicodedata
+
         import matplotlib.pyplot as plt
+
+
+        def pad(text, width, align="<"):  # `text` padded to `width` columns on screen (a Chinese character takes two)
+            return f"{text:{align}{width - sum(unicodedata.east_asian_width(c) in 'WF' for c in text)}}"
 
 
         def plain_attention(q, k, v):
@@ -196,7 +208,7 @@ def cells():
                     peaks[name].append(peak_mib(fn, q, k, v))
                 except NotImplementedError:
                     peaks[name].append(float("nan"))
-        print(f"{'S':>6} {'one S x S matrix':>17} " + " ".join(f"{name:>14}" for name in candidates) + "   (MiB)")
+        print(f"{'S':>6} {'one S x S matrix':>17} " + " ".join(pad(name, 14, ">") for name in candidates) + "   (MiB)")
         for i, S in enumerate(lengths):
             print(f"{S:>6} {B * H * S * S * 4 / 2**20:>17.2f} " + " ".join(f"{peaks[n][i]:>14.2f}" for n in candidates))
         if any(p != p for values in peaks.values() for p in values):
@@ -249,7 +261,7 @@ def cells():
                     result = f"peak {meter.peak_bytes / 2**20:6.2f} MiB"
                 except RuntimeError:
                     result = "refused: no such kernel for these inputs on this machine"
-                print(f"{backend.name:<20} {label:<20} {result}")
+                print(f"{backend.name:<20} {pad(label, 20)} {result}")
         with LiveMemoryMeter() as meter:
             torch.softmax(q @ k.mT * head_dim ** -0.5, dim=-1) @ v
         print(f"{'plain attention':<20} {'no mask':<20} peak {meter.peak_bytes / 2**20:6.2f} MiB")
@@ -511,6 +523,7 @@ DOCSTRINGS_ZH = {
 
 # The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
 DEMO_ZH = {
+    'f"B=1, H=16, S={S:>6}, {str(dtype):<13}: {': 'f"B=1，H=16，S={S:>6}，{str(dtype):<13}：{',
     ':8.3f} GiB per score matrix"': ':8.3f} GiB（每个分数矩阵）"',
     '"plain": plain_attention,': '"朴素": plain_attention,',
     '"chunked (128)"': '"分块 (128)"',
@@ -520,18 +533,19 @@ DEMO_ZH = {
     'xlabel="sequence length S", ylabel="peak live memory (MiB)"': 'xlabel="序列长度 S", ylabel="内存峰值（MiB）"',
     'title=f"CPU, float32, B={B}, H={H}, head_dim={head_dim}"': 'title=f"在 CPU 上，float32，B={B}，H={H}，head_dim={head_dim}"',
     "# only the measured lengths on the x axis": "# x 轴上只标出测量过的长度",
+    "# `text` padded to `width` columns on screen (a Chinese character takes two)": "# 把 `text` 补齐到屏幕上的 `width` 列（一个汉字占两列）",
     "# [B, S], True = real token": "# [B, S]，True = 真实 token",
     '(("no mask", None), ("bool mask [B,1,1,S]"': '(("无掩码", None), ("布尔掩码 [B,1,1,S]"',
     "# SDPA explains refusals through warnings": "# SDPA 用警告说明它为什么拒绝",
     'result = f"peak {meter.peak_bytes / 2**20:6.2f} MiB"': 'result = f"峰值 {meter.peak_bytes / 2**20:6.2f} MiB"',
     '"refused: no such kernel for these inputs on this machine"': '"拒绝：这台机器上没有适用于这些输入的内核"',
     "{'plain attention':<20} {'no mask':<20} peak": "{'朴素注意力':<15} {'无掩码':<17} 峰值",
-    'f"for comparison, one S x S float32 matrix: {': 'f"作为对比，一个 S x S 的 float32 矩阵：{',
+    'f"for comparison, one S x S float32 matrix: {': 'f"作为对比，一个 S x S 的 float32 矩阵：    {',
     '"one S x S float16 matrix:"': '"一个 S x S 的 float16 矩阵："',
     '"fp16/bf16 reduction allowed in the math backend (default):"': '"math 后端允许 fp16/bf16 归约（默认值）："',
     'f"plain attention, float16:             peak {': 'f"朴素注意力，float16：                峰值 {',
     "# back to the default": "# 恢复默认值",
-    'f"math backend, float16, allowed={allowed!s:<5}: peak {': 'f"math 后端，float16，allowed={allowed!s:<5}：峰值 {',
+    'f"math backend, float16, allowed={allowed!s:<5}: peak {': 'f"math 后端，float16，allowed={allowed!s:<5}：  峰值 {',
     'f"a [B, 1, S, S] boolean mask: {': 'f"一个 [B, 1, S, S] 的布尔掩码：{',
     ':.2f} MiB at S = {S}, "': ':.2f} MiB（S = {S}），"',
     ':.2f} GiB at S = 32768 (B = 1)"': ':.2f} GiB（S = 32768，B = 1）"',
@@ -543,10 +557,11 @@ DEMO_ZH = {
     'f"your sdpa_attention, padding mask and causal:    peak {': 'f"你的 sdpa_attention，填充掩码加因果：       峰值 {',
     ':5.2f} MiB (it builds the mask, and SDPA copies it)"': ':5.2f} MiB（它构造掩码，SDPA 再复制一份）"',
     'f"is_causal=True alone vs yours: real query rows differ by {': 'f"只用 is_causal=True 与你的相比：真实查询的行相差 {',
+    '.abs().max().item():.1e}, "': '.abs().max().item():.1e}，"',
     'f"padded query rows by {': 'f"被填充查询的行相差 {',
     "# flex attention's mask_mod: True = may attend": "# flex attention 的 mask_mod：True = 可以关注",
     'f"block mask, S = {size}, blocks of {block_mask.BLOCK_SIZE}: stored in {stored / 2**10:5.1f} KiB "':
-        'f"块掩码，S = {size}，块大小 {block_mask.BLOCK_SIZE}：存储占 {stored / 2**10:5.1f} KiB "',
+        'f"块掩码，S = {size}，块大小 {block_mask.BLOCK_SIZE}：存储占 {stored / 2**10:5.1f} KiB"',
     'f"(a dense boolean mask: {size * size / 2**20:4.0f} MiB); building it here peaked at {peak_build:5.2f} MiB"':
         'f"（稠密布尔掩码：{size * size / 2**20:4.0f} MiB）；在这里构建它的峰值为 {peak_build:5.2f} MiB"',
     "# the first 256 positions: all real tokens, so the rule is just causality there": "# 前 256 个位置：全是真实 token，所以那里的规则就是因果性",
@@ -558,7 +573,7 @@ DEMO_ZH = {
     '"nested batch of lengths 5 and 3, no mask: equals each sequence on its own:"': '"长度为 5 和 3 的嵌套批次，不加掩码：等于每个序列单独计算的结果："',
     'f"two S x S float16 matrices, H=16, S=32768:  {': 'f"两个 S x S 的 float16 矩阵，H=16，S=32768：{',
     ':5.1f} GiB  (plain attention\'s two buffers)"': ':5.1f} GiB（朴素注意力的两块缓冲区）"',
-    'f"SDPA\'s output [1, 16, 32768, 64], float16:  {': 'f"SDPA 的输出 [1, 16, 32768, 64]，float16：{',
+    'f"SDPA\'s output [1, 16, 32768, 64], float16:  {': 'f"SDPA 的输出 [1, 16, 32768, 64]，float16：  {',
     'f"two S x S float32 matrices, H=16, S=16384:  {': 'f"两个 S x S 的 float32 矩阵，H=16，S=16384：{',
     ':5.1f} GiB  (the math backend\'s float32 copies)"': ':5.1f} GiB（math 后端的 float32 副本）"',
     'f"two S x S float16 matrices, H=16, S=16384:  {': 'f"两个 S x S 的 float16 矩阵，H=16，S=16384：{',
@@ -570,6 +585,6 @@ DEMO_ZH = {
     '"scaled first:    "': '"先缩放：        "',
     '"SDPA output finite:"': '"SDPA 的输出是有限值："',
     "{'gated by self.training' if respect_mode else 'always 0.5     '}: two calls identical = {same}":
-        "{'受 self.training 控制' if respect_mode else '始终为 0.5         '}：两次调用结果相同 = {same}",
+        "{'受 self.training 控制' if respect_mode else '始终为 0.5           '}：两次调用结果相同 = {same}",
     'f"eval mode, dropout_p ': 'f"评估模式，dropout_p ',
 }
