@@ -449,7 +449,7 @@ def cells():
         multiplies by `d_k ** -0.5` instead of dividing by `math.sqrt(d_k)`: the same up to rounding, as
         the last line shows.)
         """, r"""
-        原始方差跟着 `d_k` 走，尽管 `d_k` 越大，随机向量反而*越接近*正交（`mean |cos|` 一列在下降）：点积是 `d_k` 个正负随机的项之和，这些项平均起来相互抵消，但和的波动幅度仍按 $\sqrt{d_k}$ 增长。`d_k` 越大，不缩放的 softmax 就把越来越多的权重交给一个键，传到分数上的梯度也越来越小。缩放之后，方差保持在 1 附近，权重和梯度也不随宽度变化。（有些代码用乘以 `d_k ** -0.5` 代替除以 `math.sqrt(d_k)`：两者只差舍入误差，最后一行就说明了这一点。）
+        原始方差跟着 `d_k` 走，尽管 `d_k` 越大，随机向量反而*越接近*正交（“平均 |cos|”这一列在下降）：点积是 `d_k` 个正负随机的项之和，这些项平均起来相互抵消，但和的波动幅度仍按 $\sqrt{d_k}$ 增长。`d_k` 越大，不缩放的 softmax 就把越来越多的权重交给一个键，传到分数上的梯度也越来越小。缩放之后，方差保持在 1 附近，权重和梯度也不随宽度变化。（有些代码用乘以 `d_k ** -0.5` 代替除以 `math.sqrt(d_k)`：两者只差舍入误差，最后一行就说明了这一点。）
         """),
         solution("scaled_scores", HINTS),
         check("check_scaled_scores(scaled_scores)", "check_scaled_scores"),
@@ -642,6 +642,7 @@ DEMO_ZH = {
     "# some gradient arriving from above": "# 从上游传来的某个梯度",
     "# how much reaches the scores": "# 有多少传到了分数上",
     "# how far from orthogonal q and k are": "# q 和 k 离正交有多远",
+    "{'mean |cos|':>10}": "{'平均 |cos|':>8}",
     "{'max weight raw':>15} {'max weight scaled':>18} {'grad raw':>9} {'grad scaled':>12}":
         "{'最大权重(原始)':>11} {'最大权重(缩放)':>11} {'梯度(原始)':>10} {'梯度(缩放)':>10}",
     "{max_raw.item():>15.3f} {max_scaled.item():>18.3f} {grads[0]:>9.4f} {grads[1]:>12.4f}":
@@ -657,7 +658,7 @@ DEMO_ZH = {
     'f"x / math.sqrt(d_k) and x * d_k ** -0.5 (d_k = 8) differ by at most {': 'f"x / math.sqrt(d_k) 与 x * d_k ** -0.5（d_k = 8）最多相差 {',
     ':.1e}: rounding"': ':.1e}：舍入误差"',
     "# 3 queries, 5 keys": "# 3 个查询，5 个键",
-    "# over the queries: a silent bug": "# 在查询上做：一个不报错的 bug",
+    "# over the queries: a silent bug": "# 在查询上做：错了却不报错",
     '"row sums, softmax over keys (dim=-1):   "': '"每行之和，在键上做 softmax（dim=-1）：  "',
     '"row sums, softmax over queries (dim=-2):"': '"每行之和，在查询上做 softmax（dim=-2）："',
     '"column sums with dim=-2 (each key\'s weights over the queries):"': '"dim=-2 时每列之和（每个键分给各个查询的权重）："',

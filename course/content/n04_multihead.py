@@ -323,8 +323,8 @@ DEMO_ZH = {
     'f"attention weights {list(weights.shape)} = {weights.numel():,} numbers"':
         'f"注意力权重 {list(weights.shape)} = {weights.numel():,} 个数"',
     "# permute, then view": "# 先 permute，再 view",
-    '(S = head_dim = {S}): the view runs, and mixes tokens silently"': '（S = head_dim = {S}）：view 能运行，并且悄悄地混合了 token"',
-    '(S = {S}, head_dim = {d_model // H}): RuntimeError:': '（S = {S}，head_dim = {d_model // H}）：RuntimeError：',
+    ', H = {H} (S = head_dim = {S}): the view runs, and mixes tokens silently"': '，H = {H}（S = head_dim = {S}）：view 能运行，并且悄悄地混合了 token"',
+    ', H = {H} (S = {S}, head_dim = {d_model // H}): RuntimeError:': '，H = {H}（S = {S}，head_dim = {d_model // H}）：RuntimeError：',
     "# number n stands for labels[n // d_model][n % d_model]": "# 数 n 代表 labels[n // d_model][n % d_model]",
     'f"  head {h}: "': 'f"  头 {h}："',
     '"\\n          "': '"\\n        "',
