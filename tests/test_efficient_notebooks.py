@@ -180,7 +180,7 @@ def _flash_full_matrix(q, k, v, causal=False, block_q=64, block_k=64):  # right 
     if causal:
         scores = scores.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2]),
                                     float("-inf"))
-    return torch.softmax(scores, -1) @ v, torch.logsumexp(scores.float(), -1)
+    return torch.softmax(scores, -1).nan_to_num(0.0) @ v, torch.logsumexp(scores.float(), -1)  # 0 without keys
 
 
 def _flash_lse_without_max(q, k, v, causal=False, block_q=64, block_k=64):
