@@ -129,7 +129,7 @@ def test_the_notebooks_print_the_memory_and_exactness_they_claim(executed):
 
 @pytest.mark.parametrize("kind", ["solved", "released"])
 def test_efficient_graded_cells_point_to_the_hidden_autograder(executed, kind):
-    graded = {name: code_cells(executed[("en", kind, name)], "graded") for name in NOTEBOOKS}
+    graded = {name: list(code_cells(executed[("en", kind, name)], "graded")) for name in NOTEBOOKS}
     assert all(len(cells) == 1 for cells in graded.values())
     assert all(f"autograder grade workspace/efficient/{name}.ipynb\n" in stream_text(graded[name][0]) for name in NOTEBOOKS)
 
