@@ -45,6 +45,7 @@ _SELF_ATTENTION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_check
 _GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_generation.py",
                        "visible_checks_decoder.py": REPO / "course" / "visible_checks_decoder.py", **_SHARED_SUPPORT}
 _EFFICIENT_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_efficient.py",
+                      "visible_checks_flash.py": REPO / "course" / "visible_checks_flash.py",
                       "visible_checks_flash_backward.py": REPO / "course" / "visible_checks_flash_backward.py",
                       **_SHARED_SUPPORT, **_METER}
 # The visible checks' messages in Chinese (one catalog for every assignment's visible checks).
