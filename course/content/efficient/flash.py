@@ -1,5 +1,6 @@
 """Notebook 01 of `efficient`: FlashAttention's algorithm on the CPU (online softmax, tiles, lse, merging)."""
 from course.cells import check, demo, graded_cell, md, setup, solution
+from course.content.written import written_cells
 
 NAME = "01_flash"
 
@@ -97,6 +98,7 @@ def cells():
         print(say("m + log(l) = {online:.6f}; torch.logsumexp of the whole row = {whole:.6f}",
                   online=(m + torch.log(l)).item(), whole=torch.logsumexp(scores, 0).item()))
         """),
+        *written_cells("written_online_rescale"),
         md(r"""
         The output is a weighted sum $\sum_j p_j v_j$ with $p_j = e^{s_j - m} / \ell$: keep it **unnormalised**,
         $o = \sum_j e^{s_j - m} v_j$, rescale it by the same $e^{m - m_\text{new}}$ as $\ell$, and divide by
@@ -308,6 +310,7 @@ def cells():
 
         `LiveMemoryMeter`（在本 notebook 旁边的 `memory_meter.py` 中）记录在它的 `with` 块内同一时刻存活的张量的最大总大小（输入不计）。下面的单元格测量朴素注意力（整个分数矩阵）、PyTorch 的 SDPA（在 CPU 上是融合内核）和你的 `flash_attention`（块大小 128），取 1 个批次、4 个头、头宽 32，并画出峰值。朴素注意力按 $S^2$ 增长；分块的版本按 $S$ 增长（也就是输出本身的大小）。
         """),
+        *written_cells("written_memory_prediction"),
         demo("""
         import matplotlib.pyplot as plt
 

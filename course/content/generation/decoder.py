@@ -1,5 +1,6 @@
 """Notebook 04 of `generation`: a Llama-style decoder's attention, where RoPE, the KV cache and GQA meet."""
 from course.cells import Cell, check, demo, graded_cell, md, setup, solution_source
+from course.content.written import written_cells
 
 from . import kv_cache, positions
 
@@ -172,6 +173,7 @@ def cells():
                     gap = (torch.cat(outs, dim=1) - full).abs().max().item()
                     print(f"{label:>38}: largest difference from the full pass {gap:.2e}")
         """),
+        *written_cells("written_rotated_keys"),
         md(r"""
         ## 3. A cache of `H_kv` heads, repeated after reading
 
@@ -336,6 +338,7 @@ def cells():
                     print(f"prompt of {len(p)}: batched {batched[b].tolist()}, alone {alone[0].tolist()}, "
                           f"equal: {torch.equal(batched[b], alone[0])}")
         """),
+        *written_cells("written_left_padding"),
         md(r"""
         ## Summary
 
