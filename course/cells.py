@@ -298,8 +298,8 @@ def answer_source(q: Written, lang: str = "en") -> str:
     answer_heading, rubric_heading = WRITTEN_HEADINGS[lang]
     labels = CREDIT_LABELS[lang]
     levels = zip(labels, (q.points, q.points / 2, 0), (q.full, q.half, q.none))
-    colon = "：" if lang == "zh" else ":"
-    rubric = "\n".join(f"- {label.format(points=p)}{colon} {flow(text[pick], lang)}" for label, p, text in levels)
+    colon = "：" if lang == "zh" else ": "
+    rubric = "\n".join(f"- {label.format(points=p)}{colon}{flow(text[pick], lang)}" for label, p, text in levels)
     return (f"{BEGIN}\n{answer_heading} {flow(q.answer[pick], lang)}\n\n"
             f"{rubric_heading}\n\n{rubric}\n{END}")
 

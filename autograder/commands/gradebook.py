@@ -325,7 +325,7 @@ def write_part_grades(location: Location, assignment: str, student: str, folder:
                 if not submitted_nb:
                     grade.auto_score = 0.0  # what nbgrader autograde records for a missing notebook
                 elif written.is_written(cell):  # graded by hand: an instructor's grade stays as it is
-                    written.written_grade(grade, answered.get(cell.name, True))
+                    written.written_grade(grade, answered.get(cell.name, False))  # (unreadable: as released)
                     continue
                 elif cell.cell_type != "code":
                     grade.auto_score = None  # another cell graded by hand

@@ -146,7 +146,8 @@ def written_scores(course: Path, assignment: str, students) -> tuple[dict, float
                 try:
                     grades = [g for nb in gb.find_submission(assignment, student).notebooks for g in nb.grades
                               if is_written(g.cell)]
-                except MissingEntry:
+                except MissingEntry:  # nothing submitted: nothing to grade (the CSV's 0)
+                    points[student] = 0.0
                     continue
                 waiting = any(g.needs_manual_grade or (g.manual_score is None and g.auto_score is None) for g in grades)
                 points[student] = None if waiting else float(sum(g.score or 0.0 for g in grades))
