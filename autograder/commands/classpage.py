@@ -272,8 +272,21 @@ def write_class_report(course: Path, assignment: str, results, reports: Path,
                        threshold: float = DEFAULT_THRESHOLD) -> Path:
     """Summarize the graded class (`results`: GradeResults named by student) and write its page, with the points
     of the written answers that the gradebook holds (graded by hand; written.py)."""
-    from . import written  # noqa: PLC0415 - nbgrader is slow to import
-
     report = summarize(assignment, list(results), threshold)
-    points, most = written.written_scores(Path(course), assignment, [s.id for s in report.students])
+    points, most = written_points(Path(course), assignment, [s.id for s in report.students])
     return write(dataclasses.replace(report, written=points, written_max=most), course, reports)
+
+
+def written_points(course: Path, assignment: str, students) -> tuple[dict, float]:
+    """The written answers' points in the course's gradebook (written.written_scores); ({}, 0), and no column,
+    when the gradebook cannot say (none yet, locked, another schema)."""
+    from . import gradebook, written  # noqa: PLC0415 - nbgrader is slow to import
+
+    location = gradebook.locate(course)
+    if location.missing:  # (opening it would create an empty one)
+        return {}, 0.0
+    try:
+        with gradebook.opened(location) as gb:
+            return written.written_scores(gb, assignment, students)
+    except Exception:  # noqa: BLE001 - a gradebook that cannot be read: the page without the column
+        return {}, 0.0

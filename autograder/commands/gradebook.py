@@ -317,15 +317,14 @@ def write_part_grades(location: Location, assignment: str, student: str, folder:
             grades = {g.cell_id: g for g in submitted.grades}
             comments = {c.cell_id: c for c in submitted.comments}
             submitted_nb = (folder / f"{nb.name}.ipynb").exists()
-            released = {c.name: c.checksum for c in nb.source_cells}
-            answered = _answered(folder, nb.name, released) if submitted_nb else {}
+            by_hand = []  # the written answers' grades, set once we know which answers were written
             for cell in nb.grade_cells:
                 grade = grades.get(cell.id) or gb.find_grade(cell.name, nb.name, assignment, student)
                 part = by_id.get(cell.name)
                 if not submitted_nb:
                     grade.auto_score = 0.0  # what nbgrader autograde records for a missing notebook
                 elif written.is_written(cell):  # graded by hand: an instructor's grade stays as it is
-                    written.written_grade(grade, answered.get(cell.name, False))  # (unreadable: as released)
+                    by_hand.append((cell.name, grade))
                     continue
                 elif cell.cell_type != "code":
                     grade.auto_score = None  # another cell graded by hand
@@ -334,6 +333,10 @@ def write_part_grades(location: Location, assignment: str, student: str, folder:
                 else:
                     grade.auto_score = cell_score(part.score, part.max_score, cell.max_score)
                 grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+            released = {c.name: c.checksum for c in nb.source_cells}  # (a released written answer has none)
+            answered = _answered(folder, nb.name, released) if submitted_nb else {}
+            for name, grade in by_hand:
+                written.written_grade(grade, answered.get(name, False))  # (an unreadable notebook: as released)
             for cell in nb.solution_cells:
                 comment = comments.get(cell.id) or gb.find_comment(cell.name, nb.name, assignment, student)
                 comment.auto_comment = None if answered.get(cell.name, not submitted_nb) else "No response."

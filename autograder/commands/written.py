@@ -18,8 +18,6 @@ cell, with points. Its source holds the model answer and the rubric between the 
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from nbgrader import utils
 from nbgrader.plugins import CsvExportPlugin
 from nbgrader.preprocessors import NbGraderPreprocessor, SaveAutoGrades
@@ -127,30 +125,20 @@ def grade_by_hand(gradebook, assignment: str, student: str, notebook: str, cell:
     gradebook.db.commit()
 
 
-def written_scores(course: Path, assignment: str, students) -> tuple[dict, float]:
+def written_scores(gb, assignment: str, students) -> tuple[dict, float]:
     """({student: their written points, or None while an answer waits for a grader}, the written maximum) of
-    `assignment` in the course's gradebook; ({}, 0) when the gradebook cannot say (none yet, unreadable)."""
+    `assignment` in the open gradebook `gb` (a student without a submission: 0, as in the CSV)."""
     from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader's own module
 
-    from . import gradebook  # noqa: PLC0415 - gradebook imports this module inside a function
-
-    location = gradebook.locate(course)
-    if location.missing:  # (opening it would create an empty one)
-        return {}, 0.0
-    try:
-        with gradebook.opened(location) as gb:
-            cells = [c for nb in gb.find_assignment(assignment).notebooks for c in nb.grade_cells if is_written(c)]
-            most = float(sum(c.max_score for c in cells))
-            points: dict = {}
-            for student in students:
-                try:
-                    grades = [g for nb in gb.find_submission(assignment, student).notebooks for g in nb.grades
-                              if is_written(g.cell)]
-                except MissingEntry:  # nothing submitted: nothing to grade (the CSV's 0)
-                    points[student] = 0.0
-                    continue
-                waiting = any(g.needs_manual_grade or (g.manual_score is None and g.auto_score is None) for g in grades)
-                points[student] = None if waiting else float(sum(g.score or 0.0 for g in grades))
-            return points, most
-    except Exception:  # noqa: BLE001 - a gradebook that cannot be read (locked, another schema): no column
-        return {}, 0.0
+    cells = [c for nb in gb.find_assignment(assignment).notebooks for c in nb.grade_cells if is_written(c)]
+    points: dict = {}
+    for student in students:
+        try:
+            grades = [g for nb in gb.find_submission(assignment, student).notebooks for g in nb.grades
+                      if is_written(g.cell)]
+        except MissingEntry:  # nothing submitted: nothing to grade
+            points[student] = 0.0
+            continue
+        waiting = any(g.needs_manual_grade or (g.manual_score is None and g.auto_score is None) for g in grades)
+        points[student] = None if waiting else float(sum(g.score or 0.0 for g in grades))
+    return points, float(sum(c.max_score for c in cells))
