@@ -43,7 +43,7 @@ from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Bool, Float
 
 from .foundation import edition, i18n, spec
-from .commands import classpool, classworker, exposure
+from .commands import classpool, classworker, exposure, written
 from .commands.classgrade import OVERDUE
 from .foundation.copies import Originals, why_copied
 from .foundation.extract import MARKED, notebook_language, parse_json, parse_notebook
@@ -60,7 +60,7 @@ AUTOGRADE_PREPROCESSORS = [
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
+    "autograder.commands.written.SaveAutoGradesKeepingManual",  # (SaveAutoGrades, keeping an instructor's grade)
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
@@ -75,39 +75,44 @@ EDITION_CODE_STUBS = {
 
 
 class EditionClearSolutions(ClearSolutions):
-    """nbgrader's ClearSolutions, with the stub in the language of the notebook's edition."""
+    """nbgrader's ClearSolutions, with the stubs (code, and a written answer's text) in the language of the
+    notebook's edition."""
 
     def preprocess(self, nb, resources):
         lang = nb.metadata.get("course", {}).get("lang")
         if lang not in EDITION_CODE_STUBS:
             return super().preprocess(nb, resources)
-        english = self.code_stub
+        english, english_text = self.code_stub, self.text_stub
         self.code_stub = {**english, "python": EDITION_CODE_STUBS[lang]}
+        self.text_stub = written.TEXT_STUBS.get(lang, english_text)
         try:
             return super().preprocess(nb, resources)
         finally:
-            self.code_stub = english
+            self.code_stub, self.text_stub = english, english_text
 
 
 def generate_preprocessors() -> list:
     """nbgrader's generate_assignment preprocessors (classes, as its default list holds them), with
-    ClearSolutions replaced by EditionClearSolutions."""
+    ClearSolutions replaced by EditionClearSolutions, and written answers released without a checksum last."""
     from nbgrader.converters.generate_assignment import GenerateAssignment  # noqa: PLC0415 - the stock list
 
     stock = GenerateAssignment.class_traits()["preprocessors"].make_dynamic_default()
-    return [EditionClearSolutions if pp is ClearSolutions else pp for pp in stock]
+    return [*(EditionClearSolutions if pp is ClearSolutions else pp for pp in stock), written.ForgetWrittenChecksums]
 
 
 def configure(c) -> None:
     """Point nbgrader's autograde at this grader (call it from nbgrader_config.py), and let it read every
     notebook it can: an unreadable one scores 0 with its reason instead of failing the whole submission.
     generate_assignment writes the stubs of a Chinese edition in Chinese (EditionClearSolutions).
-    generate_feedback writes pages in which no script of a student's runs (commands/feedbackpage.py)."""
+    generate_feedback writes pages in which no script of a student's runs (commands/feedbackpage.py). Written
+    answers are left to formgrader, and an instructor's grade of one is kept (commands/written.py); `nbgrader
+    export` adds the autograded and the written points to the CSV in their own columns."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
     c.GenerateAssignment.preprocessors = generate_preprocessors()
     c.Autograde.exporter_class = "autograder.nbgrader_plugin.TolerantNotebookExporter"
     c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
     c.ExchangeFactory.collect = "autograder.commands.collect.LinkKeepingCollect"
+    c.ExportApp.plugin_class = "autograder.commands.written.WrittenCsvExport"
 
 
 

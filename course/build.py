@@ -117,10 +117,12 @@ def _check_against_spec(name: str, cells: list[Cell], parts: tuple) -> None:
 
 
 def solved_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The instructor notebook without solution markers and hidden tests (for self-learners)."""
+    """The instructor notebook without solution markers and hidden tests (for self-learners). A written
+    answer keeps its model answer and rubric (a self-learner grades their own answer with them)."""
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
-        if cell.cell_type != "code":
+        written = cell.cell_type == "markdown" and cell.metadata.get("nbgrader", {}).get("solution")
+        if cell.cell_type != "code" and not written:
             continue
         lines, hidden = [], False
         for line in cell.source.split("\n"):

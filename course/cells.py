@@ -253,3 +253,67 @@ def graded_cell(part_id: str) -> Cell:
     """The graded cell of a part (of any assignment); its points come from autograder/foundation/spec.py."""
     part = next(p for a in ASSIGNMENTS.values() for p in a.parts if p.id == part_id)
     return graded(part_id, part.points)
+
+
+# --------------------------------------------------------------------------- #
+# Written questions: graded by hand in formgrader
+# --------------------------------------------------------------------------- #
+
+# The headings of an answer cell's hidden region, in the source only (nbgrader's release replaces the region
+# between BEGIN and END SOLUTION with its text stub): the model answer, then the rubric.
+WRITTEN_HEADINGS = {"en": ("**Model answer.**", "**Rubric** (instructor only: `nbgrader generate_assignment` "
+                                                "replaces this cell's text with the answer stub)."),
+                    "zh": ("**参考答案。**", "**评分标准**（仅供教师：`nbgrader generate_assignment` 会把本单元格的"
+                                            "内容换成答题提示）。")}
+CREDIT_LABELS = {"en": ("Full credit, {points:g} points", "Half credit, {points:g} points", "No credit, 0 points"),
+                 "zh": ("满分 {points:g} 分", "一半分 {points:g} 分", "不得分 0 分")}
+
+
+@dataclass(frozen=True)
+class Written:
+    """One written question in both languages: the question, the model answer, and the rubric's three
+    levels (full, half, no credit). `points` are added to the assignment's autograded 100."""
+    grade_id: str
+    points: float
+    question: Hint
+    answer: Hint
+    full: Hint
+    half: Hint
+    none: Hint
+
+
+def flow(text: str, lang: str = "en") -> str:
+    """A paragraph written over several indented source lines, as one line: Chinese lines join without a space
+    where both sides are Chinese, with one where either side is Latin text, a number or code."""
+    out = ""
+    for line in (line.strip() for line in text.strip().splitlines()):
+        cjk = lang == "zh" and out and not (out[-1].isascii() or line[0].isascii())
+        out += line if not out or cjk else " " + line
+    return out
+
+
+def answer_source(q: Written, lang: str = "en") -> str:
+    """The source's answer cell: the model answer and the rubric, between the solution markers."""
+    pick = 0 if lang == "en" else 1
+    answer_heading, rubric_heading = WRITTEN_HEADINGS[lang]
+    labels = CREDIT_LABELS[lang]
+    levels = zip(labels, (q.points, q.points / 2, 0), (q.full, q.half, q.none))
+    colon = "：" if lang == "zh" else ": "
+    rubric = "\n".join(f"- {label.format(points=p)}{colon}{flow(text[pick], lang)}" for label, p, text in levels)
+    return (f"{BEGIN}\n{answer_heading} {flow(q.answer[pick], lang)}\n\n"
+            f"{rubric_heading}\n\n{rubric}\n{END}")
+
+
+def written(q: Written, number: int) -> list[Cell]:
+    """A written question: its text (a markdown cell), then its answer cell, an nbgrader "manually graded
+    answer" (a markdown cell that is a solution and a grade cell, with points) whose source holds the model
+    answer and the rubric, which the release replaces with the answer stub."""
+    en, zh = flow(q.question[0], "en"), flow(q.question[1], "zh")
+    question = md(f"**Written question {number}** ({q.points:g} points, graded by hand by your instructor; the "
+                  f"autograder and Validate do not read it). {en}\n\nWrite your answer in the cell below.",
+                  f"**简答题 {number}**（{q.points:g} 分，由老师人工批改；自动评分器和 Validate 都不读它）。{zh}\n\n"
+                  "把答案写在下面的单元格里。")
+    meta = {"grade": True, "solution": True, "locked": False, "grade_id": q.grade_id, "points": q.points,
+            "schema_version": 3}
+    answer = Cell("markdown", answer_source(q, "en"), role="written", nbgrader=meta, zh=answer_source(q, "zh"))
+    return [question, answer]

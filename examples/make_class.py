@@ -235,11 +235,12 @@ def _src(cell: dict) -> str:
 
 
 def solved(course: Path, nb_name: str, assignment: str = ASSIGNMENT) -> dict:
-    """The released notebook with every solution cell filled in from the source notebook."""
+    """The released notebook with every code solution cell filled in from the source notebook (a written answer
+    stays as released: its source holds the model answer and the rubric, which no student ever sees)."""
     release = json.loads((course / "release" / assignment / f"{nb_name}.ipynb").read_text())
     source = json.loads((course / "source" / assignment / f"{nb_name}.ipynb").read_text())
     answers = {c["metadata"]["nbgrader"]["grade_id"]: _strip_markers(_src(c)) for c in source["cells"]
-               if (c.get("metadata") or {}).get("nbgrader", {}).get("solution")}
+               if (c.get("metadata") or {}).get("nbgrader", {}).get("solution") and c.get("cell_type") == "code"}
     for cell in release["cells"]:
         meta = (cell.get("metadata") or {}).get("nbgrader", {})
         if meta.get("solution") and meta.get("grade_id") in answers:
@@ -320,3 +321,41 @@ def synthetic_class(n: int) -> dict[str, str]:
         kind = "correct" if i % 3 == 0 else kinds[1 + (i // 3 * 2 + i % 3 - 1) % (len(kinds) - 1)]
         out[f"student{i:02d}"] = kind
     return out
+
+
+# --------------------------------------------------------------------------- written answers
+# What the demo's instructor writes when grading a written answer by hand (the comment), by credit and language.
+WRITTEN_COMMENTS = {
+    "en": {1.0: "Clear and complete: the explanation matches what the notebook printed.",
+           0.5: "Half credit: the observation is right, but the reason behind it is missing."},
+    "zh": {1.0: "清楚完整：解释与 notebook 打印的结果一致。",
+           0.5: "给一半分：现象说对了，但没有讲清背后的原因。"},
+}
+
+
+def write_written_answers(course: Path, students: dict[str, str], assignment: str = ASSIGNMENT) -> dict:
+    """Give the collected example class written answers: the first student a good answer to every written
+    question, the second a partial one (its first sentence), the others none (left as released). Returns what
+    an instructor then gives each: {(student, notebook, grade_id): (points, comment)} (none for an empty answer)."""
+    from course.cells import flow  # noqa: PLC0415 - the course's own texts
+    from course.content.written import QUESTIONS  # noqa: PLC0415
+
+    lang = spec.split_edition(assignment)[1] or spec.DEFAULT_LANGUAGE
+    pick = 0 if lang == spec.DEFAULT_LANGUAGE else 1
+    credit = dict(zip(students, (1.0, 0.5)))
+    marks = {}
+    for student, fraction in credit.items():
+        for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
+            nb = json.loads(path.read_text(encoding="utf-8"))
+            for cell in nb["cells"]:
+                meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+                question = QUESTIONS.get(meta.get("grade_id"))
+                if question is None or cell.get("cell_type") != "markdown":
+                    continue
+                text = flow(question.answer[pick], lang)
+                stop = "。" if pick else ". "
+                cell["source"] = text if fraction == 1.0 else text.split(stop)[0] + stop.strip()
+                marks[(student, path.stem, question.grade_id)] = (question.points * fraction,
+                                                                  WRITTEN_COMMENTS[lang][fraction])
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return marks

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autograder.foundation import spec
+from course.content.written import written_points
 from examples.make_class import collect, nbgrader, repo_source
 from tests.runcache import released_course
 
@@ -98,12 +99,16 @@ def test_feedback_shows_the_graders_messages_and_no_hidden_test_source(course, c
             assert line not in text, f"hidden check source leaked into feedback: {line}"
 
 
-def test_export_writes_the_totals_of_both_assignments(course, cli_results):
+def test_export_writes_the_totals_of_both_assignments_and_the_written_points_apart(course, cli_results):
     with open(course / "grades.csv", newline="") as f:
         table = {(r["assignment"], r["student_id"]): r for r in csv.DictReader(f)}
     for (assignment, student), result in cli_results.items():
         assert float(table[(assignment, student)]["raw_score"]) == pytest.approx(result.score, abs=1e-3)
-        assert float(table[(assignment, student)]["max_score"]) == spec.assignment(assignment).max_score
+        # nbgrader's maximum: the autograded parts' and the written questions' (graded by hand: 0 here, unanswered)
+        assert float(table[(assignment, student)]["max_score"]) == (spec.assignment(assignment).max_score
+                                                                    + written_points(assignment))
+        assert float(table[(assignment, student)]["autograded_score"]) == pytest.approx(result.score, abs=1e-3)
+        assert float(table[(assignment, student)]["written_score"]) == 0.0
 
 
 def test_grade_class_writes_the_same_rows_as_nbgrader_autograde(course, grader, private_tmp):

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from autograder.foundation import spec
+from course.content.written import ASSIGNMENT_QUESTIONS
 from course import build
 from course.cells import reference_body_lines, solution_source
 from course.content.efficient import flash_backward
@@ -193,9 +194,13 @@ def test_each_part_has_exactly_one_graded_cell_with_the_spec_points(assignment, 
         assert meta["points"] == part.points and meta["locked"] is True and meta["solution"] is False
         assert "BEGIN HIDDEN TESTS" not in mine[0].source
         assert f'graded_part("{part.id}")' in mine[0].source
-    all_graded = {nbgrader_meta(c)["grade_id"] for n in spec.assignment(assignment).notebooks
-                  for c in notebook("source", n, assignment).cells if nbgrader_meta(c).get("grade")}
-    assert all_graded == {p.id for p in spec.assignment(assignment).parts}
+    cells = [c for n in spec.assignment(assignment).notebooks for c in notebook("source", n, assignment).cells
+             if nbgrader_meta(c).get("grade")]
+    assert {nbgrader_meta(c)["grade_id"] for c in cells if c.cell_type == "code"} == {
+        p.id for p in spec.assignment(assignment).parts}
+    # the other graded cells are the written questions, graded by hand (tests/test_written.py)
+    assert {nbgrader_meta(c)["grade_id"] for c in cells if c.cell_type != "code"} == set(
+        ASSIGNMENT_QUESTIONS[spec.split_edition(assignment)[0]])
 
 
 @pytest.mark.parametrize("assignment,name", NOTEBOOKS, ids=NOTEBOOK_IDS)

@@ -10,6 +10,7 @@ messages are in the language they were graded in; the picture holds only part id
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 from html.parser import HTMLParser
@@ -48,6 +49,8 @@ HEADINGS = {
                     "next to the student's code, which can switch it off (docs/security.md): read the code"),
     "mentions": _("mentions"),
     "nothing to review": _("no part mentions a function it may not call"),
+    "written": _("written (by hand)"),
+    "to grade": _("to grade"),
 }
 BINS = 10
 # The page runs no script and loads nothing: its picture is inline, its links are relative (relative_href).
@@ -149,15 +152,21 @@ def student_link(student: str, links: dict[str, list[tuple[str, str]]]) -> str:
 
 def students_table(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
     t = heading_in(report.lang)
+    written = bool(report.written_max)  # the written answers' own column, outside the autograded total
     head = (f"<tr><th>{t('student')}</th>" + "".join(f"<th>{esc(p.id)}</th>" for p in report.parts)
-            + f"<th>{t('total')}</th><th>{t('reports')}</th></tr>")
+            + f"<th>{t('total')}</th>" + (f"<th>{t('written')}</th>" if written else "") + f"<th>{t('reports')}</th></tr>")
     rows = []
     for index, s in enumerate(report.students):
         cells = "".join(f"<td class=num>{fmt(round(p.scores[index], 2))}</td>" for p in report.parts)
         reports = " ".join(f'<a href="{esc(href)}">{esc(label)}</a>' for label, href in links.get(s.id, []))
         low = " class=low" if s.fraction < report.threshold else ""
+        by_hand = ""
+        if written:
+            points = report.written.get(s.id)
+            shown = t("to grade") if points is None else f"{fmt(round(points, 2))} / {fmt(report.written_max)}"
+            by_hand = f"<td class=num>{shown}</td>"
         rows.append(f"<tr><td{low}>{esc(s.id)}</td>{cells}<td class=num><b>{fmt(round(s.score, 2))}</b></td>"
-                    f"<td>{reports}</td></tr>")
+                    f"{by_hand}<td>{reports}</td></tr>")
     return f"<table id=students>{head}{''.join(rows)}</table>"
 
 
@@ -261,5 +270,23 @@ def write(report: ClassReport, course: Path, reports: Path) -> Path:
 
 def write_class_report(course: Path, assignment: str, results, reports: Path,
                        threshold: float = DEFAULT_THRESHOLD) -> Path:
-    """Summarize the graded class (`results`: GradeResults named by student) and write its page."""
-    return write(summarize(assignment, list(results), threshold), course, reports)
+    """Summarize the graded class (`results`: GradeResults named by student) and write its page, with the points
+    of the written answers that the gradebook holds (graded by hand; written.py)."""
+    report = summarize(assignment, list(results), threshold)
+    points, most = written_points(Path(course), assignment, [s.id for s in report.students])
+    return write(dataclasses.replace(report, written=points, written_max=most), course, reports)
+
+
+def written_points(course: Path, assignment: str, students) -> tuple[dict, float]:
+    """The written answers' points in the course's gradebook (written.written_scores); ({}, 0), and no column,
+    when the gradebook cannot say (none yet, locked, another schema)."""
+    from . import gradebook, written  # noqa: PLC0415 - nbgrader is slow to import
+
+    location = gradebook.locate(course)
+    if location.missing:  # (opening it would create an empty one)
+        return {}, 0.0
+    try:
+        with gradebook.opened(location) as gb:
+            return written.written_scores(gb, assignment, students)
+    except Exception:  # noqa: BLE001 - a gradebook that cannot be read: the page without the column
+        return {}, 0.0

@@ -4,7 +4,7 @@ HTML page (grade-class writes it next to the students' reports).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..foundation import edition
 from ..foundation.results import GradeResult
@@ -80,6 +80,10 @@ class ClassReport:
     common_failures: tuple[CommonFailure, ...]  # most frequent first
     threshold: float  # a fraction of the points
     review: tuple[ReviewFlag, ...] = ()  # in the class's order, then the parts' order
+    # The written answers, graded by hand in formgrader (outside `max_score`): their points in the gradebook,
+    # student -> points, or None while one of their answers waits for a grader; no column when written_max is 0.
+    written: dict = field(default_factory=dict)
+    written_max: float = 0.0
 
     @property
     def below_threshold(self) -> tuple[Student, ...]:

@@ -48,6 +48,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
         make_course,
         nbgrader,
         repo_source,
+        write_written_answers,
     )
 
     assignments = tuple(spec.ASSIGNMENTS.values())
@@ -71,6 +72,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
         console.rule(f"2. collect {name}")
         students = example_class(name)
         collect(course, students, name)
+        marks = write_written_answers(course, students, name)
         for s, m in students.items():
             console.print(f"  {s:6s} {MISTAKES_OF[assignment.id][m][0]}")
         console.rule(f"3. autograde {name}")
@@ -79,6 +81,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
             failed = sorted(set(re.findall(r"error processing assignment '[^']+' for student '([^']+)'", proc.stderr)))
             if failed:
                 console.print(f"[yellow]nbgrader autograde could not grade {', '.join(failed)}: see its log above")
+            grade_written_answers(course, name, marks, console)
             nbgrader(course, "generate_feedback", name, "--force", check=False)
             rows = _rows_from_gradebook(course, students, assignment, name)
         else:
@@ -88,6 +91,7 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
                 print(f"demo: {exc}", file=sys.stderr)
                 return exc.exit_code
             rows = [o.result for o in outcomes if o.result is not None]
+            grade_written_answers(course, name, marks, console)
             pages[name] = class_report(course, name, outcomes)
         console.print(summary_table(rows, title=f"example class, {name}"))
         scored[name] = rows
@@ -106,7 +110,8 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
     console.rule("4. export")
     nbgrader(course, "export", "--to", str(course / "grades.csv"))
     console.print(f"gradebook: {course / 'gradebook.db'}")
-    console.print(f"CSV:       {course / 'grades.csv'} (one row per student and assignment)")
+    console.print(f"CSV:       {course / 'grades.csv'} (one row per student and assignment; the autograded and "
+                  "the written points in their own columns)")
     for ed in editions:
         if use_nbgrader:
             console.print(f"feedback:  {course / 'feedback'}/<student>/{ed.id}/*.html")
@@ -117,6 +122,21 @@ def main(course: str | Path = DEFAULT_COURSE, use_nbgrader: bool = False, worker
         console.print(f"class report ({name}): {page}", soft_wrap=True)
     console.print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def grade_written_answers(course: Path, name: str, marks: dict, console) -> None:
+    """Grade the example class's written answers as an instructor does in formgrader (nbgrader's gradebook API):
+    points and a comment for each answer given; an empty answer keeps the 0 autograde gave it."""
+    from . import written  # noqa: PLC0415 - nbgrader is slow to import
+
+    with gradebook.opened(gradebook.locate(course)) as gb:
+        for (student, notebook, cell), (points, comment) in sorted(marks.items()):
+            written.grade_by_hand(gb, name, student, notebook, cell, points, comment)
+        given = {}
+        for (student, _, _), (points, _) in marks.items():
+            given[student] = given.get(student, 0.0) + points
+    console.print("written answers graded by hand: " + ", ".join(f"{s} {p:g} points" for s, p in given.items())
+                  + "; every other student left them empty (0)")
 
 
 def edition_source(course: Path, edition: Edition, repo_source) -> Path | None:

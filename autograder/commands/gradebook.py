@@ -268,8 +268,10 @@ def _timestamp(folder: Path) -> str | None:
     return text or None
 
 
-def _answered(folder: Path, notebook: str) -> dict[str, bool]:
-    """grade_id -> whether the student changed that solution cell (nbgrader's checksum test)."""
+def _answered(folder: Path, notebook: str, released: dict[str, str] | None = None) -> dict[str, bool]:
+    """grade_id -> whether the student changed that solution cell (nbgrader's checksum test, against the
+    checksum the gradebook keeps of the released cell when `released` has it, as autograde's OverwriteCells
+    does: a released written answer carries none)."""
     from nbformat import from_dict  # noqa: PLC0415 - nbformat and nbgrader are slow to import
     from nbgrader import utils  # noqa: PLC0415
 
@@ -285,7 +287,10 @@ def _answered(folder: Path, notebook: str) -> dict[str, bool]:
         meta = meta.get("nbgrader") if isinstance(meta, dict) else None
         if isinstance(meta, dict) and meta.get("solution") and isinstance(meta.get("grade_id"), str):
             try:
-                out[meta["grade_id"]] = meta.get("checksum") != utils.compute_checksum(cell)
+                if isinstance(cell.get("source"), list):  # (the file's lines, as nbformat's reader joins them)
+                    cell["source"] = "".join(cell["source"])
+                checksum = (released or {}).get(meta["grade_id"]) or meta.get("checksum")
+                out[meta["grade_id"]] = checksum != utils.compute_checksum(cell)
             except Exception:  # noqa: BLE001 - a cell nbgrader cannot checksum counts as answered
                 out[meta["grade_id"]] = True
     return out
@@ -295,7 +300,10 @@ def write_part_grades(location: Location, assignment: str, student: str, folder:
                       parts: list[PartResult]) -> None:
     """The rows nbgrader autograde + SaveAutoGrades write for this submission, in one transaction:
     each graded cell's auto_score (a part's score scaled to its cell; 0 for a notebook not
-    submitted), needs_manual_grade, and "No response." for solution cells left as released."""
+    submitted), needs_manual_grade, and "No response." for solution cells left as released. A written answer
+    waits for an instructor (0 if left as released); one an instructor graded stays as graded (written.py)."""
+    from . import written  # noqa: PLC0415 - nbgrader is slow to import
+
     by_id = {p.id: p for p in parts}
     with opened(location) as gb, one_transaction(gb):
         gb.update_or_create_student(student)
@@ -309,19 +317,26 @@ def write_part_grades(location: Location, assignment: str, student: str, folder:
             grades = {g.cell_id: g for g in submitted.grades}
             comments = {c.cell_id: c for c in submitted.comments}
             submitted_nb = (folder / f"{nb.name}.ipynb").exists()
+            by_hand = []  # the written answers' grades, set once we know which answers were written
             for cell in nb.grade_cells:
                 grade = grades.get(cell.id) or gb.find_grade(cell.name, nb.name, assignment, student)
                 part = by_id.get(cell.name)
                 if not submitted_nb:
                     grade.auto_score = 0.0  # what nbgrader autograde records for a missing notebook
+                elif written.is_written(cell):  # graded by hand: an instructor's grade stays as it is
+                    by_hand.append((cell.name, grade))
+                    continue
                 elif cell.cell_type != "code":
-                    grade.auto_score = None  # a written answer: graded by hand
+                    grade.auto_score = None  # another cell graded by hand
                 elif part is None:
                     grade.auto_score = 0.0  # a graded cell that is no part of the course
                 else:
                     grade.auto_score = cell_score(part.score, part.max_score, cell.max_score)
                 grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
-            answered = _answered(folder, nb.name) if submitted_nb else {}
+            released = {c.name: c.checksum for c in nb.source_cells}  # (a released written answer has none)
+            answered = _answered(folder, nb.name, released) if submitted_nb else {}
+            for name, grade in by_hand:
+                written.written_grade(grade, answered.get(name, False))  # (an unreadable notebook: as released)
             for cell in nb.solution_cells:
                 comment = comments.get(cell.id) or gb.find_comment(cell.name, nb.name, assignment, student)
                 comment.auto_comment = None if answered.get(cell.name, not submitted_nb) else "No response."

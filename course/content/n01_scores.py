@@ -1,5 +1,6 @@
 """Notebook 01: queries, keys, values and the scaled dot-product scores."""
 from course.cells import check, demo, graded_cell, md, recipe, setup, solution
+from course.content.written import written_cells
 
 NAME = "01_scores"
 
@@ -409,6 +410,7 @@ def cells():
               "K.transpose(-2, -1)", list(K.transpose(-2, -1).shape))
         print("PyTorch's warning for K.T:", str(caught[0].message).split(" and it will")[0])
         """),
+        *written_cells("written_scale_prediction"),
         demo("""
         # Variance of raw dot products grows with d_k; the softmax saturates unless we scale.
         n_pairs, n_keys = 2000, 8
@@ -451,6 +453,7 @@ def cells():
         """, r"""
         原始方差跟着 `d_k` 走，尽管 `d_k` 越大，随机向量反而*越接近*正交（“平均 |cos|”这一列在下降）：点积是 `d_k` 个正负随机的项之和，这些项平均起来相互抵消，但和的波动幅度仍按 $\sqrt{d_k}$ 增长。`d_k` 越大，不缩放的 softmax 就把越来越多的权重交给一个键，传到分数上的梯度也越来越小。缩放之后，方差保持在 1 附近，权重和梯度也不随宽度变化。（有些代码用乘以 `d_k ** -0.5` 代替除以 `math.sqrt(d_k)`：两者只差舍入误差，最后一行就说明了这一点。）
         """),
+        *written_cells("written_scale_sqrt"),
         solution("scaled_scores", HINTS),
         check("check_scaled_scores(scaled_scores)", "check_scaled_scores"),
         md(r"""

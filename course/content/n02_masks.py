@@ -1,5 +1,6 @@
 """Notebook 02: padding and causal masks."""
 from course.cells import check, demo, graded_cell, md, recipe, setup, solution
+from course.content.written import written_cells
 
 NAME = "02_masks"
 
@@ -332,6 +333,7 @@ def cells():
             plt.tight_layout()
             plt.show()
         """),
+        *written_cells("written_padding_keys"),
         md(r"""
         ## 5. Pitfalls and how to debug them
 

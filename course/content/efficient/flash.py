@@ -1,5 +1,6 @@
 """Notebook 01 of `efficient`: FlashAttention's algorithm on the CPU (online softmax, tiles, lse, merging)."""
 from course.cells import check, demo, graded_cell, md, setup, solution
+from course.content.written import written_cells
 
 NAME = "01_flash"
 
@@ -114,6 +115,7 @@ def cells():
         print(say("m + log(l) = {online:.6f}; torch.logsumexp of the whole row = {whole:.6f}",
                   online=(m + torch.log(l)).item(), whole=torch.logsumexp(scores, 0).item()))
         """),
+        *written_cells("written_online_rescale"),
         md(r"""
         The output is a weighted sum $\sum_j p_j v_j$ with $p_j = e^{s_j - m} / \ell$: keep it **unnormalised**,
         $o = \sum_j e^{s_j - m} v_j$, rescale it by the same $e^{m - m_\text{new}}$ as $\ell$, and divide by
@@ -417,6 +419,7 @@ def cells():
 
         内存计只能看到经过 PyTorch 算子的分配，看不到 C++ 内核在自己内部分配的内存：SDPA 的 flash 内核就是这样申请一块工作缓冲区的（大小取决于线程数）。最后一行用 `torch.profiler` 查出这块缓冲区，这样 SDPA 的数字才能和其他两个同等比较。
         """),
+        *written_cells("written_memory_prediction"),
         demo("""
         import matplotlib.pyplot as plt
 

@@ -1,6 +1,7 @@
 """Notebook 05 of `efficient`: FlashAttention's backward pass (the gradient of attention, P recomputed from the lse,
 an autograd.Function that saves O(S), what autograd keeps, a training step)."""
 from course.cells import Cell, check, demo, graded_cell, md, setup, solution, solution_source
+from course.content.written import written_cells
 
 NAME = "05_flash_backward"
 
@@ -371,6 +372,7 @@ def cells():
                 print(say("S = {S:>5}: plain attention keeps {plain:8.2f} MiB, FlashAttentionFunction {flash:6.2f} MiB",
                           S=S, plain=kept_mib(plain, *meta), flash=flash))
         """),
+        *written_cells("written_recompute"),
         md(r"""
         ## 6. One training step, two ways
 

@@ -1,5 +1,6 @@
 """Notebook 04 of `generation`: a Llama-style decoder's attention, where RoPE, the KV cache and GQA meet."""
 from course.cells import Cell, check, demo, graded_cell, md, setup, solution_source
+from course.content.written import written_cells
 
 from . import kv_cache, positions
 
@@ -182,6 +183,7 @@ def cells():
                     gap = (torch.cat(outs, dim=1) - full).abs().max().item()
                     print(f"{gap:.2e} ({gap / full.abs().max().item():.0e} of the largest |output|): {label}")
         """),
+        *written_cells("written_rotated_keys"),
         md(r"""
         ## 3. A cache of `H_kv` heads, repeated after reading
 
@@ -433,6 +435,7 @@ def cells():
             sees_nothing = torch.zeros(2, 3, dtype=torch.bool)
             print("SDPA, queries that see no key:", F.scaled_dot_product_attention(q, k, v, attn_mask=sees_nothing)[0, 0].tolist())
         """),
+        *written_cells("written_left_padding"),
         md(r"""
         ## Summary
 

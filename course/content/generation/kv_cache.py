@@ -1,5 +1,6 @@
 """Notebook 02 of `generation`: the KV cache, its causal mask, its memory, and grouped-query attention."""
 from course.cells import check, demo, graded_cell, md, recipe, setup, solution
+from course.content.written import written_cells
 
 NAME = "02_kv_cache"
 
@@ -213,6 +214,7 @@ def cells():
                               F.scaled_dot_product_attention(q, k, v, attn_mask=top_left))
         print("SDPA with is_causal=True equals SDPA with this mask:", same)
         """),
+        *written_cells("written_decode_alignment"),
         recipe("decode_causal_mask", RECIPES),
         solution("decode_causal_mask", HINTS),
         check("check_decode_causal_mask(decode_causal_mask)", "check_decode_causal_mask"),

@@ -1,0 +1,273 @@
+"""The written questions of the three assignments (graded by hand in formgrader), in both languages.
+
+Each sits where the student has just seen the evidence (or, for a prediction, right before the cell that
+shows it), and asks for a prediction or an explanation that the notebook's own output can confirm. A content
+module places one with `*written_cells("grade_id")`. Their points come on top of the autograded 100 of the
+assignment (course/cells.py: Written; README: "Written questions").
+"""
+from course.cells import Cell, Written, written
+
+# The questions of each assignment, in the order they are numbered in its notebooks.
+ASSIGNMENT_QUESTIONS = {
+    "self_attention": ("written_scale_prediction", "written_scale_sqrt", "written_padding_keys"),
+    "generation": ("written_decode_alignment", "written_rotated_keys", "written_left_padding"),
+    "efficient": ("written_online_rescale", "written_memory_prediction", "written_recompute"),
+}
+
+QUESTIONS = {q.grade_id: q for q in (
+    # ------------------------------------------------------------------ self_attention
+    Written(
+        "written_scale_prediction", 4,
+        question=(
+            """*Predict before you run the next cell.* It draws 8 random keys per query and prints, for
+            `d_k` from 4 to 1024, the mean largest softmax weight of the raw scores (`max weight raw`) and of the
+            scaled ones (`max weight scaled`). How large do you expect the largest raw weight to be at `d_k = 16`,
+            and at `d_k = 256`? Will the scaled column change with `d_k`? Write your guess first; then run the
+            cell and explain in two sentences what you see.""",
+            """*先预测，再运行下一个单元格。* 它为每个查询随机取 8 个键，对 `d_k` 从 4 到 1024 打印原始分数的
+            softmax 最大权重的平均值（`max weight raw`）和缩放后分数的（`max weight scaled`）。你估计 `d_k = 16` 时
+            原始分数的最大权重大约是多少？`d_k = 256` 时呢？缩放后的那一列会随 `d_k` 变化吗？先写下你的猜测，
+            再运行单元格，用两句话解释你看到的结果。"""),
+        answer=(
+            """My guess: unscaled, the largest weight climbs towards 1 as `d_k` grows; scaled, it stays put. The
+            table agrees: `max weight raw` rises with `d_k` while `max weight scaled` is flat. A raw dot product is
+            a sum of `d_k` random terms, so its variance is `d_k` (the `var(q.k)` column) and the scores spread
+            like $\\sqrt{d_k}$: the softmax then gives almost everything to the largest one. Dividing by
+            $\\sqrt{d_k}$ brings the variance back to 1, so the weights no longer depend on the width.""",
+            """我的猜测：不缩放时，最大权重随 `d_k` 增大而趋近 1；缩放后基本不变。表格印证了这一点：`max weight raw`
+            随 `d_k` 上升，`max weight scaled` 几乎不动。原始点积是 `d_k` 个随机项之和，方差等于 `d_k`（见
+            `var(q.k)` 一列），分数的离散程度按 $\\sqrt{d_k}$ 增长，softmax 于是几乎把全部权重给了最大的那个分数。
+            除以 $\\sqrt{d_k}$ 把方差拉回 1，权重就不再随宽度变化。"""),
+        full=("a prediction written down, and an explanation that names the variance (or spread) of the dot product "
+              "growing with `d_k` and the softmax saturating, with scaling restoring variance 1.",
+              "写了预测，并且解释里说出点积的方差（或离散程度）随 `d_k` 增长、softmax 饱和，而缩放让方差回到 1。"),
+        half=("the right direction (raw weights grow towards 1, scaled stay flat) without the variance argument, "
+              "or the argument without reading the table.",
+              "方向对（原始权重趋近 1，缩放后不变），但没有方差的论证；或者有论证，却没有对照表格。"),
+        none=("no answer, or the wrong direction (for example: larger `d_k` spreads the weights more evenly).",
+              "没有作答，或方向错误（例如认为 `d_k` 越大权重越平均）。"),
+    ),
+    Written(
+        "written_scale_sqrt", 3,
+        question=(
+            """Why divide the scores by $\\sqrt{d_k}$ and not by $d_k$? Use the `var(q.k)` column of the table
+            above: what would the variance of $q \\cdot k / d_k$ be at `d_k = 256`, and what would the softmax over
+            the 8 keys look like then? Two or three sentences.""",
+            """为什么分数要除以 $\\sqrt{d_k}$，而不是除以 $d_k$？用上面表格里 `var(q.k)` 这一列来回答：`d_k = 256`
+            时 $q \\cdot k / d_k$ 的方差是多少？这时 8 个键上的 softmax 会是什么样子？写两三句话。"""),
+        answer=(
+            """Dividing by $d_k$ divides the variance by $d_k^2$: $\\mathrm{var}(q \\cdot k)/d_k^2 \\approx 1/d_k$,
+            about $1/256$ at `d_k = 256`. The scores then all sit near 0, and the softmax is almost uniform (close to
+            1/8 for each key): attention can no longer prefer any key, and the wider the head, the worse. The
+            standard deviation is $\\sqrt{d_k}$, so dividing by it is what keeps the variance at 1 for every width
+            (the `var(q.k/sqrt(d_k))` column).""",
+            """除以 $d_k$ 相当于把方差除以 $d_k^2$：$\\mathrm{var}(q \\cdot k)/d_k^2 \\approx 1/d_k$，`d_k = 256`
+            时约为 $1/256$。这样所有分数都挤在 0 附近，softmax 几乎是均匀分布（每个键都接近 1/8）：注意力没法再偏向
+            任何一个键，而且头越宽越严重。点积的标准差是 $\\sqrt{d_k}$，除以它才能让方差在任何宽度下都保持为 1
+            （见 `var(q.k/sqrt(d_k))` 一列）。"""),
+        full=("variance $\\approx 1/d_k$ when dividing by $d_k$, hence a near-uniform softmax, and $\\sqrt{d_k}$ as "
+              "the standard deviation that keeps the variance at 1.",
+              "指出除以 $d_k$ 后方差约为 $1/d_k$、softmax 接近均匀，并说明 $\\sqrt{d_k}$ 是标准差，除以它方差保持为 1。"),
+        half=("one of the two halves: the near-uniform softmax without the variance, or the variance without its "
+              "consequence for the weights.",
+              "只答到一半：说了 softmax 接近均匀却没讲方差，或讲了方差却没说它对权重的影响。"),
+        none=("no answer, or a reason that is not about the size of the scores (for example: $\\sqrt{}$ is cheaper).",
+              "没有作答，或理由与分数大小无关（例如“开方算得更快”）。"),
+    ),
+    Written(
+        "written_padding_keys", 3,
+        question=(
+            """In the `padding (length 6)` panel, the two padded *key* columns are 0, but the two padded *query*
+            rows (6 and 7) still hold weights. Why does the padding mask hide keys and not queries, and why is it
+            harmless that a padded query still gets an output? Two or three sentences.""",
+            """在 `padding (length 6)` 这张图里，两个被填充的*键*（最右两列）权重为 0，可是两个被填充的*查询*
+            （第 6、7 行）仍然有权重。为什么填充掩码遮的是键而不是查询？被填充的查询照样得到一个输出，为什么
+            没有害处？写两三句话。"""),
+        answer=(
+            """A query's output is the weighted average of the values of the keys it attends to, so a padded key
+            would mix a pad token's value into the output of every real token: it must get weight 0 ($-\\infty$
+            before the softmax). A padded query only produces its own row, which nothing else reads (the next
+            layers mask it as a key again, and the loss ignores pad positions); masking that row too would leave
+            it with no key at all and give NaN.""",
+            """查询的输出是它所关注的那些键对应的值的加权平均，所以一个被填充的键会把填充 token 的值混进每个真实
+            token 的输出：它的权重必须为 0（softmax 之前设为 $-\\infty$）。被填充的查询只产生它自己那一行输出，
+            没有别的东西会读它（后面的层会再次把它当作键遮住，损失也忽略填充位置）；如果把这一行也遮住，它就一个键
+            都看不到，只会得到 NaN。"""),
+        full=("keys are masked because their values flow into every real query's output; a padded query's row is "
+              "never read (and masking it too would give an all-masked row, NaN).",
+              "说明遮键是因为键的值会流入每个真实查询的输出；被填充查询的那一行从来不会被读取（再遮它反而会得到全被遮住的行、NaN）。"),
+        half=("only one of the two: why keys are masked, or why padded queries do no harm.",
+              "只答了其中一点：为什么遮键，或者为什么填充的查询无害。"),
+        none=("no answer, or the claim that the padded rows are a bug to fix.",
+              "没有作答，或认为填充的那两行是需要修正的 bug。"),
+    ),
+    # ------------------------------------------------------------------ generation
+    Written(
+        "written_decode_alignment", 3,
+        question=(
+            """The cell above printed the mask of `is_causal=True` for `S_q = 2` new queries and `S_k = 5` keys.
+            Which keys may the newest token (the last row) see under that mask, and which should it see? Then
+            explain in two sentences why this bug stays hidden during the prefill.""",
+            """上面的单元格打印了 `S_q = 2` 个新查询、`S_k = 5` 个键时 `is_causal=True` 用的掩码。在这个掩码下，
+            最新的 token（最后一行）能看到哪些键？它本应看到哪些键？再用两句话解释：为什么这个 bug 在预填充阶段
+            不会暴露。"""),
+        answer=(
+            """Under the printed (top-left aligned) mask the last query sees keys 0 and 1 only, but it is the token
+            at absolute position 4 and should see keys 0 to 4: decoding needs the bottom-right alignment,
+            $j \\le i + (S_k - S_q)$. During the prefill $S_q = S_k$, where both alignments are the same lower
+            triangle, so the outputs are right until the first call with fewer queries than keys.""",
+            """在打印出来的（左上对齐的）掩码下，最后一个查询只能看到键 0 和 1；可它是绝对位置 4 上的 token，本应
+            看到键 0 到 4：解码需要右下对齐，即 $j \\le i + (S_k - S_q)$。预填充时 $S_q = S_k$，两种对齐是同一个
+            下三角，所以输出一直是对的，直到第一次出现查询比键少的调用。"""),
+        full=("keys 0-1 seen versus 0-4 needed (bottom-right alignment), and $S_q = S_k$ in the prefill making both "
+              "alignments agree.",
+              "答出看到的是键 0-1、应看到键 0-4（右下对齐），并指出预填充时 $S_q = S_k$，两种对齐一致。"),
+        half=("the right keys without the reason the prefill hides it, or the reason without reading the mask.",
+              "键答对了但没解释预填充为何不暴露，或解释了原因却没读懂掩码。"),
+        none=("no answer, or a reading of the mask in which the newest token sees every key.",
+              "没有作答，或把掩码读成最新 token 能看到所有键。"),
+    ),
+    Written(
+        "written_rotated_keys", 4,
+        question=(
+            """In the cell above, the third run uses a cache that rotates every key it returns once more, at
+            positions `0 .. S_k - 1`. Why does the cache store keys already rotated, each at its own position, and
+            what exactly goes wrong in the third run? Two or three sentences; use the printed differences.""",
+            """上面的单元格里，第三次运行用的缓存会把它返回的每个键在位置 `0 .. S_k - 1` 上再旋转一次。为什么缓存
+            里存的是已经按各自位置旋转过的键？第三次运行到底错在哪里？写两三句话，并引用打印出来的差值。"""),
+        answer=(
+            """RoPE makes a score depend only on $m - n$ when the key at position $n$ is rotated by its own angle
+            exactly once; rotating at append time makes each cached key final, so later steps reuse it as it is
+            and never redo work on old tokens. The third cache rotates keys that are already rotated, so key $n$
+            ends up turned by $2n$: the relative positions are wrong and its output drifts far from the full pass
+            (its difference is many orders of magnitude above rounding, unlike the first line's). Rotating every
+            key again at each step would also cost work that grows with the cache.""",
+            """只有位置 $n$ 上的键恰好按自己的角度旋转一次，RoPE 才能让分数只依赖于 $m - n$；在追加时就旋转，缓存里的
+            键就是最终结果，之后每一步直接拿来用，不必再为旧 token 重新计算。第三次运行的缓存把已经旋转过的键又转了
+            一次，位置 $n$ 的键实际转了 $2n$：相对位置全错，输出与整段一次性计算的结果差得很远（差值比第一行的舍入
+            误差大好几个数量级）。每一步都把所有键再转一遍，计算量还会随缓存长度增长。"""),
+        full=("the relative-position property needs each key rotated once at its own position; the third run rotates "
+              "twice ($2n$), read off the large printed difference; cost of re-rotating mentioned or not.",
+              "说明相对位置性质要求每个键只按自己的位置旋转一次；第三次运行旋转了两次（$2n$），并引用打印出的大差值；是否提到重复旋转的开销均可。"),
+        half=("says the keys are rotated twice without why that breaks the scores, or explains storing rotated keys "
+              "only as a saving of work.",
+              "只说键被转了两次却没说明为什么会破坏分数，或只把存旋转后的键解释成省计算。"),
+        none=("no answer, or the claim that the cache should store unrotated keys and rotate them when read.",
+              "没有作答，或主张缓存应存未旋转的键、读出时再旋转。"),
+    ),
+    Written(
+        "written_left_padding", 3,
+        question=(
+            """*Predict before you change anything.* If `generate` passed `None` instead of `mask` as the
+            `key_mask` of its two calls of `layer`, which of the three prompts would generate different tokens?
+            Write your prediction, then try it (edit the cell, run it, put `mask` back) and explain in two
+            sentences why a left-padded batch needs the key mask.""",
+            """*先预测，再动手。* 如果 `generate` 在两次调用 `layer` 时把 `key_mask` 从 `mask` 换成 `None`，三个
+            提示中哪些生成的 token 会变？先写下预测，再试一试（改单元格、运行，然后把 `mask` 改回来），用两句话
+            解释：为什么左填充的批次必须有键掩码。"""),
+        answer=(
+            """Only the shorter prompts (2 and 4 tokens) change; the prompt of 6 has no padding, so it generates the
+            same tokens. Without the mask their queries attend to the pad tokens' keys on the left, which stay in
+            the cache for every later step, so the pad embedding's values leak into each output; the key mask hides
+            those columns at every step, and each sequence then sees only its own tokens, as when it is generated
+            alone.""",
+            """只有较短的两个提示（2 个和 4 个 token）会变；长度为 6 的提示没有填充，生成的 token 不变。没有掩码时，
+            它们的查询会关注左边填充 token 的键，而这些键此后每一步都留在缓存里，填充嵌入的值于是混进了每个输出；
+            键掩码在每一步都把这些列遮住，每条序列就只看到自己的 token，与单独生成时一样。"""),
+        full=("the two padded prompts change and the unpadded one does not, because their queries see the pad keys "
+              "(kept in the cache at every step) unless the key mask hides them.",
+              "答出两个有填充的提示会变、没有填充的不变，原因是不加键掩码时它们的查询会看到填充的键（而且这些键每一步都在缓存里）。"),
+        half=("the right prompts without the reason, or the reason with a wrong prediction left uncorrected.",
+              "提示判断对了但没说原因，或原因对了但错误的预测没有更正。"),
+        none=("no answer, or the claim that all three prompts change or none does.",
+              "没有作答，或认为三个提示都会变、或都不会变。"),
+    ),
+    # ------------------------------------------------------------------ efficient
+    Written(
+        "written_online_rescale", 3,
+        question=(
+            """In the cell above, the running sum is multiplied by `exp(m - m_new)` whenever a block brings a
+            larger maximum. Predict what the last line would print without that factor, try it (delete the factor,
+            run, put it back), and explain in two sentences why the factor is needed.""",
+            """上面的单元格里，每当一个块带来更大的最大值，累计和就要乘以 `exp(m - m_new)`。先预测：去掉这个因子，
+            最后一行会打印什么？再试一试（删掉因子、运行、再改回来），用两句话解释为什么需要这个因子。"""),
+        answer=(
+            """Without it `m + log(l)` no longer equals `torch.logsumexp` of the row: it comes out too large. Each
+            term of the running sum is $e^{s - m}$, measured against the maximum seen so far; when the maximum
+            becomes `m_new`, the old terms must be re-expressed against it, and
+            $e^{s - m} \\cdot e^{m - m_{\\mathrm{new}}} = e^{s - m_{\\mathrm{new}}}$ does exactly that. Left out, the old block's terms count
+            as if they were as large as the new maximum's.""",
+            """去掉之后，`m + log(l)` 就不再等于这一行的 `torch.logsumexp`：结果偏大。累计和里的每一项都是
+            $e^{s - m}$，是相对于当时见到的最大值算的；最大值变成 `m_new` 后，旧的各项必须改成相对于新最大值，
+            $e^{s - m} \\cdot e^{m - m_{\\mathrm{new}}} = e^{s - m_{\\mathrm{new}}}$ 做的正是这件事。漏掉它，旧块的那些项就被当成和新最大值
+            附近的项一样大。"""),
+        full=("the result no longer matches logsumexp (too large), and the old terms are relative to the old maximum "
+              "and must be rescaled to the new one.",
+              "答出结果不再等于 logsumexp（偏大），并说明旧的项是相对旧最大值计算的，必须换算到新最大值。"),
+        half=("the right effect without the reason, or the reason without the prediction checked.",
+              "只说对了结果而没有原因，或讲了原因但没有验证预测。"),
+        none=("no answer, or a claim that the factor only prevents overflow and changes nothing when left out.",
+              "没有作答，或认为这个因子只是防溢出，去掉也没有影响。"),
+    ),
+    Written(
+        "written_memory_prediction", 3,
+        question=(
+            """*Predict before you run the next cell.* Each time $S$ doubles, by what factor should the peak memory
+            of plain attention grow, and by what factor that of your `flash_attention`? Write the two factors and
+            your reason; then run the cell and compare with the printed peaks.""",
+            """*先预测，再运行下一个单元格。* $S$ 每翻一倍，朴素注意力的峰值内存应该增长几倍？你的 `flash_attention`
+            呢？写下这两个倍数和理由，再运行单元格，和打印出来的峰值对比。"""),
+        answer=(
+            """Plain attention holds the whole `[B, H, S, S]` score matrix, so doubling $S$ multiplies its peak by
+            about 4, as the printed rows show. `flash_attention` holds one `block_q x block_k` tile of scores per
+            head plus the output and the running statistics, all linear in $S$, so its peak tends to doubling; at
+            small $S$ it grows by less, because the fixed size of the tiles is a large share of it.""",
+            """朴素注意力要存下整个 `[B, H, S, S]` 分数矩阵，所以 $S$ 翻倍时峰值大约变成 4 倍，打印的各行正是如此。
+            `flash_attention` 每个头只存一个 `block_q x block_k` 的分数块，再加上输出和累计的统计量，都与 $S$ 成
+            线性关系，所以峰值趋向于翻倍；$S$ 较小时增长不到 2 倍，因为固定大小的块占了峰值的很大一部分。"""),
+        full=("about 4x for plain attention (the $S^2$ matrix) and about 2x, or less at small $S$, for the tiled "
+              "version, with the reason.",
+              "答出朴素注意力约 4 倍（$S^2$ 的矩阵）、分块版本约 2 倍（$S$ 较小时更少），并给出理由。"),
+        half=("the two factors without reasons, or one factor right with its reason.",
+              "两个倍数对但没有理由，或只有一个倍数及其理由是对的。"),
+        none=("no answer, or the same factor for both.", "没有作答，或认为两者增长倍数相同。"),
+    ),
+    Written(
+        "written_recompute", 4,
+        question=(
+            """Why does FlashAttention's backward pass recompute the probabilities $P$ from `q`, `k` and `lse`
+            instead of keeping them from the forward pass? Answer with the sizes the cell above printed, and say
+            what the recomputation costs. Two or three sentences.""",
+            """FlashAttention 的反向传播为什么要用 `q`、`k` 和 `lse` 重新计算概率 $P$，而不是把前向传播算出的
+            $P$ 保存下来？结合上面单元格打印的大小来回答，并说明重算要付出什么代价。写两三句话。"""),
+        answer=(
+            """Keeping $P$ means keeping $S_q \\times S_k$ numbers per head: the printed sizes of plain attention grow
+            about 16-fold when $S$ grows 4-fold, to gigabytes at 16k, while `FlashAttentionFunction` keeps only `q`, `k`,
+            `v`, `out` and `lse`, which grow 4-fold. With `lse` saved, each tile's $P = e^{S \\cdot scale - lse}$ is
+            recomputed exactly, already normalised; the price is one more $QK^\\top$ product per tile in the
+            backward pass, extra arithmetic that costs far less than storing and reading back a quadratic tensor.""",
+            """保存 $P$ 就得为每个头保存 $S_q \\times S_k$ 个数：打印的结果里，$S$ 变成 4 倍时朴素注意力保存的量变成
+            约 16 倍，到 16k 时已是 GB 级；而 `FlashAttentionFunction` 只保存 `q`、`k`、`v`、`out` 和 `lse`，只变成
+            4 倍。有了 `lse`，每个块的 $P = e^{S \\cdot scale - lse}$ 可以精确地重算出来，而且已经归一化；代价是
+            反向传播里每个块多做一次 $QK^\\top$ 乘法，多出的这点计算远比存下再读回一个平方级的张量便宜。"""),
+        full=("quadratic memory of $P$ versus linear memory of what is kept, read off the printed sizes; `lse` making "
+              "the recomputation exact; the cost named as extra compute (one more $QK^\\top$ per tile).",
+              "对照打印的大小说明 $P$ 占平方级内存、保存的量是线性的；指出 `lse` 使重算精确；说出代价是额外计算（每块多一次 $QK^\\top$）。"),
+        half=("the memory argument alone, without the role of `lse` or the cost.",
+              "只讲了内存，没有讲 `lse` 的作用或重算的代价。"),
+        none=("no answer, or a reason that is not about memory (for example: recomputing is more accurate).",
+              "没有作答，或理由与内存无关（例如“重算更精确”）。"),
+    ),
+)}
+
+
+def written_cells(grade_id: str) -> list[Cell]:
+    """The question and answer cells of one written question, numbered within its assignment."""
+    number = next(order.index(grade_id) + 1 for order in ASSIGNMENT_QUESTIONS.values() if grade_id in order)
+    return written(QUESTIONS[grade_id], number)
+
+
+def written_points(assignment: str) -> float:
+    """The hand-graded points of an assignment (an edition's id, such as generation_zh, names its assignment)."""
+    base = assignment.removesuffix("_zh")
+    return sum(QUESTIONS[g].points for g in ASSIGNMENT_QUESTIONS.get(base, ()))
