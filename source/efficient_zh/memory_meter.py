@@ -8,7 +8,9 @@ that matters for attention: plain attention holds a whole [B, H, S, S] matrix at
 chunked attention only [B, H, chunk, S].
 
 Only storages created inside the `with` block count: the inputs you pass in are not
-measured, so the figure is the *extra* memory a function needs.
+measured, and neither is a view of them (a slice, a transpose, a reshape that needs no
+copy) nor an operator that writes into them in place, since none of these allocates. The
+figure is the *new* memory a function needs: its intermediate tensors and its output.
 
 This file is shipped twice from one source: the grader's worker imports it, and the
 course build copies it next to the long-sequence notebook as `memory_meter.py`.
@@ -52,8 +54,14 @@ class LiveMemoryMeter(TorchDispatchMode):
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # The storages the operator was given: an output on one of them is a view of an input or the input written
+        # in place, not new memory. If we do not count that storage already, it was alive before the `with` block.
+        given = {item.untyped_storage().data_ptr() for item in tree_flatten((args, kwargs))[0]
+                 if isinstance(item, torch.Tensor) and item.device.type == "cpu"}
         out = func(*args, **(kwargs or {}))
+        fresh = func is torch.ops.aten.lift_fresh.default  # torch.tensor(...): data made inside the block
         for item in tree_flatten(out)[0]:
             if isinstance(item, torch.Tensor) and item.device.type == "cpu":
-                self._track(item)
+                if fresh or item.untyped_storage().data_ptr() not in given:
+                    self._track(item)
         return out
