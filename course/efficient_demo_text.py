@@ -44,7 +44,7 @@ DEMO_TEXT = (
     N_('keys per query: {counts}'),
     N_('Mistral 7B: 32 layers x (4096 - 1) = {tokens:,} tokens of reach'),
     N_("the paper's count (W = 4096 keys before the query, one more than the code's): 32 x 4096 = {tokens:,}"),
-    N_('L = {layers} layers: the last token reaches {farthest:>2} positions back; L x (window - 1) = {bound:>2}'),
+    N_('L = {layers}: the last token reaches {farthest:>2} positions back; L x (window - 1) = {bound:>2}'),
     N_('queries {i0}..{i1}: keys {j0}..{i1}, {n} scores instead of {full}'),
     N_('the band and the rectangle of each chunk'),
     N_('key position j'),

@@ -370,6 +370,8 @@ def cells():
         - **Python control flow in a mod** (`if q_idx >= kv_idx:`, `.item()`): the mods receive tensors and are
           vmapped; use `&`, `|`, `torch.where`.
         - **Forgetting `b`**: `document_ids[q_idx]` uses sample 0's documents for every sample.
+        - **ALiBi's slopes in a Python list**: `slopes[h]` works while `h` is one number, but flex_attention (and
+          the demo's grid of every head at once) hands the mod a tensor of head indices; keep the slopes in a tensor.
         - **ALiBi's sign**: past keys are penalised, `slope * (kv_idx - q_idx)` is negative for them; head 0 has
           the steepest slope $2^{-8/H}$.
         - **Clamp instead of tanh**: same range, no gradient beyond the cap.
@@ -380,6 +382,7 @@ def cells():
 
         - **在 mod 里用 Python 控制流**（`if q_idx >= kv_idx:`、`.item()`）：mod 收到的是张量，并且会被 vmap；请用 `&`、`|`、`torch.where`。
         - **忘了 `b`**：`document_ids[q_idx]` 会让每个样本都用样本 0 的文档划分。
+        - **把 ALiBi 的斜率放在 Python 列表里**：`h` 只是一个数时 `slopes[h]` 能用，但 flex_attention（以及演示单元格里一次算所有头的网格）传给 mod 的是由头的编号组成的张量；斜率要存成张量。
         - **ALiBi 的符号**：过去的键要受惩罚，`slope * (kv_idx - q_idx)` 对它们是负的；头 0 的斜率最陡，为 $2^{-8/H}$。
         - **用硬截断（clamp）代替 tanh**：取值范围相同，但超过上限后没有梯度。
         - **mod 定义在编译器无法导入的地方**：torch.compile 会读取定义 mod 的模块；以不在 `sys.modules` 中的名字加载的代码会报 `ModuleNotFoundError`。

@@ -108,7 +108,7 @@ def cells():
             reach = step.clone()
             for layers in range(1, 7):
                 farthest = S - 1 - int(reach[-1].nonzero().min())
-                print(say("L = {layers} layers: the last token reaches {farthest:>2} positions back; L x (window - 1) = {bound:>2}",
+                print(say("L = {layers}: the last token reaches {farthest:>2} positions back; L x (window - 1) = {bound:>2}",
                           layers=layers, farthest=farthest, bound=layers * (window - 1)))
                 reach = ((reach @ step) > 0).float()  # one more layer
         print(say("Mistral 7B: 32 layers x (4096 - 1) = {tokens:,} tokens of reach", tokens=32 * 4095))
@@ -202,11 +202,12 @@ def cells():
         S, and **the rest**, the work of one chunk at a time (its scores, their mask and softmax), which depends
         on `chunk_size x (chunk_size + window - 1)` per head and not on S. Then, at a fixed S, it grows the
         window: the rest follows `chunk_size + window - 1`. The **work**, the number of scores computed, grows
-        as S x (`chunk_size + window - 1`): the last lines print these ratios.
+        roughly as S x (`chunk_size + window - 1`) (the first chunk has fewer keys before it): the last lines
+        print these ratios.
         """, r"""
         ## 4. 什么随什么增长
 
-        下面的单元格用课程的 `LiveMemoryMeter`（它统计函数新建的张量，即中间结果和输出，从不统计输入或输入的视图）测量随 S 增长时，用你的带状掩码遮住的朴素注意力和你的分块版本（`window = 64`，`chunk_size = 128`）的峰值内存，并把两者画出来。它把分块版本的峰值分成两部分：输出 `[B, H, S, D_v]`，任何注意力都要返回它，它随 S 增长；以及**其余部分**，即一次一块的工作（这一块的分数、掩码和 softmax），每个头取决于 `chunk_size x (chunk_size + window - 1)`，与 S 无关。然后在固定的 S 下增大窗口：其余部分随 `chunk_size + window - 1` 增长。**计算量**，即算出的分数个数，按 S x (`chunk_size + window - 1`) 增长：最后几行打印这些比值。
+        下面的单元格用课程的 `LiveMemoryMeter`（它统计函数新建的张量，即中间结果和输出，从不统计输入或输入的视图）测量随 S 增长时，用你的带状掩码遮住的朴素注意力和你的分块版本（`window = 64`，`chunk_size = 128`）的峰值内存，并把两者画出来。它把分块版本的峰值分成两部分：输出 `[B, H, S, D_v]`，任何注意力都要返回它，它随 S 增长；以及**其余部分**，即一次一块的工作（这一块的分数、掩码和 softmax），每个头取决于 `chunk_size x (chunk_size + window - 1)`，与 S 无关。然后在固定的 S 下增大窗口：其余部分随 `chunk_size + window - 1` 增长。**计算量**，即算出的分数个数，大致按 S x (`chunk_size + window - 1`) 增长（第一块之前的键较少）：最后几行打印这些比值。
         """),
         demo("""
         import matplotlib.pyplot as plt
