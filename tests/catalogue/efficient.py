@@ -77,9 +77,9 @@ LINEAR_CAUSAL_SUMS = '''        kv = torch.cumsum(phi_k[..., :, None] * v[..., N
         denominator = (phi_q * z).sum(dim=-1)  # [B, H, S]'''
 
 # The reference's causal branch (chunkwise), from its first line to its last.
-LINEAR_CAUSAL = REFERENCE.read_text(encoding="utf-8").split("        B, H, S, D = q.shape\n        chunk = 64\n")[1].split(
-    "    else:\n        # associativity")[0]
-LINEAR_CAUSAL = "        B, H, S, D = q.shape\n        chunk = 64\n" + LINEAR_CAUSAL.rstrip("\n")
+_CAUSAL_START = "        B, H, S, D = q.shape\n        C = 64  # positions per chunk\n"
+LINEAR_CAUSAL = _CAUSAL_START + REFERENCE.read_text(encoding="utf-8").split(_CAUSAL_START)[1].split(
+    "    else:\n        # associativity")[0].rstrip("\n")
 
 CASES: tuple = (
     # ------------------------------------------------------------------ wrong: flash

@@ -192,13 +192,13 @@ def linear_attention(
         # chunkwise: inside a chunk the weights phi(q_i) . phi(k_j), j <= i, as a small [C, C] matrix; the keys of
         # every earlier chunk through the running sums kv and z (the recurrent state after the previous chunk)
         B, H, S, D = q.shape
-        chunk = 64
+        C = 64  # positions per chunk
         kv = torch.zeros(B, H, D, v.shape[-1], dtype=v.dtype, device=v.device)  # sum of phi(k_j) v_j^T so far
         z = torch.zeros(B, H, D, dtype=k.dtype, device=k.device)  # sum of phi(k_j) so far
         numerator = torch.empty(B, H, S, v.shape[-1], dtype=v.dtype, device=v.device)  # [B, H, S, D_v]
         denominator = torch.empty(B, H, S, dtype=q.dtype, device=q.device)  # [B, H, S]
-        for i0 in range(0, S, chunk):
-            i1 = min(i0 + chunk, S)
+        for i0 in range(0, S, C):
+            i1 = min(i0 + C, S)
             q_c, k_c, v_c = phi_q[:, :, i0:i1], phi_k[:, :, i0:i1], v[:, :, i0:i1]  # [B, H, C, D], [B, H, C, D_v]
             w = (q_c @ k_c.transpose(-2, -1)).tril()  # [B, H, C, C]: key j <= query i inside the chunk
             numerator[:, :, i0:i1] = q_c @ kv + w @ v_c  # [B, H, C, D_v]: the earlier chunks, then this one
