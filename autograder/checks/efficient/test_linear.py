@@ -74,6 +74,8 @@ def linear_mistakes(q, k, v, causal: bool) -> dict:
             variant(feature="identity"),
         _("no normaliser: divide each output by phi(q_i) . sum_j phi(k_j) (+ eps), the sum of its weights"):
             variant(normalise=False),
+        _("linear attention has no 1/sqrt(D): phi(q) . phi(k) takes the place of exp(q . k / sqrt(D)); apply phi to "
+          "q and k themselves"): lambda: linear_variant(q / q.shape[-1] ** 0.5, k, v, causal),
     }
     if causal:
         mistakes = {
@@ -185,6 +187,9 @@ def test_linear_attention_step_equals_causal_linear_attention(student):
         _("return the UPDATED state: the next step must see the sums including this step's key"):
             lambda: recurrent_variant(q, k, v, "stale", EPS),
         _("eps is added to the normaliser: phi(q_t) . z + eps"): lambda: recurrent_variant(q, k, v),
+        _("your out_t reads the state before this step's key is added: query t sees key t too (j <= t); add phi(k_t) "
+          "v_t^T and phi(k_t) to the state first, then read it with phi(q_t)"):
+            lambda: linear_variant(q, k, v, True, diagonal=False, eps=EPS),
     }
     expect.close(got, linear_variant(q, k, v, True, eps=EPS), "linear_attention_step over {n} steps, eps={eps}".format(
         n=STEPS, eps=EPS),
