@@ -44,6 +44,7 @@ _SELF_ATTENTION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_check
                            **_SHARED_SUPPORT, **_METER}
 _GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_generation.py", **_SHARED_SUPPORT}
 _EFFICIENT_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_efficient.py",
+                      "visible_checks_flash.py": REPO / "course" / "visible_checks_flash.py",
                       "visible_checks_flash_backward.py": REPO / "course" / "visible_checks_flash_backward.py",
                       "visible_checks_flex.py": REPO / "course" / "visible_checks_flex.py",
                       **_SHARED_SUPPORT, **_METER}

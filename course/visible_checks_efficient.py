@@ -16,6 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok, plain  # noqa: F401 - DOMAIN, LOCALES: for the tests
 from memory_meter import LiveMemoryMeter  # next to this file in the assignment's folder
+from visible_checks_flash import flash_checks  # notebook 01's checks, built on this harness
 from visible_checks_flash_backward import flash_backward_checks  # notebook 05's checks, built on this harness
 from visible_checks_flex import flex_checks  # notebook 04's checks, likewise
 
@@ -30,7 +31,8 @@ __all__ = [
 ]
 
 harness = Harness(__file__, *(os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-                              for name in ("visible_checks_flash_backward.py", "visible_checks_flex.py")))
+                              for name in ("visible_checks_flash.py", "visible_checks_flash_backward.py",
+                                           "visible_checks_flex.py")))
 _ = harness.gettext
 use_language, uses_your_code, say = harness.use_language, harness.uses_your_code, harness.say
 MiB = 2**20
@@ -78,70 +80,7 @@ class _Squares(TorchDispatchMode):
 # --------------------------------------------------------------------------- #
 
 
-@harness.check("flash_attention")
-def check_flash_attention(flash_attention) -> None:
-    flash = harness.watch(flash_attention, "flash_attention")
-    q, k, v = _qkv(2, 3, 7, 11, 4, 5)
-    for causal in (False, True):
-        got = flash(q, k, v, causal=causal, block_q=3, block_k=4)
-        assert isinstance(got, tuple) and len(got) == 2, _("flash_attention should return the pair (out, lse)")
-        out, lse = harness.expect_shape(got[0], [2, 3, 7, 5], "out"), harness.expect_shape(got[1], [2, 3, 7], "lse")
-        want, want_lse = _dense(q, k, v, _bottom_right(7, 11) if causal else None)
-        if causal and close(out, _dense(q, k, v, torch.ones(7, 11, dtype=torch.bool).tril())[0], 1e-4):
-            raise AssertionError(_("with causal=True query 0 sees only key 0: that is top-left alignment; with 7 queries "
-                                   "and 11 keys the queries are the last 7 positions, so query i sees keys j <= i + 4"))
-        assert close(out, want, 1e-4), _(
-            "out differs from plain attention (causal={causal}, 7 queries, 11 keys, block_q=3, block_k=4) by up to "
-            "{gap:.2g}: when the running maximum grows, rescale the running sum and the output by exp(old max - new max)"
-        ).format(causal=causal, gap=(out.double() - want).abs().max().item())
-        scores = q.double() @ k.double().transpose(-2, -1) / 2  # [B, H, 7, 11], D = 4
-        row_max = (scores.masked_fill(~_bottom_right(7, 11), float("-inf")) if causal else scores).amax(-1)
-        if close(lse, want_lse - row_max, 1e-4):
-            raise AssertionError(_("lse is log(running sum) without the running max: the sum was taken after "
-                                   "subtracting the max, so lse = max + log(sum)"))
-        assert lse.dtype == torch.float32, _("lse should be float32, got {dtype}").format(dtype=lse.dtype)
-        assert close(lse, want_lse, 1e-4), _(
-            "lse differs from log(sum(exp(scores))) by up to {gap:.2g}: lse = running max + log(running sum) "
-            "(the sum alone is taken after subtracting the max)").format(gap=(lse.double() - want_lse).abs().max().item())
-    half = flash(q.half(), k.half(), v.half(), block_q=4, block_k=4)
-    assert half[0].dtype == torch.float16 and half[1].dtype == torch.float32, _(
-        "with float16 inputs out should be float16 and lse float32, got {out} and {lse}").format(
-        out=half[0].dtype, lse=half[1].dtype)
-    assert torch.isfinite(half[0]).all(), _("float16 inputs gave inf or NaN: accumulate the sums in float32")
-    S = 1024
-    q, k, v = _qkv(1, 2, S, S, 16, 16)
-    peak, full = _peak(flash, q, k, v, block_q=64, block_k=64), 2 * S * S * 4
-    assert peak < full / 4, _(
-        "flash_attention(S={S}, block_q=64, block_k=64) peaked at {peak:.2f} MiB, as much as a whole score matrix "
-        "({full:.2f} MiB): hold one block of scores at a time").format(S=S, peak=peak / MiB, full=full / MiB)
-    ok(_("flash_attention: equals plain attention and its lse (causal bottom-right, odd blocks), float16 in, "
-         "peak {peak:.2f} MiB vs {full:.2f} MiB for the score matrix").format(peak=peak / MiB, full=full / MiB))
-
-
-@harness.check("merge_attention")
-def check_merge_attention(merge_attention) -> None:
-    merge = harness.watch(merge_attention, "merge_attention")
-    q, k, v = _qkv(2, 3, 5, 9, 4, 6)
-    q = q * 40  # scores near 100: exp() alone would overflow
-    whole, whole_lse = _dense(q, k, v)
-    a, b = _dense(q, k[:, :, :4], v[:, :, :4]), _dense(q, k[:, :, 4:], v[:, :, 4:])
-    got = merge(a[0].float(), a[1].float(), b[0].float(), b[1].float())
-    assert isinstance(got, tuple) and len(got) == 2, _("merge_attention should return the pair (out, lse)")
-    out, lse = harness.expect_shape(got[0], [2, 3, 5, 6], "out"), harness.expect_shape(got[1], [2, 3, 5], "lse")
-    assert torch.isfinite(out).all(), _(
-        "scores near 100 gave inf or NaN: weigh each side by exp(lse - max(lse_a, lse_b)), never exp(lse) alone")
-    assert close(out, whole, 1e-4), _(
-        "merging keys 0..3 and 4..8 differs from attention over all 9 keys by up to {gap:.2g}: weigh each side's out "
-        "by exp(its lse - the merged lse)").format(gap=(out.double() - whole).abs().max().item())
-    assert close(lse, whole_lse, 1e-4), _("the merged lse should be log(exp(lse_a) + exp(lse_b)), computed stably")
-    empty = torch.full_like(a[1].float(), float("-inf"))
-    got = merge(a[0].float(), a[1].float(), torch.full_like(a[0].float(), float("nan")), empty)
-    assert torch.isfinite(got[0]).all() and close(got[0], a[0], 1e-5), _(
-        "a side whose lse is -inf (it saw no key) must add nothing, whatever its out holds (here NaN)")
-    ok(_("merge_attention: two halves of the keys merge into attention over all of them, at scores near 100, "
-         "and an empty side adds nothing"))
-
-
+check_flash_attention, check_merge_attention = flash_checks(harness, close, ok)  # 01
 check_flash_attention_backward, check_flash_attention_function = flash_backward_checks(harness, close, ok)  # 05
 
 
@@ -329,5 +268,11 @@ PART_CHECKS = {
 }
 
 
+# The notebook of each part (the command that grades one notebook names it).
+PART_NOTEBOOKS = {"flash": "01_flash", "sliding_window": "02_sliding_window", "linear": "03_linear", "flex": "04_flex",
+                  "flash_backward": "05_flash_backward"}
+
+
 graded_part = harness.graded_part(
-    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade <this notebook>.ipynb --assignment efficient")
+    PART_CHECKS, globals(), ".venv/bin/python -m autograder grade workspace/efficient{suffix}/{notebook}.ipynb",
+    PART_NOTEBOOKS)

@@ -18,7 +18,7 @@ HINTS = {
     "flash_attention_backward": (
         "the same tiles as the forward, P recomputed from the lse instead of a running max; one delta per query\n"
         "(the recipe is folded above this cell).",
-        "与前向相同的分块，P 用 lse 重算，不再需要运行最大值；每个查询一个 delta（具体做法折叠在本单元格上方）。",
+        "与前向相同的分块，P 用 lse 重算，不再需要维护当前最大值；每个查询一个 delta（具体做法折叠在本单元格上方）。",
     ),
     "FlashAttentionFunction.forward": (
         "run flash_attention, keep only what backward needs with ctx.save_for_backward, remember causal on ctx.",
@@ -49,6 +49,19 @@ def solution_cell() -> Cell:
         return "\n\n\n".join(solution_source(name, HINTS, lang) for name in (*PIECES, "FlashAttentionFunction"))
 
     return Cell("code", source("en"), role="solution", nbgrader=meta, zh=source("zh"))
+
+
+# The Chinese edition's comments in the demo cells (course/editions.py applies them; the code is shared).
+DEMO_ZH = {
+    "# autograd: q.grad, k.grad, v.grad": "# autograd 给出 q.grad、k.grad、v.grad",
+    "# [1, 1, 8, 12], scale 1 / sqrt(4)": "# [1, 1, 8, 12]，缩放 1 / sqrt(4)",
+    "# [1, 1, 8]: what flash_attention returns": "# [1, 1, 8]：flash_attention 返回的量",
+    "# [1, 1, 8, 12]: what plain attention keeps for backward": "# [1, 1, 8, 12]：朴素注意力为反向传播保存的量",
+    "# [1, 1, 4, 4]: queries 0..3, keys 4..7": "# [1, 1, 4, 4]：查询 0..3，键 4..7",
+    "# 3 x 4 tiles of 4": "# 3 x 4 个分块，每块 4 个",
+    "# a view is kept with the tensor it views": "# 视图和它所引用的张量一起被保存",
+    "# each [B, H, S, D]": "# 每个都是 [B, H, S, D]",
+}
 
 
 def cells():
@@ -163,7 +176,7 @@ def cells():
 
         $$P_{ij} = e^{S_{ij} - \text{lse}_i}.$$
 
-        不需要运行最大值，也不需要重新缩放：lse 已经包含了整行的归一化。**不**可行的做法是对分块单独做 softmax：那样每一行只在这个分块的键上归一化。下面的单元格从一个 `[8, 12]` 的分数矩阵里取出分块（查询 0..3，键 4..7），用两种方式计算。
+        不需要维护当前最大值，也不需要重新缩放：lse 已经包含了整行的归一化。**不**可行的做法是对分块单独做 softmax：那样每一行只在这个分块的键上归一化。下面的单元格从一个 `[8, 12]` 的分数矩阵里取出分块（查询 0..3，键 4..7），用两种方式计算。
         """),
         demo("""
         torch.manual_seed(1)
