@@ -47,6 +47,7 @@ _GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_ge
 _EFFICIENT_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_efficient.py",
                       "visible_checks_flash.py": REPO / "course" / "visible_checks_flash.py",
                       "visible_checks_flash_backward.py": REPO / "course" / "visible_checks_flash_backward.py",
+                      "visible_checks_flex.py": REPO / "course" / "visible_checks_flex.py",
                       **_SHARED_SUPPORT, **_METER}
 # The visible checks' messages in Chinese (one catalog for every assignment's visible checks).
 _ZH_CATALOGS = {"locale/zh_CN/LC_MESSAGES/visible_checks.mo":

@@ -116,7 +116,16 @@ def test_the_notebooks_print_the_memory_and_exactness_they_claim(executed):
     band = re.findall(r"S =  4096: masked full attention +([\d.]+) MiB, chunked +([\d.]+) MiB", text["02_sliding_window"])
     assert band and float(band[0][1]) < float(band[0][0]) / 50
     assert "Mistral 7B: 32 layers x (4096 - 1) = 131,040 tokens of reach" in text["02_sliding_window"]
+    assert "the paper's count (W = 4096 keys before the query, one more than the code's): 32 x 4096 = 131,072" in \
+        text["02_sliding_window"]
+    grows = re.findall(r"S x 8: masked full attention x ([\d.]+), chunked x ([\d.]+): its output x 8, the rest x ([\d.]+)",
+                       text["02_sliding_window"])
+    assert grows and float(grows[0][0]) > 50 and 0.9 < float(grows[0][2]) < 1.1, text["02_sliding_window"]  # not S
     assert "recurrent state 2.02 MiB" in text["03_linear"]
+    wide = re.findall(r"D = 64, S = 1024: softmax +([\d.]+) MiB, linear +([\d.]+) MiB, linear causal +([\d.]+) MiB; "
+                      r"sums at every position +([\d.]+) MiB", text["03_linear"])
+    soft, _plain, causal, sums = map(float, wide[0])
+    assert causal < soft / 4 < sums / 4, text["03_linear"]  # chunkwise: far below softmax; per-position sums above it
     assert "torch.compile skipped: COURSE_SKIP_COMPILE is set" in text["04_flex"]
     kept = re.findall(r"S = 16384: plain attention keeps +([\d.]+) MiB, FlashAttentionFunction +([\d.]+) MiB",
                       text["05_flash_backward"])
@@ -207,6 +216,107 @@ def _sliding_full_matrix(q, k, v, window, chunk_size=128):
     return torch.softmax(scores, -1) @ v
 
 
+def _sliding_mask_in_the_loop(q, k, v, window, chunk_size=128):  # right numbers, an [S, S] mask at every chunk
+    out = torch.empty(*q.shape[:-1], v.shape[-1])
+    for i0 in range(0, q.shape[-2], chunk_size):
+        i1, j0 = min(i0 + chunk_size, q.shape[-2]), max(0, i0 - window + 1)
+        scores = q[:, :, i0:i1] @ k[:, :, j0:i1].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        visible = E.sliding_window_mask(q.shape[-2], window)[i0:i1, j0:i1]
+        out[:, :, i0:i1] = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1) @ v[:, :, j0:i1]
+    return out
+
+
+def _sliding_every_key(q, k, v, window, chunk_size=128):  # each chunk against every key, masked
+    out, key = torch.empty(*q.shape[:-1], v.shape[-1]), torch.arange(q.shape[-2])[None, :]
+    for i0 in range(0, q.shape[-2], chunk_size):
+        i1 = min(i0 + chunk_size, q.shape[-2])
+        query = torch.arange(i0, i1)[:, None]
+        scores = (q[:, :, i0:i1] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
+            ~((key <= query) & (key > query - window)), float("-inf"))
+        out[:, :, i0:i1] = torch.softmax(scores, -1) @ v
+    return out
+
+
+def _sliding_per_query(q, k, v, window, chunk_size=128):  # correct, written differently: one query at a time
+    rows = []
+    for i in range(q.shape[-2]):
+        j0 = max(0, i - window + 1)
+        scores = q[:, :, i:i + 1] @ k[:, :, j0:i + 1].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        rows.append(torch.softmax(scores, -1) @ v[:, :, j0:i + 1])
+    return torch.cat(rows, dim=2)
+
+
+def _linear_scaled_before_phi(q, k, v, causal=False, eps=1e-6):
+    return E.linear_attention(q / math.sqrt(q.shape[-1]), k, v, causal, eps)
+
+
+def _linear_python_loop(q, k, v, causal=False, eps=1e-6):  # correct, written differently: a loop over positions
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+    kv, z, rows = torch.zeros(*q.shape[:2], q.shape[-1], v.shape[-1]), torch.zeros(*q.shape[:2], q.shape[-1]), []
+
+    def add(j):
+        return kv + phi_k[:, :, j, :, None] * v[:, :, j, None, :], z + phi_k[:, :, j]
+
+    for j in range(0 if causal else q.shape[-2]):
+        kv, z = add(j)
+    for t in range(q.shape[-2]):
+        if causal:
+            kv, z = add(t)
+        rows.append((phi_q[:, :, t, :, None] * kv).sum(-2) / ((phi_q[:, :, t] * z).sum(-1)[..., None] + eps))
+    return torch.stack(rows, dim=2)
+
+
+def _linear_cumsum(q, k, v, causal=False, eps=1e-6):  # correct, written differently: sums at every position
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
+    outer = phi_k[..., :, None] * v[..., None, :]  # [B, H, S, D, D_v]
+    kv = outer.cumsum(2) if causal else outer.sum(2, keepdim=True)
+    z = phi_k.cumsum(2) if causal else phi_k.sum(2, keepdim=True)
+    return (phi_q[..., :, None] * kv).sum(-2) / ((phi_q * z).sum(-1)[..., None] + eps)
+
+
+def _linear_chunks_without_state(q, k, v, causal=False, eps=1e-6):  # each chunk of 64 alone
+    if not causal:
+        return E.linear_attention(q, k, v, False, eps)
+    return torch.cat([E.linear_attention(q[:, :, i:i + 64], k[:, :, i:i + 64], v[:, :, i:i + 64], True, eps)
+                      for i in range(0, q.shape[-2], 64)], dim=2)
+
+
+def _step_reads_before_adding(state, q_t, k_t, v_t, eps=1e-6):
+    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1
+    kv, z = state if state is not None else (torch.zeros(*k_t.shape, v_t.shape[-1]), torch.zeros_like(k_t))
+    out = (phi_q[..., :, None] * kv).sum(-2) / ((phi_q * z).sum(-1)[..., None] + eps)
+    return out, (kv + phi_k[..., :, None] * v_t[..., None, :], z + phi_k)
+
+
+def _alibi_slopes_in_a_list(num_heads):
+    slopes = [2 ** (-8 * (h + 1) / num_heads) for h in range(num_heads)]
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def _window_with_an_if(window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        if kv_idx <= q_idx:
+            return q_idx - kv_idx < window
+        return False
+
+    return mask_mod
+
+
+def _alibi_with_where(num_heads):  # correct, written differently
+    n = 2 ** int(math.log2(num_heads))
+    slopes = torch.cat([torch.exp2(-8.0 * torch.arange(1, n + 1) / n),
+                        torch.exp2(-4.0 * torch.arange(1, 2 * n + 1) / n)[0::2][:num_heads - n]])
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return torch.where(kv_idx <= q_idx, score - slopes[h] * (q_idx - kv_idx), score + slopes[h] * (kv_idx - q_idx))
+
+    return score_mod
+
+
 def _elu_only(x):
     return F.elu(x)
 
@@ -280,7 +390,14 @@ BUGS = [
     ("check_flash_attention", _flash_lse_without_max, "without the running max"),
     ("check_merge_attention", _merge_plain_exp, "never exp(lse) alone"),
     ("check_sliding_window_mask", _window_too_wide, "four keys"),
-    ("check_sliding_window_attention", _sliding_full_matrix, "MiB"),
+    ("check_sliding_window_attention", _sliding_full_matrix, "the whole score matrix"),
+    ("check_sliding_window_attention", _sliding_mask_in_the_loop, "boolean mask: the whole band"),
+    ("check_sliding_window_attention", _sliding_every_key, "against every key"),
+    ("check_linear_attention", _linear_scaled_before_phi, "divided by sqrt(D) before phi"),
+    ("check_linear_attention", _linear_chunks_without_state, "running sums of every chunk before it"),
+    ("check_linear_attention_step", _step_reads_before_adding, "before this step's key is added"),
+    ("check_alibi_score_mod", _alibi_slopes_in_a_list, "neither a Python list"),
+    ("check_sliding_window_mask_mod", _window_with_an_if, "`&` and `|`, or choose with `torch.where`"),
     ("check_elu_feature_map", _elu_only, "elu(x) + 1, not elu(x)"),
     ("check_linear_attention", _linear_no_normaliser, "not normalised"),
     ("check_linear_attention_step", _step_forgets, "state you were given"),
@@ -299,6 +416,17 @@ def test_an_efficient_visible_check_names_a_common_bug_in_one_plain_sentence_in_
         message = str(info.value)
         assert "\n" not in message and info.value._render_traceback_() == [f"AssertionError: {message}"]
         assert (needle in message) if lang == "en" else bool(CHINESE.search(message)), message
+
+
+CORRECT_VARIANTS = [("check_sliding_window_attention", _sliding_per_query), ("check_linear_attention", _linear_python_loop),
+                    ("check_linear_attention", _linear_cumsum), ("check_alibi_score_mod", _alibi_with_where)]
+
+
+@pytest.mark.parametrize("check_name,right", CORRECT_VARIANTS, ids=[v[1].__name__.strip("_") for v in CORRECT_VARIANTS])
+def test_an_efficient_visible_check_passes_a_right_function_written_differently(vc, capsys, check_name, right):
+    """a query at a time, a Python loop over positions, the running sums at every position, slopes through torch.where"""
+    getattr(vc["en"], check_name)(right)
+    assert capsys.readouterr().out.startswith("✓")
 
 
 def test_a_stub_prints_one_line_and_an_error_in_student_code_names_its_line(vc, capsys):

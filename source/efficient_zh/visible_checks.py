@@ -14,10 +14,12 @@ import math
 import os
 
 import torch
-from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
+from torch.utils._python_dispatch import TorchDispatchMode
+from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok, plain  # noqa: F401 - DOMAIN, LOCALES: for the tests
 from memory_meter import LiveMemoryMeter  # next to this file in the assignment's folder
 from visible_checks_flash import flash_checks  # notebook 01's checks, built on this harness
 from visible_checks_flash_backward import flash_backward_checks  # notebook 05's checks, built on this harness
+from visible_checks_flex import flex_checks  # notebook 04's checks, likewise
 
 __all__ = [
     "check_flash_attention", "check_merge_attention",
@@ -30,7 +32,8 @@ __all__ = [
 ]
 
 harness = Harness(__file__, *(os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-                              for name in ("visible_checks_flash.py", "visible_checks_flash_backward.py")))
+                              for name in ("visible_checks_flash.py", "visible_checks_flash_backward.py",
+                                           "visible_checks_flex.py")))
 _ = harness.gettext
 use_language, uses_your_code, say = harness.use_language, harness.uses_your_code, harness.say
 MiB = 2**20
@@ -56,6 +59,21 @@ def _peak(fn, *args, **kwargs) -> int:
     with LiveMemoryMeter() as meter:
         fn(*args, **kwargs)
     return meter.peak_bytes
+
+
+class _Squares(TorchDispatchMode):
+    """Notes the dtype of the first [..., n, n] tensor an operator returns while it is on (None: there was none)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.seen = n, None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for item in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(item, torch.Tensor) and item.dim() >= 2 and tuple(item.shape[-2:]) == (self.n, self.n):
+                self.seen = self.seen or item.dtype
+        return out
 
 
 # --------------------------------------------------------------------------- #
@@ -101,13 +119,28 @@ def check_sliding_window_attention(sliding_window_attention) -> None:
         ).format(chunk=chunk)
     S, window, chunk = 1024, 16, 64
     q, k, v = _qkv(1, 2, S, S, 8, 8)
-    peak, full = _peak(attend, q, k, v, window, chunk_size=chunk), 2 * S * S * 4
-    assert peak < full / 4, _(
-        "sliding_window_attention(S={S}, window={window}, chunk_size={chunk}) peaked at {peak:.2f} MiB, as much as "
-        "the whole score matrix ({full:.2f} MiB): each chunk reads only the keys it can see").format(
-        S=S, window=window, chunk=chunk, peak=peak / MiB, full=full / MiB)
+    with _Squares(S) as squares:
+        peak = _peak(attend, q, k, v, window, chunk_size=chunk)
+    if squares.seen is torch.bool:
+        raise AssertionError(_(
+            "sliding_window_attention(S={S}, window={window}, chunk_size={chunk}) built a [{S}, {S}] boolean mask: the "
+            "whole band (sliding_window_mask(S, window)?), S^2 memory again, and rebuilt for every chunk when it is "
+            "made inside the loop; build only the chunk's own [chunk, keys read] mask, from its query and key "
+            "positions").format(S=S, window=window, chunk=chunk))
+    if squares.seen is not None:
+        raise AssertionError(_(
+            "sliding_window_attention(S={S}, window={window}, chunk_size={chunk}) built a [{S}, {S}] tensor: the whole "
+            "score matrix, S^2 memory; each chunk of queries scores only the keys it can see").format(
+            S=S, window=window, chunk=chunk))
+    rectangle, every = 2 * chunk * (chunk + window - 1) * 4, 2 * chunk * S * 4  # one chunk's scores, H = 2, float32
+    room = 4 * q.numel() * 4 + 4 * rectangle  # q, k, v and the output, and a few chunks of scores
+    assert peak < room, _(
+        "sliding_window_attention(S={S}, window={window}, chunk_size={chunk}) peaked at {peak:.2f} MiB: one chunk's "
+        "scores against the keys it can see are {rectangle:.2f} MiB, against every key {every:.2f} MiB; read only the "
+        "keys [max(0, i0 - window + 1), i1) for the queries [i0, i1)").format(
+        S=S, window=window, chunk=chunk, peak=peak / MiB, rectangle=rectangle / MiB, every=every / MiB)
     ok(_("sliding_window_attention: equals masked full attention for chunk sizes 1, 3, 4, 16; peak {peak:.2f} MiB "
-         "vs {full:.2f} MiB for the score matrix").format(peak=peak / MiB, full=full / MiB))
+         "at S = {S} (the score matrix would be {full:.2f} MiB)").format(peak=peak / MiB, S=S, full=2 * S * S * 4 / MiB))
 
 
 # --------------------------------------------------------------------------- #
@@ -119,10 +152,12 @@ def _phi(x):
     return torch.where(x > 0, x + 1, torch.exp(x))  # elu(x) + 1, written out
 
 
-def _linear_dense(q, k, v, causal, eps=1e-6):
-    weights = _phi(q.double()) @ _phi(k.double()).transpose(-2, -1)  # [B, H, S, S]: fine in a check
+def _linear_dense(q, k, v, causal, eps=1e-6, diagonal=True):
+    """The formula through the [S, S] weights phi(q_i) . phi(k_j) in float64 (fine in a check); diagonal False:
+    causal without the key j = i."""
+    weights = _phi(q.double()) @ _phi(k.double()).transpose(-2, -1)  # [B, H, S, S]
     if causal:
-        weights = weights.tril()
+        weights = weights.tril(0 if diagonal else -1)
     return (weights @ v.double()) / (weights.sum(-1, keepdim=True) + eps)
 
 
@@ -139,38 +174,60 @@ def check_elu_feature_map(elu_feature_map) -> None:
 @harness.check("linear_attention")
 def check_linear_attention(linear_attention) -> None:
     attend = harness.watch(linear_attention, "linear_attention")
-    q, k, v = _qkv(2, 3, 6, 6, 4, 5)
+    q, k, v = _qkv(2, 3, 6, 6, 4, 5)  # D = 4: a 1/sqrt(D) shows as a factor 2
     for causal in (False, True):
         out = harness.expect_shape(attend(q, k, v, causal=causal), [2, 3, 6, 5], f"linear_attention(causal={causal})")
         want = _linear_dense(q, k, v, causal)
         unnormalised = _phi(q.double()) @ _phi(k.double()).transpose(-2, -1)  # [B, H, S, S]
         if close(out, (unnormalised.tril() if causal else unnormalised) @ v.double(), 1e-4):
             raise AssertionError(_("the output is not normalised: divide by phi(q_i) . sum_j phi(k_j) (plus eps)"))
+        root = math.sqrt(2)  # sqrt(D) = 2 on q, on k, on both, or split as D^(1/4) on each
+        scaled = ((q / 2, k), (q, k / 2), (q / 2, k / 2), (q / root, k / root))
+        if any(close(out, _linear_dense(q_s, k_s, v, causal), 1e-4) for q_s, k_s in scaled):
+            raise AssertionError(_("your output is linear attention with q or k divided by sqrt(D) before phi: "
+                                   "linear attention has no 1 / sqrt(D), phi(q) . phi(k) takes the place of "
+                                   "exp(q . k / sqrt(D))"))
+        if causal and close(out, _linear_dense(q, k, v, True, diagonal=False), 1e-4):
+            raise AssertionError(_("causal: query i also sees its own key, j <= i; your sums stop at j < i"))
         assert close(out, want, 1e-4), _(
             "linear_attention(causal={causal}) differs from phi(q_i) . sum_j phi(k_j) v_j / (phi(q_i) . sum_j phi(k_j) + eps) "
             "by up to {gap:.2g}{extra}").format(causal=causal, gap=(out.double() - want).abs().max().item(),
                                                extra=_(": when causal, query i sums over keys j <= i only") if causal else "")
     S = 2048
     q, k, v = _qkv(1, 1, S, S, 4, 4)
-    peak, square = _peak(attend, q, k, v), S * S * 4
-    assert peak < square, _("linear_attention(S={S}) peaked at {peak:.2f} MiB, as much as an [S, S] matrix "
-                            "({full:.2f} MiB): sum phi(k_j) v_j^T first, then multiply by phi(q)").format(
-        S=S, peak=peak / MiB, full=square / MiB)
+    square, peaks = S * S * 4, []
+    for causal in (False, True):
+        with LiveMemoryMeter() as meter:
+            out = attend(q, k, v, causal=causal)
+        peaks.append(meter.peak_bytes)
+        assert meter.peak_bytes < square, _(
+            "linear_attention(S={S}, causal={causal}) peaked at {peak:.2f} MiB, as much as an [S, S] matrix ({full:.2f} "
+            "MiB): sum phi(k_j) v_j^T first, then multiply by phi(q)").format(
+            S=S, causal=causal, peak=meter.peak_bytes / MiB, full=square / MiB)
+        want = _linear_dense(q, k, v, causal)
+        assert close(out, want, 1e-4), _(
+            "linear_attention(S={S}, causal={causal}) differs from the formula by up to {gap:.2g}, though it is right at "
+            "S = 6: over a long sequence, does each chunk start from the running sums of every chunk before it, and "
+            "add its own keys to them afterwards?").format(S=S, causal=causal, gap=(out.double() - want).abs().max().item())
     ok(_("linear_attention: equals the formula, causal and not, peak {peak:.2f} MiB at S = {S} (an [S, S] matrix "
-         "is {full:.2f} MiB)").format(peak=peak / MiB, S=S, full=square / MiB))
+         "is {full:.2f} MiB)").format(peak=max(peaks) / MiB, S=S, full=square / MiB))
 
 
 @harness.check("linear_attention_step")
 def check_linear_attention_step(linear_attention_step) -> None:
     step = harness.watch(linear_attention_step, "linear_attention_step")
     q, k, v = _qkv(2, 3, 7, 7, 4, 5)
-    want = _linear_dense(q, k, v, causal=True)
+    want, stale = _linear_dense(q, k, v, causal=True), _linear_dense(q, k, v, causal=True, diagonal=False)
     state, sizes = None, []
     for t in range(7):
         got = step(state, q[:, :, t], k[:, :, t], v[:, :, t])
         assert isinstance(got, tuple) and len(got) == 2, _("linear_attention_step should return the pair (out_t, state)")
         out_t, state = got
         harness.expect_shape(out_t, [2, 3, 5], f"out_t (step {t})")
+        if not close(out_t, want[:, :, t], 1e-4) and close(out_t, stale[:, :, t], 1e-4):
+            raise AssertionError(_(
+                "step {t}: your out_t reads the state before this step's key is added (query t sees keys before t "
+                "only): first add phi(k_t) v_t^T and phi(k_t) to the state, then read it with phi(q_t)").format(t=t))
         assert close(out_t, want[:, :, t], 1e-4), _(
             "step {t} differs from causal linear attention by up to {gap:.2g}: add phi(k_t) v_t^T and phi(k_t) to the "
             "state you were given, and return the new state").format(t=t, gap=(out_t.double() - want[:, :, t]).abs().max().item())
@@ -184,92 +241,12 @@ def check_linear_attention_step(linear_attention_step) -> None:
 
 
 # --------------------------------------------------------------------------- #
-# 04 flex
+# 04 flex (visible_checks_flex.py)
 # --------------------------------------------------------------------------- #
 
 
-def _mask_of(mask_mod, B, S) -> torch.Tensor:
-    try:
-        from torch.nn.attention.flex_attention import create_mask
-    except ImportError:
-        raise NotReady(_("this PyTorch has no torch.nn.attention.flex_attention (it needs 2.5 or later)")) from None
-    return create_mask(mask_mod, B, None, S, S, device="cpu")[:, 0]  # [B, S, S]
-
-
-def _same(got, want_row, what):
-    """One row of a mask, as 0/1 in the message."""
-    assert got.tolist() == want_row, _("{what}: got {got}, expected {want}").format(
-        what=what, got=[int(x) for x in got.tolist()], want=[int(x) for x in want_row])
-
-
-@harness.check("document_causal_mask_mod")
-def check_document_causal_mask_mod(document_causal_mask_mod) -> None:
-    ids = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 0, 1]])
-    mask = _mask_of(harness.watch(document_causal_mask_mod, "document_causal_mask_mod")(ids), 2, 5)
-    assert not mask[0, 2, :2].any(), _("token 2 of sample 0 starts document 1: it may not see document 0's tokens 0 and 1")
-    assert not mask.triu(1).any(), _("within a document the mask is causal: no key after the query")
-    _same(mask[1, 3], [True, True, True, True, False], _("sample 1, query 3 (documents are per sample: document_ids[b])"))
-    _same(mask[0, 4], [False, False, True, True, True], _("sample 0, query 4"))
-    ok(_("document_causal_mask_mod: causal within each document, nothing across, per sample"))
-
-
-@harness.check("prefix_lm_mask_mod")
-def check_prefix_lm_mask_mod(prefix_lm_mask_mod) -> None:
-    mask = _mask_of(harness.watch(prefix_lm_mask_mod, "prefix_lm_mask_mod")(torch.tensor([3, 1])), 2, 5)
-    _same(mask[0, 0], [True, True, True, False, False], _("sample 0 (prefix 3), query 0: it sees the whole prefix"))
-    _same(mask[0, 4], [True, True, True, True, True], _("sample 0, query 4"))
-    _same(mask[1, 1], [True, True, False, False, False], _("sample 1 (prefix 1), query 1: causal after the prefix"))
-    ok(_("prefix_lm_mask_mod: the whole prefix for every query, causal after it, per sample"))
-
-
-@harness.check("sliding_window_mask_mod")
-def check_sliding_window_mask_mod(sliding_window_mask_mod) -> None:
-    mask = _mask_of(harness.watch(sliding_window_mask_mod, "sliding_window_mask_mod")(3), 1, 6)[0]
-    _same(mask[4], [False, False, True, True, True, False], _("window 3, query 4 (itself and the 2 keys before it)"))
-    assert not mask.triu(1).any(), _("a query may not see keys after it")
-    ok(_("sliding_window_mask_mod: the band of sliding_window_mask, through create_mask"))
-
-
-@harness.check("alibi_score_mod")
-def check_alibi_score_mod(alibi_score_mod) -> None:
-    score_mod = harness.watch(alibi_score_mod, "alibi_score_mod")(4)
-    zero, b = torch.tensor(0.0), torch.tensor(0)
-    bias = [[float(score_mod(zero, b, torch.tensor(h), torch.tensor(5), torch.tensor(2))) for h in range(4)]]
-    slopes = [2 ** (-8 * (h + 1) / 4) for h in range(4)]
-    if all(math.isclose(x, 3 * s, rel_tol=1e-4) for x, s in zip(bias[0], slopes)):
-        raise AssertionError(_("a key 3 positions back got a bonus of +3 x slope: ALiBi penalises distance, "
-                               "slope_h * (kv_idx - q_idx) is negative for past keys"))
-    if all(math.isclose(x, -3 * s, rel_tol=1e-4) for x, s in zip(bias[0], reversed(slopes))):
-        raise AssertionError(_("the slopes come in reverse order: head 0 has the steepest slope, 2^(-8 / num_heads)"))
-    want = [-3 * s for s in slopes]
-    assert all(math.isclose(x, w, rel_tol=1e-4) for x, w in zip(bias[0], want)), _(
-        "query 5, key 2, score 0: heads 0..3 got {got}, expected {want} (slope_h = 2^(-8 (h + 1) / num_heads))").format(
-        got=[round(x, 4) for x in bias[0]], want=[round(w, 4) for w in want])
-    twelve = harness.watch(alibi_score_mod, "alibi_score_mod")(12)
-    got = [-float(twelve(zero, b, torch.tensor(h), torch.tensor(1), torch.tensor(0))) for h in range(12)]
-    paper = [2 ** -(h + 1) for h in range(8)] + [2 ** -(h + 0.5) for h in range(4)]  # the paper's get_slopes(12)
-    if all(math.isclose(x, 2 ** (-8 * (h + 1) / 12), rel_tol=1e-4) for h, x in enumerate(got)):
-        raise AssertionError(_("12 heads: the formula 2^(-8 (h + 1) / H) for every H matches the paper's slopes only "
-                               "when H is a power of two: take the 8 slopes of 8 heads, then the first 4 of the slopes "
-                               "of 16 heads at even indices (slopes_16[0::2])"))
-    assert all(math.isclose(x, w, rel_tol=1e-4) for x, w in zip(got, paper)), _(
-        "12 heads: the slopes are {got}, expected the paper's {want}").format(
-        got=[round(x, 4) for x in got], want=[round(w, 4) for w in paper])
-    ok(_("alibi_score_mod: score + slope_h * (kv_idx - q_idx), the paper's slopes for 4 and 12 heads"))
-
-
-@harness.check("softcap_score_mod")
-def check_softcap_score_mod(softcap_score_mod) -> None:
-    score_mod = harness.watch(softcap_score_mod, "softcap_score_mod")(20.0)
-    scores = torch.tensor([-100.0, -10.0, 0.0, 1.0, 19.0, 100.0])
-    index = torch.tensor(0)
-    got = harness.expect_shape(score_mod(scores, index, index, index, index), [6], "softcap_score_mod(20.0)(scores, ...)")
-    if close(got, scores.clamp(-20, 20), 1e-5):
-        raise AssertionError(_("the scores are clamped to [-cap, cap]: soft-capping is cap * tanh(score / cap), "
-                               "smooth, with a gradient everywhere"))
-    assert close(got, 20 * torch.tanh(scores / 20), 1e-5), _("softcap should give cap * tanh(score / cap), got {got}").format(
-        got=[round(x, 3) for x in got.tolist()])
-    ok(_("softcap_score_mod: cap * tanh(score / cap), never beyond +-cap"))
+(check_document_causal_mask_mod, check_prefix_lm_mask_mod, check_sliding_window_mask_mod, check_alibi_score_mod,
+ check_softcap_score_mod) = flex_checks(harness, close, ok, NotReady, plain)
 
 
 # --------------------------------------------------------------------------- #

@@ -71,10 +71,15 @@ LINEAR_CAUSAL_SS = '''        w = phi_q @ phi_k.transpose(-2, -1)  # [B, H, S, S
         numerator = w @ v  # [B, H, S, D_v]
         denominator = w.sum(dim=-1)  # [B, H, S]'''
 
-LINEAR_CAUSAL = '''        kv = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=2)  # [B, H, S, D, D_v]
+LINEAR_CAUSAL_SUMS = '''        kv = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=2)  # [B, H, S, D, D_v]
         z = torch.cumsum(phi_k, dim=2)  # [B, H, S, D]
         numerator = (phi_q[..., :, None] * kv).sum(dim=-2)  # [B, H, S, D_v]
         denominator = (phi_q * z).sum(dim=-1)  # [B, H, S]'''
+
+# The reference's causal branch (chunkwise), from its first line to its last.
+_CAUSAL_START = "        B, H, S, D = q.shape\n        C = 64  # positions per chunk\n"
+LINEAR_CAUSAL = _CAUSAL_START + REFERENCE.read_text(encoding="utf-8").split(_CAUSAL_START)[1].split(
+    "    else:\n        # associativity")[0].rstrip("\n")
 
 CASES: tuple = (
     # ------------------------------------------------------------------ wrong: flash
@@ -189,6 +194,9 @@ CASES: tuple = (
            "ones = torch.ones(S, S, dtype=torch.bool)\n    return ones.tril() & ~ones.tril(-window)"),
           ("sliding_window_attention", "@ k[:, :, j0:i1].transpose(-2, -1)",
            "@ k.index_select(2, torch.arange(j0, i1)).transpose(-2, -1)"))),
+    Case("ok_linear_cumsum", "causal linear attention through the running sums at every position (torch.cumsum over "
+         "[B, H, S, D, D_v]), not chunkwise: linear in S, as the contract asks",
+         (("linear_attention", LINEAR_CAUSAL, LINEAR_CAUSAL_SUMS),)),
     Case("ok_linear_einsum", "linear attention with einsum; the step keeps its state in a dict",
          (("linear_attention", "numerator = phi_q @ kv  # [B, H, S, D_v]",
            "numerator = torch.einsum('bhsd,bhde->bhse', phi_q, kv)"),

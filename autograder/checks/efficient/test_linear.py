@@ -10,6 +10,7 @@ import functools
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from autograder.foundation import i18n
 from autograder.sandbox.batch import Call
@@ -73,6 +74,8 @@ def linear_mistakes(q, k, v, causal: bool) -> dict:
             variant(feature="identity"),
         _("no normaliser: divide each output by phi(q_i) . sum_j phi(k_j) (+ eps), the sum of its weights"):
             variant(normalise=False),
+        _("linear attention has no 1/sqrt(D): phi(q) . phi(k) takes the place of exp(q . k / sqrt(D)); apply phi to "
+          "q and k themselves"): lambda: linear_variant(q / q.shape[-1] ** 0.5, k, v, causal),
     }
     if causal:
         mistakes = {
@@ -184,6 +187,9 @@ def test_linear_attention_step_equals_causal_linear_attention(student):
         _("return the UPDATED state: the next step must see the sums including this step's key"):
             lambda: recurrent_variant(q, k, v, "stale", EPS),
         _("eps is added to the normaliser: phi(q_t) . z + eps"): lambda: recurrent_variant(q, k, v),
+        _("your out_t reads the state before this step's key is added: query t sees key t too (j <= t); add phi(k_t) "
+          "v_t^T and phi(k_t) to the state first, then read it with phi(q_t)"):
+            lambda: linear_variant(q, k, v, True, diagonal=False, eps=EPS),
     }
     expect.close(got, linear_variant(q, k, v, True, eps=EPS), "linear_attention_step over {n} steps, eps={eps}".format(
         n=STEPS, eps=EPS),
@@ -215,11 +221,30 @@ def memory_inputs():
     return qkv(seeded(13), MEM_S, MEM_S, b=MEM_B, h=MEM_H, d=MEM_D, d_v=MEM_D_V)
 
 
+def running_sums_attention(q, k, v, eps: float = 1e-6) -> torch.Tensor:
+    """Causal linear attention through the running sums at every position (torch.cumsum over [B, H, S, D, D_v]): no
+    [S, S] tensor and linear in S, but D x D_v numbers per position. The reference goes chunk by chunk and holds
+    less; this form meets the contract too, so the causal bound leaves room for it (trusted side)."""
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1  # [B, H, S, D]
+    kv = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=2)  # [B, H, S, D, D_v]
+    z = torch.cumsum(phi_k, dim=2)  # [B, H, S, D]
+    numerator = (phi_q[..., :, None] * kv).sum(dim=-2)  # [B, H, S, D_v]
+    return numerator / ((phi_q * z).sum(dim=-1)[..., None] + eps)
+
+
 @functools.lru_cache(maxsize=2)
 def reference_peak(causal: bool) -> int:
-    with torch.no_grad(), LiveMemoryMeter() as meter:
-        ref.linear_attention(*memory_inputs(), causal=causal)
-    return meter.peak_bytes
+    """The reference's peak; when causal, the larger of the reference's (chunkwise) and the running-sums form's."""
+    q, k, v = memory_inputs()
+    forms = [lambda: ref.linear_attention(q, k, v, causal=causal)]
+    if causal:
+        forms.append(lambda: running_sums_attention(q, k, v))
+    peaks = []
+    for form in forms:
+        with torch.no_grad(), LiveMemoryMeter() as meter:
+            form()
+        peaks.append(meter.peak_bytes)
+    return max(peaks)
 
 
 @functools.lru_cache(maxsize=2)
@@ -248,7 +273,7 @@ def test_linear_attention_memory(student, causal):
     sizes = _("the bound is {bound} ({room} x the {peak} of an implementation without [S, S] tensors); one [B, H, "
               "S, S] float32 matrix is {full}").format(bound=mib(bound), room=ROOM, peak=mib(reference_peak(causal)),
                                                        full=mib(full))
-    how = (_("use running sums over the sequence (torch.cumsum of phi(k_j) v_j^T and of phi(k_j)) instead of "
-             "masking phi(q) phi(k)^T") if causal else
+    how = (_("go chunk by chunk: inside a chunk a small [chunk, chunk] block of weights phi(q_i) . phi(k_j), for the "
+             "keys before it the running sums of phi(k_j) v_j^T and phi(k_j); never mask phi(q) phi(k)^T") if causal else
            _("compute phi(k)^T v [B, H, D, D_v] first, then phi(q) (phi(k)^T v): associativity avoids phi(q) phi(k)^T"))
     within_memory(run, what, "linear_attention", bound, sizes, how)

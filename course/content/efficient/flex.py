@@ -17,8 +17,10 @@ HINTS = {
         "把 sliding_window_mask 的条件写在 q_idx 和 kv_idx 上。",
     ),
     "alibi_score_mod": (
-        "one slope per head, computed once outside the inner function, indexed with h inside it.",
-        "每个头一个斜率，在内层函数外面一次算好，在里面用 h 索引。",
+        "one slope per head, computed once outside the inner function as a tensor, indexed with h inside it\n"
+        "(h arrives as a tensor of head indices, not as one int).",
+        "每个头一个斜率，在内层函数外面一次算成张量，在里面用 h 索引\n"
+        "（h 传进来的是由头的编号组成的张量，而不是一个 int）。",
     ),
     "softcap_score_mod": (
         "a smooth function that is close to the identity near 0 and flattens at +-cap.",
@@ -31,7 +33,7 @@ DOCSTRINGS_ZH = {
     "prefix_lm_mask_mod": "前缀语言模型的 mask_mod，prefix_lengths [B]：每个查询都能看到整个前缀，前缀之后按因果。",
     "sliding_window_mask_mod": "sliding_window_mask 的 mask_mod：q_idx - window < kv_idx <= q_idx 处为 True。",
     "alibi_score_mod": "ALiBi 的 score_mod：score + slope_h * (kv_idx - q_idx)，斜率取 ALiBi 论文代码的：num_heads 为 2 的幂时 2^(-8 (h + 1) / num_heads)；否则先取不超过它的最大 2 的幂 n 的斜率，再取 2n 个头的斜率中每隔一个的那些。",
-    "softcap_score_mod": "logit 软截断的 score_mod：cap * tanh(score / cap)，分数小时接近原值，永远不超过 +-cap。",
+    "softcap_score_mod": "logit 软上限（soft-capping）的 score_mod：cap * tanh(score / cap)，分数小时接近原值，永远不超过 +-cap。",
 }
 
 
@@ -59,7 +61,7 @@ def cells():
         """, r"""
         # 04 · FlexAttention：把掩码和偏置写成小函数
 
-        到目前为止，每种变体都要有自己的内核：因果、滑动窗口、打包的文档、ALiBi、软截断……FlexAttention（`torch.nn.attention.flex_attention`，PyTorch 2.5+）改为接收两个小函数，并由它们生成内核：
+        到目前为止，每种变体都要有自己的内核：因果、滑动窗口、打包的文档、ALiBi、logit 软上限……FlexAttention（`torch.nn.attention.flex_attention`，PyTorch 2.5+）改为接收两个小函数，并由它们生成内核：
 
         - `mask_mod(b, h, q_idx, kv_idx) -> bool`：（在样本 `b`、头 `h` 中）查询 `q_idx` 能否关注键 `kv_idx`？True = 能；
         - `score_mod(score, b, h, q_idx, kv_idx) -> score`：一个（已经缩放过的）分数的新值。
@@ -84,7 +86,7 @@ def cells():
         """, r"""
         ## 1. 第一个 mask_mod：画出来，再用上
 
-        `create_mask(mask_mod, B, H, S_q, S_k)` 在每一对（查询，键）上求 mask_mod 的值，返回布尔掩码 `[B, H, S_q, S_k]`：这是**看见**一个 mask_mod 的方法。`flex_attention(q, k, v, block_mask=..., score_mod=...)` 则把它用上。在没有 `torch.compile` 的 CPU 上，flex_attention 以**即时（eager）模式**运行：结果正确，但会发出警告，并构造整个分数矩阵（第 7 节说明编译改变了什么）。下面的单元格画出因果 mask_mod，用上它，并与 SDPA 的因果注意力比较。
+        `create_mask(mask_mod, B, H, S_q, S_k)` 在每一对（查询，键）上求 mask_mod 的值，返回布尔掩码 `[B, H, S_q, S_k]`：这是**看见**一个 mask_mod 的方法。`flex_attention(q, k, v, block_mask=..., score_mod=...)` 则把它用上。在没有 `torch.compile` 的 CPU 上，flex_attention 以 **eager 模式（急切执行）**运行：逐个算子立即执行，不经编译。结果正确，但会发出警告，并构造整个分数矩阵（第 7 节说明编译改变了什么）。下面的单元格画出因果 mask_mod，用上它，并与 SDPA 的因果注意力比较。
         """),
         demo("""
         import warnings
@@ -137,7 +139,7 @@ def cells():
         checks the promise of packing: flex_attention over the packed sequence equals attention run on each
         document alone.
         """, r"""
-        下面的单元格画出你的掩码：一条 16 个 token 的序列，装着长度为 5、3、8 的三篇文档；然后验证打包的承诺：对打包序列做 flex_attention，等于对每篇文档单独做注意力。
+        下面的单元格画出你的掩码：一条 16 个 token 的序列，装着长度为 5、3、8 的三篇文档；然后验证打包不改变结果：对打包序列做 flex_attention，与对每篇文档单独做注意力完全相同。
         """),
         demo("""
         lengths = [5, 3, 8]
@@ -233,9 +235,9 @@ def cells():
         $\pm\text{cap}$, and smooth (a clamp would have zero gradient beyond the cap). `softcap_score_mod(cap)`
         returns the score_mod. The cell plots it next to a clamp.
         """, r"""
-        ## 5. score_mod：软截断
+        ## 5. score_mod：logit 软上限
 
-        Gemma 2 通过**软截断**（soft-capping）防止注意力 logit 无限增大：$\text{cap} \cdot \tanh(\text{score} / \text{cap})$，分数小时接近原值，永远不超过 $\pm\text{cap}$，并且是光滑的（截断函数 clamp 在超过上限后梯度为零）。`softcap_score_mod(cap)` 返回这个 score_mod。下面的单元格把它和 clamp 画在一起。
+        Gemma 2 用 **logit 软上限**（soft-capping）防止注意力 logit 无限增大：$\text{cap} \cdot \tanh(\text{score} / \text{cap})$，分数小时接近原值，永远不超过 $\pm\text{cap}$，并且处处光滑。与之相对的**硬截断**（clamp）取值范围相同，但超过上限后梯度为零。`softcap_score_mod(cap)` 返回这个 score_mod。下面的单元格把软上限和硬截断画在一起。
         """),
         solution("softcap_score_mod", HINTS),
         check("check_softcap_score_mod(softcap_score_mod)", "check_softcap_score_mod"),
@@ -278,7 +280,7 @@ def cells():
                      say("4 packed documents"): create_block_mask(document_causal_mask_mod(documents), 1, None, S, S, device="cpu")}
             for name, block_mask in masks.items():
                 tiles = block_mask.to_dense()[0, 0]  # [query blocks, key blocks]: 1 where the tile is computed
-                print(say("{name:<20}: {computed:>4} of {total} tiles computed ({skipped:.1%} skipped)",
+                print(say("{computed:>4} of {total} tiles computed ({skipped:5.1%} skipped): {name}",
                           name=name, computed=int(tiles.sum()), total=tiles.numel(),
                           skipped=1 - tiles.sum().item() / tiles.numel()))
             draw([tiles], [say("tiles computed, 4 packed documents")])
@@ -289,21 +291,42 @@ def cells():
         Eager flex_attention is a reference implementation: it evaluates the mods on the full score matrix.
         `torch.compile(flex_attention)` generates a **fused kernel** (Triton on a GPU, C++ on a CPU) in which
         your mods are inlined into the inner loop of an online-softmax kernel like notebook 01's: no score
-        matrix, and the empty tiles of the BlockMask are never visited. Compiling takes seconds to a minute
-        the first time (it needs a C++ compiler on a CPU) and is cached afterwards. Note that the compiler
-        traces your mods, and reads the module they were defined in: in a notebook that is `__main__`,
-        which is fine. The cell compiles flex_attention when it can, compares with eager, and times both;
-        where it cannot, it says why.
+        matrix, and the empty tiles of the BlockMask are never visited. Its first call in a process pays for
+        that, in one of two ways: **cold**, nothing in the compiler's cache (`TORCHINDUCTOR_CACHE_DIR`, by
+        default a folder in your temporary directory), it writes and compiles the C++ kernel, which needs a C++
+        compiler and is the slow case; **warm**, an earlier run left the kernel in the cache, and it is traced
+        again and loaded. The cell reads the compiler's own counters to say which of the two this run was. To
+        time a cold compile yourself, start Jupyter with `TORCHINDUCTOR_CACHE_DIR` set to an empty folder.
+
+        A single call's time on a busy machine varies from run to run, so the cell reports the **median** of a
+        few calls after the first (the first also pays for warming up), and the individual times. Note that the
+        compiler traces your mods, and reads the module they were defined in: in a notebook that is
+        `__main__`, which is fine. Where it cannot compile, the cell says why.
         """, r"""
         ## 7. torch.compile 带来了什么
 
-        即时模式的 flex_attention 是一个参考实现：它在完整的分数矩阵上求 mod 的值。`torch.compile(flex_attention)` 会生成一个**融合内核**（GPU 上是 Triton，CPU 上是 C++），把你的 mod 内联到一个与 01 号 notebook 类似的在线 softmax 内核的内层循环里：没有分数矩阵，BlockMask 中空的分块也从不被访问。第一次编译需要几秒到一分钟（在 CPU 上需要 C++ 编译器），之后会被缓存。注意编译器会追踪你的 mod，并读取定义它们的模块：在 notebook 中那就是 `__main__`，没有问题。下面的单元格在条件允许时编译 flex_attention，与即时模式比较，并对两者计时；条件不允许时，说明原因。
+        eager 模式的 flex_attention 是一个参考实现：它在完整的分数矩阵上求 mod 的值。`torch.compile(flex_attention)` 会生成一个**融合内核**（GPU 上是 Triton，CPU 上是 C++），把你的 mod 内联到一个与 01 号 notebook 类似的在线 softmax 内核的内层循环里：没有分数矩阵，BlockMask 中空的分块也从不被访问。进程里的第一次调用要为此付出代价，分两种情况：**冷启动**，编译器的缓存（`TORCHINDUCTOR_CACHE_DIR`，默认在临时目录下）里什么也没有，它要生成并编译 C++ 内核，这需要 C++ 编译器，是慢的情况；**热启动**，之前的运行已经把内核留在缓存里，只需重新追踪并加载。下面的单元格读取编译器自己的计数器，说明这次运行属于哪一种。想自己测一次冷启动的编译时间，可以把 `TORCHINDUCTOR_CACHE_DIR` 设为一个空文件夹再启动 Jupyter。
+
+        在繁忙的机器上，单次调用的耗时每次运行都不一样，所以单元格报告第一次之后几次调用的**中位数**（第一次还包含预热的开销），并列出每次的耗时。注意编译器会追踪你的 mod，并读取定义它们的模块：在 notebook 中那就是 `__main__`，没有问题。无法编译时，单元格会说明原因。
         """),
         demo("""
         import os
         import shutil
+        import statistics
         import tempfile
         import time
+
+        from torch._dynamo.utils import counters
+
+
+        def timed(fn, calls):
+            seconds = []
+            for _ in range(calls):
+                started = time.perf_counter()
+                result = fn()
+                seconds.append(time.perf_counter() - started)
+            return seconds, result
+
 
         cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", tempfile.gettempdir())
         if os.environ.get("COURSE_SKIP_COMPILE"):
@@ -317,25 +340,27 @@ def cells():
         if reason:
             print(say("torch.compile skipped: {reason}", reason=reason))
         else:
-            S = 2048
+            S = 1024
             torch.manual_seed(3)
             q, k, v = (torch.randn(1, 4, S, 32) for _ in range(3))
             with uses_your_code():
-                block_mask = create_block_mask(sliding_window_mask_mod(256), None, None, S, S, device="cpu")
-                started = time.perf_counter()
-                eager = flex_attention(q, k, v, block_mask=block_mask)
-                eager_s = time.perf_counter() - started
+                block_mask = create_block_mask(sliding_window_mask_mod(128), None, None, S, S, device="cpu")
+                eager_calls, eager = timed(lambda: flex_attention(q, k, v, block_mask=block_mask), 4)
                 try:
                     compiled_flex = torch.compile(flex_attention)
-                    started = time.perf_counter()
-                    compiled = compiled_flex(q, k, v, block_mask=block_mask)
-                    first_s = time.perf_counter() - started
-                    started = time.perf_counter()
-                    compiled = compiled_flex(q, k, v, block_mask=block_mask)
-                    compiled_s = time.perf_counter() - started
+                    misses = counters["inductor"]["fxgraph_cache_miss"]
+                    first, _ = timed(lambda: compiled_flex(q, k, v, block_mask=block_mask), 1)
+                    cold = counters["inductor"]["fxgraph_cache_miss"] > misses  # compiled, not found in the cache
+                    compiled_calls, compiled = timed(lambda: compiled_flex(q, k, v, block_mask=block_mask), 5)
                     print(say("compiled vs eager: largest difference {gap:.1e}", gap=(compiled - eager).abs().max().item()))
-                    print(say("eager {eager:.3f} s; compiled: first call {first:.1f} s (compiling), then {compiled:.3f} s",
-                              eager=eager_s, first=first_s, compiled=compiled_s))
+                    print(say("eager: median {median:.3f} s of calls 2 to 4 ({calls}; the first took {first:.3f} s)",
+                              median=statistics.median(eager_calls[1:]), calls=", ".join(f"{t:.3f}" for t in eager_calls[1:]),
+                              first=eager_calls[0]))
+                    print(say("compiled, first call: {first:.1f} s, {how}", first=first[0],
+                              how=say("cold: the kernel was compiled from scratch") if cold else
+                              say("warm: the kernel came from the compiler's cache")))
+                    print(say("compiled, after it: median {median:.4f} s of 5 calls ({calls})",
+                              median=statistics.median(compiled_calls), calls=", ".join(f"{t:.4f}" for t in compiled_calls)))
                 except Exception as error:  # a compiler that fails: say so in one line, the notebook goes on
                     print(say("torch.compile skipped: {reason}", reason=f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"))
         """),
@@ -345,6 +370,8 @@ def cells():
         - **Python control flow in a mod** (`if q_idx >= kv_idx:`, `.item()`): the mods receive tensors and are
           vmapped; use `&`, `|`, `torch.where`.
         - **Forgetting `b`**: `document_ids[q_idx]` uses sample 0's documents for every sample.
+        - **ALiBi's slopes in a Python list**: `slopes[h]` works while `h` is one number, but flex_attention (and
+          the demo's grid of every head at once) hands the mod a tensor of head indices; keep the slopes in a tensor.
         - **ALiBi's sign**: past keys are penalised, `slope * (kv_idx - q_idx)` is negative for them; head 0 has
           the steepest slope $2^{-8/H}$.
         - **Clamp instead of tanh**: same range, no gradient beyond the cap.
@@ -355,8 +382,18 @@ def cells():
 
         - **在 mod 里用 Python 控制流**（`if q_idx >= kv_idx:`、`.item()`）：mod 收到的是张量，并且会被 vmap；请用 `&`、`|`、`torch.where`。
         - **忘了 `b`**：`document_ids[q_idx]` 会让每个样本都用样本 0 的文档划分。
+        - **把 ALiBi 的斜率放在 Python 列表里**：`h` 只是一个数时 `slopes[h]` 能用，但 flex_attention（以及演示单元格里一次算所有头的网格）传给 mod 的是由头的编号组成的张量；斜率要存成张量。
         - **ALiBi 的符号**：过去的键要受惩罚，`slope * (kv_idx - q_idx)` 对它们是负的；头 0 的斜率最陡，为 $2^{-8/H}$。
-        - **用 clamp 代替 tanh**：取值范围相同，但超过上限后没有梯度。
+        - **用硬截断（clamp）代替 tanh**：取值范围相同，但超过上限后没有梯度。
         - **mod 定义在编译器无法导入的地方**：torch.compile 会读取定义 mod 的模块；以不在 `sys.modules` 中的名字加载的代码会报 `ModuleNotFoundError`。
         """),
     ]
+
+
+DEMO_ZH = {
+    '# said once is enough': '# 提醒一次就够了',
+    '# [1, S]: four documents of 1024 tokens': '# [1, S]：四篇文档，每篇 1024 个 token',
+    '# [query blocks, key blocks]: 1 where the tile is computed': '# [查询块, 键块]：要计算的分块处为 1',
+    '# a compiler that fails: say so in one line, the notebook goes on': '# 编译器出错：用一行说明，notebook 继续运行',
+    '# compiled, not found in the cache': '# 缓存里没有，重新编译了',
+}

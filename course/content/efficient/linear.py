@@ -10,9 +10,11 @@ HINTS = {
     ),
     "linear_attention": (
         "sum over the keys first (phi(K)^T V and the sum of phi(K)), then meet the queries;\n"
-        "when causal, running sums along the sequence (the recipe is folded above this cell).",
+        "when causal, go chunk by chunk: the keys of earlier chunks through those two sums, the chunk's own\n"
+        "keys through a small masked block (questions that lead there are folded above this cell).",
         "先对键求和（phi(K)^T V 和 phi(K) 的和），再与查询相乘；\n"
-        "因果时沿序列做累加和（具体做法折叠在本单元格上方）。",
+        "因果时逐块计算：前面各块的键通过这两个和进入，本块自己的键通过一个加了掩码的小方块进入\n"
+        "（引导你的几个问题折叠在本单元格上方）。",
     ),
     "linear_attention_step": (
         "the state is the two running sums; add this step's key to them, then read them with this step's query.",
@@ -116,43 +118,87 @@ def cells():
 
         - **non-causal**: `kv = phi(K)^T V` `[B, H, D, D_v]` and `z = sum_j phi(k_j)` `[B, H, D]`, then
           `out_i = phi(q_i) kv / (phi(q_i) . z + eps)`;
-        - **causal**: query $i$ sums over $j \le i$ only, so `kv` and `z` become **running sums** along the
-          sequence: `kv_i = sum_{j<=i} phi(k_j) v_j^T`, one `[D, D_v]` matrix per position.
+        - **causal**: query $i$ sums over $j \le i$ only. The direct way keeps the **running sums at every
+          position**, `kv_i = sum_{j<=i} phi(k_j) v_j^T` (a `torch.cumsum` over `[B, H, S, D, D_v]`): linear in S,
+          but $D \times D_v$ numbers per position, which at real head widths ($D = D_v = 64$: 4096 per position)
+          is more than softmax's $S$ scores per query until $S$ passes $D \times D_v$. The cell after your
+          function measures it.
+        - **causal, chunkwise** (what real linear-attention kernels do): cut the sequence into chunks of $C$
+          positions. For the queries of one chunk, every key of the **earlier chunks** is summed up in the two
+          running sums as they stood after the previous chunk (one `[D, D_v]` matrix and one `[D]` vector, the
+          state of section 5); the keys **inside the chunk** go through a small `[C, C]` matrix of weights
+          $\phi(q_i) \cdot \phi(k_j)$, masked to $j \le i$: quadratic, but only in $C$. Then the chunk's keys
+          join the sums. Memory: $C^2 + D \times D_v$ per head at a time, plus the output.
 
         No `[S, S]` tensor anywhere (the hidden checks measure it). There is no $1/\sqrt{D}$ scale: $\phi$
-        replaces the exponential.
+        replaces the exponential, and with it the temperature that $1/\sqrt{D}$ sets in softmax.
         """, r"""
         ## 3. 线性注意力：非因果与因果
 
         `linear_attention(q, k, v, causal=False, eps=1e-6)`，其中 `q, k [B, H, S, D]`，`v [B, H, S, D_v]`：
 
         - **非因果**：`kv = phi(K)^T V` `[B, H, D, D_v]`，`z = sum_j phi(k_j)` `[B, H, D]`，然后 `out_i = phi(q_i) kv / (phi(q_i) . z + eps)`；
-        - **因果**：查询 $i$ 只对 $j \le i$ 求和，所以 `kv` 和 `z` 变成沿序列的**累加和**：`kv_i = sum_{j<=i} phi(k_j) v_j^T`，每个位置一个 `[D, D_v]` 矩阵。
+        - **因果**：查询 $i$ 只对 $j \le i$ 求和。最直接的做法是保留**每个位置的累加和** `kv_i = sum_{j<=i} phi(k_j) v_j^T`（对 `[B, H, S, D, D_v]` 做 `torch.cumsum`）：关于 S 是线性的，但每个位置要存 $D \times D_v$ 个数；在实际的头宽下（$D = D_v = 64$：每个位置 4096 个数），只要 $S$ 还没超过 $D \times D_v$，它就比 softmax 每个查询的 $S$ 个分数还多。你的函数后面的单元格会测量它。
+        - **因果，分块计算**（实际的线性注意力内核就是这样做的）：把序列切成每块 $C$ 个位置。对一块里的查询来说，**前面各块**的所有键都已经汇总在"上一块结束时"的两个累加和里（一个 `[D, D_v]` 矩阵和一个 `[D]` 向量，也就是第 5 节的状态）；**本块内部**的键则通过一个 `[C, C]` 的小权重矩阵 $\phi(q_i) \cdot \phi(k_j)$ 进入，并遮住 $j > i$ 的部分：它是平方级的，但只是关于 $C$。然后把本块的键加进这两个和。内存：每个头一次只需要 $C^2 + D \times D_v$，再加上输出。
 
-        任何地方都不能出现 `[S, S]` 张量（隐藏检查会测量）。这里没有 $1/\sqrt{D}$ 的缩放：$\phi$ 取代了指数函数。
+        任何地方都不能出现 `[S, S]` 张量（隐藏检查会测量）。这里没有 $1/\sqrt{D}$ 的缩放：$\phi$ 取代了指数函数，也就取代了 $1/\sqrt{D}$ 在 softmax 里设定的温度。
         """),
         md(r"""
-        <details><summary>Recipe (open it if you are stuck)</summary>
+        <details><summary>Questions that lead to <code>linear_attention</code> (open them if the hint is not enough)</summary>
 
-        `phi_q, phi_k = elu(q) + 1, elu(k) + 1`. Non-causal: `kv = phi_k.transpose(-2, -1) @ v`, `z = phi_k.sum(-2)`,
-        `num = phi_q @ kv`, `den = (phi_q * z[..., None, :]).sum(-1)`. Causal: `kv = cumsum(phi_k[..., :, None] *
-        v[..., None, :], dim=2)` `[B, H, S, D, D_v]`, `z = cumsum(phi_k, dim=2)`, `num = (phi_q[..., :, None] * kv).sum(-2)`,
-        `den = (phi_q * z).sum(-1)`. Then `num / (den[..., None] + eps)`.
+        - Non-causal: which `[D, D_v]` matrix and which `[D]` vector sum up **all** the keys and values, whatever
+          S is? How does one query turn them into its numerator and its denominator, and where does `eps` go?
+        - Causal, for the queries of one chunk: what do they need from the keys of the **earlier** chunks? Are
+          the same two sums enough, taken over those chunks only?
+        - And from the keys **inside** the chunk: which small matrix of weights do they need, and which of its
+          entries must be zero so that query $i$ never uses a key $j > i$? Does query $i$ use its own key?
+        - How do the two sums change once a chunk is done, and what should they be before the first chunk?
+        - Where do the parts from the earlier chunks and from the chunk itself meet, in the numerator and in
+          the denominator?
+
+        <details><summary>Still stuck: the steps in words</summary>
+
+        1. Apply the feature map to q and k. Non-causal: the two sums over every key, then each query's numerator
+           and denominator from them, then the division with `eps`.
+        2. Causal: start both sums at zero and prepare the numerator `[B, H, S, D_v]` and denominator `[B, H, S]`.
+        3. For each chunk of positions: the `[C, C]` weights between the chunk's queries and keys, keeping the
+           lower triangle (the diagonal included); the numerator is what the queries read from the sums plus
+           those weights times the chunk's values; the denominator is the same with the sum of the features and
+           the row sums of the weights.
+        4. Only then add the chunk's keys to the sums (its outer products of features and values, and its
+           features), for the next chunk.
+        5. Divide, with `eps` in the denominator.
+        </details>
         </details>
         """, r"""
-        <details><summary>具体做法（卡住时再打开）</summary>
+        <details><summary>引导你写出 <code>linear_attention</code> 的几个问题（提示不够用时再打开）</summary>
 
-        `phi_q, phi_k = elu(q) + 1, elu(k) + 1`。非因果：`kv = phi_k.transpose(-2, -1) @ v`，`z = phi_k.sum(-2)`，`num = phi_q @ kv`，`den = (phi_q * z[..., None, :]).sum(-1)`。因果：`kv = cumsum(phi_k[..., :, None] * v[..., None, :], dim=2)` `[B, H, S, D, D_v]`，`z = cumsum(phi_k, dim=2)`，`num = (phi_q[..., :, None] * kv).sum(-2)`，`den = (phi_q * z).sum(-1)`。然后 `num / (den[..., None] + eps)`。
+        - 非因果：哪个 `[D, D_v]` 矩阵和哪个 `[D]` 向量能把**所有**键和值汇总起来，而与 S 无关？一个查询怎样由它们得到自己的分子和分母？`eps` 加在哪里？
+        - 因果，对一块里的查询来说：它们需要从**前面各块**的键那里得到什么？同样的两个和、只在那些块上求，够不够？
+        - 对**本块内部**的键：需要哪个小权重矩阵？它的哪些元素必须为零，才能保证查询 $i$ 永远不用到键 $j > i$？查询 $i$ 用不用它自己的键？
+        - 一块做完之后，这两个和怎样变化？在第一块之前它们应该是什么？
+        - 来自前面各块的部分和来自本块的部分，在分子和分母中是在哪里相加的？
+
+        <details><summary>还是卡住：用文字写出的步骤</summary>
+
+        1. 对 q 和 k 作用特征映射。非因果：在所有键上求这两个和，由它们得到每个查询的分子和分母，再加上 `eps` 做除法。
+        2. 因果：两个和都从零开始，并准备好分子 `[B, H, S, D_v]` 和分母 `[B, H, S]`。
+        3. 对每一块位置：算出这一块的查询与键之间的 `[C, C]` 权重，保留下三角（包括对角线）；分子是查询从两个和中读出的部分，加上这些权重乘以本块的值；分母同理，用特征之和以及权重的行和。
+        4. 然后才把本块的键加进这两个和（特征与值的外积，以及特征本身），留给下一块。
+        5. 做除法，分母里加上 `eps`。
+        </details>
         </details>
         """),
         solution("linear_attention", HINTS),
         check("check_linear_attention(linear_attention)", "check_linear_attention"),
         md(r"""
-        The cell measures the peak memory of softmax attention and of your linear attention (non-causal and
-        causal) as S grows, with `LiveMemoryMeter`. The causal version keeps one `[D, D_v]` state per
-        position (that is still linear in S; section 5 keeps only the last one).
+        The cell measures with `LiveMemoryMeter` (the tensors a function creates: intermediates and output) the
+        peak memory of softmax attention, of your linear attention (non-causal and causal), and of the running
+        sums kept at every position, the `[B, H, S, D, D_v]` tensor of the direct causal form, as S grows, at a
+        small head width (`D = 16`) and at a real one (`D = 64`). It then prints, for each width, up to which S
+        those per-position sums cost more than softmax's whole score matrix.
         """, r"""
-        下面的单元格用 `LiveMemoryMeter` 测量随 S 增长时 softmax 注意力和你的线性注意力（非因果与因果）的峰值内存。因果版本每个位置保留一个 `[D, D_v]` 的状态（这仍然关于 S 线性；第 5 节只保留最后一个）。
+        下面的单元格用 `LiveMemoryMeter`（统计函数新建的张量：中间结果和输出）测量随 S 增长时 softmax 注意力、你的线性注意力（非因果与因果）、以及直接的因果形式在每个位置保留的累加和（`[B, H, S, D, D_v]` 张量）的峰值内存，头宽分别取小的（`D = 16`）和实际的（`D = 64`）。然后对每种头宽打印：S 小于多少时，这些逐位置的累加和比 softmax 的整个分数矩阵还要占内存。
         """),
         demo("""
         def peak_mib(fn, *args, **kwargs):
@@ -165,12 +211,19 @@ def cells():
             return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
 
 
+        def sums_at_every_position(k, v):  # what the direct causal form keeps: one [D, D_v] matrix per position
+            return torch.cumsum(k[..., :, None] * v[..., None, :], dim=2)  # [B, H, S, D, D_v]
+
+
         with uses_your_code():
-            for S in (512, 1024, 2048, 4096):
-                q, k, v = (torch.randn(1, 2, S, 16) for _ in range(3))
-                print(say("S = {S:>5}: softmax {soft:7.2f} MiB, linear {linear:5.2f} MiB, linear causal {causal:5.2f} MiB",
-                          S=S, soft=peak_mib(softmax_attention, q, k, v), linear=peak_mib(linear_attention, q, k, v),
-                          causal=peak_mib(linear_attention, q, k, v, causal=True)))
+            for D in (16, 64):
+                for S in (512, 1024, 2048, 4096):
+                    q, k, v = (torch.randn(1, 2, S, D) for _ in range(3))
+                    print(say("D = {D}, S = {S:>4}: softmax {soft:6.2f} MiB, linear {linear:5.2f} MiB, linear causal {causal:5.2f} MiB; sums at every position {sums:6.2f} MiB",
+                              D=D, S=S, soft=peak_mib(softmax_attention, q, k, v), linear=peak_mib(linear_attention, q, k, v),
+                              causal=peak_mib(linear_attention, q, k, v, causal=True), sums=peak_mib(sums_at_every_position, k, v)))
+                print(say("D = D_v = {D}: the sums at every position hold D x D_v = {n} numbers per position, softmax's scores S per query: they cost more while S < {n}",
+                          D=D, n=D * D))
         """),
         md(r"""
         ## 4. What is lost: these are not softmax's weights
@@ -277,6 +330,10 @@ def cells():
         - **No normaliser**: `phi(Q) (phi(K)^T V)` alone is not an average; divide by `phi(q_i) . z`.
         - **Causal with the total sums**: query $i$ must use the sums up to $i$, not over the whole sequence.
         - **A recurrence that forgets its state**: start from the state you were given, not from zeros.
+        - **A step that reads the state before adding its own key**: query $t$ sees key $t$ (j <= t); add
+          $\phi(k_t) v_t^\top$ and $\phi(k_t)$ first, then read.
+        - **A $1/\sqrt{D}$ before $\phi$**: that is softmax's temperature; linear attention has none.
+        - **Chunks that do not carry the sums**: right for a sequence shorter than one chunk, wrong after it.
         - **Building `phi(Q) phi(K)^T`**: the right numbers at $S^2$ memory, which is what linear attention
           removes.
         """, r"""
@@ -286,6 +343,20 @@ def cells():
         - **没有归一化**：单独的 `phi(Q) (phi(K)^T V)` 不是加权平均；要除以 `phi(q_i) . z`。
         - **因果时用了整个序列的和**：查询 $i$ 只能用到位置 $i$ 为止的和。
         - **递推忘了状态**：要从传进来的状态出发，而不是从零开始。
+        - **一步里先读状态、再加入这一步的键**：查询 $t$ 能看到键 $t$（j <= t）；要先加上 $\phi(k_t) v_t^\top$ 和 $\phi(k_t)$，再读。
+        - **在 $\phi$ 之前除以 $\sqrt{D}$**：那是 softmax 的温度；线性注意力没有这个缩放。
+        - **分块时没有把两个和带到下一块**：序列短于一块时结果对，超过一块就错了。
         - **构造了 `phi(Q) phi(K)^T`**：数值对，内存却是 $S^2$，而这正是线性注意力要去掉的。
         """),
     ]
+
+
+DEMO_ZH = {
+    "# [S, S] @ [S, D_v]  vs  [S, D] @ [D, D_v]": "# [S, S] @ [S, D_v]  对比  [S, D] @ [D, D_v]",
+    "# multiply-adds of each order": "# 两种顺序各自的乘加次数",
+    "# a query that matches key 3 best": "# 一个与键 3 最匹配的查询",
+    "# [6], positive": "# [6]，全为正",
+    "# one layer of a 7B-sized model, float32": "# 7B 规模模型的一层，float32",
+    "# keys and values of every past token": "# 过去每个 token 的键和值",
+    "# what the direct causal form keeps: one [D, D_v] matrix per position": "# 直接的因果形式要保留的：每个位置一个 [D, D_v] 矩阵",
+}

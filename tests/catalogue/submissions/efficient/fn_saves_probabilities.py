@@ -190,11 +190,22 @@ def linear_attention(
     """q, k [B, H, S, D], v [B, H, S, D_v] -> [B, H, S, D_v]: phi(q_i) . sum_j phi(k_j) v_j^T / (phi(q_i) . sum_j phi(k_j) + eps), no [S, S] tensor."""
     phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1  # [B, H, S, D], positive
     if causal:
-        # running sums over j <= i: the state after each position
-        kv = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=2)  # [B, H, S, D, D_v]
-        z = torch.cumsum(phi_k, dim=2)  # [B, H, S, D]
-        numerator = (phi_q[..., :, None] * kv).sum(dim=-2)  # [B, H, S, D_v]
-        denominator = (phi_q * z).sum(dim=-1)  # [B, H, S]
+        # chunkwise: inside a chunk the weights phi(q_i) . phi(k_j), j <= i, as a small [C, C] matrix; the keys of
+        # every earlier chunk through the running sums kv and z (the recurrent state after the previous chunk)
+        B, H, S, D = q.shape
+        C = 64  # positions per chunk
+        kv = torch.zeros(B, H, D, v.shape[-1], dtype=v.dtype, device=v.device)  # sum of phi(k_j) v_j^T so far
+        z = torch.zeros(B, H, D, dtype=k.dtype, device=k.device)  # sum of phi(k_j) so far
+        numerator = torch.empty(B, H, S, v.shape[-1], dtype=v.dtype, device=v.device)  # [B, H, S, D_v]
+        denominator = torch.empty(B, H, S, dtype=q.dtype, device=q.device)  # [B, H, S]
+        for i0 in range(0, S, C):
+            i1 = min(i0 + C, S)
+            q_c, k_c, v_c = phi_q[:, :, i0:i1], phi_k[:, :, i0:i1], v[:, :, i0:i1]  # [B, H, C, D], [B, H, C, D_v]
+            w = (q_c @ k_c.transpose(-2, -1)).tril()  # [B, H, C, C]: key j <= query i inside the chunk
+            numerator[:, :, i0:i1] = q_c @ kv + w @ v_c  # [B, H, C, D_v]: the earlier chunks, then this one
+            denominator[:, :, i0:i1] = (q_c * z[..., None, :]).sum(dim=-1) + w.sum(dim=-1)  # [B, H, C]
+            kv = kv + k_c.transpose(-2, -1) @ v_c  # [B, H, D, D_v]: this chunk's keys join the state
+            z = z + k_c.sum(dim=-2)  # [B, H, D]
     else:
         # associativity: phi(Q) (phi(K)^T V) instead of (phi(Q) phi(K)^T) V
         kv = phi_k.transpose(-2, -1) @ v  # [B, H, D, D_v]

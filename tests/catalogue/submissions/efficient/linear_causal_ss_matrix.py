@@ -189,7 +189,8 @@ def linear_attention(
     """q, k [B, H, S, D], v [B, H, S, D_v] -> [B, H, S, D_v]: phi(q_i) . sum_j phi(k_j) v_j^T / (phi(q_i) . sum_j phi(k_j) + eps), no [S, S] tensor."""
     phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1  # [B, H, S, D], positive
     if causal:
-        # running sums over j <= i: the state after each position
+        # chunkwise: inside a chunk the weights phi(q_i) . phi(k_j), j <= i, as a small [C, C] matrix; the keys of
+        # every earlier chunk through the running sums kv and z (the recurrent state after the previous chunk)
         w = phi_q @ phi_k.transpose(-2, -1)  # [B, H, S, S]
         w = w.tril()
         numerator = w @ v  # [B, H, S, D_v]
