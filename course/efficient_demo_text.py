@@ -36,9 +36,9 @@ DEMO_TEXT = (
     N_('{n:>6} keys: lse {exact:.4f}; m and l kept in float16 {half:.4f}, bfloat16 {bf16:.4f}, float32 {single:.4f}'),
     N_('float16 inputs: out is {out_dtype}, lse is {lse_dtype}; largest error vs float64 {gap:.1e}, rounding the exact output to float16 alone {rounding:.1e} (largest |out| {scale:.2f})'),
     # 05_flash_backward
-    N_('the six lines vs autograd, largest gap: dq {dq:.1e}, dk {dk:.1e}, dv {dv:.1e}'),
-    N_('delta = rowsum(dO * O) vs rowsum(P * dP): largest gap {gap:.1e}'),
-    N_('tile of P from exp(s - lse): largest gap {gap:.1e}'),
+    N_('the six lines vs autograd, largest gap: dq {dq:.1e}, dk {dk:.1e}, dv {dv:.1e} (largest |gradient| {scale:.2f})'),
+    N_('delta = rowsum(dO * O) vs rowsum(P * dP): largest gap {gap:.1e} (largest |delta| {scale:.2f})'),
+    N_('tile of P from exp(s - lse): largest gap {gap:.1e} (largest P in the tile {scale:.2f})'),
     N_('tile of P from a softmax of the tile alone: largest gap {gap:.1e} (each row sums to 1 over 4 keys)'),
     N_('torch.autograd.gradcheck (float64, 5 queries, 7 keys, causal): {passed}'),
     N_('matrix products per tile: forward {f:g}, backward {b:g}'),

@@ -152,11 +152,13 @@ def cells():
             delta = (dO * O).sum(dim=-1, keepdim=True)  # [B, H, S_q, 1]
             dS = P * (dP - delta)  # [B, H, S_q, S_k]
             dQ, dK = dS @ k * scale, dS.transpose(-2, -1) @ q * scale  # [B, H, S_q, D], [B, H, S_k, D]
-            print(say("the six lines vs autograd, largest gap: dq {dq:.1e}, dk {dk:.1e}, dv {dv:.1e}",
-                      dq=(dQ - q.grad).abs().max().item(), dk=(dK - k.grad).abs().max().item(),
-                      dv=(dV - v.grad).abs().max().item()))
-            print(say("delta = rowsum(dO * O) vs rowsum(P * dP): largest gap {gap:.1e}",
-                      gap=(delta - (P * dP).sum(dim=-1, keepdim=True)).abs().max().item()))
+            print(say("the six lines vs autograd, largest gap: dq {dq:.1e}, dk {dk:.1e}, dv {dv:.1e} (largest |gradient| "
+                      "{scale:.2f})", dq=(dQ - q.grad).abs().max().item(), dk=(dK - k.grad).abs().max().item(),
+                      dv=(dV - v.grad).abs().max().item(),
+                      scale=max(g.abs().max().item() for g in (q.grad, k.grad, v.grad))))
+            print(say("delta = rowsum(dO * O) vs rowsum(P * dP): largest gap {gap:.1e} (largest |delta| {scale:.2f})",
+                      gap=(delta - (P * dP).sum(dim=-1, keepdim=True)).abs().max().item(),
+                      scale=delta.abs().max().item()))
         """),
         md(r"""
         ## 2. Recomputing $P$ from the log-sum-exp
@@ -188,8 +190,8 @@ def cells():
         tile = s[:, :, 0:4, 4:8]  # [1, 1, 4, 4]: queries 0..3, keys 4..7
         from_lse = torch.exp(tile - lse[:, :, 0:4, None])
         own_softmax = torch.softmax(tile, dim=-1)
-        print(say("tile of P from exp(s - lse): largest gap {gap:.1e}",
-                  gap=(from_lse - P[:, :, 0:4, 4:8]).abs().max().item()))
+        print(say("tile of P from exp(s - lse): largest gap {gap:.1e} (largest P in the tile {scale:.2f})",
+                  gap=(from_lse - P[:, :, 0:4, 4:8]).abs().max().item(), scale=P[:, :, 0:4, 4:8].max().item()))
         print(say("tile of P from a softmax of the tile alone: largest gap {gap:.1e} (each row sums to 1 over 4 keys)",
                   gap=(own_softmax - P[:, :, 0:4, 4:8]).abs().max().item()))
         """),
