@@ -15,7 +15,7 @@ nothing): grade-class starts one zygote by exec (the seed, autograder/sandbox/pr
 fork the zygote of each grading process, so that torch is imported once for the whole class and its
 pages are shared by every zygote and worker. A forked zygote holds what the seed holds (its minimal
 environment, torch, this package) and the one socket; it ends when that socket closes (its grading
-process ended) or when the seed dies.
+process ended), after ending every worker it forked.
 
 The zygote is a child subreaper: a process that a worker started and that outlived its
 parent (a daemon) becomes the zygote's child, not init's, so that the zygote can find
@@ -120,13 +120,14 @@ def _child(worker_fd: int, control: socket.socket, config: dict, zygote: int) ->
         os._exit(0)
 
 
-def _zygote(control_fd: int, control: socket.socket, seed: int) -> None:
-    """The child of a {"kind": "zygote"} request: a zygote of its own, in its own session, serving `control_fd`."""
+def _zygote(control_fd: int, control: socket.socket) -> None:
+    """The child of a {"kind": "zygote"} request: a zygote of its own, in its own session, serving `control_fd`
+    until it closes (its grading process ended: grade-class's own end ends that one). Not tied to the seed's
+    life: an answer to a kill it is giving when grade-class closes the seed is still given in full."""
     control.close()
     try:
         os.setsid()
-        if not LINUX or sandbox.die_with_parent(seed):  # the seed ended (grade-class is gone): nothing to serve
-            main(control_fd)
+        main(control_fd)
     finally:
         os._exit(0)  # (never tears torch down: its grading process is waiting for nothing)
 
@@ -137,6 +138,16 @@ def main(control_fd: int) -> None:
         ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of workers come to us
     control = socket.socket(fileno=control_fd)
     workers: set[int] = set()
+    try:
+        _serve(control, workers)
+    except ConnectionError:  # (an answer to a grader that is gone)
+        pass
+    finally:  # the grader closed the socket (or ended): no worker of ours outlives this process
+        for pid in list(workers):
+            kill_tree(pid, workers)
+
+
+def _serve(control: socket.socket, workers: set[int]) -> None:
     me = os.getpid()
     while True:
         try:
@@ -160,7 +171,7 @@ def main(control_fd: int) -> None:
             continue
         if request.get("kind") == "zygote":
             if os.fork() == 0:
-                _zygote(worker_fd, control, me)
+                _zygote(worker_fd, control)
             os.close(worker_fd)
             continue
         warmup.warm(request.get("warm", ()))  # once per zygote: what this assignment's workers would each redo
@@ -172,7 +183,6 @@ def main(control_fd: int) -> None:
         workers.intersection_update(p for p in workers if proctree.alive(p))
         workers.add(pid)
         protocol.send(control, {"pid": pid})
-
 
 if __name__ == "__main__":
     main(int(sys.argv[1]))
