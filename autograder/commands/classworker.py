@@ -61,7 +61,9 @@ def main(tasks: int, results: int, parent: int, zygote: int | None = None) -> No
 
     with Grader(limits) as grader:
         grader.zygote.ping()  # (so that a submission's deadline never counts the zygote's import of torch)
-        grader.zygote.wait_for_kills = False  # (a worker's tear-down overlaps the next submission's trusted work)
+        # A zygote forked by the seed ends only after the kill it is giving (its socket closes after it): a worker's
+        # tear-down may then overlap the next submission's trusted work. One of our own dies with us at once.
+        grader.zygote.wait_for_kills = zygote is None
         classpool.send(results, ("ready",))
         while True:
             try:
