@@ -30,7 +30,6 @@ import errno
 import json
 import os
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,13 +283,8 @@ def _grade_queue(pool, course, assignment, settings: Settings, console, grader, 
     with _progress(console, settings.progress) as bar:
         task = bar.add_task("", total=len(todo))
 
-        preloading: list[threading.Thread] = []
-
         def done(student: str) -> None:
             bar.update(task, advance=1, description=escape(student))  # (a folder's name is never markup)
-            if not preloading and grader is None:  # (the grading processes are warm: this process waits on them)
-                preloading.append(threading.Thread(target=_preload_plotting, daemon=True))
-                preloading[0].start()
 
         stopper.check()
         if grader is not None:
@@ -303,18 +297,6 @@ def _grade_queue(pool, course, assignment, settings: Settings, console, grader, 
             pool.run(queue, deadline, record, failed, overdue, done, stopper.check)
     if pool is not None:
         pool.close()  # (all done, or started for a queue that turned out empty)
-
-
-def _preload_plotting() -> None:
-    """Import what the class report's picture needs (classpage.distribution_png: matplotlib, most of a second)
-    while the grading processes grade and this process waits on them, not after the last submission."""
-    try:
-        import matplotlib  # noqa: PLC0415 - only when a class is graded
-
-        matplotlib.use("Agg")
-        from matplotlib.figure import Figure  # noqa: PLC0415, F401
-    except Exception:  # noqa: BLE001 - the page imports it again and says what is wrong
-        pass
 
 
 def _grade_here(todo, folders, assignment, grader, record, failed, done, check) -> None:
