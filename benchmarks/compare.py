@@ -56,8 +56,10 @@ def side_env(tree: Path) -> dict:
 def median_run(runs: list[dict]) -> dict:
     """The run of median wall time; memory as the largest over the runs."""
     mid = sorted(runs, key=lambda r: r["wall"])[(len(runs) - 1) // 2]
+    cpus = sorted(r["cpu"] for r in runs if r.get("cpu") is not None)
     return dict(mid, tree_mib=max(r["tree_mib"] for r in runs), largest_mib=max(r["largest_mib"] for r in runs),
-                each=[r["wall"] for r in runs], rcs=[r["rc"] for r in runs])
+                each=[r["wall"] for r in runs], rcs=[r["rc"] for r in runs],
+                cpu=cpus[(len(cpus) - 1) // 2] if cpus else None, each_cpu=[r.get("cpu") for r in runs])
 
 
 def alternate(sides: dict[str, Path], rounds: int, job) -> dict[str, dict]:
@@ -67,8 +69,9 @@ def alternate(sides: dict[str, Path], rounds: int, job) -> dict[str, dict]:
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
             runs[name].append(job(name, sides[name]))
+            cpu = runs[name][-1].get("cpu")
             print(f"  {name} round {r + 1}: {runs[name][-1]['wall']:.2f} s, tree {runs[name][-1]['tree_mib']:.0f} MiB,"
-                  f" rc {runs[name][-1]['rc']}", flush=True)
+                  f"{f' CPU {cpu:.2f} s,' if cpu is not None else ''} rc {runs[name][-1]['rc']}", flush=True)
     return {n: median_run(rs) for n, rs in runs.items()}
 
 
@@ -140,6 +143,9 @@ def compare(args, argv: list[str]) -> int:
         ra, rb = classes[n][a], classes[n][b]
         runs = f" (median of {len(ra['each'])})" if len(ra["each"]) > 1 else ""
         lines.append(pair(f"grade-class, {n} students, per submission{runs}", ra["wall"] / n, rb["wall"] / n, "s"))
+        if ra.get("cpu") is not None and rb.get("cpu") is not None:
+            lines.append(pair(f"grade-class, {n} students, CPU of the whole tree per submission{runs}",
+                              ra["cpu"] / n, rb["cpu"] / n, "s"))
         lines.append(pair(f"grade-class, {n} students, whole tree (peak Pss)", ra["tree_mib"], rb["tree_mib"], "MiB",
                           ".0f"))
         lines.append(pair(f"grade-class, {n} students, largest process (peak)", ra["largest_mib"],
@@ -151,6 +157,12 @@ def compare(args, argv: list[str]) -> int:
     lines.append(pair("one cold `grade` (median of 3)", cold[a]["wall"], cold[b]["wall"], "s", ".2f"))
     lines.append(f"| one cold `grade` / one `import torch` ({torch_s:.2f} s, median of 3) | "
                  f"{cold[a]['wall'] / torch_s:.2f}x | {cold[b]['wall'] / torch_s:.2f}x | |")
+    if all(cold[k].get("cpu") for k in (a, b, "import torch")):
+        torch_cpu = cold["import torch"]["cpu"]
+        lines.append(pair("one cold `grade`, CPU of the whole tree (median of 3)", cold[a]["cpu"], cold[b]["cpu"], "s",
+                          ".2f"))
+        lines.append(f"| one cold `grade` / one `import torch`, CPU ({torch_cpu:.2f} s) | "
+                     f"{cold[a]['cpu'] / torch_cpu:.2f}x | {cold[b]['cpu'] / torch_cpu:.2f}x | |")
     if nb:
         lines.append(pair(f"`nbgrader autograde` with the plugin, {args.plugin_students} students, per submission",
                           nb[a]["per"], nb[b]["per"], "s"))
@@ -171,6 +183,9 @@ def compare(args, argv: list[str]) -> int:
         f"Machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}; "
         f"load average (1 / 5 / 15 min) at the start {load_start[0]:.1f} / {load_start[1]:.1f} / {load_start[2]:.1f},"
         f" at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}.  ",
+        "Each run's CPU times: " + "; ".join(
+            f"{name} {', '.join(f'{c:.1f}' for c in r['each_cpu'] if c is not None)}" for n in sizes
+            for name, r in classes[n].items()) + ".  ",
         "Each run's wall times: " + "; ".join(
             f"{name} {', '.join(f'{w:.1f}' for w in r['each'])}" for n in sizes for name, r in classes[n].items())
         + ".  ",

@@ -81,6 +81,16 @@ def originals(folder: Path, assignment_id: str) -> Originals:
                      others)
 
 
+def class_originals(course: Path, assignment_id: str, folders: dict[str, Path]) -> dict[str, Originals]:
+    """originals() of each submission folder of `folders` (student -> COURSE/submitted/<student>/<assignment>, every
+    one of the class), with the course's settings read once and submitted/ listed once: one call per class, not per
+    submission (at 200 students, 200 listings of 200 folders)."""
+    dirs = gradebook.course_directories(course)
+    source, release = course / dirs["source"] / assignment_id, course / dirs["release"] / assignment_id
+    return {student: Originals(assignment_id, source, release,
+                               tuple(f for other, f in folders.items() if other != student)) for student in folders}
+
+
 def grade_folder(folder: str, assignment_id: str, grader, compared: Originals | None = None) -> dict:
     """Grade one submission folder: {"parts": [PartResult...], "notes": [...], "seconds": ...}.
 
@@ -282,7 +292,8 @@ def _grade_queue(pool, course, assignment, settings: Settings, console, grader, 
         elif todo:
             pool = pool or _start_pool(settings, len(todo))
             deadline = settings.limits.submission_deadline(len(the_assignment.parts))
-            queue = {s: (str(folders[s]), assignment, originals(folders[s], assignment)) for s in todo}
+            compared = class_originals(course, assignment, folders)
+            queue = {s: (str(folders[s]), assignment, compared[s]) for s in todo}
             pool.run(queue, deadline, record, failed, overdue, done, stopper.check)
     if pool is not None:
         pool.close()  # (all done, or started for a queue that turned out empty)

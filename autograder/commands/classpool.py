@@ -3,7 +3,10 @@
 Each grading process (autograder/commands/classworker.py) is a fresh program (`exec`) that dies with this
 process (parent-death signal) and leaves the stop signals to it. It talks to this process over two pipes,
 one length-prefixed pickle per message (both sides are the grader's own code; student code runs
-two levels below, in the sandboxed workers of the process's zygote):
+two levels below, in the sandboxed workers of the process's zygote). The pool starts one zygote by exec, the
+seed (autograder/sandbox/prestart.py), before the grading processes; each grading process's zygote is forked
+by the seed and handed to it as a socket (the seed has imported torch once for the class; no zygote is ever
+a copy of a grading process, whose memory holds the instructor's environment):
 
     -> limits                 once, at start
     <- ("ready",)             torch imported, the Grader warm
@@ -29,6 +32,7 @@ import time
 
 from ..sandbox.lifetime import STOP_SIGNALS
 from ..foundation.limits import Limits, SandboxUnavailable
+from ..sandbox import prestart
 from ..sandbox.prestart import PACKAGE_PARENT
 
 FRAME = struct.Struct("!Q")
@@ -67,9 +71,12 @@ def recv(fd: int):
 
 
 class GradingProcess:
-    """One grading process and its two pipes; `student` is the submission it is grading (None: idle)."""
+    """One grading process and its two pipes; `student` is the submission it is grading (None: idle). With `seed`
+    (the control socket of a zygote started by prestart.launch) its zygote is forked by the seed; else it starts
+    its own."""
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, seed=None):
+        zygote = prestart.zygote_from(seed) if seed is not None else None
         task_r, self.tasks = os.pipe()
         self.results, result_w = os.pipe()
         env = dict(os.environ)
@@ -81,11 +88,14 @@ class GradingProcess:
         before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autograder.commands.classworker", str(task_r), str(result_w), str(os.getpid())],
-                pass_fds=(task_r, result_w), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=None if debug else subprocess.DEVNULL)
+                [sys.executable, "-m", "autograder.commands.classworker", str(task_r), str(result_w), str(os.getpid()),
+                 *([str(zygote.fileno())] if zygote else [])],
+                pass_fds=(task_r, result_w, *([zygote.fileno()] if zygote else [])), env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None if debug else subprocess.DEVNULL)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, before)
+            if zygote is not None:
+                zygote.close()  # (its grading process's alone: the zygote ends when that process does)
         os.close(task_r)
         os.close(result_w)
         self.ready = False
@@ -118,16 +128,24 @@ class GradingProcess:
 
 
 class Pool:
-    """`workers` grading processes, started at once (each imports torch while the caller reads the gradebook)."""
+    """`workers` grading processes, started at once with the seed of their zygotes (each imports torch while the
+    caller reads the gradebook)."""
 
     def __init__(self, workers: int, limits: Limits):
         self.limits = limits
-        self.procs = [GradingProcess(limits) for _ in range(workers)]
+        self.seed = prestart.launch()  # (dies with this process, as the grading processes do)
+        self.procs = [GradingProcess(limits, self.seed[0]) for _ in range(workers)]
 
     def close(self) -> None:
         for proc in self.procs:
             proc.kill()
         self.procs = []
+        if self.seed is not None:
+            control, seed = self.seed
+            self.seed = None
+            control.close()
+            seed.kill()
+            seed.wait()
 
     def run(self, queue: dict[str, tuple], deadline: float, record, failed, overdue, done, check) -> None:
         """Grade every queued submission (student -> args); a result goes to `record(student, data)`, a grading
@@ -188,4 +206,4 @@ class Pool:
         proc.kill()
         self.procs.remove(proc)
         if pending:
-            self.procs.append(GradingProcess(self.limits))
+            self.procs.append(GradingProcess(self.limits, self.seed[0]))

@@ -1,7 +1,8 @@
-"""A grading process of grade-class: `python -m autograder.commands.classworker TASKS_FD RESULTS_FD PARENT_PID`.
+"""A grading process of grade-class: `python -m autograder.commands.classworker TASKS_FD RESULTS_FD PARENT_PID [ZYGOTE_FD]`.
 
 Started by classpool.py (the protocol is there). It dies with grade-class (parent-death signal) and
-leaves stop signals to it; it starts its zygote (prestart: by exec, before the grader is imported), warms
+leaves stop signals to it; its zygote is ZYGOTE_FD's, forked for it by grade-class's seed (prestart.zygote_from),
+or else it starts one (prestart: by exec, before the grader is imported); it warms
 one Grader, says it is ready, then grades one submission folder per message until its pipe closes. nbgrader's
 preprocessor (autograder/nbgrader_plugin.py) starts one too and gives it one notebook per message
 (`(NOTEBOOK, path, part ids, assignment id, lang)`), so that a notebook that brings it down costs that notebook.
@@ -46,17 +47,23 @@ def _task(args: tuple, grader):
     return grade_folder(folder, assignment, grader, compared)
 
 
-def main(tasks: int, results: int, parent: int) -> None:
+def main(tasks: int, results: int, parent: int, zygote: int | None = None) -> None:
     init_pool_process(parent)  # dies with grade-class; Ctrl-C and SIGHUP are the parent's to handle
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (blocked since its start: ignored from here)
     limits = classpool.recv(tasks)
-    prestart.prefork()  # the zygote imports torch while this process imports the grader
+    if zygote is None:
+        prestart.prefork()  # the zygote imports torch while this process imports the grader
+    else:
+        prestart.adopt(zygote)  # (the seed's fork: torch imported once for the class)
     limit_grader_memory(limits.grader_memory_bytes)  # (after the zygote's start: its workers keep their own limits)
     from . import classgrade  # noqa: PLC0415, F401 - after the zygote's start: torch, seconds
     from ..grading.grade import Grader  # noqa: PLC0415
 
     with Grader(limits) as grader:
         grader.zygote.ping()  # (so that a submission's deadline never counts the zygote's import of torch)
+        # A zygote forked by the seed ends only after the kill it is giving (its socket closes after it): a worker's
+        # tear-down may then overlap the next submission's trusted work. One of our own dies with us at once.
+        grader.zygote.wait_for_kills = zygote is None
         classpool.send(results, ("ready",))
         while True:
             try:
@@ -75,4 +82,4 @@ def main(tasks: int, results: int, parent: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    main(*(int(a) for a in sys.argv[1:5]))

@@ -37,16 +37,23 @@ class Zygote:
 
     def __init__(self) -> None:
         self.control, self.proc = prestart.take()
+        # False: kill_tree returns once its request is sent, and its answer is read before the next request (a
+        # grading process of grade-class: the kernel's tear-down of a worker's namespaces, tens of milliseconds,
+        # overlaps the next submission's reading and scanning). The zygote serves one request at a time, so the
+        # next worker is forked only once every process of the last one has ended, either way.
+        self.wait_for_kills = True
+        self._unanswered = 0
 
     def spawn(self, config: SandboxConfig, timeout: float = 120.0, warm: tuple[str, ...] = ()) -> "WorkerProcess":
         """A fresh sandboxed worker; `warm`: the zygote's warm-ups (worker/warmup.py) to run first, once."""
+        self.settle()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         data = protocol.encode({"kind": "spawn", "config": config.as_dict(), "warm": list(warm)})
         self.control.settimeout(timeout)  # the first spawn waits for the zygote to import torch
         try:
             self.control.sendmsg([data],
                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
-            reply = protocol.recv(self.control)
+            reply = self._answer()
         except (OSError, EOFError) as exc:
             raise RuntimeError(f"the worker pool did not start: {exc}") from None
         finally:
@@ -57,28 +64,54 @@ class Zygote:
 
     def ping(self, timeout: float = 300.0) -> None:
         """Wait until the zygote answers (it has imported torch): from then on a worker starts in milliseconds."""
+        self.settle()
         self.control.settimeout(timeout)
         try:
             protocol.send(self.control, {"kind": "ping"})
-            protocol.recv(self.control)
+            self._answer()
         except (OSError, EOFError, protocol.ProtocolError) as exc:
             raise RuntimeError(f"the worker pool did not start: {exc}") from None
 
     def kill_tree(self, pid: int, timeout: float = 10.0) -> int:
-        """Ask the zygote to SIGKILL a worker and every process it started (daemons included)."""
+        """Ask the zygote to SIGKILL a worker and every process it started (daemons included); the number of
+        processes killed (0 without `wait_for_kills`: the answer is read later, by `settle`)."""
         try:
+            self.settle(timeout)
             self.control.settimeout(timeout)
             protocol.send(self.control, {"kind": "kill", "pid": pid})
+            if not self.wait_for_kills:
+                self._unanswered += 1
+                return 0
             return int(protocol.recv(self.control).get("killed", 0))
         except (OSError, EOFError, protocol.ProtocolError):
             return 0
 
+    def _answer(self) -> dict:
+        """The answer to the request just sent (one to a kill that `settle` gave up waiting for comes first)."""
+        reply = protocol.recv(self.control)
+        while "killed" in reply:
+            reply = protocol.recv(self.control)
+        return reply
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait for the answers of the kill requests sent without waiting: every process of those workers ended."""
+        try:
+            while self._unanswered:
+                self.control.settimeout(timeout)
+                protocol.recv(self.control)
+                self._unanswered -= 1
+        except (OSError, EOFError, protocol.ProtocolError):
+            self._unanswered = 0  # (the zygote is gone: the next request says so)
+
     def close(self) -> None:
         """End the pool. Its workers were killed with their sessions; the zygote itself holds no
-        state, so it is killed rather than left to tear torch down (close to a second)."""
+        state, so it is killed rather than left to tear torch down (close to a second). One forked by
+        grade-class's seed (prestart.adopt: no process of ours) ends on its own once its socket closes."""
+        self.settle()
         self.control.close()
-        self.proc.kill()
-        self.proc.wait()
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 @dataclass

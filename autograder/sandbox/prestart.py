@@ -10,11 +10,20 @@ instructor's original environment block included (readable through /proc/self/en
 the worker makes itself dumpable), and the shared mappings of the pool's semaphores
 (/dev/shm/sem.mp-*), which a student could zero to stop the whole class. After exec, a worker
 holds only the zygote's minimal environment (`ZYGOTE_ENV`), no shared mapping, and one socket.
+
+grade-class starts one such zygote by exec, the seed (`launch`), and has it fork the zygote of each
+grading process (`zygote_from`, worker/zygote.py): torch is imported once for the whole class instead of
+once per zygote, and the zygotes and their workers share its pages. A forked zygote is a copy of the
+seed, never of a grader: the same minimal environment, no shared mapping, and one socket, whose other end
+only its grading process holds (`adopt`); it ends when that socket closes.
 """
 from __future__ import annotations
 
+import array
+import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +35,7 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
 ZYGOTE_ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PACKAGE_PARENT, "OMP_NUM_THREADS": "1",
               "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
 PASSED_THROUGH = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
-_started: tuple[socket.socket, subprocess.Popen] | None = None
+_started: tuple[socket.socket, subprocess.Popen | None] | None = None
 
 
 def launch() -> tuple[socket.socket, subprocess.Popen]:
@@ -57,8 +66,37 @@ def prefork() -> None:
     prestart()
 
 
-def take() -> tuple[socket.socket, subprocess.Popen]:
+def take() -> tuple[socket.socket, subprocess.Popen | None]:
     """The prestarted zygote if there is one (each is taken once), else a new one."""
     global _started
     started, _started = _started, None
     return started or launch()
+
+
+def plain_frame(message: dict) -> bytes:
+    """worker/protocol.py's frame of a message that holds no tensor (`protocol.encode`), built here without
+    importing torch: grade-class's own process never imports it (tests/test_start_cost.py)."""
+    text = json.dumps(message, separators=(",", ":")).encode()
+    body = struct.pack("!I", 2) + b"[]" + struct.pack("!I", len(text)) + text
+    body += bytes(-len(body) % 64)
+    return struct.pack("!Q", len(body)) + body
+
+
+def zygote_from(seed: socket.socket) -> socket.socket:
+    """A new zygote, forked by the seed (a zygote started by `launch`) as soon as the seed has imported torch;
+    returns our end of its control socket at once, for a grading process to `adopt`."""
+    control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        seed.sendmsg([plain_frame({"kind": "zygote"})],
+                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
+    finally:
+        theirs.close()
+    return control
+
+
+def adopt(fd: int) -> None:
+    """A grading process of a class: its zygote is the one grade-class had the seed fork for it (control socket
+    `fd`), not one of its own. Not passed on to any process this one may start: the zygote ends when it closes."""
+    global _started
+    os.set_inheritable(fd, False)
+    _started = (socket.socket(fileno=fd), None)

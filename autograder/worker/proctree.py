@@ -9,6 +9,16 @@ from __future__ import annotations
 import os
 
 
+def _read(path: str) -> bytes:
+    """A /proc file's first 4 KiB, without a Python file object (half the cost of open(): the zygote scans
+    /proc for every worker it ends)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
 def parent_links() -> dict[int, int]:
     """{pid: parent pid} of every live process (zombies left out)."""
     links = {}
@@ -20,9 +30,8 @@ def parent_links() -> dict[int, int]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            fields = stat[stat.rfind(b")") + 2:].split()  # the command name may hold spaces and ")"
+            stat = _read(f"/proc/{name}/stat")
+            fields = stat[stat.rfind(b")") + 2:].split(None, 2)  # the command name may hold spaces and ")"
             if fields[0] != b"Z":
                 links[int(name)] = int(fields[1])
         except (OSError, ValueError, IndexError):
@@ -33,8 +42,7 @@ def parent_links() -> dict[int, int]:
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie (one read, no scan)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        stat = _read(f"/proc/{pid}/stat")
         return stat[stat.rfind(b")") + 2:][:1] != b"Z"
     except OSError:
         return False

@@ -10,6 +10,13 @@ the zygote forks, the child confines itself and serves that socket, and the zygo
 answers {"pid": child_pid}. A message {"kind": "kill", "pid": pid} ends that worker and
 every process it started, and answers {"killed": n}; {"kind": "ping"} answers {"pong": true}.
 
+A message {"kind": "zygote"} with a socket forks another zygote that serves that socket (and answers
+nothing): grade-class starts one zygote by exec (the seed, autograder/sandbox/prestart.py) and has it
+fork the zygote of each grading process, so that torch is imported once for the whole class and its
+pages are shared by every zygote and worker. A forked zygote holds what the seed holds (its minimal
+environment, torch, this package) and the one socket; it ends when that socket closes (its grading
+process ended), after ending every worker it forked.
+
 The zygote is a child subreaper: a process that a worker started and that outlived its
 parent (a daemon) becomes the zygote's child, not init's, so that the zygote can find
 it and kill it, and it is reaped instead of staying a zombie.
@@ -61,6 +68,17 @@ def _signal(pid: int, group: bool = False) -> None:
         pass
 
 
+def _wait_gone(pids: set[int], deadline: float) -> None:
+    """Until every process of `pids` has ended or `deadline` (time.monotonic()) passed: a read of each one's
+    /proc/<pid>/stat at growing intervals from 0.5 ms (a killed worker is gone in a few milliseconds; a scan of
+    all of /proc costs more than that)."""
+    pause = 0.0005
+    while (left := [p for p in pids if proctree.alive(p)]) and time.monotonic() < deadline:
+        pids = set(left)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+
+
 def kill_tree(pid: int, workers: set[int], wait: float = 2.0) -> int:
     """SIGKILL a worker, its process group, all its descendants, and every orphan it left to us.
 
@@ -82,7 +100,7 @@ def kill_tree(pid: int, workers: set[int], wait: float = 2.0) -> int:
         for p in targets:
             _signal(p)
         killed |= targets
-        time.sleep(0.01)
+        _wait_gone(targets, deadline)  # (then one more scan: a process started or orphaned meanwhile)
     workers.discard(pid)
     return len(killed)
 
@@ -102,12 +120,34 @@ def _child(worker_fd: int, control: socket.socket, config: dict, zygote: int) ->
         os._exit(0)
 
 
+def _zygote(control_fd: int, control: socket.socket) -> None:
+    """The child of a {"kind": "zygote"} request: a zygote of its own, in its own session, serving `control_fd`
+    until it closes (its grading process ended: grade-class's own end ends that one). Not tied to the seed's
+    life: an answer to a kill it is giving when grade-class closes the seed is still given in full."""
+    control.close()
+    try:
+        os.setsid()
+        main(control_fd)
+    finally:
+        os._exit(0)  # (never tears torch down: its grading process is waiting for nothing)
+
+
 def main(control_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     if LINUX:
         ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of workers come to us
     control = socket.socket(fileno=control_fd)
     workers: set[int] = set()
+    try:
+        _serve(control, workers)
+    except ConnectionError:  # (an answer to a grader that is gone)
+        pass
+    finally:  # the grader closed the socket (or ended): no worker of ours outlives this process
+        for pid in list(workers):
+            kill_tree(pid, workers)
+
+
+def _serve(control: socket.socket, workers: set[int]) -> None:
     me = os.getpid()
     while True:
         try:
@@ -129,6 +169,11 @@ def main(control_fd: int) -> None:
         if worker_fd is None:
             protocol.send(control, {"error": "no socket was passed"})
             continue
+        if request.get("kind") == "zygote":
+            if os.fork() == 0:
+                _zygote(worker_fd, control)
+            os.close(worker_fd)
+            continue
         warmup.warm(request.get("warm", ()))  # once per zygote: what this assignment's workers would each redo
         pid = os.fork()
         if pid == 0:
@@ -138,7 +183,6 @@ def main(control_fd: int) -> None:
         workers.intersection_update(p for p in workers if proctree.alive(p))
         workers.add(pid)
         protocol.send(control, {"pid": pid})
-
 
 if __name__ == "__main__":
     main(int(sys.argv[1]))
