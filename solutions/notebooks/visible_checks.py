@@ -348,10 +348,12 @@ def check_chunked_attention(chunked_attention) -> None:
         with LiveMemoryMeter() as meter:
             chunked_attention(q, k, v, chunk_size=chunk)
         full = 2 * S * S * 4
+        block = 2 * chunk * S * 4  # [1, 2, chunk, S] float32: one block of queries against every key
         assert meter.peak_bytes < full / 4, _(
-            "chunked_attention(S={S}, chunk_size={chunk}) peaked at {peak:.2f} MiB, as much as "
-            "a whole score matrix ({full:.2f} MiB): compute one block of queries at a time"
-        ).format(S=S, chunk=chunk, peak=meter.peak_bytes / 2**20, full=full / 2**20)
+            "chunked_attention(S={S}, chunk_size={chunk}) peaked at {peak:.2f} MiB, more than a quarter of a whole "
+            "score matrix ({full:.2f} MiB), while one block of {chunk} queries against every key is {block:.2f} MiB: "
+            "compute one block of queries at a time"
+        ).format(S=S, chunk=chunk, peak=meter.peak_bytes / 2**20, full=full / 2**20, block=block / 2**20)
         ok(_("chunked_attention: equals plain attention for chunk sizes 1, 3, 7, 64; peak {peak:.2f} MiB "
               "vs {full:.2f} MiB for one full score matrix").format(peak=meter.peak_bytes / 2**20, full=full / 2**20))
     else:
