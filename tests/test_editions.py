@@ -278,9 +278,8 @@ def test_the_measure_of_untranslated_output_flags_the_english_editions_printing_
 # Printed tables: a column that lines up in English lines up in Chinese too, on screen
 # --------------------------------------------------------------------------- #
 
-# The assignments whose Chinese tables are held to it (English edition ids): generation's and self_attention's;
-# efficient_zh (03_linear, 04_flex) still prints tables padded by characters (issue 34), and joins the set once fixed.
-TABLE_ALIGNED = {"generation", "self_attention"}
+# The assignments whose Chinese tables are held to it (English edition ids): all three.
+TABLE_ALIGNED = {"generation", "self_attention", "efficient"}
 _FIELD = re.compile(r"(?:(?<=\S) {2,}|[:：] *)(?=\S)")  # what a column of a printed table starts after: a gap, a colon
 
 
@@ -318,12 +317,20 @@ def _misaligned(english: list[str], chinese: list[str]) -> list[str]:
     return bad
 
 
+def _printed_lines(cell) -> list[str]:
+    """The lines a cell printed, with an empty line where a figure or another display came between them (lines
+    on either side of a plot are not one table)."""
+    text = "".join(o.get("text", "") + o.get("evalue", "") if "text" in o or "evalue" in o else "\n\n"
+                   for o in cell.outputs)
+    return text.splitlines()
+
+
 def _table_report(english_nb, chinese_nb) -> tuple[int, dict[str, list[str]]]:
     """(the number of columns compared, cell id -> the Chinese lines whose columns do not line up)."""
     compared, bad = 0, {}
     chinese_cells = {c.id: c for c in _printing_cells(chinese_nb)}
     for cell in _printing_cells(english_nb):
-        en_lines, zh_lines = _printed(cell).splitlines(), _printed(chinese_cells.get(cell.id, cell)).splitlines()
+        en_lines, zh_lines = _printed_lines(cell), _printed_lines(chinese_cells.get(cell.id, cell))
         if len(en_lines) != len(zh_lines):
             continue  # (a cell that prints another number of lines in Chinese has no table in common)
         compared += len(_tables(en_lines))
