@@ -64,7 +64,8 @@ REAPER = textwrap.dedent(r"""
 
 def append_to_last_solution(path: Path, code: str) -> None:
     nb = json.loads(path.read_text())
-    cell = [c for c in nb["cells"] if (c.get("metadata") or {}).get("nbgrader", {}).get("solution")][-1]
+    cell = [c for c in nb["cells"] if c["cell_type"] == "code"
+            and (c.get("metadata") or {}).get("nbgrader", {}).get("solution")][-1]  # a written answer is markdown
     source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
     cell["source"] = source + "\n\n" + code
     path.write_text(json.dumps(nb))

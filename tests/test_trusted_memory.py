@@ -28,12 +28,13 @@ NOTEBOOK_SECONDS = 20
 
 
 def edit_notebook(course: Path, student: str, notebook: str, code: str = "", metadata=None) -> None:
-    """The student's `notebook` (already collected) with `code` after its last solution cell's code and `metadata`
+    """The student's `notebook` (already collected) with `code` after its last solution code cell's code and `metadata`
     in the notebook's metadata."""
     path = course / "submitted" / student / ASSIGNMENT / f"{notebook}.ipynb"
     nb = json.loads(path.read_text())
     if code:
-        cell = [c for c in nb["cells"] if (c.get("metadata") or {}).get("nbgrader", {}).get("solution")][-1]
+        cell = [c for c in nb["cells"] if c["cell_type"] == "code"
+                and (c.get("metadata") or {}).get("nbgrader", {}).get("solution")][-1]
         source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
         cell["source"] = (code + "\n" + source) if code is HANG else (source + "\n" + code)
     if metadata is not None:

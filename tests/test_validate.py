@@ -61,11 +61,12 @@ def _setup_namespace(assignment: str) -> dict:
 
 
 def _released_stubs(assignment: str) -> dict:
-    """A notebook's namespace after running the released solution cells: the stubs, as a student gets them."""
+    """A notebook's namespace after running the released solution code cells (a written answer is markdown): the
+    stubs, as a student gets them."""
     namespace = _setup_namespace(assignment)
     for name in ASSIGNMENTS[assignment].notebooks:
         for cell in nbformat.read(REPO / "assignments" / assignment / f"{name}.ipynb", as_version=4).cells:
-            if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
                 exec(compile(cell.source, f"<{name}>", "exec"), namespace)
     return namespace
 
