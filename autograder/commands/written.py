@@ -18,6 +18,8 @@ cell, with points. Its source holds the model answer and the rubric between the 
 """
 from __future__ import annotations
 
+import csv
+
 from nbgrader import utils
 from nbgrader.plugins import CsvExportPlugin
 from nbgrader.preprocessors import NbGraderPreprocessor, SaveAutoGrades
@@ -91,8 +93,6 @@ class WrittenCsvExport(CsvExportPlugin):
         from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader's own module
 
         super().export(gradebook)
-        import csv  # noqa: PLC0415 - only here
-
         dest = self.to or "grades.csv"  # (nbgrader's default)
         with open(dest, newline="", encoding="utf-8") as f:
             rows = list(csv.reader(f))
@@ -105,9 +105,7 @@ class WrittenCsvExport(CsvExportPlugin):
             try:
                 submission = gradebook.find_submission(row[where["assignment"]], row[where["student_id"]])
             except MissingEntry:  # no submission: nothing autograded, nothing written
-                written_max = sum(c.max_score for nb in gradebook.find_assignment(row[where["assignment"]]).notebooks
-                                  for c in nb.grade_cells if is_written(c))
-                out.append(row + ["0.0", "0.0", str(float(written_max))])
+                out.append(row + ["0.0", "0.0", str(written_maximum(gradebook, row[where["assignment"]]))])
                 continue
             out.append(row + [str(round(x, 4)) for x in split_score(submission)])
         with open(dest, "w", newline="", encoding="utf-8") as f:
@@ -125,12 +123,17 @@ def grade_by_hand(gradebook, assignment: str, student: str, notebook: str, cell:
     gradebook.db.commit()
 
 
+def written_maximum(gb, assignment: str) -> float:
+    """The points of `assignment`'s written answers in the open gradebook `gb`."""
+    return float(sum(c.max_score for nb in gb.find_assignment(assignment).notebooks for c in nb.grade_cells
+                     if is_written(c)))
+
+
 def written_scores(gb, assignment: str, students) -> tuple[dict, float]:
     """({student: their written points, or None while an answer waits for a grader}, the written maximum) of
     `assignment` in the open gradebook `gb` (a student without a submission: 0, as in the CSV)."""
     from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader's own module
 
-    cells = [c for nb in gb.find_assignment(assignment).notebooks for c in nb.grade_cells if is_written(c)]
     points: dict = {}
     for student in students:
         try:
@@ -139,6 +142,6 @@ def written_scores(gb, assignment: str, students) -> tuple[dict, float]:
         except MissingEntry:  # nothing submitted: nothing to grade
             points[student] = 0.0
             continue
-        waiting = any(g.needs_manual_grade or (g.manual_score is None and g.auto_score is None) for g in grades)
+        waiting = any(g.needs_manual_grade or needs_review(g.manual_score, g.auto_score, written=True) for g in grades)
         points[student] = None if waiting else float(sum(g.score or 0.0 for g in grades))
-    return points, float(sum(c.max_score for c in cells))
+    return points, written_maximum(gb, assignment)
