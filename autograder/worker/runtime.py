@@ -77,6 +77,7 @@ class Worker:
     def __init__(self, sock) -> None:
         self.sock = sock
         self.namespaces: dict[str, dict] = {}
+        self.lent_code: dict[str, types.CodeType] = {}  # the lent source -> its compiled code
         self.codec = wire.WorkerCodec()
         self.objects = self.codec.objects  # what the trusted side names by a handle
         self.watch = ForbiddenCallWatch()
@@ -152,7 +153,10 @@ class Worker:
         the part that owns it. The reply names which of them the student's namespace defined (and so were replaced).
         The session never lets another part run in this worker afterwards (Session.enter_part)."""
         pieces = {"__builtins__": __builtins__, "__name__": "__lent__"}
-        exec(compile(PREAMBLE + req["source"], LENT_FILE, "exec"), pieces)
+        code = self.lent_code.get(req["source"])
+        if code is None:  # (each job of the part lends again: compiled once per worker, run each time)
+            code = self.lent_code[req["source"]] = compile(PREAMBLE + req["source"], LENT_FILE, "exec")
+        exec(code, pieces)
         ns = self.namespaces[req["ns"]]
         replaced = [name for name in req["names"] if name in ns]
         for name in req["names"]:
