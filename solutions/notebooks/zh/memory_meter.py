@@ -21,7 +21,6 @@ import weakref
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 
 class LiveMemoryMeter(TorchDispatchMode):
@@ -56,12 +55,20 @@ class LiveMemoryMeter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # The storages the operator was given: an output on one of them is a view of an input or the input written
         # in place, not new memory. If we do not count that storage already, it was alive before the `with` block.
-        given = {item.untyped_storage().data_ptr() for item in tree_flatten((args, kwargs))[0]
-                 if isinstance(item, torch.Tensor) and item.device.type == "cpu"}
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        given = {item.untyped_storage().data_ptr() for item in _cpu_tensors((*args, *kwargs.values()))}
+        out = func(*args, **kwargs)
         fresh = func is torch.ops.aten.lift_fresh.default  # torch.tensor(...): data made inside the block
-        for item in tree_flatten(out)[0]:
-            if isinstance(item, torch.Tensor) and item.device.type == "cpu":
-                if fresh or item.untyped_storage().data_ptr() not in given:
-                    self._track(item)
+        for item in _cpu_tensors(out if isinstance(out, (list, tuple)) else (out,)):
+            if fresh or item.untyped_storage().data_ptr() not in given:
+                self._track(item)
         return out
+
+
+def _cpu_tensors(values):
+    """The CPU tensors among an operator's arguments or outputs: each value, or the items of a list or tuple
+    (aten's schemas nest them no deeper: Tensor, Tensor[], Tensor?[])."""
+    for value in values:
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, torch.Tensor) and item.device.type == "cpu":
+                yield item
