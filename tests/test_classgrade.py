@@ -108,6 +108,6 @@ def test_grade_class_writes_the_class_report_next_to_the_students_reports_and_pr
     page = course.resolve() / "autograder_reports" / ASSIGNMENT / "class_report.html"
     assert f"class report: {page}" in course.joinpath("first-run.txt").read_text()
     text = page.read_text(encoding="utf-8")
-    assert 'src="data:image/png;base64,' in text
+    assert 'src="data:image/svg+xml;base64,' in text
     for student in STUDENTS:
         assert f'href="{student}.json"' in text

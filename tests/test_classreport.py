@@ -79,7 +79,7 @@ def test_the_page_is_self_contained_with_an_inline_picture_and_links_to_each_stu
     path = classpage.write_class_report(tmp_path, "self_attention", CLASS, reports)
     assert path == reports / "class_report.html"
     page = path.read_text(encoding="utf-8")
-    assert page.count('src="data:image/png;base64,') == 1
+    assert page.count('src="data:image/svg+xml;base64,') == 1
     assert not re.search(r"(src|href)=[\"'](https?:)?//", page), "the page must need no network"
     assert "<script" not in page
     for student in ("ada", "bob", "cy", "dee"):

@@ -1,7 +1,7 @@
 """The class report as one self-contained HTML page: COURSE/autograder_reports/<assignment>/class_report.html.
 
 grade-class (and the demo) write it after grading, from classreport.ClassReport: the score distribution of
-each part (a matplotlib picture, inline as a base64 PNG: the page needs no network and no other file), the
+each part (an SVG picture drawn here, inline as base64: the page needs no network and no other file), the
 most common failing checks with how many students and the mistake they name, the students below the
 threshold, and a link to each student's report (the JSON grade-class wrote; nbgrader's HTML feedback when
 `generate_feedback` made it). The headings are in the edition's language (the catalog); the students'
@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import html
-import io
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote
@@ -78,34 +77,54 @@ def fmt(x: float) -> str:
     return f"{x:.4g}" if x != int(x) else str(int(x))
 
 
-def distribution_png(parts: tuple[PartScores, ...], totals: list[float], max_score: float) -> bytes:
-    """One histogram per part (score from 0 to its points, students per bin) and one of the totals, as a PNG."""
-    import matplotlib  # noqa: PLC0415 - plotting only when a page is written
+PANEL_W, PANEL_H, COLUMNS = 300, 190, 4  # one histogram's box in the picture (px), panels per row
+PLOT_X, PLOT_Y, PLOT_W, PLOT_H = 34, 28, 252, 130  # its plotting area inside the box
 
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure  # noqa: PLC0415
 
+def histogram(scores, top: float) -> list[int]:
+    """Students per bin: BINS equal bins from 0 to `top`, a score of `top` in the last one."""
+    counts = [0] * BINS
+    for score in scores:
+        counts[min(max(int(score / (top or 1) * BINS), 0), BINS - 1)] += 1
+    return counts
+
+
+def panel_svg(name: str, top: float, scores, x0: int, y0: int, colour: str) -> str:
+    """One histogram as SVG elements at (x0, y0): its title, bars, axes, and ticks at 0, the middle and `top`."""
+    counts = histogram(scores, top)
+    most = max(counts) or 1
+    bar_w = PLOT_W / BINS
+    left, base = x0 + PLOT_X, y0 + PLOT_Y + PLOT_H
+    bars = "".join(f'<rect x="{left + i * bar_w:.1f}" y="{base - n / most * PLOT_H:.1f}" width="{bar_w - 1:.1f}" '
+                   f'height="{n / most * PLOT_H:.1f}" fill="{colour}"/>' for i, n in enumerate(counts) if n)
+    ticks = "".join(f'<text x="{left + f * PLOT_W:.1f}" y="{base + 14}" text-anchor="middle">{fmt(top * f)}</text>'
+                    for f in (0, 0.5, 1))
+    counts_axis = (f'<text x="{left - 4}" y="{base}" text-anchor="end">0</text>'
+                   f'<text x="{left - 4}" y="{base - PLOT_H + 4}" text-anchor="end">{most}</text>')
+    axes = f'<path d="M{left} {base - PLOT_H}V{base}H{left + PLOT_W}" stroke="#555" fill="none"/>'
+    title = (f'<text x="{left + PLOT_W / 2:.1f}" y="{y0 + 18}" text-anchor="middle" font-size="13">'
+             f'{esc(name)} (/{fmt(top)})</text>')
+    return title + bars + axes + ticks + counts_axis
+
+
+def distribution_svg(parts: tuple[PartScores, ...], totals: list[float], max_score: float) -> str:
+    """One histogram per part (score from 0 to its points, students per bin) and one of the totals, as an SVG
+    document (drawn here: no plotting library to import for one picture)."""
     panels = [(p.id, p.max_score, p.scores) for p in parts] + [("total", max_score, tuple(totals))]
-    columns = 4
-    rows = -(-len(panels) // columns)
-    fig = Figure(figsize=(3.2 * columns, 2.4 * rows), dpi=90, layout="constrained")
-    for index, (name, top, scores) in enumerate(panels):
-        ax = fig.add_subplot(rows, columns, index + 1)
-        ax.hist(scores, bins=BINS, range=(0, top or 1), color="#c0392b" if name == "total" else "#2e86c1",
-                edgecolor="white")
-        ax.set_title(f"{name} (/{fmt(top)})", fontsize=10)
-        ax.set_xlim(0, top or 1)
-        ax.yaxis.get_major_locator().set_params(integer=True)
-        ax.tick_params(labelsize=8)
-    out = io.BytesIO()
-    fig.savefig(out, format="png")
-    return out.getvalue()
+    rows = -(-len(panels) // COLUMNS)
+    body = "".join(panel_svg(name, top, scores, (i % COLUMNS) * PANEL_W, (i // COLUMNS) * PANEL_H,
+                             "#c0392b" if name == "total" else "#2e86c1")
+                   for i, (name, top, scores) in enumerate(panels))
+    width, height = COLUMNS * PANEL_W, rows * PANEL_H
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" fill="#222">'
+            f'<rect width="{width}" height="{height}" fill="white"/>{body}</svg>')
 
 
 def picture(report: ClassReport) -> str:
-    png = distribution_png(report.parts, [s.score for s in report.students], report.max_score)
+    svg = distribution_svg(report.parts, [s.score for s in report.students], report.max_score)
     alt = heading_in(report.lang)("score distribution per part")
-    return f'<img id="distribution" alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+    return f'<img id="distribution" alt="{alt}" src="data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}">'
 
 
 def parts_table(report: ClassReport) -> str:
