@@ -332,7 +332,7 @@ def write_part_grades(location: Location, assignment: str, student: str, folder:
                     grade.auto_score = 0.0  # a graded cell that is no part of the course
                 else:
                     grade.auto_score = cell_score(part.score, part.max_score, cell.max_score)
-                grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+                grade.needs_manual_grade = written.needs_review(grade.manual_score, grade.auto_score, written=False)
             released = {c.name: c.checksum for c in nb.source_cells}  # (a released written answer has none)
             answered = _answered(folder, nb.name, released) if submitted_nb else {}
             for name, grade in by_hand:
