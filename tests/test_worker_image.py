@@ -89,7 +89,7 @@ def test_a_worker_of_grade_holds_no_secret_no_shared_memory_and_no_capability(mo
 # A submission whose code, run at load time, reports what its worker holds (in the report's notes), and one that
 # never finishes loading: grade-class kills its grading process at the deadline and goes on.
 PROBE_AT_LOAD = PROBE + "raise RuntimeError('PROBE ' + probe(%r))\n" % SECRET
-HANG = "while True:\n    pass\n"
+HANG = "import time\nwhile True:\n    time.sleep(0.05)\n"  # never finishes loading, and spends no CPU on it
 
 
 def submit(course: Path, student: str, code: str) -> None:
