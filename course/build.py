@@ -156,11 +156,27 @@ def write_support_files(folder: Path, target: Target = TARGETS[0]) -> None:
 # --------------------------------------------------------------------------- #
 
 
-def generate_release(root: Path, target: Target = TARGETS[0]) -> None:
-    """Run the real `nbgrader generate_assignment` with root/source -> root/assignments."""
+def generate_release(root: Path, targets: tuple[Target, ...] = TARGETS[:1]) -> None:
+    """Run the real `nbgrader generate_assignment` with root/source -> root/assignments, for `targets`: one nbgrader
+    run for all of them when they are every edition in root/source (its import is most of a run's 5 s)."""
+    in_source = {p.name for p in (root / "source").iterdir() if p.is_dir()}
+    if len(targets) > 1 and in_source == {t.id for t in targets}:
+        _generate(root, "*")
+    else:
+        for target in targets:
+            _generate(root, target.id)
+    # nbgrader marks released files read-only for students; keep them writable in the repository
+    for target in targets:
+        for path in (root / target.release).rglob("*"):
+            if path.is_file():
+                path.chmod(0o644)
+
+
+def _generate(root: Path, assignments: str) -> None:
+    """`nbgrader generate_assignment ASSIGNMENTS` (an id, or nbgrader's glob of ids) into root/assignments."""
     with tempfile.TemporaryDirectory(prefix="nbgrader-db-") as db_dir:
         cmd = [
-            sys.executable, "-m", "nbgrader", "generate_assignment", target.id, "--force",
+            sys.executable, "-m", "nbgrader", "generate_assignment", assignments, "--force",
             f"--CourseDirectory.root={root}",
             f"--CourseDirectory.db_url=sqlite:///{db_dir}/gradebook.db",
         ]
@@ -170,10 +186,6 @@ def generate_release(root: Path, target: Target = TARGETS[0]) -> None:
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise SystemExit(f"nbgrader generate_assignment failed:\n{done.stdout}\n{done.stderr}")
-    # nbgrader marks released files read-only for students; keep them writable in the repository
-    for path in (root / target.release).rglob("*"):
-        if path.is_file():
-            path.chmod(0o644)
 
 
 # --------------------------------------------------------------------------- #
@@ -204,7 +216,8 @@ def build(root: Path, execute: bool = True, targets: tuple[Target, ...] = TARGET
         for name, nb in notebooks[target.id].items():
             write_notebook(nb, root / target.source / f"{name}.ipynb")
         write_support_files(root / target.source, target)
-        generate_release(root, target)
+    generate_release(root, targets)
+    for target in targets:
         for name, nb in notebooks[target.id].items():
             path = root / target.solved / f"{name}.ipynb"
             write_notebook(solved_notebook(nb), path)
