@@ -66,9 +66,10 @@ class LiveMemoryMeter(TorchDispatchMode):
 
 
 def _cpu_tensors(values):
-    """The CPU tensors among an operator's arguments or outputs: each value, or the items of a list or tuple
-    (aten's schemas nest them no deeper: Tensor, Tensor[], Tensor?[])."""
+    """The CPU tensors among an operator's arguments or outputs, inside lists and tuples at any depth (aten's
+    operators nest them one deep, Tensor[]; a higher-order operator such as flex_attention's, deeper)."""
     for value in values:
-        for item in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(item, torch.Tensor) and item.device.type == "cpu":
-                yield item
+        if isinstance(value, (list, tuple)):
+            yield from _cpu_tensors(value)
+        elif isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            yield value
