@@ -174,3 +174,14 @@ def test_only_the_notebooks_feedback_pages_that_forbid_scripts_are_linked_never_
     (feedback / "04_multihead.html").write_text(FEEDBACK_PAGE.replace("script-src \'none\'", "script-src *"))
     links = classpage.report_links(tmp_path / "reports", tmp_path, "self_attention", ["eve"])
     assert links == {"eve": [("01_scores", "../../feedback/eve/self_attention/01_scores.html")]}
+
+
+def test_the_picture_puts_each_score_in_its_bin_full_marks_in_the_last_and_draws_one_bar_per_filled_bin():
+    assert classpage.histogram([0, 0.9, 1.0, 9.99, 10], top=10) == [2, 1, 0, 0, 0, 0, 0, 0, 0, 2]
+    report = classreport.summarize("self_attention", CLASS)
+    svg = classpage.distribution_svg(report.parts, [s.score for s in report.students], report.max_score)
+    filled = sum(1 for p in report.parts for n in classpage.histogram(p.scores, p.max_score) if n) + \
+        sum(1 for n in classpage.histogram([s.score for s in report.students], report.max_score) if n)
+    assert svg.count("<rect ") == filled + 1, "one bar per filled bin, and the white background"
+    for part in report.parts:
+        assert f"{part.id} (/{classpage.fmt(part.max_score)})" in svg
