@@ -7,6 +7,7 @@ once that socket closes (the grading process ended, killed at a deadline or with
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import pytest
@@ -97,3 +98,80 @@ def test_a_kill_left_unawaited_is_answered_before_the_next_worker_is_forked(seed
         assert not proctree.alive(second.pid)
     finally:
         zygote.close()
+
+
+# --------------------------------------------------------------------------- #
+# grade-class's grading processes, forked by the seed too (autograder/commands/seed.py): torch once per class.
+# --------------------------------------------------------------------------- #
+
+SECRET = "planted-instructor-secret-9d41c7"
+
+
+@pytest.fixture
+def class_pool(monkeypatch, private_tmp):
+    """grade-class's pool of two grading processes, both ready, started from `private_tmp` with a secret in the
+    instructor's environment: (pool, the seed's pid)."""
+    from autograder.commands import classpool
+
+    monkeypatch.setenv("AUTOGRADER_TEST_SECRET", SECRET)
+    monkeypatch.chdir(private_tmp)
+    grading = classpool.Pool(2, Limits())
+    try:
+        for proc in grading.procs:
+            assert classpool.recv(proc.results) == ("ready",)
+            proc.ready = True
+        yield grading, grading.seed[1].pid
+    finally:
+        grading.close()
+
+
+def test_a_grading_process_is_the_seeds_fork_through_a_monitor_and_works_where_grade_class_was_started(
+        class_pool, private_tmp):
+    grading, seed_pid = class_pool
+    for proc in grading.procs:
+        monitor = parent_of(proc.proc.pid)
+        assert parent_of(monitor) == seed_pid, "the grading process is not forked by the seed"
+        assert os.readlink(f"/proc/{proc.proc.pid}/cwd") == str(private_tmp), "not in grade-class's working folder"
+
+
+def readable_memory(pid: int) -> bytes:
+    """Every private writable mapping of process `pid` (its heap, Python's arenas), read through /proc."""
+    out = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for line in maps:
+            fields = line.split()
+            if "rw" not in fields[1] or fields[1][3] != "p" or (len(fields) > 5 and fields[5].startswith("/")):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                mem.seek(start)
+                out.append(mem.read(end - start))
+            except OSError:
+                continue
+    return b"".join(out)
+
+
+def test_the_seed_never_holds_the_instructors_environment_that_its_grading_processes_receive(class_pool):
+    grading, seed_pid = class_pool
+    memory = readable_memory(seed_pid)
+    assert len(memory) > 10_000_000, "the seed's memory was not read"
+    assert SECRET.encode() not in memory, "the instructor's environment reached the seed, which every worker copies"
+
+
+def test_a_forked_grading_process_that_dies_is_reported_with_the_signal_that_killed_it(class_pool):
+    from autograder.commands import classpool
+
+    grading, _ = class_pool
+    proc = grading.procs[0]
+    os.kill(proc.proc.pid, signal.SIGSEGV)
+    with pytest.raises(EOFError):
+        classpool.recv(proc.results)
+    assert proc.why_ended() == "killed by SIGSEGV"
+
+
+def test_closing_the_pool_ends_the_seed_and_every_process_it_forked(class_pool):
+    grading, seed_pid = class_pool
+    below = proctree.descendants(seed_pid)
+    assert len(below) >= 5, below  # the seed, two monitors, two grading processes, two zygotes
+    grading.close()
+    assert gone_within(below, 10), "a process of the seed outlived the pool"

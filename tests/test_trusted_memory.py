@@ -9,6 +9,7 @@ with a deadline, so that a notebook, not the run, is lost.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -167,36 +168,28 @@ def test_nbgrader_stops_a_notebook_at_its_deadline_and_a_fresh_child_grades_the_
 
 
 # A grading process that ends whenever it grades the student "dies" (as one killed by the kernel, or out of its
-# memory limit, would): the real grading process, its grade_folder wrapped.
-DYING_WORKER = """
+# memory limit, would): the real grading process, forked by a seed whose grade_folder is wrapped.
+DYING_SEED = """
 import os, sys
-sys.path.insert(0, {repo!r})
-from autograder.commands import classgrade, classpool, classworker
+from autograder.commands import classgrade, classpool, seed
 real = classgrade.grade_folder
 def grade_folder(folder, assignment, grader, compared=None):
     if "/dies/" in folder:
-        os._exit(getattr(classpool, "OUT_OF_MEMORY", 3))
+        os._exit(classpool.OUT_OF_MEMORY)
     return real(folder, assignment, grader, compared)
 classgrade.grade_folder = grade_folder
-classworker.main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+seed.main(int(sys.argv[1]), int(sys.argv[2]))
 """
 
 
 def test_a_submission_that_ends_its_grading_process_twice_is_recorded_and_not_graded_again(course, autograde,
                                                                                           monkeypatch, private_tmp):
-    from autograder.commands import classpool
     from autograder.commands.classgrade import Settings, grade_class
+    from autograder.sandbox import prestart
 
-    script = private_tmp / "dying_worker.py"
-    script.write_text(DYING_WORKER.format(repo=str(REPO)))
-    popen = classpool.subprocess.Popen
-
-    def dying(argv, *args, **kwargs):
-        if "autograder.commands.classworker" in argv:
-            argv = [argv[0], str(script), *argv[3:]]
-        return popen(argv, *args, **kwargs)
-
-    monkeypatch.setattr(classpool.subprocess, "Popen", dying)
+    (private_tmp / "dying_seed.py").write_text(DYING_SEED)
+    monkeypatch.setitem(prestart.ZYGOTE_ENV, "PYTHONPATH", os.pathsep.join((str(REPO), str(private_tmp))))
+    monkeypatch.setattr(prestart, "SEED", "dying_seed")
     collect(course, {"dies": "correct"})
     first = {o.student: o for o in grade_class(course, settings=Settings(workers=1, progress=False))}
     assert first["dies"].status == "graded", first["dies"]

@@ -30,12 +30,14 @@ import subprocess
 import sys
 import time
 
-from ..sandbox.lifetime import STOP_SIGNALS
+from ..sandbox.lifetime import STOP_SIGNALS, kill_processes
+from ..worker import proctree
 from ..foundation.limits import Limits, SandboxUnavailable
 from ..sandbox import prestart
 from ..sandbox.prestart import PACKAGE_PARENT
 
 FRAME = struct.Struct("!Q")
+STATUS = struct.Struct("!i")  # a forked grading process's monitor's two reports: its pid, then its exit code (seed.py)
 OUT_OF_MEMORY = 3  # the exit status of a grading process that ran out of its memory limit (classworker.py)
 
 
@@ -70,38 +72,91 @@ def recv(fd: int):
     return pickle.loads(_read_exact(fd, size))  # (from our own grading process, never from student code)
 
 
+class Forked:
+    """A grading process forked by the seed (commands/seed.py), with as much of subprocess.Popen as the pool uses.
+    This process is not its parent: its monitor writes to `status` its pid once forked, then its exit code once it
+    ended; an end of the pipe without them means the seed or the monitor was killed (so was the grading process)."""
+
+    def __init__(self, status: int):
+        self.status = status
+        self.known: int | None = None  # its pid, once read
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """Its pid (read from the monitor at first use: the seed forks it once it has imported torch), or None
+        if the seed or the monitor ended first."""
+        if self.known is None and self.returncode is None:
+            self.known = self._report()
+        return self.known
+
+    def _report(self) -> int | None:
+        try:
+            data = _read_exact(self.status, STATUS.size)
+        except (EOFError, OSError):
+            return None
+        return STATUS.unpack(data)[0]
+
+    def kill(self) -> None:
+        if self.pid is not None and self.returncode is None:
+            kill_processes([self.pid])
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            code = self._report() if self.pid is not None else None
+            os.close(self.status)
+            self.returncode = -signal.SIGKILL if code is None else code
+            deadline = time.monotonic() + 5.0  # (killed with its monitor: it ends by its death signal, at once)
+            while code is None and self.pid is not None and proctree.alive(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return self.returncode
+
+
 class GradingProcess:
     """One grading process and its two pipes; `student` is the submission it is grading (None: idle). With `seed`
-    (the control socket of a zygote started by prestart.launch) its zygote is forked by the seed; else it starts
-    its own."""
+    (the control socket of a zygote started by prestart.launch(SEED)) the seed forks it and its zygote; else it is
+    started by exec and starts its own zygote (nbgrader's plugin)."""
 
     def __init__(self, limits: Limits, seed=None):
-        zygote = prestart.zygote_from(seed) if seed is not None else None
         task_r, self.tasks = os.pipe()
         self.results, result_w = os.pipe()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+        self.proc = self._fork(seed, task_r, result_w) if seed is not None else self._exec(env, task_r, result_w)
+        os.close(task_r)
+        os.close(result_w)
+        self.ready = False
+        self.student: str | None = None
+        self.since = 0.0
+        if seed is not None:
+            send(self.tasks, (env, os.getcwd()))  # (straight to it: the seed never holds the instructor's environment)
+        send(self.tasks, limits)
+
+    @staticmethod
+    def _fork(seed, task_r: int, result_w: int) -> Forked:
+        zygote = prestart.zygote_from(seed)
+        status_r, status_w = os.pipe()
+        try:
+            prestart.ask(seed, "grader", [task_r, result_w, zygote.fileno(), status_w])
+        finally:
+            zygote.close()  # (its grading process's alone: the zygote ends when that process does)
+            os.close(status_w)
+        return Forked(status_r)
+
+    @staticmethod
+    def _exec(env: dict, task_r: int, result_w: int) -> subprocess.Popen:
         debug = os.environ.get("AUTOGRADER_DEBUG")
         # In this process group (a kill of the group reaches it at once), with the stop signals blocked from its
         # first instruction until it ignores them (classworker.main): a Ctrl-C is the parent's alone, and never
         # a traceback of a process half started.
         before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autograder.commands.classworker", str(task_r), str(result_w), str(os.getpid()),
-                 *([str(zygote.fileno())] if zygote else [])],
-                pass_fds=(task_r, result_w, *([zygote.fileno()] if zygote else [])), env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=None if debug else subprocess.DEVNULL)
+            return subprocess.Popen(
+                [sys.executable, "-m", "autograder.commands.classworker", str(task_r), str(result_w), str(os.getpid())],
+                pass_fds=(task_r, result_w), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=None if debug else subprocess.DEVNULL)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, before)
-            if zygote is not None:
-                zygote.close()  # (its grading process's alone: the zygote ends when that process does)
-        os.close(task_r)
-        os.close(result_w)
-        self.ready = False
-        self.student: str | None = None
-        self.since = 0.0
-        send(self.tasks, limits)
 
     def give(self, student: str, args: tuple) -> None:
         send(self.tasks, (student, args))
@@ -128,24 +183,24 @@ class GradingProcess:
 
 
 class Pool:
-    """`workers` grading processes, started at once with the seed of their zygotes (each imports torch while the
-    caller reads the gradebook)."""
+    """`workers` grading processes, forked with their zygotes by the seed, which imports torch once for the class
+    while the caller reads the gradebook."""
 
     def __init__(self, workers: int, limits: Limits):
         self.limits = limits
-        self.seed = prestart.launch()  # (dies with this process, as the grading processes do)
+        self.seed = prestart.launch(prestart.SEED)  # (dies with this process, as the grading processes do)
         self.procs = [GradingProcess(limits, self.seed[0]) for _ in range(workers)]
 
     def close(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-        self.procs = []
-        if self.seed is not None:
+        if self.seed is not None:  # first: a grading process it has not forked yet never will be
             control, seed = self.seed
             self.seed = None
             control.close()
             seed.kill()
             seed.wait()
+        for proc in self.procs:
+            proc.kill()
+        self.procs = []
 
     def run(self, queue: dict[str, tuple], deadline: float, record, failed, overdue, done, check) -> None:
         """Grade every queued submission (student -> args); a result goes to `record(student, data)`, a grading

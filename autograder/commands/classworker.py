@@ -1,7 +1,8 @@
-"""A grading process of grade-class: `python -m autograder.commands.classworker TASKS_FD RESULTS_FD PARENT_PID [ZYGOTE_FD]`.
+"""A grading process: forked by grade-class's seed (`forked`, commands/seed.py), or started by exec
+(`python -m autograder.commands.classworker TASKS_FD RESULTS_FD PARENT_PID`, nbgrader's plugin).
 
-Started by classpool.py (the protocol is there). It dies with grade-class (parent-death signal) and
-leaves stop signals to it; its zygote is ZYGOTE_FD's, forked for it by grade-class's seed (prestart.zygote_from),
+Started by classpool.py (the protocol is there). It dies with the process above it (parent-death signal) and
+leaves stop signals to grade-class; its zygote is the one the seed forked for it (prestart.zygote_from),
 or else it starts one (prestart: by exec, before the grader is imported); it warms
 one Grader, says it is ready, then grades one submission folder per message until its pipe closes. nbgrader's
 preprocessor (autograder/nbgrader_plugin.py) starts one too and gives it one notebook per message
@@ -45,6 +46,20 @@ def _task(args: tuple, grader):
 
     folder, assignment, compared = args
     return grade_folder(folder, assignment, grader, compared)
+
+
+def forked(tasks: int, results: int, parent: int, zygote: int) -> None:
+    """A grading process forked by grade-class's seed (commands/seed.py; `parent`: its monitor): torch is imported
+    already. The instructor's environment and working folder come first over the task pipe (the seed, whose memory
+    every worker copies, never holds them); then as `main`."""
+    init_pool_process(parent)
+    env, cwd = classpool.recv(tasks)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    sys.path.extend(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path)
+    main(tasks, results, parent, zygote)
 
 
 def main(tasks: int, results: int, parent: int, zygote: int | None = None) -> None:

@@ -11,9 +11,9 @@ the worker makes itself dumpable), and the shared mappings of the pool's semapho
 (/dev/shm/sem.mp-*), which a student could zero to stop the whole class. After exec, a worker
 holds only the zygote's minimal environment (`ZYGOTE_ENV`), no shared mapping, and one socket.
 
-grade-class starts one such zygote by exec, the seed (`launch`), and has it fork the zygote of each
-grading process (`zygote_from`, worker/zygote.py): torch is imported once for the whole class instead of
-once per zygote, and the zygotes and their workers share its pages. A forked zygote is a copy of the
+grade-class starts one such zygote by exec, the seed (`launch(SEED)`), and has it fork the zygote of each
+grading process (`zygote_from`, worker/zygote.py) and each grading process too (commands/seed.py): torch is
+imported once for the whole class, and the grading processes, zygotes and workers share its pages. A forked zygote is a copy of the
 seed, never of a grader: the same minimal environment, no shared mapping, and one socket, whose other end
 only its grading process holds (`adopt`); it ends when that socket closes.
 """
@@ -38,14 +38,18 @@ PASSED_THROUGH = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
 _started: tuple[socket.socket, subprocess.Popen | None] | None = None
 
 
-def launch() -> tuple[socket.socket, subprocess.Popen]:
-    """A new zygote process and our end of its control socket."""
+ZYGOTE = "autograder.worker.start"
+SEED = "autograder.commands.seed"  # a zygote that also forks grade-class's grading processes
+
+
+def launch(program: str = ZYGOTE) -> tuple[socket.socket, subprocess.Popen]:
+    """A new zygote process (`program`: ZYGOTE, or SEED for grade-class) and our end of its control socket."""
     control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     env = dict(ZYGOTE_ENV)
     env.update({k: os.environ[k] for k in PASSED_THROUGH if k in os.environ})
     proc = subprocess.Popen(
         # (worker/start.py: the zygote dies with this process, SIGKILL included, and with it every worker)
-        [sys.executable, "-m", "autograder.worker.start", str(theirs.fileno()), str(os.getpid())],
+        [sys.executable, "-m", program, str(theirs.fileno()), str(os.getpid())],
         pass_fds=[theirs.fileno()], close_fds=True, env=env, cwd="/", stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=None if os.environ.get("AUTOGRADER_DEBUG") else subprocess.DEVNULL,
         start_new_session=True,
@@ -87,11 +91,15 @@ def zygote_from(seed: socket.socket) -> socket.socket:
     returns our end of its control socket at once, for a grading process to `adopt`."""
     control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        seed.sendmsg([plain_frame({"kind": "zygote"})],
-                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
+        ask(seed, "zygote", [theirs.fileno()])
     finally:
         theirs.close()
     return control
+
+
+def ask(seed: socket.socket, kind: str, fds: list[int]) -> None:
+    """Send the seed a request of `kind` with the descriptors `fds` (ours stay open: the caller closes them)."""
+    seed.sendmsg([plain_frame({"kind": kind})], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
 
 
 def adopt(fd: int) -> None:

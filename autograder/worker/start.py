@@ -13,14 +13,15 @@ import sys
 from .sandbox import die_with_parent
 
 
-def main(control_fd: int, parent: int) -> None:
+def main(control_fd: int, parent: int, handlers: dict | None = None) -> None:
+    """`handlers`: what the zygote serves besides workers (grade-class's seed, autograder/commands/seed.py)."""
     if not die_with_parent(parent):
         return  # the grader is already gone: nothing to serve
     for which in (resource.RLIMIT_DATA, resource.RLIMIT_AS):  # the grader's own memory limit is not the workers'
         resource.setrlimit(which, (resource.getrlimit(which)[1],) * 2)
     from . import zygote  # noqa: PLC0415 - only now: importing torch takes seconds
 
-    zygote.main(control_fd)
+    zygote.main(control_fd, handlers)
 
 
 if __name__ == "__main__":

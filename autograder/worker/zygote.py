@@ -17,6 +17,9 @@ pages are shared by every zygote and worker. A forked zygote holds what the seed
 environment, torch, this package) and the one socket; it ends when that socket closes (its grading
 process ended), after ending every worker it forked.
 
+The seed may serve more (`main(handlers=...)`): grade-class's seed also forks its grading processes
+(autograder/commands/seed.py), which the zygote's code never imports.
+
 The zygote is a child subreaper: a process that a worker started and that outlived its
 parent (a daemon) becomes the zygote's child, not init's, so that the zygote can find
 it and kill it, and it is reaped instead of staying a zombie.
@@ -45,9 +48,12 @@ from . import elsewhere, proctree, protocol, runtime, sandbox, warmup
 LINUX = sys.platform.startswith("linux")
 
 
-def _recv_with_fd(sock: socket.socket):
+MOST_FDS = 4  # descriptors one request may carry (a worker's: one; a trusted process's, to a handler: four)
+
+
+def _recv_with_fds(sock: socket.socket):
     fds = array.array("i")
-    header, ancdata, _flags, _addr = sock.recvmsg(protocol.HEADER.size, socket.CMSG_LEN(fds.itemsize))
+    header, ancdata, _flags, _addr = sock.recvmsg(protocol.HEADER.size, socket.CMSG_SPACE(MOST_FDS * fds.itemsize))
     if not header:
         raise EOFError
     for level, kind, data in ancdata:
@@ -55,10 +61,18 @@ def _recv_with_fd(sock: socket.socket):
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
     (size,) = protocol.HEADER.unpack(header)
     body = protocol.recv_exact(sock, size)
-    return protocol.decode(body), (fds[0] if fds else None)
+    return protocol.decode(body), list(fds)
 
 
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def _close(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _signal(pid: int, group: bool = False) -> None:
@@ -132,14 +146,17 @@ def _zygote(control_fd: int, control: socket.socket) -> None:
         os._exit(0)  # (never tears torch down: its grading process is waiting for nothing)
 
 
-def main(control_fd: int) -> None:
+def main(control_fd: int, handlers: dict | None = None) -> None:
+    """Serve `control_fd` until it closes. `handlers`: kind -> handler(fds, control) for requests of kinds the
+    zygote does not know (grade-class's seed: its grading processes, autograder/commands/seed.py); a handler forks
+    what it runs, and the descriptors it was given are closed here once it returns."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     if LINUX:
         ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of workers come to us
     control = socket.socket(fileno=control_fd)
     workers: set[int] = set()
     try:
-        _serve(control, workers)
+        _serve(control, workers, handlers or {})
     except ConnectionError:  # (an answer to a grader that is gone)
         pass
     finally:  # the grader closed the socket (or ended): no worker of ours outlives this process
@@ -147,13 +164,21 @@ def main(control_fd: int) -> None:
             kill_tree(pid, workers)
 
 
-def _serve(control: socket.socket, workers: set[int]) -> None:
+def _serve(control: socket.socket, workers: set[int], handlers: dict) -> None:
     me = os.getpid()
     while True:
         try:
-            request, worker_fd = _recv_with_fd(control)
+            request, fds = _recv_with_fds(control)
         except (EOFError, ConnectionError):
             return
+        if request.get("kind") in handlers:
+            try:
+                handlers[request["kind"]](fds, control)
+            finally:
+                _close(fds)
+            continue
+        worker_fd = fds[0] if fds else None
+        _close(fds[1:])  # (never inherited by a worker: a request of ours carries one)
         if request.get("kind") == "exit":
             return
         if request.get("kind") == "ping":  # (answered once torch is imported: the pool is ready)
