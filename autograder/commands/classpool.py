@@ -1,13 +1,16 @@
 """grade-class's grading processes: started, fed one submission at a time, watched, stopped.
 
-Each grading process (autograder/commands/classworker.py) is a fresh program (`exec`) that dies with this
-process (parent-death signal) and leaves the stop signals to it. It talks to this process over two pipes,
-one length-prefixed pickle per message (both sides are the grader's own code; student code runs
-two levels below, in the sandboxed workers of the process's zygote). The pool starts one zygote by exec, the
-seed (autograder/sandbox/prestart.py), before the grading processes; each grading process's zygote is forked
-by the seed and handed to it as a socket (the seed has imported torch once for the class; no zygote is ever
-a copy of a grading process, whose memory holds the instructor's environment):
+The pool starts one zygote by exec, the seed (commands/seed.py, autograder/sandbox/prestart.py), which imports
+torch once for the class and forks, for each grading process, its zygote and then the grading process itself
+(autograder/commands/classworker.py, through a monitor that tells this process its pid and exit code: `Forked`).
+No zygote is ever a copy of a grading process, whose memory holds the instructor's environment; that environment
+reaches the grading process over its own pipe, never through the seed. A grading process dies with its monitor,
+the monitor with the seed, the seed with this process (parent-death signals); the stop signals are this
+process's. Each grading process talks to this process over two pipes, one length-prefixed pickle per message
+(both sides are the grader's own code; student code runs two levels below, in the sandboxed workers of its
+zygote). nbgrader's plugin starts its one grading process by exec instead (`GradingProcess(limits)`):
 
+    -> (environment, folder)  once, first, to a forked grading process only
     -> limits                 once, at start
     <- ("ready",)             torch imported, the Grader warm
     -> (student, args)        one submission

@@ -4,11 +4,15 @@ stops at once, cleanly, on SIGINT or SIGTERM.
 The chain of processes of a class grading, and what ends each one whatever kills the one above:
 
     grade-class (this process)         SIGINT/SIGTERM/SIGHUP: `Stopper` stops the queue, kills the processes
-      └─ grading process (one per core, classworker.py; the stop signals blocked from its start, then
-         ignored: the parent's)        parent-death signal (SIGKILL), set in `init_pool_process`
-           └─ zygote                   parent-death signal, set before it imports torch (worker/start.py)
+      └─ seed (commands/seed.py)       parent-death signal, set before it imports torch (worker/start.py)
+           ├─ monitor                  parent-death signal; reports its grading process's pid and exit code
+           │    └─ grading process (one per core, classworker.py; the stop signals ignored: grade-class's)
+           │                           parent-death signal (SIGKILL), set in `init_pool_process`
+           └─ zygote of a grading process (own session)   ends when its grading process's socket closes
                 └─ sandboxed worker    parent-death signal, and its own PID namespace: its death ends
                                        every process the student's code started
+
+(nbgrader's plugin starts its grading process by exec, and that process its own zygote, as `grade` does.)
 
 So a SIGKILL to grade-class alone, which no handler can see, still takes every process down
 within moments; and a grading process never sees Ctrl-C itself (the parent decides, and says so
