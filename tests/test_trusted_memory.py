@@ -25,7 +25,7 @@ from tests.runcache import released_course
 REPO = Path(__file__).resolve().parent.parent
 FLOOD = (REPO / "tests" / "hostile" / "json_flood.py").read_text().split("# --- attack ---")[1]
 HANG = "import time\nwhile True:\n    time.sleep(0.05)\n"  # never finishes loading, and spends no CPU on it
-NOTEBOOK_SECONDS = 20
+NOTEBOOK_SECONDS = 12
 
 
 def edit_notebook(course: Path, student: str, notebook: str, code: str = "", metadata=None) -> None:
