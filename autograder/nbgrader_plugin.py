@@ -116,7 +116,7 @@ def configure(c) -> None:
 
 
 
-_CHILD: classpool.GradingProcess | None = None
+_CHILD: classpool.Pool | None = None
 _LOCK = threading.Lock()
 NOTEBOOK_DIED = _("not graded: grading your notebook ended the grader's own process ({why}): code that makes the "
                   "grader run out of memory?")
@@ -124,26 +124,30 @@ NOT_GRADED = _("not graded: {reason}")
 
 
 def grading_process(limits: Limits) -> classpool.GradingProcess:
-    """The process-wide grading process (started once, warm: its zygote has imported torch), or a fresh one after
-    a notebook brought the last one down. It refuses to grade where a layer of the sandbox is missing, unless
-    `limits.unsafe_no_sandbox` (AUTOGRADER_UNSAFE_NO_SANDBOX=1 included) said otherwise when it was started."""
+    """The process-wide grading process (started once, warm: torch imported once, by a seed (commands/seed.py), for it and
+    its zygote), or a fresh one after a notebook brought the last one down. It refuses to grade where a layer of
+    the sandbox is missing, unless `limits.unsafe_no_sandbox` (AUTOGRADER_UNSAFE_NO_SANDBOX=1 included) said
+    otherwise when it was started."""
     global _CHILD
     if _CHILD is None:
-        proc = classpool.GradingProcess(limits)
+        _CHILD = classpool.Pool(1, limits)
+    proc = _CHILD.procs[0]
+    if not proc.ready:
         try:
-            message = classpool.recv(proc.results)  # ("ready",) once torch is imported and the grader warm
+            message = classpool.recv(proc.results)  # ("ready",) once the grader is warm
         except (EOFError, OSError, pickle.UnpicklingError):
-            raise OSError(f"the autograder's grading process did not start ({proc.why_ended()}); run with "
+            why = proc.why_ended()
+            _close()
+            raise OSError(f"the autograder's grading process did not start ({why}); run with "
                           "AUTOGRADER_DEBUG=1 to see its error") from None
         proc.ready = message == ("ready",)
-        _CHILD = proc
-    return _CHILD
+    return proc
 
 
 def _close() -> None:
     global _CHILD
     if _CHILD is not None:
-        _CHILD.kill()
+        _CHILD.close()
         _CHILD = None
 
 

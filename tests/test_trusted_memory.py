@@ -112,15 +112,17 @@ def test_a_grading_process_caps_its_own_memory_and_its_workers_do_not_inherit_it
     from autograder.commands import classpool
     from autograder.foundation.limits import GIB, Limits
 
-    proc = classpool.GradingProcess(Limits(grader_memory_bytes=3 * GIB))
+    pool = classpool.Pool(1, Limits(grader_memory_bytes=3 * GIB))
     try:
+        proc, seed = pool.procs[0], pool.seed[1].pid
         assert classpool.recv(proc.results) == ("ready",)
         assert soft_limit(proc.proc.pid, "Max data size") == str(3 * GIB)
-        children = Path(f"/proc/{proc.proc.pid}/task/{proc.proc.pid}/children").read_text().split()
-        assert children, "no zygote below the grading process"
-        assert [soft_limit(int(z), "Max data size") for z in children] == ["unlimited"] * len(children)
+        children = [int(c) for c in Path(f"/proc/{seed}/task/{seed}/children").read_text().split()]
+        zygotes = [c for c in children if os.getsid(c) == c]  # (the seed's other children: the monitors)
+        assert zygotes, "no zygote forked by the seed"
+        assert [soft_limit(z, "Max data size") for z in zygotes] == ["unlimited"] * len(zygotes)
     finally:
-        proc.kill()
+        pool.close()
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ reaches the grading process over its own pipe, never through the seed. A grading
 the monitor with the seed, the seed with this process (parent-death signals); the stop signals are this
 process's. Each grading process talks to this process over two pipes, one length-prefixed pickle per message
 (both sides are the grader's own code; student code runs two levels below, in the sandboxed workers of its
-zygote). nbgrader's plugin starts its one grading process by exec instead (`GradingProcess(limits)`):
+zygote). nbgrader's plugin holds a pool of one (`Pool(1, limits)`), for its whole process:
 
-    -> (environment, folder)  once, first, to a forked grading process only
+    -> (environment, folder)  once, first
     -> limits                 once, at start
     <- ("ready",)             torch imported, the Grader warm
     -> (student, args)        one submission
@@ -29,11 +29,9 @@ import pickle
 import select
 import signal
 import struct
-import subprocess
-import sys
 import time
 
-from ..sandbox.lifetime import STOP_SIGNALS, kill_processes
+from ..sandbox.lifetime import kill_processes
 from ..worker import proctree
 from ..foundation.limits import Limits, SandboxUnavailable
 from ..sandbox import prestart
@@ -116,57 +114,35 @@ class Forked:
 
 
 class GradingProcess:
-    """One grading process and its two pipes; `student` is the submission it is grading (None: idle). With `seed`
-    (the control socket of a zygote started by prestart.launch(SEED)) the seed forks it and its zygote; else it is
-    started by exec and starts its own zygote (nbgrader's plugin)."""
+    """One grading process and its two pipes; `student` is the submission it is grading (None: idle). The seed
+    (`seed`: the control socket of a zygote started by prestart.launch(SEED)) forks it and its zygote."""
 
-    def __init__(self, limits: Limits, seed=None):
+    def __init__(self, limits: Limits, seed):
         task_r, self.tasks = os.pipe()
         self.results, result_w = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
-        self.proc = self._fork(seed, task_r, result_w) if seed is not None else self._exec(env, task_r, result_w)
-        os.close(task_r)
-        os.close(result_w)
-        self.ready = False
-        self.student: str | None = None
-        self.since = 0.0
-        if seed is not None:
-            send(self.tasks, (env, os.getcwd()))  # (straight to it: the seed never holds the instructor's environment)
-        send(self.tasks, limits)
-
-    @staticmethod
-    def _fork(seed, task_r: int, result_w: int) -> Forked:
         zygote = prestart.zygote_from(seed)
         status_r, status_w = os.pipe()
         try:
             prestart.ask(seed, "grader", [task_r, result_w, zygote.fileno(), status_w])
         finally:
+            for fd in (task_r, result_w, status_w):
+                os.close(fd)
             zygote.close()  # (its grading process's alone: the zygote ends when that process does)
-            os.close(status_w)
-        return Forked(status_r)
-
-    @staticmethod
-    def _exec(env: dict, task_r: int, result_w: int) -> subprocess.Popen:
-        debug = os.environ.get("AUTOGRADER_DEBUG")
-        # In this process group (a kill of the group reaches it at once), with the stop signals blocked from its
-        # first instruction until it ignores them (classworker.main): a Ctrl-C is the parent's alone, and never
-        # a traceback of a process half started.
-        before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
-            return subprocess.Popen(
-                [sys.executable, "-m", "autograder.commands.classworker", str(task_r), str(result_w), str(os.getpid())],
-                pass_fds=(task_r, result_w), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=None if debug else subprocess.DEVNULL)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        self.proc = Forked(status_r)
+        self.ready = False
+        self.student: str | None = None
+        self.since = 0.0
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+        send(self.tasks, (env, os.getcwd()))  # (straight to it: the seed never holds the instructor's environment)
+        send(self.tasks, limits)
 
     def give(self, student: str, args: tuple) -> None:
         send(self.tasks, (student, args))
         self.student, self.since = student, time.monotonic()
 
     def kill(self) -> None:
-        """SIGKILL (its zygote and workers follow by their parent-death signal); safe to call twice."""
+        """SIGKILL (its zygote ends with its socket, and the zygote's workers with it); safe to call twice."""
         try:
             self.proc.kill()
         except (ProcessLookupError, PermissionError):

@@ -1,9 +1,7 @@
-"""A grading process: forked by grade-class's seed (`forked`, commands/seed.py), or started by exec
-(`python -m autograder.commands.classworker TASKS_FD RESULTS_FD PARENT_PID`, nbgrader's plugin).
+"""A grading process of grade-class or of nbgrader's plugin, forked by their seed (`forked`, commands/seed.py).
 
 Started by classpool.py (the protocol is there). It dies with the process above it (parent-death signal) and
-leaves stop signals to grade-class; its zygote is the one the seed forked for it (prestart.zygote_from),
-or else it starts one (prestart: by exec, before the grader is imported); it warms
+leaves stop signals to grade-class; its zygote is the one the seed forked for it (prestart.zygote_from). It warms
 one Grader, says it is ready, then grades one submission folder per message until its pipe closes. nbgrader's
 preprocessor (autograder/nbgrader_plugin.py) starts one too and gives it one notebook per message
 (`(NOTEBOOK, path, part ids, assignment id, lang)`), so that a notebook that brings it down costs that notebook.
@@ -12,7 +10,6 @@ Its own memory is capped (Limits.grader_memory_bytes); past it, it ends with cla
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 from pathlib import Path
@@ -21,7 +18,7 @@ from . import classpool
 from ..foundation import i18n, spec
 from ..foundation.extract import SubmissionError, extract
 from ..sandbox import prestart
-from ..sandbox.lifetime import STOP_SIGNALS, init_pool_process
+from ..sandbox.lifetime import init_pool_process
 from ..foundation.limits import SandboxUnavailable, limit_grader_memory
 
 NOTEBOOK = "notebook"  # a task's first item: one notebook for nbgrader (else: a submission folder of grade-class)
@@ -49,27 +46,22 @@ def _task(args: tuple, grader):
 
 
 def forked(tasks: int, results: int, parent: int, zygote: int) -> None:
-    """A grading process forked by grade-class's seed (commands/seed.py; `parent`: its monitor): torch is imported
-    already. The instructor's environment and working folder come first over the task pipe (the seed, whose memory
-    every worker copies, never holds them); then as `main`."""
-    init_pool_process(parent)
+    """A grading process forked by the seed (commands/seed.py; `parent`: its monitor): torch is imported already.
+    The instructor's environment and working folder come first over the task pipe (the seed, whose memory every
+    worker copies, never holds them), then the limits; then one task per message until the pipe closes."""
+    init_pool_process(parent)  # dies with its monitor; Ctrl-C and SIGHUP are grade-class's to handle
     env, cwd = classpool.recv(tasks)
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     sys.path.extend(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path)
-    main(tasks, results, parent, zygote)
+    _serve(tasks, results, zygote)
 
 
-def main(tasks: int, results: int, parent: int, zygote: int | None = None) -> None:
-    init_pool_process(parent)  # dies with grade-class; Ctrl-C and SIGHUP are the parent's to handle
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (blocked since its start: ignored from here)
+def _serve(tasks: int, results: int, zygote: int) -> None:
     limits = classpool.recv(tasks)
-    if zygote is None:
-        prestart.prefork()  # the zygote imports torch while this process imports the grader
-    else:
-        prestart.adopt(zygote)  # (the seed's fork: torch imported once for the class)
+    prestart.adopt(zygote)  # (the seed's fork: torch imported once for the class)
     limit_grader_memory(limits.grader_memory_bytes)  # (after the zygote's start: its workers keep their own limits)
     from . import classgrade  # noqa: PLC0415, F401 - after the zygote's start: torch, seconds
     from ..grading.grade import Grader  # noqa: PLC0415
@@ -77,8 +69,8 @@ def main(tasks: int, results: int, parent: int, zygote: int | None = None) -> No
     with Grader(limits) as grader:
         grader.zygote.ping()  # (so that a submission's deadline never counts the zygote's import of torch)
         # A zygote forked by the seed ends only after the kill it is giving (its socket closes after it): a worker's
-        # tear-down may then overlap the next submission's trusted work. One of our own dies with us at once.
-        grader.zygote.wait_for_kills = zygote is None
+        # tear-down may then overlap the next submission's trusted work.
+        grader.zygote.wait_for_kills = False
         classpool.send(results, ("ready",))
         while True:
             try:
@@ -95,6 +87,3 @@ def main(tasks: int, results: int, parent: int, zygote: int | None = None) -> No
                 reply = ("error", f"{type(exc).__name__}: {str(exc)[:300]}")
             classpool.send(results, reply)
 
-
-if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:5]))

@@ -12,7 +12,7 @@ The chain of processes of a class grading, and what ends each one whatever kills
                 └─ sandboxed worker    parent-death signal, and its own PID namespace: its death ends
                                        every process the student's code started
 
-(nbgrader's plugin starts its grading process by exec, and that process its own zygote, as `grade` does.)
+(nbgrader's plugin: the same chain below nbgrader's process, with one grading process.)
 
 So a SIGKILL to grade-class alone, which no handler can see, still takes every process down
 within moments; and a grading process never sees Ctrl-C itself (the parent decides, and says so

@@ -2,7 +2,7 @@
 
 Both processes spend seconds importing torch; started first, the zygote does it at the same
 time as the grader instead of after it (`prestart`: one submission, where time to the result
-counts; `prefork`: each grading process of a class, before it imports the grader).
+counts; `prefork`: a process that grades many, before it imports the grader).
 
 The zygote is always a fresh program (`subprocess`: fork, then exec at once), never a fork of
 the grading process: a fork would carry the grader's memory into every worker, the
