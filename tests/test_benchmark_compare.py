@@ -29,6 +29,13 @@ def test_compare_alternates_the_sides_so_that_a_change_of_load_falls_on_both(cap
     assert result["this"]["each"] == [3.0, 5.0, 4.0]
 
 
+def test_a_flipped_size_is_begun_by_the_other_side():
+    order = []
+    compare.alternate({"this": Path("a"), "other": Path("b")}, 1, lambda name, tree: order.append(name) or
+                      fake_run(1.0, 100.0, 50.0), flip=True)
+    assert order == ["other", "this"]
+
+
 def test_a_side_s_figure_is_its_median_run_and_its_memory_the_largest_of_its_runs():
     runs = [fake_run(9.0, 800.0, 300.0), fake_run(7.0, 900.0, 310.0, rc=1), fake_run(8.0, 850.0, 305.0)]
     mid = compare.median_run(runs)
