@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,24 @@ def test_closing_the_pool_ends_the_seed_and_every_process_it_forked(class_pool):
     assert len(below) >= 5, below  # the seed, two monitors, two grading processes, two zygotes
     grading.close()
     assert gone_within(below, 10), "a process of the seed outlived the pool"
+
+
+def test_a_grading_process_is_given_its_next_submission_before_the_last_ones_result_is_recorded(class_pool):
+    """the parent's write of a result (nbgrader's gradebook: tens of milliseconds) overlaps the next grading"""
+    from autograder.commands import classworker
+
+    grading, _ = class_pool
+    notebook = str(Path(__file__).resolve().parent.parent / "solutions" / "notebooks" / "01_scores.ipynb")
+    task = (classworker.NOTEBOOK, notebook, ["qkv_projection"], "self_attention", None)
+    queue = {f"student{i}": task for i in range(5)}
+    busy_while_recording, recorded = [], []
+
+    def record(student, data):
+        busy_while_recording.append(sum(p.student is not None for p in grading.procs))
+        recorded.append(student)
+
+    grading.run(queue, 120.0, record, lambda s, e: pytest.fail(f"{s}: {e}"), lambda s, t: pytest.fail(s),
+                lambda s: None, lambda: None)
+    assert sorted(recorded) == sorted(queue)
+    # (two grading processes, five submissions: while each of the first three results is written, both are grading)
+    assert busy_while_recording[:3] == [2, 2, 2], busy_while_recording
