@@ -197,3 +197,19 @@ def test_a_grading_process_is_given_its_next_submission_before_the_last_ones_res
     assert sorted(recorded) == sorted(queue)
     # (two grading processes, five submissions: while each of the first three results is written, both are grading)
     assert busy_while_recording[:3] == [2, 2, 2], busy_while_recording
+
+
+def test_a_grading_process_asked_of_a_seed_that_has_ended_says_so_instead_of_a_broken_pipe(class_pool):
+    from autograder.commands import classpool
+
+    grading, _ = class_pool
+    control, seed = grading.seed
+    seed.kill()
+    seed.wait()
+    proc = classpool.GradingProcess(Limits(), control)
+    try:
+        with pytest.raises(EOFError):
+            classpool.recv(proc.results)
+        assert proc.why_ended() == "never started: the seed that forks it had ended"
+    finally:
+        proc.kill()

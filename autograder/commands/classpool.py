@@ -120,22 +120,29 @@ class GradingProcess:
     def __init__(self, limits: Limits, seed):
         task_r, self.tasks = os.pipe()
         self.results, result_w = os.pipe()
-        zygote = prestart.zygote_from(seed)
         status_r, status_w = os.pipe()
+        zygote = None
         try:
+            zygote = prestart.zygote_from(seed)
             prestart.ask(seed, "grader", [task_r, result_w, zygote.fileno(), status_w])
+        except OSError:  # (the seed has ended: this process is never forked, its pipes read as closed at once)
+            pass
         finally:
             for fd in (task_r, result_w, status_w):
                 os.close(fd)
-            zygote.close()  # (its grading process's alone: the zygote ends when that process does)
+            if zygote is not None:
+                zygote.close()  # (its grading process's alone: the zygote ends when that process does)
         self.proc = Forked(status_r)
         self.ready = False
         self.student: str | None = None
         self.since = 0.0
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
-        send(self.tasks, (env, os.getcwd()))  # (straight to it: the seed never holds the instructor's environment)
-        send(self.tasks, limits)
+        try:
+            send(self.tasks, (env, os.getcwd()))  # (straight to it: the seed never holds the instructor's environment)
+            send(self.tasks, limits)
+        except OSError:  # (never forked: its results pipe says so, and why_ended why)
+            pass
 
     def give(self, student: str, args: tuple) -> None:
         send(self.tasks, (student, args))
@@ -156,6 +163,8 @@ class GradingProcess:
 
     def why_ended(self) -> str:
         code = self.proc.wait()
+        if self.proc.pid is None:
+            return "never started: the seed that forks it had ended"
         if code == OUT_OF_MEMORY:
             return "out of its memory limit"
         return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
