@@ -107,9 +107,8 @@ class Forked:
             code = self._report() if self.pid is not None else None
             os.close(self.status)
             self.returncode = -signal.SIGKILL if code is None else code
-            deadline = time.monotonic() + 5.0  # (killed with its monitor: it ends by its death signal, at once)
-            while code is None and self.pid is not None and proctree.alive(self.pid) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            if code is None and self.pid is not None:  # (killed with its monitor: it ends by its death signal)
+                proctree.wait_gone({self.pid}, time.monotonic() + 5.0)
         return self.returncode
 
 

@@ -12,7 +12,7 @@ code (grade-class is not its parent, so this is how it learns why a grading proc
 
 Nothing of the grader passes through the seed: the grading process receives the instructor's environment and
 working folder over its task pipe, from grade-class, after the fork. The seed's memory, which every zygote and
-worker copies, never holds them (tests/test_worker_image.py). Each process dies with the one above it: the seed
+worker copies, never holds them (tests/test_seed.py). Each process dies with the one above it: the seed
 with grade-class (worker/start.py), the monitor with the seed, the grading process with its monitor.
 """
 from __future__ import annotations

@@ -7,6 +7,7 @@ not used: some kernels (this project's CI machine among them) do not have it.
 from __future__ import annotations
 
 import os
+import time
 
 
 def _read(path: str) -> bytes:
@@ -60,3 +61,14 @@ def descendants(root: int, links: dict[int, int] | None = None) -> list[int]:
         tree.append(pid)
         todo.extend(children.get(pid, ()))
     return tree
+
+
+def wait_gone(pids: set[int], deadline: float) -> None:
+    """Until every process of `pids` has ended or `deadline` (time.monotonic()) passed: a read of each one's
+    /proc/<pid>/stat at growing intervals from 0.5 ms (a killed worker is gone in a few milliseconds; a scan of
+    all of /proc costs more than that)."""
+    pause = 0.0005
+    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        pids = set(left)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)

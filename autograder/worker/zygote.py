@@ -82,17 +82,6 @@ def _signal(pid: int, group: bool = False) -> None:
         pass
 
 
-def _wait_gone(pids: set[int], deadline: float) -> None:
-    """Until every process of `pids` has ended or `deadline` (time.monotonic()) passed: a read of each one's
-    /proc/<pid>/stat at growing intervals from 0.5 ms (a killed worker is gone in a few milliseconds; a scan of
-    all of /proc costs more than that)."""
-    pause = 0.0005
-    while (left := [p for p in pids if proctree.alive(p)]) and time.monotonic() < deadline:
-        pids = set(left)
-        time.sleep(pause)
-        pause = min(pause * 2, 0.01)
-
-
 def kill_tree(pid: int, workers: set[int], wait: float = 2.0) -> int:
     """SIGKILL a worker, its process group, all its descendants, and every orphan it left to us.
 
@@ -114,7 +103,7 @@ def kill_tree(pid: int, workers: set[int], wait: float = 2.0) -> int:
         for p in targets:
             _signal(p)
         killed |= targets
-        _wait_gone(targets, deadline)  # (then one more scan: a process started or orphaned meanwhile)
+        proctree.wait_gone(targets, deadline)  # (then one more scan: a process started or orphaned meanwhile)
     workers.discard(pid)
     return len(killed)
 
