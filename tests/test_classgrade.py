@@ -95,6 +95,53 @@ def test_a_failure_while_writing_leaves_the_submission_as_it_was(course, monkeyp
     assert auto_scores(course) == before
 
 
+def test_a_forced_run_opens_the_gradebook_once_for_all_its_writes(course, grader, monkeypatch):
+    from autograder.commands import gradebook
+    from autograder.commands.classgrade import Settings, grade_class
+
+    opened = []
+    connect = gradebook.connect
+    monkeypatch.setattr(gradebook, "connect", lambda location: opened.append(location) or connect(location))
+    before = auto_scores(course)
+    forced = grade_class(course, settings=Settings(progress=False, force=True), grader=grader)
+    assert [o.status for o in forced] == ["graded"] * len(STUDENTS)
+    assert len(opened) == 1, f"{len(opened)} gradebook connections for one run of {len(STUDENTS)} writes"
+    assert auto_scores(course) == before
+
+
+def test_after_a_failed_write_the_writer_opens_a_new_connection_and_the_next_write_lands(course, monkeypatch):
+    from autograder.commands import gradebook
+    from autograder.foundation.results import PartResult
+
+    location = gradebook.Location(f"sqlite:///{course / 'gradebook.db'}", "self_attention_course")
+    before = auto_scores(course)
+    zeros = [PartResult(p.id, p.points) for p in PARTS]
+    folder = course / "submitted" / "good" / ASSIGNMENT
+    answered = gradebook._answered
+    calls = []
+
+    def fails_once(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise RuntimeError("the connection went away")
+        return answered(*args)
+
+    monkeypatch.setattr(gradebook, "_answered", fails_once)
+    with gradebook.Writer(location) as writer:
+        with pytest.raises(RuntimeError):
+            writer.write_part_grades(ASSIGNMENT, "good", folder, zeros)
+        assert writer._gb is None, "a failed write left its connection open for the next one"
+        assert auto_scores(course) == before
+        writer.write_part_grades(ASSIGNMENT, "good", folder, zeros)
+    assert all(auto_scores(course)[("good", p.id)] == 0 for p in PARTS)
+    with gradebook.opened(location) as gb:  # (as it was, for the tests after this one)
+        for (student, part_id), score in before.items():
+            notebook = next(p.notebook for p in PARTS if p.id == part_id)
+            gb.find_grade(part_id, notebook, ASSIGNMENT, student).auto_score = score
+        gb.db.commit()
+    assert auto_scores(course) == before
+
+
 def test_a_folder_without_a_released_assignment_exits_2_and_says_what_to_do(private_tmp):
     folder = private_tmp / "not-a-course"
     (folder / "submitted" / "x" / ASSIGNMENT).mkdir(parents=True)

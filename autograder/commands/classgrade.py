@@ -225,8 +225,7 @@ def _grade_course(course, assignment, settings: Settings, console, grader, stopp
 
 def _grade_queue(pool, course, assignment, settings: Settings, console, grader, stopper, outcomes, folders, reports,
                  state, keys) -> None:
-    """The gradebook read, the queue made (changed or never recorded), each submission graded and written."""
-    the_assignment = spec.assignment(assignment)
+    """The gradebook found and opened once for the run (`_grade_into`)."""
     with stopper.eager():  # (seconds of imports on a busy machine: a stop signal needs no wait here)
         gradebook.load_nbgrader()
         location = gradebook.locate(course)
@@ -234,8 +233,16 @@ def _grade_queue(pool, course, assignment, settings: Settings, console, grader, 
         raise FileNotFoundError(f"no gradebook at {location.shown}: run `nbgrader generate_assignment {assignment}` "
                                 f"in {course} first")
     reports.mkdir(parents=True, exist_ok=True)
-    known = gradebook.retrying(location, lambda: gradebook.submitted(location, assignment), settings.gradebook_wait,
-                               stopper.check)
+    with gradebook.Writer(location) as writer:  # (one connection for the run)
+        _grade_into(writer, pool, course, assignment, settings, console, grader, stopper, outcomes, folders, reports,
+                    state, keys)
+
+
+def _grade_into(writer, pool, course, assignment, settings: Settings, console, grader, stopper, outcomes, folders,
+                reports, state, keys) -> None:
+    """The gradebook read, the queue made (changed or never recorded), each submission graded and written."""
+    the_assignment, location = spec.assignment(assignment), writer.location
+    known = gradebook.retrying(location, lambda: writer.submitted(assignment), settings.gradebook_wait, stopper.check)
     if known is None:
         raise FileNotFoundError(f"assignment {assignment!r} is not in the gradebook {location.shown}: run "
                                 f"`nbgrader generate_assignment {assignment}` in {course} first")
@@ -255,7 +262,7 @@ def _grade_queue(pool, course, assignment, settings: Settings, console, grader, 
 
         def write() -> None:  # one try: the rows in one transaction, then the report and the state
             with stopper.critical():  # a signal waits for the end: the three go together
-                gradebook.write_part_grades(location, assignment, student, folders[student], list(result.parts))
+                writer.write_part_grades(assignment, student, folders[student], list(result.parts))
                 atomic_write(reports / f"{student}.json", json.dumps(document.to_json(result), indent=1))
                 state.record(student, todo[student], result.score)  # (written last: a rerun regrades if it is not)
                 outcomes[student] = Outcome(student, "graded", result, seconds=result.seconds)

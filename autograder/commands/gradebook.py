@@ -129,24 +129,87 @@ def one_transaction(gb):
 
 
 @contextlib.contextmanager
-def opened(location: Location):
-    """nbgrader's Gradebook, without the SQLAlchemy autoflush warnings its own add_submission triggers
-    (stock autograde shows them too). A SQLite gradebook waits at most a second for another writer per
-    statement: `retrying` decides how long a run waits in all."""
+def quiet():
+    """Without the SQLAlchemy autoflush warnings nbgrader's own add_submission triggers (stock autograde shows
+    them too), and without the traceback nbgrader logs for each failed write before it raises (`retrying`
+    says it in one line)."""
+    logger = logging.getLogger("tornado.application")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*not in session.*")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def connect(location: Location):
+    """nbgrader's Gradebook of `location` (the caller closes it). A SQLite gradebook waits at most a second for
+    another writer per statement: `retrying` decides how long a run waits in all."""
     from nbgrader.api import Gradebook  # noqa: PLC0415 - nbgrader and SQLAlchemy are slow to import
 
     url = location.db_url
     if url.startswith(SQLITE) and "?" not in url:
         url += "?timeout=1"
-    # nbgrader logs a traceback for each failed write before it raises; `retrying` says it in one line
-    quiet, level = logging.getLogger("tornado.application"), logging.getLogger("tornado.application").level
-    quiet.setLevel(logging.CRITICAL)
+    with quiet():
+        return Gradebook(url, location.course_id)
+
+
+@contextlib.contextmanager
+def opened(location: Location):
+    """nbgrader's Gradebook, quiet (`quiet`) while the block runs, closed after it."""
+    gb = connect(location)
     try:
-        with warnings.catch_warnings(), Gradebook(url, location.course_id) as gb:
-            warnings.filterwarnings("ignore", message=".*not in session.*")
+        with quiet():
             yield gb
     finally:
-        quiet.setLevel(level)
+        gb.close()
+
+
+class Writer:
+    """One gradebook connection for the writes of a run (grade-class: one per submission). Opening nbgrader's
+    Gradebook checks every table, and SQLAlchemy caches its compiled statements per connection: a connection
+    per write cost about 45 ms of CPU where one kept open costs 25. Each write is still its own transaction
+    (other programs see it at once, and hold no lock of ours between writes); after a failed one the connection
+    is closed and the next write opens a new one (a server that went away, a lock held by another writer)."""
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self._gb = None
+
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._gb is not None:
+            gb, self._gb = self._gb, None
+            with contextlib.suppress(Exception):  # (a connection that already failed)
+                gb.close()
+
+    def using(self, action):
+        """action(gb) on the run's connection, opened on first use; closed if the action fails."""
+        if self._gb is None:
+            self._gb = connect(self.location)
+        try:
+            with quiet():
+                return action(self._gb)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._gb.db.rollback()
+            self.close()
+            raise
+
+    def submitted(self, assignment: str) -> set[str] | None:
+        """`submitted`, on this connection."""
+        return self.using(lambda gb: submitted_in(gb, assignment))
+
+    def write_part_grades(self, assignment: str, student: str, folder: Path, parts: list[PartResult]) -> None:
+        """`write_part_grades`, on this connection."""
+        self.using(lambda gb: part_grades_into(gb, assignment, student, folder, parts))
 
 
 # ----------------------------------------------------------------------------- when the gradebook cannot be written
@@ -247,13 +310,18 @@ def retrying(location: Location, action, wait: float, check=None):
 
 def submitted(location: Location, assignment: str) -> set[str] | None:
     """The students with a submission of `assignment` in the gradebook; None if it has no such assignment."""
+    with Writer(location) as writer:
+        return writer.submitted(assignment)
+
+
+def submitted_in(gb, assignment: str) -> set[str] | None:
+    """`submitted`, read through the open Gradebook `gb`."""
     from nbgrader.api import MissingEntry  # noqa: PLC0415 - nbgrader is slow to import
 
-    with opened(location) as gb:
-        try:
-            return {s.student.id for s in gb.find_assignment(assignment).submissions}
-        except MissingEntry:
-            return None
+    try:
+        return {s.student.id for s in gb.find_assignment(assignment).submissions}
+    except MissingEntry:
+        return None
 
 
 def _timestamp(folder: Path) -> str | None:
@@ -277,7 +345,7 @@ def _answered(folder: Path, notebook: str, released: dict[str, str] | None = Non
 
     path = folder / f"{notebook}.ipynb"
     try:
-        nb = from_dict(parse_json(read_bytes(path, inside=folder), path.name))
+        nb = parse_json(read_bytes(path, inside=folder), path.name)
     except (Unreadable, ValueError):  # unreadable (a link out of the folder too): nothing answered
         return {}
     out = {}
@@ -287,6 +355,7 @@ def _answered(folder: Path, notebook: str, released: dict[str, str] | None = Non
         meta = meta.get("nbgrader") if isinstance(meta, dict) else None
         if isinstance(meta, dict) and meta.get("solution") and isinstance(meta.get("grade_id"), str):
             try:
+                cell = from_dict(cell)  # (only the solution cells: a notebook's outputs can be large)
                 if isinstance(cell.get("source"), list):  # (the file's lines, as nbformat's reader joins them)
                     cell["source"] = "".join(cell["source"])
                 checksum = (released or {}).get(meta["grade_id"]) or meta.get("checksum")
@@ -302,10 +371,16 @@ def write_part_grades(location: Location, assignment: str, student: str, folder:
     each graded cell's auto_score (a part's score scaled to its cell; 0 for a notebook not
     submitted), needs_manual_grade, and "No response." for solution cells left as released. A written answer
     waits for an instructor (0 if left as released); one an instructor graded stays as graded (written.py)."""
+    with Writer(location) as writer:
+        writer.write_part_grades(assignment, student, folder, parts)
+
+
+def part_grades_into(gb, assignment: str, student: str, folder: Path, parts: list[PartResult]) -> None:
+    """`write_part_grades`, through the open Gradebook `gb`."""
     from . import written  # noqa: PLC0415 - nbgrader is slow to import
 
     by_id = {p.id: p for p in parts}
-    with opened(location) as gb, one_transaction(gb):
+    with one_transaction(gb):
         gb.update_or_create_student(student)
         ts = _timestamp(folder)
         if ts:

@@ -116,15 +116,15 @@ def pg_course(postgres_url, copy_course) -> Path:
 def test_a_class_graded_into_postgres_resumes_after_a_signal_and_matches_a_clean_sqlite_run(
         pg_course, postgres_url, memo, clean, monkeypatch):
     writes = []
-    real = gradebook.write_part_grades
+    real = gradebook.Writer.write_part_grades
 
-    def write_then_interrupt(*args, **kwargs):  # Ctrl-C arrives while the first student is being written
-        real(*args, **kwargs)
-        writes.append(args[2])
+    def write_then_interrupt(writer, assignment, student, *args, **kwargs):  # Ctrl-C while the first is written
+        real(writer, assignment, student, *args, **kwargs)
+        writes.append(student)
         if len(writes) == 1:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(gradebook, "write_part_grades", write_then_interrupt)
+    monkeypatch.setattr(gradebook.Writer, "write_part_grades", write_then_interrupt)
     with pytest.raises(Stopped) as stopped:
         grade_class(pg_course, settings=Settings(progress=False), grader=memo)
     assert stopped.value.exit_code == 130 and "interrupted by SIGINT: 1 submission graded" in str(stopped.value)
