@@ -133,8 +133,8 @@ class Worker:
         args = self.codec.decode(req.get("args", []))
         kwargs = self.codec.decode(req.get("kwargs", {}))
         seed = req.get("seed")
-        if seed is not None:
-            torch.manual_seed(seed)
+        if seed is not None:  # the CPU generator, all the worker uses: torch.manual_seed also queues a seed for
+            torch.default_generator.manual_seed(seed)  # each accelerator not started, 0.1 ms with a stack each
         if req.get("measure"):
             release_free_heap()
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
