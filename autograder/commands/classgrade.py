@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import classpool, courselock, document, exposure, gradebook
+from . import classpool, courselock, document, exposure, gradebook, gradebookretry
 from ..foundation import edition, i18n, spec
 from .classpage import write_class_report
 from .classreport import DEFAULT_THRESHOLD
@@ -188,7 +188,7 @@ def grade_class(course: str | Path, assignment: str = spec.ASSIGNMENT, settings:
         except Interrupted as exc:
             raise Stopped(f"{exc}: {_written(outcomes)}; run the same command again to grade the rest",
                           list(outcomes.values()), exc.exit_code) from None
-        except gradebook.GradebookError as exc:
+        except gradebookretry.GradebookError as exc:
             raise Stopped(f"{exc} ({_written(outcomes)})", list(outcomes.values()), 1) from None
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -242,7 +242,7 @@ def _grade_into(writer, pool, course, assignment, settings: Settings, console, g
                 reports, state, keys) -> None:
     """The gradebook read, the queue made (changed or never recorded), each submission graded and written."""
     the_assignment, location = spec.assignment(assignment), writer.location
-    known = gradebook.retrying(location, lambda: writer.submitted(assignment), settings.gradebook_wait, stopper.check)
+    known = gradebookretry.retrying(location, lambda: writer.submitted(assignment), settings.gradebook_wait, stopper.check)
     if known is None:
         raise FileNotFoundError(f"assignment {assignment!r} is not in the gradebook {location.shown}: run "
                                 f"`nbgrader generate_assignment {assignment}` in {course} first")
@@ -267,7 +267,7 @@ def _grade_into(writer, pool, course, assignment, settings: Settings, console, g
                 state.record(student, todo[student], result.score)  # (written last: a rerun regrades if it is not)
                 outcomes[student] = Outcome(student, "graded", result, seconds=result.seconds)
 
-        gradebook.retrying(location, write, settings.gradebook_wait, stopper.check)
+        gradebookretry.retrying(location, write, settings.gradebook_wait, stopper.check)
 
     def overdue(student: str, seconds: float) -> None:
         lang = edition.resolve(assignment).lang  # (the edition's language: self_attention_zh is graded in zh)

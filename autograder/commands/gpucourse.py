@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import courselock, gradebook
+from . import courselock, gradebook, gradebookretry
 from ..foundation import spec
 from ..foundation.edition import Edition, resolve
 from ..foundation.extract import extract
@@ -131,7 +131,7 @@ def grade_course(course_dir, *, location: gradebook.Location | None = None, csv_
             pool.close()
     out.csv_path = write_csv(out.rows, Path(csv_path) if csv_path else course_dir / csv_name(assignment))
     if location:
-        out.recorded, out.skipped = gradebook.retrying(
+        out.recorded, out.skipped = gradebookretry.retrying(
             location, lambda: record_in_gradebook(location, out.rows, edition), gradebook_wait)
     return out
 
@@ -151,7 +151,7 @@ def main(course_dir: str, edition: Edition, csv: str | None = None, gradebook_ur
     except courselock.CourseBusy as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except gradebook.GradebookError as exc:
+    except gradebookretry.GradebookError as exc:
         print(f"grade-gpu: {exc}", file=sys.stderr)
         return 1
 
@@ -164,7 +164,7 @@ def _main(course, edition: Edition, csv, gradebook_url, no_gradebook, from_csv, 
             print(f"error: no gradebook: {course}/gradebook.db does not exist (give --gradebook URL)", file=sys.stderr)
             return 2
         rows = read_csv(Path(from_csv), assignment)
-        _print_recorded(assignment, *gradebook.retrying(location, lambda: record_in_gradebook(location, rows, edition),
+        _print_recorded(assignment, *gradebookretry.retrying(location, lambda: record_in_gradebook(location, rows, edition),
                                                         gradebook_wait))
         return 0
     if not stage.cuda_available():
