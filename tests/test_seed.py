@@ -6,6 +6,7 @@ once that socket closes (the grading process ended, killed at a deadline or with
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -33,8 +34,9 @@ def gone_within(pids: list[int], seconds: float) -> bool:
     return True
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def seed():
+    """One seed for the tests that fork zygotes of it (none of them ends it)."""
     control, proc = prestart.launch()
     yield control, proc
     control.close()
@@ -108,27 +110,42 @@ def test_a_kill_left_unawaited_is_answered_before_the_next_worker_is_forked(seed
 SECRET = "planted-instructor-secret-9d41c7"
 
 
-@pytest.fixture
-def class_pool(monkeypatch, private_tmp):
-    """grade-class's pool of two grading processes, both ready, started from `private_tmp` with a secret in the
+@contextlib.contextmanager
+def started_pool(folder: Path):
+    """grade-class's pool of two grading processes, both ready, started from `folder` with a secret in the
     instructor's environment: (pool, the seed's pid)."""
     from autograder.commands import classpool
 
-    monkeypatch.setenv("AUTOGRADER_TEST_SECRET", SECRET)
-    monkeypatch.chdir(private_tmp)
-    grading = classpool.Pool(2, Limits())
-    try:
-        for proc in grading.procs:
-            assert classpool.recv(proc.results) == ("ready",)
-            proc.ready = True
-        yield grading, grading.seed[1].pid
-    finally:
-        grading.close()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOGRADER_TEST_SECRET", SECRET)
+        patch.chdir(folder)
+        grading = classpool.Pool(2, Limits())
+        try:
+            for proc in grading.procs:
+                assert classpool.recv(proc.results) == ("ready",)
+                proc.ready = True
+            yield grading, grading.seed[1].pid
+        finally:
+            grading.close()
+
+
+@pytest.fixture(scope="module")
+def shared_pool(private_tmp):
+    """A pool for the tests that leave it as they found it."""
+    with started_pool(private_tmp) as started:
+        yield started
+
+
+@pytest.fixture
+def class_pool(private_tmp):
+    """A pool of its own, for a test that kills or closes part of it."""
+    with started_pool(private_tmp) as started:
+        yield started
 
 
 def test_a_grading_process_is_the_seeds_fork_through_a_monitor_and_works_where_grade_class_was_started(
-        class_pool, private_tmp):
-    grading, seed_pid = class_pool
+        shared_pool, private_tmp):
+    grading, seed_pid = shared_pool
     for proc in grading.procs:
         monitor = parent_of(proc.proc.pid)
         assert parent_of(monitor) == seed_pid, "the grading process is not forked by the seed"
@@ -152,8 +169,8 @@ def readable_memory(pid: int) -> bytes:
     return b"".join(out)
 
 
-def test_the_seed_never_holds_the_instructors_environment_that_its_grading_processes_receive(class_pool):
-    grading, seed_pid = class_pool
+def test_the_seed_never_holds_the_instructors_environment_that_its_grading_processes_receive(shared_pool):
+    grading, seed_pid = shared_pool
     memory = readable_memory(seed_pid)
     assert len(memory) > 10_000_000, "the seed's memory was not read"
     assert SECRET.encode() not in memory, "the instructor's environment reached the seed, which every worker copies"
@@ -178,11 +195,11 @@ def test_closing_the_pool_ends_the_seed_and_every_process_it_forked(class_pool):
     assert gone_within(below, 10), "a process of the seed outlived the pool"
 
 
-def test_a_grading_process_is_given_its_next_submission_before_the_last_ones_result_is_recorded(class_pool):
+def test_a_grading_process_is_given_its_next_submission_before_the_last_ones_result_is_recorded(shared_pool):
     """the parent's write of a result (nbgrader's gradebook: tens of milliseconds) overlaps the next grading"""
     from autograder.commands import classworker
 
-    grading, _ = class_pool
+    grading, _ = shared_pool
     notebook = str(Path(__file__).resolve().parent.parent / "solutions" / "notebooks" / "01_scores.ipynb")
     task = (classworker.NOTEBOOK, notebook, ["qkv_projection"], "self_attention", None)
     queue = {f"student{i}": task for i in range(5)}
