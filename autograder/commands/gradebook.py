@@ -167,7 +167,7 @@ def opened(location: Location):
 class Writer:
     """One gradebook connection for the writes of a run (grade-class: one per submission). Opening nbgrader's
     Gradebook checks every table, and SQLAlchemy caches its compiled statements per connection: a connection
-    per write cost about 45 ms of CPU where one kept open costs 25. Each write is still its own transaction
+    per write cost about 20 ms more CPU than one kept open (docs/benchmark.md). Each write is still its own transaction
     (other programs see it at once, and hold no lock of ours between writes); after a failed one the connection
     is closed and the next write opens a new one (a server that went away, a lock held by another writer)."""
 
