@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from autograder.commands import classpage, classreport
@@ -19,6 +20,14 @@ NO_SCALE = "scores are not scaled: divide the dot products by sqrt(d_k)"
 FEEDBACK_PAGE = ('<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8"/><meta content="default-src \'none\'; '
                  'script-src \'none\'; style-src \'unsafe-inline\'" http-equiv="Content-Security-Policy"/>'
                  '<title>01_scores</title></head><body></body></html>')
+
+
+def feedback_page(course: Path, student: str, notebook: str = "01_scores") -> None:
+    """What generate_feedback leaves for a student's autograded notebook: the notebook, and its page."""
+    for step, name, text in (("autograded", f"{notebook}.ipynb", "{}"), ("feedback", f"{notebook}.html", FEEDBACK_PAGE)):
+        folder = course / step / student / "self_attention"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
 
 
 def result(student: str, lost: dict[str, str] | None = None) -> GradeResult:
@@ -73,9 +82,7 @@ def test_the_page_is_self_contained_with_an_inline_picture_and_links_to_each_stu
     reports.mkdir(parents=True)
     for r in CLASS:
         (reports / f"{r.submission}.json").write_text("{}")
-    feedback = tmp_path / "feedback" / "bob" / "self_attention"
-    feedback.mkdir(parents=True)
-    (feedback / "01_scores.html").write_text(FEEDBACK_PAGE)
+    feedback_page(tmp_path, "bob")
     path = classpage.write_class_report(tmp_path, "self_attention", CLASS, reports)
     assert path == reports / "class_report.html"
     page = path.read_text(encoding="utf-8")
@@ -126,9 +133,7 @@ def test_every_link_is_a_quoted_relative_path_whatever_the_student_folder_is_cal
     students = [result(name) for name in HOSTILE_NAMES]
     for name in HOSTILE_NAMES:
         (reports / f"{name}.json").write_text("{}")
-        feedback = tmp_path / "feedback" / name / "self_attention"
-        feedback.mkdir(parents=True)
-        (feedback / "01_scores.html").write_text(FEEDBACK_PAGE)
+        feedback_page(tmp_path, name)
     page = classpage.write_class_report(tmp_path, "self_attention", students, reports, threshold=2.0).read_text()
     parser = _Links()
     parser.feed(page)
@@ -152,7 +157,7 @@ def test_parts_whose_code_mentions_a_forbidden_function_not_seen_called_are_list
         dataclasses.replace(p, review=("SelfAttention (scaled_dot_product_attention)",)) if p.id == "module" else p
         for p in result("mallory").parts))
     report = classreport.summarize("self_attention", [flagged, result("ada")])
-    assert [(f.student, f.part, f.mentions, f.score) for f in report.review] == \
+    assert [(f.student, f.part, f.why, f.score) for f in report.review] == \
         [("mallory", "module", ("SelfAttention (scaled_dot_product_attention)",), 20)]
     table = classpage.page(report, {"mallory": [("JSON", "mallory.json")]}).split("<table id=review>")[1]
     assert '<a href="mallory.json">mallory</a>' in table and "SelfAttention (scaled_dot_product_attention)" in table
@@ -162,18 +167,38 @@ def test_parts_whose_code_mentions_a_forbidden_function_not_seen_called_are_list
 
 
 def test_only_the_notebooks_feedback_pages_that_forbid_scripts_are_linked_never_a_students_own_html(tmp_path):
-    """nbgrader copies every file of a submission into its feedback folder: a student's notes.html, or a
-    02_masks.html standing in for a notebook not submitted, or a page that runs a script before its policy,
-    is not linked; the notebooks' pages that forbid scripts from their start are."""
+    """nbgrader copied every file of a submission into its feedback folder (the course now keeps a student's HTML
+    out): a student's notes.html, a 02_masks.html standing in for a notebook not submitted, a page that runs a script
+    before its policy, or one whose notebook was never autograded, is not linked; the notebooks' pages that forbid
+    scripts from their start and were made from an autograded notebook are."""
     feedback = tmp_path / "feedback" / "eve" / "self_attention"
     feedback.mkdir(parents=True)
+    autograded = tmp_path / "autograded" / "eve" / "self_attention"
+    autograded.mkdir(parents=True)
+    for name in ("01_scores", "02_masks", "03_module", "04_multihead"):
+        (autograded / f"{name}.ipynb").write_text("{}")
     (feedback / "01_scores.html").write_text(FEEDBACK_PAGE)
     (feedback / "notes.html").write_text(FEEDBACK_PAGE)  # not a notebook of the assignment
     (feedback / "02_masks.html").write_text("<html><script>alert(1)</script></html>")
     (feedback / "03_module.html").write_text(FEEDBACK_PAGE.replace("<head>", "<head><script>alert(1)</script>"))
     (feedback / "04_multihead.html").write_text(FEEDBACK_PAGE.replace("script-src \'none\'", "script-src *"))
+    (feedback / "05_long_sequence.html").write_text(FEEDBACK_PAGE)  # no autograded 05_long_sequence.ipynb
     links = classpage.report_links(tmp_path / "reports", tmp_path, "self_attention", ["eve"])
     assert links == {"eve": [("01_scores", "../../feedback/eve/self_attention/01_scores.html")]}
+
+
+def test_a_students_page_with_a_policy_and_a_refresh_to_another_site_is_never_linked_as_feedback(tmp_path):
+    """The attack of issue 45, item 3: 02_masks.html submitted in place of the notebook, with a CSP meta that passes
+    the script check and a meta refresh to another site; linked as feedback, one click took the instructor there."""
+    feedback = tmp_path / "feedback" / "eve" / "self_attention"
+    feedback.mkdir(parents=True)
+    (tmp_path / "autograded" / "eve" / "self_attention").mkdir(parents=True)
+    (tmp_path / "autograded" / "eve" / "self_attention" / "02_masks.ipynb").write_text("{}")
+    refresh = FEEDBACK_PAGE.replace("<title>", '<meta http-equiv="Refresh" content="0; url=https://attacker.example">'
+                                              "<title>")
+    (feedback / "02_masks.html").write_text(refresh)
+    assert classpage.forbids_scripts(FEEDBACK_PAGE) and not classpage.forbids_scripts(refresh)
+    assert classpage.report_links(tmp_path / "reports", tmp_path, "self_attention", ["eve"]) == {"eve": []}
 
 
 def test_the_picture_puts_each_score_in_its_bin_full_marks_in_the_last_and_draws_one_bar_per_filled_bin():

@@ -40,6 +40,13 @@ def hostile_outputs() -> list[dict]:
                       "image/png": 'x" onerror="alert(15)'}}]
 
 
+# A student's own page, submitted in place of 02_masks.ipynb: a policy that passes the class report's check, and a
+# refresh that takes whoever opens it to another site (it was copied into feedback/ and linked as feedback).
+STUDENT_PAGE = ('<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
+                'content="default-src \'none\'; script-src \'none\'"><meta http-equiv="refresh" '
+                'content="0; url=https://attacker.example/login"></head><body>feedback</body></html>')
+
+
 class Page(HTMLParser):
     """What a browser would build from the page: elements and attributes, the text apart."""
 
@@ -106,7 +113,8 @@ def feedback(private_tmp):
     folder.mkdir(parents=True)
     (folder / "01_scores.ipynb").write_text(json.dumps(nb))
     (folder / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")
-    (folder / "notes.html").write_text("<script>alert('a page of eve's own')</script>")  # nbgrader copies it along
+    (folder / "notes.html").write_text("<script>alert('a page of eve's own')</script>")  # stock nbgrader copied it
+    (folder / "02_masks.html").write_text(STUDENT_PAGE)  # in place of a notebook not submitted (issue 45, item 3)
     nbgrader(root, "autograde", "self_attention")
     graded = root / "autograded" / "eve" / "self_attention" / "01_scores.ipynb"
     autograded = json.loads(graded.read_text())
@@ -127,10 +135,15 @@ def test_nbgrader_feedback_has_no_live_student_script_and_a_policy_that_forbids_
     assert "md-script" in page_of(feedback) and "bold output" in page_of(feedback)  # the student's work, as text
 
 
-def test_the_class_report_links_the_feedback_page_and_never_a_students_own_html_copied_beside_it(feedback):
+def test_a_students_own_html_is_never_copied_into_autograded_or_feedback_nor_linked_by_the_class_report(feedback):
     from autograder.commands import classpage
 
-    assert (feedback / "feedback" / "eve" / "self_attention" / "notes.html").exists()  # (nbgrader copied it)
+    for step in ("autograded", "feedback"):
+        folder = feedback / step / "eve" / "self_attention"
+        assert folder.is_dir() and not list(folder.glob("*.html")) or step == "feedback", list(folder.iterdir())
+    pages = sorted(p.name for p in (feedback / "feedback" / "eve" / "self_attention").glob("*.html"))
+    assert pages == ["01_scores.html"], pages  # (the one generate_feedback made; no notes.html, no 02_masks.html)
+    assert (feedback / "submitted" / "eve" / "self_attention" / "02_masks.html").is_file()  # (left where it was)
     links = classpage.report_links(feedback / "autograder_reports" / "self_attention", feedback, "self_attention",
                                    ["eve"])
     assert links == {"eve": [("01_scores", "../../feedback/eve/self_attention/01_scores.html")]}

@@ -188,7 +188,7 @@ def test_switching_the_watch_off_through_gc_earns_the_points_but_is_flagged_for_
     saved = kit.replace(saved, parts=tuple(zeros([p for p in PARTS if p.id != "module"], "not graded here"))
                         + saved.parts)
     report = classreport.summarize("self_attention", [saved])
-    assert [(f.student, f.part, f.mentions) for f in report.review] == [("mallory", "module", part.review)]
+    assert [(f.student, f.part, f.why) for f in report.review] == [("mallory", "module", part.review)]
     page = classpage.page(report, {})
     table = page.split("<table id=review>")[1].split("</table>")[0]
     assert "mallory" in table and "SelfAttention (scaled_dot_product_attention)" in table, table

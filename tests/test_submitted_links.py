@@ -6,15 +6,17 @@ nbgrader_config.py with the grader's plugin), the class:
     linker   every notebook a symbolic link to the instructor's source/self_attention/<notebook> (the attack: it
              scored full marks and nbgrader's feedback showed every solution)
     thief    01_scores a symbolic link to ada's 01_scores; 02_masks solved (their own)
-    copier   01_scores a copy (cp) of the source notebook; 02_masks a copy of ada's 02_masks
+    copier   01_scores a copy (cp) of the source notebook; 02_masks a copy of ada's 02_masks (byte for byte)
     idle1, idle2   01_scores the released notebook, untouched: byte for byte alike, and nobody copied anybody
     hub      collected by `nbgrader collect` from the exchange, where the student made 01_scores a link to the
              instructor's source after `nbgrader submit`
 
 Claims, for `grade`, `grade-class` and `nbgrader autograde`: a link out of the submission's folder is not
-followed (a link inside it is); a notebook that still carries the source's solution markers, or is the same file
-as another student's changed notebook, scores 0 with the reason; the student's other notebooks are graded; the
-untouched release is never a copy; nbgrader's collect keeps links as links; no feedback shows a solution.
+followed (a link inside it is); a notebook that still carries the source's solution markers scores 0 with the
+reason; one that is the same file as another student's changed notebook keeps its points and is flagged for the
+instructor's review on both sides (issue 45: byte identity proves nothing by itself); the student's other notebooks
+are graded; the untouched release is never a copy; nbgrader's collect keeps links as links; no feedback shows a
+solution.
 tests/test_unprivileged.py runs this file again as an ordinary user.
 """
 from __future__ import annotations
@@ -155,11 +157,22 @@ def test_grade_class_scores_every_linked_or_copied_notebook_0_with_the_reason(cl
         for pid in parts_of(SCORES):
             assert r[student].part(pid).score == 0, (student, pid)
         assert why in notes_of(r[student]), (student, notes_of(r[student]))
-    for student in ("copier", "ada"):  # the same file as the other's, and changed work: both refused
+
+
+def test_grade_class_keeps_the_points_of_byte_identical_twins_and_flags_both_naming_the_other_for_the_instructor(
+        class_results):
+    r = class_results
+    for student, other in (("copier", "ada"), ("ada", "copier")):  # the same file as the other's, and changed work
         for pid in parts_of(MASKS):
-            assert r[student].part(pid).score == 0, (student, pid)
-        assert "byte for byte the same file" in notes_of(r[student])
-    assert "copier" in notes_of(r["ada"]) and "ada" in notes_of(r["copier"])
+            part = r[student].part(pid)
+            assert part.score == part.max_score, (student, pid)
+            assert any("byte for byte the same file as another student's" in n for n in part.notes), part.notes
+            assert other not in " ".join(part.notes), "the student's note names nobody"
+            assert any(other in why and "byte for byte" in why for why in part.review), part.review
+    from autograder.commands import classreport
+
+    flagged = {(f.student, f.part) for f in classreport.summarize(A.id, list(r.values())).review}
+    assert {(s, pid) for s in ("copier", "ada") for pid in parts_of(MASKS)} <= flagged
 
 
 def test_grade_class_grades_the_students_other_notebooks_and_never_calls_the_untouched_release_a_copy(
@@ -192,9 +205,8 @@ def feedback(course: Path, student: str, notebook: str) -> str:
 
 def test_nbgrader_autograde_scores_linked_and_copied_notebooks_0_and_the_others_in_full(autograded):
     points = {p.id: p.points for p in A.parts}
-    zero = [("linker", SCORES), ("linker", MASKS), ("thief", SCORES), ("hub", SCORES), ("copier", SCORES),
-            ("copier", MASKS), ("ada", MASKS)]
-    full = [("ada", SCORES), ("thief", MASKS), ("hub", MASKS)]
+    zero = [("linker", SCORES), ("linker", MASKS), ("thief", SCORES), ("hub", SCORES), ("copier", SCORES)]
+    full = [("ada", SCORES), ("thief", MASKS), ("hub", MASKS), ("copier", MASKS), ("ada", MASKS)]  # (twins: kept)
     for student, nb in zero:
         for pid in parts_of(nb):
             assert autograded[(student, pid)] == 0, (student, pid)
@@ -206,7 +218,8 @@ def test_nbgrader_autograde_scores_linked_and_copied_notebooks_0_and_the_others_
 def test_nbgrader_feedback_says_why_and_shows_no_solution(course, autograded):
     assert SOLUTION_LINE in (course / "source" / A.id / f"{SCORES}.ipynb").read_text(encoding="utf-8")
     for student, nb, why in (("linker", SCORES, "symbolic link"), ("hub", SCORES, "symbolic link"),
-                             ("copier", SCORES, "solution markers"), ("copier", MASKS, "byte for byte")):
+                             ("copier", SCORES, "solution markers"), ("copier", MASKS, "byte for byte"),
+                             ("ada", MASKS, "flagged for your instructor to compare")):
         text = feedback(course, student, nb)
         assert why in text, (student, nb)
         assert "BEGIN SOLUTION" not in text and SOLUTION_LINE not in text, (student, nb)

@@ -42,7 +42,7 @@ from . import classpool, courselock, document, exposure, gradebook, gradebookret
 from ..foundation import edition, i18n, spec
 from .classpage import write_class_report
 from .classreport import DEFAULT_THRESHOLD
-from ..foundation.copies import Originals, refuse_copies
+from ..foundation.copies import Originals, compare_copies
 from ..foundation.extract import extract
 from ..sandbox.lifetime import Interrupted, Stopper
 from ..foundation.limits import Limits, SandboxUnavailable, platform_refusal
@@ -97,13 +97,13 @@ def grade_folder(folder: str, assignment_id: str, grader, compared: Originals | 
     One sandboxed worker and one run of the checks for the whole folder; each part runs only
     its own notebook's code (Session.namespace_for), so the scores equal nbgrader's notebook
     by notebook grading. A part whose notebook is missing or unreadable, or is no work of the student's (a copy of
-    the source notebook, the same file as another student's, compared with `compared`, by default the course's:
-    copies.py), scores 0 with the reason.
+    the source notebook), scores 0 with the reason; one whose notebook is the same file as another student's
+    (compared with `compared`, by default the course's: copies.py) keeps its points and is flagged for review.
     """
     assignment = spec.assignment(assignment_id)
     started = time.perf_counter()
     compared = compared or originals(Path(folder), assignment_id)
-    submission = refuse_copies(extract(folder), compared)  # (read once, here in the grading process)
+    submission = compare_copies(extract(folder), compared)  # (read once, here in the grading process)
     result = grader.grade(submission, assignment=assignment)
     parts = {p.id: p for p in result.parts}
     for nb in assignment.notebooks:  # (one that could not be read scored 0 with its reason in grade())

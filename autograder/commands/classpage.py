@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 from ..foundation import edition, i18n
 from .classreport import DEFAULT_THRESHOLD, ClassReport, PartScores, summarize
+from .gradebook import course_directories
 from .resume import atomic_write
 
 _ = i18n.message
@@ -43,11 +44,14 @@ HEADINGS = {
     "score distribution per part": _("score distribution per part"),
     "most common failing checks": _("most common failing checks"),
     "every student": _("every student"),
-    "to review": _("to review by hand: code that mentions a function its part may not call"),
-    "review why": _("the grader's watch did not see these calls, so the parts kept their points; the watch runs "
-                    "next to the student's code, which can switch it off (docs/security.md): read the code"),
-    "mentions": _("mentions"),
-    "nothing to review": _("no part mentions a function it may not call"),
+    "to review": _("to review by hand: code that mentions a function its part may not call, and notebooks byte for "
+                   "byte the same as another student's"),
+    "review why": _("these parts kept their points: the grader's watch did not see the calls they mention (it runs "
+                    "next to the student's code, which can switch it off: docs/security.md), and two students who "
+                    "type the same short answers save the same bytes; read the code"),
+    "why": _("why"),
+    "nothing to review": _("no part mentions a function it may not call, and no notebook is byte for byte the same "
+                           "as another student's"),
     "written": _("written (by hand)"),
     "to grade": _("to grade"),
 }
@@ -190,14 +194,14 @@ def students_table(report: ClassReport, links: dict[str, list[tuple[str, str]]])
 
 
 def review_table(report: ClassReport, links: dict[str, list[tuple[str, str]]]) -> str:
-    """The parts flagged for review (classreport.ReviewFlag): who, which part, what it mentions, its points."""
+    """The parts flagged for review (classreport.ReviewFlag): who, which part, why, its points."""
     t = heading_in(report.lang)
     if not report.review:
         return f"<p>{t('nothing to review')}</p>"
-    head = (f"<tr><th>{t('student')}</th><th>{t('part')}</th><th>{t('mentions')}</th><th>{t('score')}</th>"
+    head = (f"<tr><th>{t('student')}</th><th>{t('part')}</th><th>{t('why')}</th><th>{t('score')}</th>"
             "</tr>")
     rows = "".join(f"<tr><td>{student_link(f.student, links)}</td><td>{esc(f.part)}</td>"
-                   f"<td>{esc(', '.join(f.mentions))}</td><td class=num>{fmt(round(f.score, 2))}</td></tr>"
+                   f"<td>{esc('; '.join(f.why))}</td><td class=num>{fmt(round(f.score, 2))}</td></tr>"
                    for f in report.review)
     return f"<p class=muted>{t('review why')}</p><table id=review>{head}{rows}</table>"
 
@@ -230,17 +234,21 @@ def relative_href(*segments: str) -> str:
 
 
 class _Head(HTMLParser):
-    """The elements of a page up to its first Content-Security-Policy (CSP) meta, and that policy."""
+    """The elements of a page up to its first Content-Security-Policy (CSP) meta, and that policy; and whether any
+    meta of the page asks the browser to go elsewhere (http-equiv refresh)."""
 
     def __init__(self):
         super().__init__()
         self.before: list[str] = []
         self.policy: str | None = None
+        self.refresh = False
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
+        equiv = (attrs.get("http-equiv") or "").lower() if tag == "meta" else ""
+        self.refresh = self.refresh or equiv == "refresh"
         if self.policy is None:
-            if tag == "meta" and (attrs.get("http-equiv") or "").lower() == "content-security-policy":
+            if equiv == "content-security-policy":
                 self.policy = attrs.get("content") or ""
             else:
                 self.before.append("meta charset" if tag == "meta" and "charset" in attrs else tag)
@@ -248,19 +256,22 @@ class _Head(HTMLParser):
 
 def forbids_scripts(page: str) -> bool:
     """Does the page forbid every script before it could run one: a CSP with default-src and script-src 'none'
-    with nothing but <html>, <head> and the charset before it (what feedbackpage.py writes)?"""
+    with nothing but <html>, <head> and the charset before it (what feedbackpage.py writes), and no meta refresh
+    that would send the reader to another page?"""
     head = _Head()
     head.feed(page[:65536])
     policy = {d.strip().split(" ", 1)[0]: d.strip() for d in (head.policy or "").split(";")}
     return (set(head.before) <= {"html", "head", "meta charset"} and policy.get("script-src") == "script-src 'none'"
-            and policy.get("default-src") == "default-src 'none'")
+            and policy.get("default-src") == "default-src 'none'" and not head.refresh)
 
 
-def feedback_pages(folder: Path, notebooks) -> list[Path]:
-    """nbgrader's feedback pages of a student: `<notebook>.html` for the assignment's notebooks, and only those
-    that forbid scripts. nbgrader copies every other file of the submission there too: a student's own
-    notes.html, or a 02_masks.html in place of a notebook not submitted, is never linked."""
-    pages = [folder / f"{name}.html" for name in notebooks]
+def feedback_pages(folder: Path, notebooks, autograded: Path) -> list[Path]:
+    """nbgrader's feedback pages of a student (`folder`): `<notebook>.html` for the assignment's notebooks that
+    were autograded (`autograded/<notebook>.ipynb` exists: generate_feedback made the page from it), and only
+    those that forbid scripts. A student's own notes.html, or a 02_masks.html in place of a notebook not submitted
+    (the course's nbgrader_config.py keeps nbgrader from copying a student's HTML: nbgrader_plugin.configure), is
+    never linked."""
+    pages = [folder / f"{name}.html" for name in notebooks if (autograded / f"{name}.ipynb").is_file()]
     return [p for p in pages if p.is_file() and forbids_scripts(p.read_text(encoding="utf-8", errors="replace"))]
 
 
@@ -268,12 +279,14 @@ def report_links(reports: Path, course: Path, assignment: str, students) -> dict
     """student -> their reports, as links relative to the page (relative_href): the JSON grade-class wrote,
     nbgrader's feedback pages (feedback_pages)."""
     notebooks = edition.resolve(assignment).assignment.notebooks
+    dirs = course_directories(Path(course))
     links: dict[str, list[tuple[str, str]]] = {}
     for student in students:
         found = []
         if (reports / f"{student}.json").exists():
             found.append(("JSON", relative_href(f"{student}.json")))
-        for path in feedback_pages(course / "feedback" / student / assignment, notebooks):
+        for path in feedback_pages(course / dirs["feedback"] / student / assignment, notebooks,
+                                   course / dirs["autograded"] / student / assignment):
             found.append((path.stem, relative_href("..", "..", *path.relative_to(course).parts)))
         links[student] = found
     return links

@@ -62,11 +62,12 @@ class Student:
 
 @dataclass(frozen=True)
 class ReviewFlag:
-    """A part to review by hand: its code mentions a torch function it may not call, and the watch did not see
-    the call (PartResult.review). It kept its points; the watch cannot prove the call never ran."""
+    """A part to review by hand (PartResult.review): its code mentions a torch function it may not call and the
+    watch did not see the call (the watch cannot prove it never ran), or its notebook is byte for byte the same file
+    as other students' (copies.py: that proves nothing by itself). It kept its points."""
     student: str
     part: str
-    mentions: tuple[str, ...]  # "SelfAttention (scaled_dot_product_attention)", ...
+    why: tuple[str, ...]  # "SelfAttention (scaled_dot_product_attention)", "01_scores.ipynb: byte for byte ...", ...
     score: float
 
 
@@ -118,7 +119,7 @@ def common_failures(results: list[GradeResult], most: int = MOST_COMMON) -> tupl
 
 
 def review_flags(results: list[GradeResult]) -> tuple[ReviewFlag, ...]:
-    """Every part, of every student, flagged for review (scan.note_mentions)."""
+    """Every part, of every student, flagged for review (scan.note_mentions, copies.flag_twins)."""
     return tuple(ReviewFlag(r.submission, p.id, p.review, p.score) for r in results for p in r.parts if p.review)
 
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from ..foundation import edition, limits, spec
-from ..foundation.copies import Originals, refuse_copies
+from ..foundation.copies import Originals, compare_copies
 from ..foundation.extract import SubmissionError, extract, recognise
 from ..foundation.limits import SandboxUnavailable
 
@@ -54,7 +54,7 @@ def cmd_grade(args) -> int:
     graded = edition.resolve(args.assignment, args.lang, notebooks=submission.lang, folder=submission.path,
                              default=None if args.assignment else recognise(submission))
     # a notebook that is the instructor's source notebook is no student's work: 0 for its parts, with the reason
-    submission = refuse_copies(submission, Originals(graded.id, source=SOURCE / graded.id))
+    submission = compare_copies(submission, Originals(graded.id, source=SOURCE / graded.id))
     if args.gpu and graded.assignment.gpu_part is None:
         raise SubmissionError(f"assignment {graded.assignment.id} has no GPU stage")
     from ..sandbox.prestart import prestart  # noqa: PLC0415 - the commands' modules load only when they run

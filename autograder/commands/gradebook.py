@@ -71,10 +71,12 @@ def _settings(course: str, mtime: int) -> dict:
 
 
 def course_directories(course: Path) -> dict[str, str]:
-    """The folders of the course's instructor notebooks ("source") and released ones ("release"), as nbgrader
-    names them there."""
+    """The folders of the course's instructor notebooks ("source"), released ones ("release"), autograded ones
+    ("autograded") and feedback pages ("feedback"), as nbgrader names them there."""
     cd = course_settings(Path(course))
-    return {"source": cd.get("source_directory") or "source", "release": cd.get("release_directory") or "release"}
+    return {"source": cd.get("source_directory") or "source", "release": cd.get("release_directory") or "release",
+            "autograded": cd.get("autograded_directory") or "autograded",
+            "feedback": cd.get("feedback_directory") or "feedback"}
 
 
 def locate(course: Path) -> Location:

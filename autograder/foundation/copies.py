@@ -1,17 +1,18 @@
-"""A submitted notebook that is not the student's own work: a copy of the instructor's source notebook, or the
-same file another student submitted. Such a notebook is not graded: its parts score 0 and the reason is a note
-the instructor reads (the report, the class report, nbgrader's feedback); the student's other notebooks are
-graded as usual.
+"""A submitted notebook that is not the student's own work (a copy of the instructor's source notebook), or that
+is the same file another student submitted (flagged for the instructor's review, never refused).
 
 The rules (docs/security.md, "Submitted files"):
 
 * byte for byte the instructor's `source/<assignment>/<notebook>` (a copy made through a link, `cp`, a download):
-  refused, at every entry point (`grade`, `grade-class`, nbgrader autograde). A notebook that still carries the
-  source's solution markers is refused by extract.py itself;
-* byte for byte the same notebook of another student of the class (`grade-class`, nbgrader autograde): refused
-  for each of them, unless its solution cells are the released notebook's (a student who did nothing: every such
-  notebook is alike, and nobody copied anybody). Work that only looks alike (the same code, run or saved apart)
-  is never the same bytes: it is graded, and judging it is the instructor's business.
+  refused, at every entry point (`grade`, `grade-class`, nbgrader autograde): its parts score 0 and the reason is a
+  note; the student's other notebooks are graded as usual. A notebook that still carries the source's solution
+  markers is refused by extract.py itself;
+* byte for byte the same notebook of another student of the class (`grade-class`, nbgrader autograde): graded as
+  usual, and flagged for the instructor's review on both sides (the part's `review` names the other students; the
+  student's note does not), unless its solution cells are the released notebook's (a student who did nothing:
+  every such notebook is alike). Byte identity proves nothing by itself: two students who type the same one-line
+  answers and run their notebooks save the same bytes, while a copier who adds one space saves others. Judging
+  it is the instructor's business.
 """
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ from pathlib import Path
 from . import i18n
 from .extract import Extracted, Source, read_notebook
 from .readfile import Unreadable, read_bytes
+from .results import PartResult
 
 _ = i18n.message
 SOURCE_COPY = _("{name} is byte for byte the instructor's source notebook (source/{assignment}/{name}), not a "
                 "student's work: it was not graded (0 for its parts)")
-SHARED = _("{name} is byte for byte the same file as the {name} submitted by {students}, and not the released "
-           "notebook: it was not graded (0 for its parts); the instructor compares the submissions")
+TWIN_NOTE = _("{name} is byte for byte the same file as another student's {name}: it was graded as usual, and "
+              "flagged for your instructor to compare the two by hand")
+TWIN_REVIEW = _("{name}: byte for byte the same file as the one {students} submitted")
 
 
 @dataclass(frozen=True)
@@ -83,24 +86,49 @@ def _released_cells(path: str, _dev: int, _ino: int, _size: int, _mtime_ns: int)
 
 
 def why_copied(source: Source, originals: Originals) -> i18n.Message | None:
-    """Why the readable notebook `source` is not the student's own work (a Message), or None."""
+    """Why the readable notebook `source` is not the student's own work (a Message): byte for byte the source
+    notebook; else None."""
     name = Path(source.path).name
-    if not source.digest or not name.endswith(".ipynb"):
+    if not source.digest or not name.endswith(".ipynb") or originals.source is None:
         return None
-    if originals.source is not None and digest_of(originals.source / name) == source.digest:
+    if digest_of(originals.source / name) == source.digest:
         return SOURCE_COPY.format(name=name, assignment=originals.assignment)
-    if not originals.others or originals.release is None:
-        return None
+    return None
+
+
+def same_as(source: Source, originals: Originals) -> tuple[str, ...]:
+    """The other students (their folder's parent's name) who submitted the same bytes as the readable notebook
+    `source`, in name order; () when there are none, or when its solution cells are the released notebook's
+    (untouched: alike by design) or there is no release to tell."""
+    name = Path(source.path).name
+    if not source.digest or not name.endswith(".ipynb") or not originals.others or originals.release is None:
+        return ()
     released = released_cells(originals.release / name)
     if released is None or released == source.cells:
-        return None  # untouched (or no release to tell): alike by design, never a copy
-    same = sorted(folder.parent.name for folder in originals.others
-                  if digest_of(folder / name, inside=folder) == source.digest)
-    return SHARED.format(name=name, students=", ".join(same)) if same else None
+        return ()
+    return tuple(sorted(folder.parent.name for folder in originals.others
+                        if digest_of(folder / name, inside=folder) == source.digest))
 
 
-def refuse_copies(extracted: Extracted, originals: Originals) -> Extracted:
-    """`extracted` with every notebook that is not the student's own work marked unreadable, with the reason."""
-    sources = tuple(dataclasses.replace(s, cells=(), error=why) if s.error is None and (why := why_copied(s, originals))
-                    else s for s in extracted.sources)
-    return dataclasses.replace(extracted, sources=sources)
+def compare_copies(extracted: Extracted, originals: Originals) -> Extracted:
+    """`extracted` with every copy of the source notebook marked unreadable, with the reason, and every notebook
+    that other students submitted byte for byte the same marked with their names (Source.same_as)."""
+    def compared(s: Source) -> Source:
+        if s.error is not None:
+            return s
+        if why := why_copied(s, originals):
+            return dataclasses.replace(s, cells=(), error=why)
+        twins = same_as(s, originals)
+        return dataclasses.replace(s, same_as=twins) if twins else s
+
+    return dataclasses.replace(extracted, sources=tuple(compared(s) for s in extracted.sources))
+
+
+def flag_twins(part: PartResult, notebook: str, students: tuple[str, ...], lang: str) -> PartResult:
+    """`part`, of the notebook `notebook` (a file name) that `students` submitted byte for byte the same: its points
+    kept, a note for the student (naming nobody) and the names in `review`, for the instructor."""
+    if not students:
+        return part
+    note = TWIN_NOTE.format(name=notebook).render(lang)
+    why = TWIN_REVIEW.format(name=notebook, students=", ".join(students)).render(lang)
+    return dataclasses.replace(part, notes=part.notes + (note,), review=part.review + (why,))

@@ -37,6 +37,7 @@ class Source:
     graded_ids: frozenset[str] = frozenset()  # the grade_ids of the notebook's nbgrader graded cells
     lang: str | None = None  # the edition's language its metadata names (metadata.course.lang), if any
     digest: str = ""  # sha256 of the bytes read (copies.py compares it with the source's and other students')
+    same_as: tuple[str, ...] = ()  # the other students who submitted these same bytes (copies.compare_copies)
 
     def notes_against(self, assignment: spec.Assignment) -> tuple:
         """What is said about this file when it is graded against `assignment`: its notes, and last, when its

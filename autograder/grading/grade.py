@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import check
 from ..foundation import edition, i18n, spec
+from ..foundation.copies import flag_twins
 from ..foundation.extract import Extracted, extract
 from .gpu import stage as gpu_stage
 from ..foundation.limits import Limits
@@ -101,6 +102,9 @@ class Grader:
         broken = {s.name: i18n.render(s.error, lang) for s in extracted.sources if s.error}
         results = [zeros([part], broken[part.notebook])[0] if part.notebook in broken else r
                    for part, r in zip(parts, results)]
+        twins = {s.name: s for s in extracted.sources if s.same_as}  # (graded as usual, flagged for review)
+        results = [flag_twins(r, Path(twins[part.notebook].path).name, twins[part.notebook].same_as, lang)
+                   if part.notebook in twins else r for part, r in zip(parts, results)]
         gpu_result = None
         if gpu and assignment.gpu_part is not None:
             gpu_result = gpu_stage.run(self.zygote, self.limits, extracted, ed).part
