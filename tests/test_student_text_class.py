@@ -1,0 +1,250 @@
+"""One class in which a student's *text and files* aim at the instructor's own tools (issue 45), beside honest students,
+graded through `nbgrader autograde` + `generate_feedback` and through `grade-class`, as an instructor grades it.
+
+    ada, bob       honest (bob: no scaling)
+    twin1, twin2   the same one-line answers typed into their own copies: byte for byte the same notebooks
+    scripter       a written answer with scripts for formgrader and the feedback page (an onerror image that would
+                   save grades through formgrader's API, a `files/javascript:` link that the template's rewrite made live)
+    paster         a written answer cell copied and pasted in JupyterLab (its nbgrader metadata twice, a new id)
+    doubled        two written answer cells given one grade_id
+    pager          02_masks.html (a policy that passes the script check, a refresh to another site) in place of the
+                   notebook
+    essayist       a 10 MB written answer (generate_feedback took 217 s and 2.4 GB)
+    dense          a correct 01_scores of about 241k JSON values, under the cap as submitted (nbformat's rewrite
+                   took it over the cap through nbgrader only)
+
+Claims: every command exits 0 and grades every student; each honest student scores exactly what they score alone;
+the two paths give every student the same points; the twins keep theirs and are flagged for review on both sides;
+a student's own page is neither copied nor linked; no feedback page holds a live script or a script link; the huge
+answer is cut in its page, which is written in seconds. (The formgrader page, opened in Chromium:
+tests/browser/test_formgrader_student_text.py.)
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from autograder.foundation import spec
+from examples.make_class import nbgrader, own_file, student_notebooks
+from tests.runcache import released_course
+
+REPO = Path(__file__).resolve().parent.parent
+A = spec.DEFAULT  # self_attention
+NOTEBOOKS = ("01_scores", "02_masks")  # what each student hands in (the other notebooks: not submitted)
+TIMESTAMP = "2026-12-01 10:00:00.000000 UTC"
+HONEST = ("ada", "bob")
+STUDENTS = ("ada", "bob", "twin1", "twin2", "scripter", "paster", "doubled", "pager", "essayist", "dense")
+WRITTEN_ID = "written_padding_keys"  # 02_masks's written answer
+ONERROR = ("<img src=x onerror=\"fetch('/formgrader/api/grade/1',{method:'PUT',body:'{}'});"
+           "document.title='owned'\">")
+SCRIPT_LINK = '<a href="files/javascript:alert(document.domain)">my notes</a>'
+STUDENT_PAGE = ('<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
+                "content=\"default-src 'none'; script-src 'none'\"><meta http-equiv=\"refresh\" "
+                'content="0; url=https://attacker.example/login"></head><body>feedback</body></html>')
+ESSAY_BYTES = 10 * 2**20
+
+
+def parts_of(notebook: str) -> list[str]:
+    return [p.id for p in A.parts_of(notebook)]
+
+
+def graded_ids() -> list[str]:
+    return [pid for nb in NOTEBOOKS for pid in parts_of(nb)]
+
+
+def written_cell(nb: dict) -> dict:
+    return next(c for c in nb["cells"] if (c.get("metadata") or {}).get("nbgrader", {}).get("grade_id") == WRITTEN_ID)
+
+
+def answered(course: Path, notebook: str, answer: str | None = None, mistake: str = "correct") -> dict:
+    """The notebook of a student making `mistake` (examples/make_class.py), with `answer` as its written answer
+    (02_masks)."""
+    nb = json.loads(student_notebooks(course, mistake)[notebook])
+    if answer is not None and notebook == "02_masks":
+        written_cell(nb)["source"] = answer
+    return nb
+
+
+def pasted(nb: dict) -> dict:
+    """The written answer cell copied and pasted right after itself, as JupyterLab does: a new id, the same metadata."""
+    cell = written_cell(nb)
+    copy = json.loads(json.dumps(cell)) | {"id": "pasted-copy", "source": "a second go at the answer"}
+    nb["cells"].insert(nb["cells"].index(cell) + 1, copy)
+    return nb
+
+
+def doubled(nb: dict) -> dict:
+    """A second written cell (another id, its own text) given the written answer's grade_id."""
+    cell = written_cell(nb)
+    other = json.loads(json.dumps(cell)) | {"id": "doubled-answer", "source": "the same grade_id again"}
+    nb["cells"].append(other)
+    return nb
+
+
+def dense(nb: dict) -> dict:
+    """About 241k JSON values as submitted: empty strings in the notebook's metadata."""
+    nb["metadata"]["scratch"] = [""] * 240_000
+    return nb
+
+
+def submissions(course: Path) -> dict[str, dict[str, str]]:
+    """student -> notebook name -> the file's text (02_masks.html: a page; the twins: the same bytes)."""
+    typed = {nb: json.dumps(answered(course, nb, "Padding hides keys, not queries."), indent=1) for nb in NOTEBOOKS}
+    out: dict[str, dict[str, str]] = {}
+    for student in STUDENTS:
+        mistake = "no_scale" if student == "bob" else "correct"
+        files = {f"{nb}.ipynb": answered(course, nb, f"{student}'s own answer.", mistake) for nb in NOTEBOOKS}
+        if student == "scripter":
+            files["02_masks.ipynb"] = answered(course, "02_masks", f"Keys are hidden. {SCRIPT_LINK}\n\n{ONERROR}")
+        if student == "paster":
+            files["02_masks.ipynb"] = pasted(files["02_masks.ipynb"])
+        if student == "doubled":
+            files["02_masks.ipynb"] = doubled(files["02_masks.ipynb"])
+        if student == "essayist":
+            files["02_masks.ipynb"] = answered(course, "02_masks", "All work and no play. " * (ESSAY_BYTES // 22))
+        if student == "dense":
+            files["01_scores.ipynb"] = dense(files["01_scores.ipynb"])
+        texts = {name: own_file(json.dumps(nb, indent=1), student) for name, nb in files.items()}
+        if student.startswith("twin"):
+            texts = {f"{nb}.ipynb": typed[nb] for nb in NOTEBOOKS}
+        if student == "pager":
+            del texts["02_masks.ipynb"]
+            texts["02_masks.html"] = STUDENT_PAGE
+        out[student] = texts
+    return out
+
+
+def timed(course: Path, *args: str):
+    started = time.perf_counter()
+    proc = nbgrader(course, *args, check=False, timeout=900)
+    return proc, time.perf_counter() - started
+
+
+@pytest.fixture(scope="module")
+def graded(private_tmp):
+    """The class through nbgrader (autograde, its gradebook's scores, generate_feedback), then grade-class."""
+    course = released_course(private_tmp / "student-text" / "course", (A.id,))
+    for student, files in submissions(course).items():
+        folder = course / "submitted" / student / A.id
+        folder.mkdir(parents=True)
+        for name, text in files.items():
+            (folder / name).write_text(text, encoding="utf-8")
+        (folder / "timestamp.txt").write_text(TIMESTAMP)
+    autograde, _ = timed(course, "autograde", A.id)
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        nbgrader_points = {(s, p.id): gb.find_grade(p.id, p.notebook, A.id, s).auto_score
+                           for s in STUDENTS for p in A.parts if p.notebook in NOTEBOOKS
+                           if (course / "autograded" / s / A.id / f"{p.notebook}.ipynb").exists()}
+    feedback, feedback_seconds = timed(course, "generate_feedback", A.id)
+    grade_class = subprocess.run([sys.executable, "-m", "autograder", "grade-class", str(course), "--assignment", A.id,
+                                  "--workers", "2", "--force"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    return {"course": course, "autograde": autograde, "feedback": feedback, "feedback_seconds": feedback_seconds,
+            "grade_class": grade_class, "nbgrader": nbgrader_points}
+
+
+def report(course: Path, student: str) -> dict:
+    doc = json.loads((course / "autograder_reports" / A.id / f"{student}.json").read_text(encoding="utf-8"))
+    return {p["id"]: p for p in doc["parts"]}
+
+
+def page(course: Path, student: str, notebook: str) -> str:
+    return (course / "feedback" / student / A.id / f"{notebook}.html").read_text(encoding="utf-8")
+
+
+class Elements(HTMLParser):
+    def __init__(self, text: str):
+        super().__init__()
+        self.found: list[tuple[str, dict]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.found.append((tag, dict(attrs)))
+
+
+def test_every_command_exits_0_and_grades_every_student(graded):
+    assert graded["autograde"].returncode == 0, graded["autograde"].stderr[-3000:]
+    assert graded["feedback"].returncode == 0, graded["feedback"].stderr[-3000:]
+    assert graded["grade_class"].returncode == 0, graded["grade_class"].stderr[-3000:]
+    for student in STUDENTS:
+        assert set(report(graded["course"], student)) >= set(graded_ids()), student
+        assert (graded["course"] / "feedback" / student / A.id / "01_scores.html").is_file(), student
+        assert all((student, pid) in graded["nbgrader"] for pid in parts_of("01_scores")), student
+
+
+def test_nbgrader_and_grade_class_give_every_student_the_same_points(graded):
+    for student in STUDENTS:
+        parts = report(graded["course"], student)
+        for pid in graded_ids():
+            if (student, pid) in graded["nbgrader"]:
+                assert graded["nbgrader"][(student, pid)] == pytest.approx(parts[pid]["score"]), (student, pid)
+
+
+def test_the_honest_students_score_as_they_score_alone(graded, grader, private_tmp):
+    from autograder.commands.classgrade import grade_folder
+
+    alone = private_tmp / "student-text" / "alone"
+    for student in HONEST:
+        folder = alone / "submitted" / student / A.id
+        folder.mkdir(parents=True)
+        for nb in NOTEBOOKS:
+            source = graded["course"] / "submitted" / student / A.id / f"{nb}.ipynb"
+            (folder / f"{nb}.ipynb").write_bytes(source.read_bytes())
+        expected = {p.id: p.score for p in grade_folder(str(folder), A.id, grader)["parts"] if p.id in graded_ids()}
+        in_class = {pid: p["score"] for pid, p in report(graded["course"], student).items() if pid in graded_ids()}
+        assert in_class == pytest.approx(expected), student
+    ada = report(graded["course"], "ada")
+    assert all(ada[pid]["score"] == ada[pid]["max_score"] for pid in graded_ids()), ada
+
+
+def test_the_twins_keep_their_points_and_are_both_flagged_for_review(graded):
+    course = graded["course"]
+    for student, other in (("twin1", "twin2"), ("twin2", "twin1")):
+        parts = report(course, student)
+        for pid in graded_ids():
+            assert parts[pid]["score"] == parts[pid]["max_score"], (student, pid)
+            assert any(other in why for why in parts[pid]["review"]), parts[pid]
+            assert graded["nbgrader"][(student, pid)] == parts[pid]["max_score"], (student, pid)
+        assert "flagged for your instructor to compare" in page(course, student, "02_masks").replace("&#x27;", "'")
+    table = (course / "autograder_reports" / A.id / "class_report.html").read_text().split("<table id=review>")[1]
+    assert "twin1" in table.split("</table>")[0] and "twin2" in table.split("</table>")[0]
+
+
+def test_a_students_own_page_is_neither_copied_nor_linked_as_feedback(graded):
+    course = graded["course"]
+    assert not (course / "feedback" / "pager" / A.id / "02_masks.html").exists()
+    assert not (course / "autograded" / "pager" / A.id / "02_masks.html").exists()
+    report_page = (course / "autograder_reports" / A.id / "class_report.html").read_text()
+    assert "feedback/pager/self_attention/02_masks.html" not in report_page
+    assert "feedback/pager/self_attention/01_scores.html" in report_page
+    assert all(p["score"] == 0 for pid, p in report(course, "pager").items() if pid in parts_of("02_masks"))
+
+
+def test_no_feedback_page_holds_a_live_script_or_a_script_link(graded):
+    for student in STUDENTS:
+        for nb in NOTEBOOKS:
+            path = graded["course"] / "feedback" / student / A.id / f"{nb}.html"
+            if not path.exists():
+                continue
+            for tag, attrs in Elements(path.read_text(encoding="utf-8")).found:
+                assert tag != "script" and not [a for a in attrs if a.lower().startswith("on")], (student, nb, tag)
+                for name in ("href", "src", "action", "formaction"):
+                    if attrs.get(name):
+                        assert urlsplit(attrs[name].strip()).scheme.lower() in ("", "http", "https", "mailto", "data"), \
+                            (student, nb, tag, attrs)
+    assert "my notes" in page(graded["course"], "scripter", "02_masks")  # (the text is still there to grade)
+
+
+def test_a_ten_megabyte_answer_is_cut_in_its_page_which_is_written_in_seconds(graded):
+    text = page(graded["course"], "essayist", "02_masks")
+    assert len(text.encode()) < ESSAY_BYTES // 10, len(text.encode())
+    assert "All work and no play." in text
+    assert graded["feedback_seconds"] < 120, graded["feedback_seconds"]
