@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import glob
 import json
 import os
 import pickle
@@ -37,19 +36,16 @@ import tempfile
 import threading
 from pathlib import Path
 
-import nbformat
-from nbconvert.exporters import NotebookExporter
 from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Bool, Float
 
 from .foundation import edition, i18n, spec
 from .commands import classpool, classworker, exposure, written
 from .commands.classgrade import OVERDUE
-from .foundation.copies import Originals, why_copied
-from .foundation.extract import MARKED, notebook_language, parse_json, parse_notebook
+from .commands.nbgraderread import UNREADABLE_KEY, TolerantNotebookExporter, gradable  # noqa: F401 - (the exporter: its old name)
+from .foundation.extract import notebook_language
 from .commands.gradebook import cell_score
 from .foundation.limits import Limits, SandboxUnavailable, unsafe_from_env
-from .foundation.readfile import Unreadable, read_bytes
 from .grading.scoring import zeros
 
 _ = i18n.message
@@ -109,7 +105,7 @@ def configure(c) -> None:
     export` adds the autograded and the written points to the CSV in their own columns."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
     c.GenerateAssignment.preprocessors = generate_preprocessors()
-    c.Autograde.exporter_class = "autograder.nbgrader_plugin.TolerantNotebookExporter"
+    c.Autograde.exporter_class = "autograder.commands.nbgraderread.TolerantNotebookExporter"
     c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
     c.ExchangeFactory.collect = "autograder.commands.collect.LinkKeepingCollect"
     c.ExportApp.plugin_class = "autograder.commands.written.WrittenCsvExport"
@@ -280,72 +276,6 @@ def annotate(nb: dict, parts: dict, notes: list[str], lang: str = spec.DEFAULT_L
     return nb
 
 
-UNREADABLE_KEY = "autograder_unreadable"  # notebook metadata: why the submitted file could not be read
-
-
-class TolerantNotebookExporter(NotebookExporter):
-    """nbgrader's exporter, reading the submitted file as grade does (readfile.py: no FIFO or device is
-    opened, a BOM is accepted). A file that is no notebook does not fail the student's whole submission
-    (stock nbgrader then grades none of the notebooks after it): in its place goes the released notebook,
-    marked with the reason, whose graded cells then score 0 with that reason in the feedback."""
-
-    def from_filename(self, filename, resources=None, **kw):
-        resources = resources if resources is not None else {}
-        path = Path(filename)
-        try:
-            data = read_bytes(path, inside=path.parent)  # (a link out of the submission's folder: refused)
-            parse_json(data, path.name)  # (JSON nested too deeply is refused here, with its sentence)
-            nb = nbformat.reads(data.decode("utf-8-sig"), as_version=4)
-            if why := self.not_own_work(data, path, resources):
-                nb = self.placeholder(resources, i18n.render(why, notebook_language(nb) or spec.DEFAULT_LANGUAGE))
-        except (Unreadable, ValueError) as exc:  # (in the language the assignment's id says: self_attention_zh)
-            lang = spec.split_edition((resources.get("nbgrader") or {}).get("assignment") or "")[1]
-            why = exc.args[0] if exc.args and isinstance(exc.args[0], i18n.Message) else str(exc)
-            nb = self.placeholder(resources, i18n.render(why, lang or spec.DEFAULT_LANGUAGE))
-        except Exception as exc:  # noqa: BLE001 - nbformat's reader refuses in many ways; each is a reason
-            nb = self.placeholder(resources, f"{path.name} is not a notebook nbformat can read "
-                                             f"({type(exc).__name__}: {str(exc)[:80]})")
-        meta = resources.setdefault("metadata", {}) or {}
-        resources["metadata"] = meta
-        meta.update(name=path.stem, path=str(path.parent))
-        return self.from_notebook_node(nb, resources, **kw)
-
-    def not_own_work(self, data: bytes, path: Path, resources: dict):
-        """Why the submitted notebook is not the student's own work (the source's markers, the source's bytes,
-        another student's bytes: copies.py), or None."""
-        source = parse_notebook(data, path)
-        if source.error is not None:  # (the solution markers; a notebook that does not parse is nbformat's to say)
-            return source.error if getattr(source.error, "msgid", None) == MARKED.msgid else None
-        info, coursedir = resources.get("nbgrader") or {}, getattr(self.parent, "coursedir", None)
-        assignment, student = info.get("assignment"), info.get("student")
-        if coursedir is None or not assignment:
-            return None
-        own = os.path.realpath(path.parent)
-        others = tuple(Path(d) for d in sorted(glob.glob(coursedir.format_path(coursedir.submitted_directory, "*",
-                                                                               assignment)))
-                       if os.path.realpath(d) != own and Path(d).parent.name != student and os.path.isdir(d))
-        return why_copied(source, Originals(
-            assignment, Path(coursedir.format_path(coursedir.source_directory, ".", assignment)),
-            Path(coursedir.format_path(coursedir.release_directory, ".", assignment)), others))
-
-    def placeholder(self, resources: dict, reason: str):
-        """The released notebook (stubs, never solutions), marked unreadable; an empty one without a release."""
-        info = resources.get("nbgrader") or {}
-        coursedir = getattr(self.parent, "coursedir", None)
-        nb = None
-        if coursedir is not None and info.get("assignment") and info.get("notebook"):
-            release = Path(coursedir.format_path(coursedir.release_directory, ".", info["assignment"]))
-            try:
-                nb = nbformat.reads(read_bytes(release / f"{info['notebook']}.ipynb").decode("utf-8-sig"),
-                                    as_version=4)
-            except Exception:  # noqa: BLE001 - no usable release: an empty notebook carries the reason
-                nb = None
-        nb = nb or nbformat.v4.new_notebook()
-        nb.metadata[UNREADABLE_KEY] = reason
-        self.log.warning("autograder: %s; its graded cells score 0", reason)
-        return nb
-
-
 @functools.cache
 def warn_if_exposed(course: str, log) -> None:
     """The instructor's one-line warning when other users can read the course (once per course and process)."""
@@ -382,7 +312,7 @@ class AutograderPreprocessor(NbGraderPreprocessor):
         else:
             with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
                 path = Path(tmp) / f"{name}.ipynb"
-                path.write_text(json.dumps(nb), encoding="utf-8")
+                path.write_text(json.dumps(gradable(nb)), encoding="utf-8")  # (only what extract reads)
                 try:
                     parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang, limits=self.limits())
                 except SandboxUnavailable as exc:  # this machine: nothing is graded, nothing written
