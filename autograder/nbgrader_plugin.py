@@ -40,7 +40,7 @@ from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Bool, Float
 
 from .foundation import edition, i18n, spec
-from .commands import classpool, classworker, exposure, written
+from .commands import classpool, classworker, duplicates, exposure, written
 from .commands.classgrade import OVERDUE
 from .commands.nbgraderread import UNREADABLE_KEY, TolerantNotebookExporter, gradable  # noqa: F401 - (the exporter: its old name)
 from .foundation.extract import notebook_language
@@ -102,8 +102,10 @@ def configure(c) -> None:
     generate_assignment writes the stubs of a Chinese edition in Chinese (EditionClearSolutions).
     generate_feedback writes pages in which no script of a student's runs (commands/feedbackpage.py). Written
     answers are left to formgrader, and an instructor's grade of one is kept (commands/written.py); `nbgrader
-    export` adds the autograded and the written points to the CSV in their own columns."""
+    export` adds the autograded and the written points to the CSV in their own columns. A cell pasted twice costs
+    that cell, not the class (commands/duplicates.py)."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
+    c.Autograde.sanitize_preprocessors = duplicates.sanitize_preprocessors()
     c.GenerateAssignment.preprocessors = generate_preprocessors()
     c.Autograde.exporter_class = "autograder.commands.nbgraderread.TolerantNotebookExporter"
     c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
@@ -320,7 +322,8 @@ class AutograderPreprocessor(NbGraderPreprocessor):
                     raise SystemExit(2) from None
         self.log.info("autograder: %s scored %s", name,
                       ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")
-        annotate(nb, parts, notes, lang)
+        copies = [m.render(lang) for m in duplicates.duplicate_notes(nb, f"{name}.ipynb")]  # (the student's pasted cells)
+        annotate(nb, parts, [*notes, *copies], lang)
         from nbformat import from_dict  # noqa: PLC0415 - nbgrader has imported nbformat already
 
         nb.cells = [from_dict(c) for c in nb.cells]

@@ -22,6 +22,7 @@ from ..foundation import i18n, spec
 from ..foundation.copies import Originals, why_copied
 from ..foundation.extract import MARKED, notebook_language, parse_json, parse_notebook
 from ..foundation.readfile import Unreadable, read_bytes
+from .duplicates import COPY_KEY
 
 
 UNREADABLE_KEY = "autograder_unreadable"  # notebook metadata: why the submitted file could not be read
@@ -110,7 +111,8 @@ class TolerantNotebookExporter(NotebookExporter):
 
 def gradable(nb) -> dict:
     """What the grading process is given of the notebook `nb` (as nbgrader read it): each cell's type, and of a code
-    cell its source and the nbgrader metadata extract reads; the edition's language. Nothing else: it holds no more JSON values than the submitted file did
+    cell its source and the nbgrader metadata extract reads (a copy of a solution cell: a solution cell again,
+    duplicates.py); the edition's language. Nothing else: it holds no more JSON values than the submitted file did
     (nbformat added the cells' ids, nbgrader the checksums, points and outputs), so that the cap counts the same."""
     doc: dict = {"cells": [gradable_cell(c) for c in nb.get("cells", [])]}
     if lang := notebook_language(nb):
@@ -124,7 +126,9 @@ def gradable_cell(cell) -> dict:
         return {"cell_type": cell.get("cell_type")} if isinstance(cell, dict) else {}
     out = {key: cell[key] for key in ("cell_type", "source") if key in cell}
     meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-    if "nbgrader" in meta:
+    if isinstance(meta.get(COPY_KEY), str):
+        out["metadata"] = {"nbgrader": {"solution": True, "grade_id": meta[COPY_KEY]}}
+    elif "nbgrader" in meta:
         nbgrader = meta["nbgrader"]
         out["metadata"] = {"nbgrader": {k: nbgrader[k] for k in ("grade", "solution", "grade_id") if k in nbgrader}
                            if isinstance(nbgrader, dict) else nbgrader}
