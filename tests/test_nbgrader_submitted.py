@@ -214,3 +214,14 @@ def test_a_submitted_file_cannot_mark_its_own_cells_as_copies_or_give_itself_not
     nb, _ = DropDuplicateCells().preprocess(nb, {})
     assert DUPLICATES_KEY not in nb.metadata and COPY_KEY not in nb.cells[1].metadata
     assert nb.cells[0].metadata.nbgrader.grade_id == "solution_x"
+
+
+def test_a_cell_without_an_id_is_not_taken_for_the_released_one_and_odd_notes_are_ignored():
+    from nbformat import from_dict
+
+    from autograder.commands.duplicates import DUPLICATES_KEY, Copy, copies, duplicate_notes
+
+    first, second = cell("a", "x", solution=True), cell("a", "y", solution=True)
+    del second["id"]
+    assert copies([first, second], {}) == (Copy(2, "a", True),)
+    assert duplicate_notes(from_dict({"cells": [], "metadata": {DUPLICATES_KEY: 5}}), "n.ipynb") == []

@@ -63,7 +63,7 @@ def copies(cells: list, released: dict[str, str]) -> tuple[Copy, ...]:
             positions.setdefault(grade_id, []).append(index)
     found = []
     for grade_id, where in positions.items():
-        real = next((i for i in where if cells[i].get("id") == released.get(grade_id)), where[0])
+        real = next((i for i in where if grade_id in released and cells[i].get("id") == released[grade_id]), where[0])
         found += [Copy(i + 1, grade_id, cells[i].get("cell_type") == "code"
                        and bool(cells[i]["metadata"]["nbgrader"].get("solution")))
                   for i in where if i != real]
@@ -77,14 +77,15 @@ def released_ids(path: Path) -> dict[str, str]:
         cells = nb.get("cells") if isinstance(nb, dict) else None
     except (Unreadable, ValueError):
         return {}
-    return {gid: c.get("id") for c in cells or [] if (gid := nbgrader_id(c)) is not None}
+    return {gid: c["id"] for c in cells if (gid := nbgrader_id(c)) is not None and isinstance(c.get("id"), str)
+            } if isinstance(cells, list) else {}
 
 
 def duplicate_notes(nb, name: str) -> list[i18n.Message]:
     """The student's notes on the copies DropDuplicateCells found in the notebook `name` (taken out of its metadata)."""
     found = nb.metadata.pop(DUPLICATES_KEY, None)
     return [DUPLICATE.format(name=name, cell=c.get("cell"), grade_id=c.get("grade_id"))
-            for c in found or [] if isinstance(c, dict)]
+            for c in (found if isinstance(found, list) else []) if isinstance(c, dict)]
 
 
 class DropDuplicateCells(NbGraderPreprocessor):
