@@ -40,11 +40,11 @@ from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Bool, Float
 
 from .foundation import edition, i18n, spec
-from .commands import classpool, classworker, exposure, written
+from .commands import classpool, classworker, duplicates, exposure, written
 from .commands.classgrade import OVERDUE
 from .foundation.copies import flag_twins
 from .foundation.extract import notebook_language
-from .commands.submittednotebook import SAME_AS_KEY, UNREADABLE_KEY
+from .commands.nbgraderread import SAME_AS_KEY, UNREADABLE_KEY, TolerantNotebookExporter, gradable  # noqa: F401 - (the exporter: its old name)
 from .commands.gradebook import cell_score
 from .foundation.limits import Limits, SandboxUnavailable, unsafe_from_env
 from .grading.scoring import zeros
@@ -103,10 +103,12 @@ def configure(c) -> None:
     generate_assignment writes the stubs of a Chinese edition in Chinese (EditionClearSolutions).
     generate_feedback writes pages in which no script of a student's runs (commands/feedbackpage.py). Written
     answers are left to formgrader, and an instructor's grade of one is kept (commands/written.py); `nbgrader
-    export` adds the autograded and the written points to the CSV in their own columns."""
+    export` adds the autograded and the written points to the CSV in their own columns. A cell pasted twice costs
+    that cell, not the class (commands/duplicates.py)."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
+    c.Autograde.sanitize_preprocessors = duplicates.sanitize_preprocessors()
     c.GenerateAssignment.preprocessors = generate_preprocessors()
-    c.Autograde.exporter_class = "autograder.commands.submittednotebook.TolerantNotebookExporter"
+    c.Autograde.exporter_class = "autograder.commands.nbgraderread.TolerantNotebookExporter"
     c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
     c.ExchangeFactory.collect = "autograder.commands.collect.LinkKeepingCollect"
     c.ExportApp.plugin_class = "autograder.commands.written.WrittenCsvExport"
@@ -317,7 +319,7 @@ class AutograderPreprocessor(NbGraderPreprocessor):
         else:
             with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
                 path = Path(tmp) / f"{name}.ipynb"
-                path.write_text(json.dumps(nb), encoding="utf-8")
+                path.write_text(json.dumps(gradable(nb)), encoding="utf-8")  # (only what extract reads)
                 try:
                     parts, notes = grade_notebook_file(path, assignment=assignment, lang=lang, limits=self.limits())
                 except SandboxUnavailable as exc:  # this machine: nothing is graded, nothing written
@@ -329,7 +331,8 @@ class AutograderPreprocessor(NbGraderPreprocessor):
             parts = {pid: flag_twins(p, f"{name}.ipynb", twins, lang) for pid, p in parts.items()}
         self.log.info("autograder: %s scored %s", name,
                       ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")
-        annotate(nb, parts, notes, lang)
+        copies = [m.render(lang) for m in duplicates.duplicate_notes(nb, f"{name}.ipynb")]  # (the student's pasted cells)
+        annotate(nb, parts, [*notes, *copies], lang)
         from nbformat import from_dict  # noqa: PLC0415 - nbgrader has imported nbformat already
 
         nb.cells = [from_dict(c) for c in nb.cells]
