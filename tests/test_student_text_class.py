@@ -1,23 +1,25 @@
 """One class in which a student's *text and files* aim at the instructor's own tools (issue 45), beside honest students,
 graded through `nbgrader autograde` + `generate_feedback` and through `grade-class`, as an instructor grades it.
+Each attacker carries independent attacks in different notebooks; the honest students come last in nbgrader's
+order, after every attack:
 
-    ada, bob       honest (bob: no scaling)
+    bulky          02_masks: a 10 MB written answer (generate_feedback took 217 s and 2.4 GB); 01_scores: correct, of
+                   about 241k JSON values, under the cap as submitted (nbformat's rewrite took it over the cap through
+                   nbgrader only)
+    editor         02_masks: its written answer cell copied and pasted in JupyterLab (its nbgrader metadata twice, a
+                   new id); 01_scores: two written answer cells given one grade_id (either stopped autograde for the
+                   rest of the class)
+    mallory        01_scores: a written answer with scripts for formgrader and the feedback page (an onerror image
+                   that would save grades through formgrader's API, a `files/javascript:` link that the template's
+                   rewrite made live); 02_masks.html (a policy that passes the script check, a refresh to another
+                   site) in place of 02_masks.ipynb
     twin1, twin2   the same one-line answers typed into their own copies: byte for byte the same notebooks
-    scripter       a written answer with scripts for formgrader and the feedback page (an onerror image that would
-                   save grades through formgrader's API, a `files/javascript:` link that the template's rewrite made live)
-    paster         a written answer cell copied and pasted in JupyterLab (its nbgrader metadata twice, a new id)
-    doubled        two written answer cells given one grade_id
-    pager          02_masks.html (a policy that passes the script check, a refresh to another site) in place of the
-                   notebook
-    essayist       a 10 MB written answer (generate_feedback took 217 s and 2.4 GB)
-    dense          a correct 01_scores of about 241k JSON values, under the cap as submitted (nbformat's rewrite
-                   took it over the cap through nbgrader only)
+    yara, zed      honest (zed: no scaling)
 
 Claims: every command exits 0 and grades every student; each honest student scores exactly what they score alone;
 the two paths give every student the same points; the twins keep theirs and are flagged for review on both sides;
 a student's own page is neither copied nor linked; no feedback page holds a live script or a script link; the huge
-answer is cut in its page, which is written in seconds. (The formgrader page, opened in Chromium:
-tests/browser/test_formgrader_student_text.py.)
+answer is cut in its page, which is written in seconds. (The formgrader page, opened in Chromium: tests/browser/.)
 """
 from __future__ import annotations
 
@@ -39,9 +41,9 @@ REPO = Path(__file__).resolve().parent.parent
 A = spec.DEFAULT  # self_attention
 NOTEBOOKS = ("01_scores", "02_masks")  # what each student hands in (the other notebooks: not submitted)
 TIMESTAMP = "2026-12-01 10:00:00.000000 UTC"
-HONEST = ("ada", "bob")
-STUDENTS = ("ada", "bob", "twin1", "twin2", "scripter", "paster", "doubled", "pager", "essayist", "dense")
-WRITTEN_ID = "written_padding_keys"  # 02_masks's written answer
+HONEST = ("yara", "zed")
+STUDENTS = ("bulky", "editor", "mallory", "twin1", "twin2", "yara", "zed")
+WRITTEN = {"01_scores": "written_scale_sqrt", "02_masks": "written_padding_keys"}  # a written answer of each
 ONERROR = ("<img src=x onerror=\"fetch('/formgrader/api/grade/1',{method:'PUT',body:'{}'});"
            "document.title='owned'\">")
 SCRIPT_LINK = '<a href="files/javascript:alert(document.domain)">my notes</a>'
@@ -59,31 +61,29 @@ def graded_ids() -> list[str]:
     return [pid for nb in NOTEBOOKS for pid in parts_of(nb)]
 
 
-def written_cell(nb: dict) -> dict:
-    return next(c for c in nb["cells"] if (c.get("metadata") or {}).get("nbgrader", {}).get("grade_id") == WRITTEN_ID)
+def written_cell(nb: dict, notebook: str) -> dict:
+    return next(c for c in nb["cells"]
+                if (c.get("metadata") or {}).get("nbgrader", {}).get("grade_id") == WRITTEN[notebook])
 
 
-def answered(course: Path, notebook: str, answer: str | None = None, mistake: str = "correct") -> dict:
-    """The notebook of a student making `mistake` (examples/make_class.py), with `answer` as its written answer
-    (02_masks)."""
+def answered(course: Path, notebook: str, answer: str, mistake: str = "correct") -> dict:
+    """The notebook of a student making `mistake` (examples/make_class.py), with `answer` as its written answer."""
     nb = json.loads(student_notebooks(course, mistake)[notebook])
-    if answer is not None and notebook == "02_masks":
-        written_cell(nb)["source"] = answer
+    written_cell(nb, notebook)["source"] = answer
     return nb
 
 
-def pasted(nb: dict) -> dict:
+def pasted(nb: dict, notebook: str) -> dict:
     """The written answer cell copied and pasted right after itself, as JupyterLab does: a new id, the same metadata."""
-    cell = written_cell(nb)
+    cell = written_cell(nb, notebook)
     copy = json.loads(json.dumps(cell)) | {"id": "pasted-copy", "source": "a second go at the answer"}
     nb["cells"].insert(nb["cells"].index(cell) + 1, copy)
     return nb
 
 
-def doubled(nb: dict) -> dict:
+def doubled(nb: dict, notebook: str) -> dict:
     """A second written cell (another id, its own text) given the written answer's grade_id."""
-    cell = written_cell(nb)
-    other = json.loads(json.dumps(cell)) | {"id": "doubled-answer", "source": "the same grade_id again"}
+    other = json.loads(json.dumps(written_cell(nb, notebook))) | {"id": "doubled-answer", "source": "again"}
     nb["cells"].append(other)
     return nb
 
@@ -95,26 +95,24 @@ def dense(nb: dict) -> dict:
 
 
 def submissions(course: Path) -> dict[str, dict[str, str]]:
-    """student -> notebook name -> the file's text (02_masks.html: a page; the twins: the same bytes)."""
-    typed = {nb: json.dumps(answered(course, nb, "Padding hides keys, not queries."), indent=1) for nb in NOTEBOOKS}
+    """student -> file name -> the file's text (mallory's 02_masks.html: a page; the twins: the same bytes)."""
+    typed = {f"{nb}.ipynb": json.dumps(answered(course, nb, "Typed in class: the same short answer."), indent=1)
+             for nb in NOTEBOOKS}
     out: dict[str, dict[str, str]] = {}
     for student in STUDENTS:
-        mistake = "no_scale" if student == "bob" else "correct"
-        files = {f"{nb}.ipynb": answered(course, nb, f"{student}'s own answer.", mistake) for nb in NOTEBOOKS}
-        if student == "scripter":
-            files["02_masks.ipynb"] = answered(course, "02_masks", f"Keys are hidden. {SCRIPT_LINK}\n\n{ONERROR}")
-        if student == "paster":
-            files["02_masks.ipynb"] = pasted(files["02_masks.ipynb"])
-        if student == "doubled":
-            files["02_masks.ipynb"] = doubled(files["02_masks.ipynb"])
-        if student == "essayist":
-            files["02_masks.ipynb"] = answered(course, "02_masks", "All work and no play. " * (ESSAY_BYTES // 22))
-        if student == "dense":
-            files["01_scores.ipynb"] = dense(files["01_scores.ipynb"])
-        texts = {name: own_file(json.dumps(nb, indent=1), student) for name, nb in files.items()}
+        mistake = "no_scale" if student == "zed" else "correct"
+        nbs = {nb: answered(course, nb, f"{student}'s own answer.", mistake) for nb in NOTEBOOKS}
+        if student == "bulky":
+            nbs["01_scores"] = dense(nbs["01_scores"])
+            nbs["02_masks"] = answered(course, "02_masks", "All work and no play. " * (ESSAY_BYTES // 22))
+        if student == "editor":
+            nbs = {"01_scores": doubled(nbs["01_scores"], "01_scores"), "02_masks": pasted(nbs["02_masks"], "02_masks")}
+        if student == "mallory":
+            nbs["01_scores"] = answered(course, "01_scores", f"Scaling keeps softmax soft. {SCRIPT_LINK}\n\n{ONERROR}")
+        texts = {f"{name}.ipynb": own_file(json.dumps(nb, indent=1), student) for name, nb in nbs.items()}
         if student.startswith("twin"):
-            texts = {f"{nb}.ipynb": typed[nb] for nb in NOTEBOOKS}
-        if student == "pager":
+            texts = dict(typed)
+        if student == "mallory":
             del texts["02_masks.ipynb"]
             texts["02_masks.html"] = STUDENT_PAGE
         out[student] = texts
@@ -188,7 +186,7 @@ def test_nbgrader_and_grade_class_give_every_student_the_same_points(graded):
                 assert graded["nbgrader"][(student, pid)] == pytest.approx(parts[pid]["score"]), (student, pid)
 
 
-def test_the_honest_students_score_as_they_score_alone(graded, grader, private_tmp):
+def test_the_honest_students_graded_after_every_attack_score_as_they_score_alone(graded, grader, private_tmp):
     from autograder.commands.classgrade import grade_folder
 
     alone = private_tmp / "student-text" / "alone"
@@ -201,8 +199,8 @@ def test_the_honest_students_score_as_they_score_alone(graded, grader, private_t
         expected = {p.id: p.score for p in grade_folder(str(folder), A.id, grader)["parts"] if p.id in graded_ids()}
         in_class = {pid: p["score"] for pid, p in report(graded["course"], student).items() if pid in graded_ids()}
         assert in_class == pytest.approx(expected), student
-    ada = report(graded["course"], "ada")
-    assert all(ada[pid]["score"] == ada[pid]["max_score"] for pid in graded_ids()), ada
+    yara = report(graded["course"], "yara")
+    assert all(yara[pid]["score"] == yara[pid]["max_score"] for pid in graded_ids()), yara
 
 
 def test_the_twins_keep_their_points_and_are_both_flagged_for_review(graded):
@@ -220,12 +218,12 @@ def test_the_twins_keep_their_points_and_are_both_flagged_for_review(graded):
 
 def test_a_students_own_page_is_neither_copied_nor_linked_as_feedback(graded):
     course = graded["course"]
-    assert not (course / "feedback" / "pager" / A.id / "02_masks.html").exists()
-    assert not (course / "autograded" / "pager" / A.id / "02_masks.html").exists()
+    assert not (course / "feedback" / "mallory" / A.id / "02_masks.html").exists()
+    assert not (course / "autograded" / "mallory" / A.id / "02_masks.html").exists()
     report_page = (course / "autograder_reports" / A.id / "class_report.html").read_text()
-    assert "feedback/pager/self_attention/02_masks.html" not in report_page
-    assert "feedback/pager/self_attention/01_scores.html" in report_page
-    assert all(p["score"] == 0 for pid, p in report(course, "pager").items() if pid in parts_of("02_masks"))
+    assert "feedback/mallory/self_attention/02_masks.html" not in report_page
+    assert "feedback/mallory/self_attention/01_scores.html" in report_page
+    assert all(p["score"] == 0 for pid, p in report(course, "mallory").items() if pid in parts_of("02_masks"))
 
 
 def test_no_feedback_page_holds_a_live_script_or_a_script_link(graded):
@@ -240,11 +238,19 @@ def test_no_feedback_page_holds_a_live_script_or_a_script_link(graded):
                     if attrs.get(name):
                         assert urlsplit(attrs[name].strip()).scheme.lower() in ("", "http", "https", "mailto", "data"), \
                             (student, nb, tag, attrs)
-    assert "my notes" in page(graded["course"], "scripter", "02_masks")  # (the text is still there to grade)
+    assert "my notes" in page(graded["course"], "mallory", "01_scores")  # (the text is still there to grade)
 
 
 def test_a_ten_megabyte_answer_is_cut_in_its_page_which_is_written_in_seconds(graded):
-    text = page(graded["course"], "essayist", "02_masks")
+    text = page(graded["course"], "bulky", "02_masks")
     assert len(text.encode()) < ESSAY_BYTES // 10, len(text.encode())
     assert "All work and no play." in text
     assert graded["feedback_seconds"] < 120, graded["feedback_seconds"]
+
+
+def test_pasted_or_doubled_written_cells_and_a_notebook_near_the_value_cap_cost_no_code_points_in_either_path(graded):
+    for student, notebooks in (("editor", NOTEBOOKS), ("bulky", ("01_scores",))):
+        parts = report(graded["course"], student)
+        for pid in (pid for nb in notebooks for pid in parts_of(nb)):
+            assert parts[pid]["score"] == parts[pid]["max_score"], (student, pid, parts[pid])
+            assert graded["nbgrader"][(student, pid)] == parts[pid]["max_score"], (student, pid)
