@@ -43,7 +43,7 @@ from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Bool, Float
 
 from .foundation import edition, i18n, spec
-from .commands import classpool, classworker, exposure, written
+from .commands import classpool, classworker, exposure, formgraderpage, written
 from .commands.classgrade import OVERDUE
 from .foundation.copies import Originals, why_copied
 from .foundation.extract import MARKED, notebook_language, parse_json, parse_notebook
@@ -104,16 +104,17 @@ def configure(c) -> None:
     """Point nbgrader's autograde at this grader (call it from nbgrader_config.py), and let it read every
     notebook it can: an unreadable one scores 0 with its reason instead of failing the whole submission.
     generate_assignment writes the stubs of a Chinese edition in Chinese (EditionClearSolutions).
-    generate_feedback writes pages in which no script of a student's runs (commands/feedbackpage.py). Written
-    answers are left to formgrader, and an instructor's grade of one is kept (commands/written.py); `nbgrader
-    export` adds the autograded and the written points to the CSV in their own columns."""
+    generate_feedback and formgrader write pages in which no script of a student's runs (commands/feedbackpage.py,
+    commands/formgraderpage.py). Written answers are left to formgrader, and an instructor's grade of one is kept
+    (commands/written.py); `nbgrader export` adds the autograded and the written points to the CSV in their own
+    columns."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
     c.GenerateAssignment.preprocessors = generate_preprocessors()
     c.Autograde.exporter_class = "autograder.nbgrader_plugin.TolerantNotebookExporter"
     c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
+    formgraderpage.configure(c)  # (formgrader's plain HTMLExporter, from this configuration)
     c.ExchangeFactory.collect = "autograder.commands.collect.LinkKeepingCollect"
     c.ExportApp.plugin_class = "autograder.commands.written.WrittenCsvExport"
-
 
 
 _CHILD: classpool.Pool | None = None
