@@ -45,9 +45,11 @@ def test_a_cell_and_an_output_past_the_limit_are_cut_with_a_note_in_the_notebook
     assert len(markdown.source) < pagecap.PIECE_LIMIT + 400 and short.source == "short"
 
 
-def peak_rss_command(argv: list[str]) -> list[str]:
-    """`argv` run by a Python that prints, last, the largest resident size of any process of it (KiB)."""
-    return [sys.executable, "-c", "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+def peak_rss_command(argv: list[str], seconds: float) -> list[str]:
+    """`argv` run by a Python that prints, last, the largest resident size of any process of it (KiB), and
+    kills it past `seconds`."""
+    return [sys.executable, "-c", "import resource, subprocess, sys; "
+            f"rc = subprocess.run(sys.argv[1:], timeout={seconds}).returncode; "
             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)", *argv]
 
 
@@ -95,7 +97,7 @@ def test_a_10_mb_answer_and_a_10_mb_output_make_a_page_in_seconds_and_bounded_me
 
     started = time.monotonic()
     done = subprocess.run(peak_rss_command(nbgrader_command(course, "generate_feedback", "self_attention",
-                                                            "--student=a_huge")),
+                                                            "--student=a_huge"), seconds=150),
                           cwd=course, env=nbgrader_env(), capture_output=True, text=True, timeout=180)
     seconds = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-2000:]
