@@ -40,7 +40,7 @@ from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Bool, Float
 
 from .foundation import edition, i18n, spec
-from .commands import classpool, classworker, duplicates, exposure, written
+from .commands import classpool, classworker, duplicates, exposure, formgraderpage, written
 from .commands.classgrade import OVERDUE
 from .foundation.copies import flag_twins
 from .foundation.extract import notebook_language
@@ -101,15 +101,16 @@ def configure(c) -> None:
     """Point nbgrader's autograde at this grader (call it from nbgrader_config.py), and let it read every
     notebook it can: an unreadable one scores 0 with its reason instead of failing the whole submission.
     generate_assignment writes the stubs of a Chinese edition in Chinese (EditionClearSolutions).
-    generate_feedback writes pages in which no script of a student's runs (commands/feedbackpage.py). Written
-    answers are left to formgrader, and an instructor's grade of one is kept (commands/written.py); `nbgrader
-    export` adds the autograded and the written points to the CSV in their own columns. A cell pasted twice costs
-    that cell, not the class (commands/duplicates.py)."""
+    generate_feedback and formgrader write pages in which no script of a student's runs (commands/feedbackpage.py,
+    commands/formgraderpage.py). Written answers are left to formgrader, and an instructor's grade of one is kept
+    (commands/written.py); `nbgrader export` adds the autograded and the written points to the CSV in their own
+    columns. A cell pasted twice costs that cell, not the class (commands/duplicates.py)."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
     c.Autograde.sanitize_preprocessors = duplicates.sanitize_preprocessors()
     c.GenerateAssignment.preprocessors = generate_preprocessors()
     c.Autograde.exporter_class = "autograder.commands.nbgraderread.TolerantNotebookExporter"
     c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
+    formgraderpage.configure(c)  # (formgrader's plain HTMLExporter, from this configuration)
     c.ExchangeFactory.collect = "autograder.commands.collect.LinkKeepingCollect"
     c.ExportApp.plugin_class = "autograder.commands.written.WrittenCsvExport"
     # A student's own HTML never travels with a submission (collect, autograde, feedback): a 02_masks.html in place

@@ -10,6 +10,7 @@ scripts, and the grader's scores and messages are still there.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
@@ -26,6 +27,14 @@ MARKDOWN = ('<script>alert("md-script")</script>\n\n<img src=x onerror="alert(\'
             '<iframe src="https://example.org" srcdoc="<script>alert(6)</script>"></iframe>\n\n'
             '<svg onload="alert(\'md-svg\')"><circle r="4"/></svg>\n\n<div style="position:fixed">x</div>\n\n'
             '<details><summary>a hint</summary>use <code>softmax</code></details>\n\nsee [the docs](https://pytorch.org)\n')
+# Links that bleach sees as relative and the template's strip_files_prefix (after it) turns into scripts: nested,
+# entity-encoded, whitespace- and control-character-obfuscated, mixed case; one honest relative link, which stays.
+FILES_LINKS = ('<a href="files/javascript:alert(21)">a</a> <a href="files/files/javascript:alert(22)">b</a> '
+               '<a href="files/jav&#x61;script:alert(23)">c</a> <a href="files/java&#x09;script:alert(24)">d</a> '
+               '<a href="files/&#x20;javascript:alert(25)">e</a> <a href="files/&#1;javascript:alert(26)">f</a> '
+               '<img src="files/javascript:alert(27)" alt="g"> [h](files/javascript:alert(28)) '
+               '<a href="files/JaVaScRiPt&colon;alert(29)">i</a> <a href="files/vbscript:msgbox(30)">j</a> '
+               '<a href="files/java&#10;script:alert(31)">k</a> <a href="files/notes.txt">an honest link</a>\n')
 HTML_OUTPUT = ('<script>alert("out")</script><img src=x onerror=alert(3)><iframe src="javascript:alert(7)"></iframe>'
                '<svg><script>alert(8)</script></svg><a href="javascript:alert(9)">x</a><b>bold output</b>')
 
@@ -59,6 +68,11 @@ class Page(HTMLParser):
         self.elements.append((tag, dict(attrs)))
 
 
+def browser_scheme(url: str) -> str:
+    """The scheme a browser reads (it drops tabs and newlines anywhere, spaces and C0 controls in front)."""
+    return urlsplit(re.sub(r"[\t\n\r]", "", url).lstrip("".join(map(chr, range(33))))).scheme.lower()
+
+
 def assert_nothing_live(text: str) -> None:
     page = Page(text)
     tags = [tag for tag, _ in page.elements]
@@ -67,9 +81,9 @@ def assert_nothing_live(text: str) -> None:
     for tag, attrs in page.elements:
         assert not [a for a in attrs if a.lower().startswith("on")], (tag, attrs)
         assert "style" not in attrs and "srcdoc" not in attrs, (tag, attrs)
-        for name in ("href", "src", "action", "formaction", "xlink:href"):
+        for name in ("href", "src", "action", "formaction", "xlink:href", "srcset", "poster", "background"):
             if attrs.get(name) is not None:
-                scheme = urlsplit(attrs[name].strip()).scheme.lower()
+                scheme = browser_scheme(attrs[name])
                 assert scheme in ("", "http", "https", "mailto") or (
                     tag == "img" and attrs[name].startswith(("data:image/png;base64,", "data:image/jpeg;base64,"))), \
                     (tag, attrs)
@@ -109,6 +123,7 @@ def feedback(private_tmp):
     root = released_course(private_tmp / "feedback" / "course", ("self_attention",))
     nb = solved(root, "01_scores")
     nb["cells"].append({"cell_type": "markdown", "id": "eve-markdown", "metadata": {}, "source": MARKDOWN})
+    nb["cells"].append({"cell_type": "markdown", "id": "eve-files", "metadata": {}, "source": FILES_LINKS})
     folder = root / "submitted" / "eve" / "self_attention"
     folder.mkdir(parents=True)
     (folder / "01_scores.ipynb").write_text(json.dumps(nb))
@@ -133,6 +148,24 @@ def page_of(course) -> str:
 def test_nbgrader_feedback_has_no_live_student_script_and_a_policy_that_forbids_scripts(feedback):
     assert_nothing_live(page_of(feedback))
     assert "md-script" in page_of(feedback) and "bold output" in page_of(feedback)  # the student's work, as text
+
+
+def test_a_files_prefixed_javascript_link_is_not_live_after_the_template_strips_the_prefix(feedback):
+    page = page_of(feedback)
+    assert "alert(21)" not in page and "alert(28)" not in page  # (dropped, not merely renamed)
+    assert_nothing_live(page)
+    assert '<a href="notes.txt">an honest link</a>' in page  # the template's rewrite still happens
+
+
+def test_the_exporter_drops_a_link_that_becomes_a_script_only_after_the_files_prefix_is_stripped():
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell(FILES_LINKS))
+    config = Config()
+    config.HTMLExporter.template_name = "classic"
+    page, _ = FeedbackExporter(config=config).from_notebook_node(nb)
+    assert_nothing_live(page)
+    hrefs = [a.get("href") for t, a in Page(page).elements if t == "a" and a.get("href")]
+    assert "notes.txt" in hrefs and all(browser_scheme(h) in ("", "http", "https") for h in hrefs), hrefs
 
 
 def test_a_students_own_html_is_never_copied_into_autograded_or_feedback_nor_linked_by_the_class_report(feedback):

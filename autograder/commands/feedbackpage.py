@@ -15,104 +15,49 @@ the course's exporter for generate_feedback (nbgrader_plugin.configure), makes e
   nbgrader metadata, with a grade_id nbgrader would accept;
 * the page carries a Content-Security-Policy (CSP) that forbids every script and every load from outside
   the page, and the template's own scripts (MathJax, from the network) are removed: math shows as its TeX
-  source.
+  source;
+* after the template's last rewrite (its `strip_files_prefix` turns `files/javascript:...` into
+  `javascript:...`), the whole page goes through pageclean.defuse_soup: no event handler, no URL that can
+  run code;
+* each cell's source and each output is cut to what a page shows, with a note (pagecap.py), and each page
+  is rendered in a child process with a deadline and a memory limit (pagerender.py): a notebook past them
+  gets a short page that says why, and the rest of the class gets its pages.
+
+The cleaning itself is pageclean.py's, which formgrader's grading page shares (formgraderpage.py).
 """
 from __future__ import annotations
 
-import copy
-import re
-from urllib.parse import urlsplit
+import html
 
-import bleach
 from bs4 import BeautifulSoup
 from jinja2 import pass_context
 from nbconvert.exporters import HTMLExporter
-from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from traitlets import Float, Int
+
+from ..foundation import i18n
+from ..foundation.limits import Limits
+from . import pagecap, pageclean, pagerender
+
+_ = i18n.message
 
 CSP = ("default-src 'none'; script-src 'none'; object-src 'none'; frame-src 'none'; style-src 'unsafe-inline'; "
        "img-src data:; font-src data:; base-uri 'none'; form-action 'none'")
-TAGS = frozenset(bleach.sanitizer.ALLOWED_TAGS) | {
-    "p", "div", "span", "pre", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr",
-    "th", "td", "img", "sub", "sup", "del", "s", "u", "kbd", "details", "summary", "dl", "dt", "dd"}
-GLOBAL_ATTRIBUTES = frozenset({"class", "id", "title"})
-TAG_ATTRIBUTES = {"td": {"align", "colspan", "rowspan"}, "th": {"align", "colspan", "rowspan"}, "ol": {"start"},
-                  "img": {"alt", "width", "height"}}
-LINK_SCHEMES = frozenset({"", "http", "https", "mailto"})
-INLINE_IMAGE = re.compile(r"data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*\Z")
-BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*\Z")  # (the template puts image data inside an attribute as it is)
-GRADE_ID = re.compile(r"[A-Za-z0-9_-]+\Z")  # what nbgrader accepts as a grade_id
-
-
-def allowed_attribute(tag: str, name: str, value: str) -> bool:
-    """bleach's attribute filter: no event handler, no style; links and images only where they cannot run code."""
-    if name in GLOBAL_ATTRIBUTES or name in TAG_ATTRIBUTES.get(tag, ()):
-        return True
-    if tag == "a" and name == "href":
-        return urlsplit(value.strip()).scheme.lower() in LINK_SCHEMES
-    if tag == "img" and name == "src":
-        return bool(INLINE_IMAGE.match(value.strip()))
-    return False
-
-
-def clean_html(text: str) -> str:
-    """`text` (HTML a student wrote or made) with every tag and attribute outside the allow-list escaped or
-    dropped: what is left cannot run a script (bleach: html5lib parses it as a browser would)."""
-    return bleach.clean(text, tags=TAGS, attributes=allowed_attribute, protocols=["http", "https", "mailto", "data"],
-                        strip_comments=True)
-
-
-def clean_output(output: dict) -> dict:
-    """An output with only the kinds of data the page can show without running anything, and no metadata."""
-    output = dict(output)
-    if "data" in output:
-        data = {}
-        for mime, value in (output.get("data") or {}).items():
-            text = "".join(value) if isinstance(value, list) else value
-            if not isinstance(text, str):
-                continue
-            if mime == "text/plain" or (mime in ("image/png", "image/jpeg") and BASE64.match(text)):
-                data[mime] = text
-            elif mime == "text/html":
-                data[mime] = clean_html(text)
-        markdown = (output.get("data") or {}).get("text/markdown")
-        if "text/html" not in data and isinstance(markdown, str):
-            data["text/html"] = clean_html(markdown2html_mistune(markdown))
-        output["data"] = data or {"text/plain": ""}
-    if "metadata" in output:
-        output["metadata"] = {}
-    return output
-
-
-def clean_nbgrader_metadata(meta) -> dict:
-    """The cell's nbgrader metadata, with a grade_id only where nbgrader would accept it (the template writes it
-    into the page as it is)."""
-    meta = dict(meta) if isinstance(meta, dict) else {}
-    if not (isinstance(meta.get("grade_id"), str) and GRADE_ID.match(meta["grade_id"])):
-        meta.pop("grade_id", None)
-    return meta
-
-
-def clean_notebook(nb):
-    """A copy of `nb` (an autograded notebook) that the feedback template renders without a student's script."""
-    nb = copy.deepcopy(nb)
-    nb.metadata.pop("widgets", None)
-    for cell in nb.cells:
-        nbgrader = cell.metadata.get("nbgrader")
-        cell.metadata = type(cell.metadata)()
-        if nbgrader is not None:
-            cell.metadata["nbgrader"] = type(nbgrader)(clean_nbgrader_metadata(nbgrader))
-        if cell.cell_type == "raw":
-            cell.source = clean_html(cell.source)
-        if "outputs" in cell:
-            cell.outputs = [type(o)(clean_output(o)) for o in cell.outputs]
-    return nb
+PAGE_SECONDS = 60.0  # an honest notebook's page renders in about a second
+NOT_MADE = {
+    "deadline": _("This page was not made: rendering the notebook took longer than {seconds:g} seconds."),
+    "memory": _("This page was not made: rendering the notebook needed more than {mib} MiB of memory."),
+}
+FAILED = _("This page was not made: rendering the notebook failed ({why}).")
+NOT_MADE_TITLE = _("Feedback not made")
 
 
 def with_policy(page: str) -> str:
-    """The page with the CSP as the first thing its head says after its charset, and without scripts."""
+    """The page with the CSP as the first thing its head says after its charset, without scripts, and with no
+    event handler or URL that can run code left anywhere (pageclean.defuse_soup: the last rewrite of the page)."""
     soup = BeautifulSoup(page, features="html.parser")
     for script in soup.find_all("script"):
         script.decompose()
+    pageclean.defuse_soup(soup)
     head = soup.head
     if head is None:  # (nbgrader's template always has one)
         head = soup.new_tag("head")
@@ -126,14 +71,44 @@ def with_policy(page: str) -> str:
     return str(soup)
 
 
+def why_page(why: str, seconds: float, memory_bytes: int, lang: str) -> str:
+    """A short page, safe as ours are, that says why the notebook's feedback page was not made."""
+    message = NOT_MADE.get(why) or FAILED.format(why=why)
+    text = message.format(seconds=seconds, mib=memory_bytes // 2**20, why=why).render(lang)
+    return with_policy(f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>"
+                       f"{html.escape(NOT_MADE_TITLE.render(lang))}</title></head>"
+                       f"<body><p class=\"not-made\">{html.escape(text)}</p></body></html>")
+
+
 class FeedbackExporter(HTMLExporter):
     """nbgrader's HTML exporter for generate_feedback (its feedback template), with every student-made piece
-    sanitized and a CSP that forbids scripts (the module's docstring)."""
+    cut (pagecap.py) and sanitized, a CSP that forbids scripts (the module's docstring), each page rendered in a
+    child process of its own with a deadline and a memory limit (pagerender.py): a page that is not made in
+    time or memory is replaced by one that says why, and generate_feedback goes on."""
+
+    page_seconds = Float(PAGE_SECONDS, help="Wall-clock limit of rendering one notebook's page.").tag(config=True)
+    page_memory_bytes = Int(Limits().grader_memory_bytes,
+                            help="RLIMIT_DATA of the process that renders one notebook's page.").tag(config=True)
+
+    def default_filters(self):
+        for name, function in super().default_filters():
+            yield name, pageclean.strip_files_prefix if name == "strip_files_prefix" else function
 
     @pass_context
     def markdown2html(self, context, source):
-        return clean_html(super().markdown2html(context, source))
+        return pageclean.clean_html(super().markdown2html(context, source))
+
+    def render_page(self, nb, resources, **kw) -> tuple[str, dict]:
+        """The page, in this process (render_isolated calls it in a child of its own)."""
+        page, resources = super().from_notebook_node(pageclean.clean_notebook(nb), resources, **kw)
+        return with_policy(page), resources
 
     def from_notebook_node(self, nb, resources=None, **kw):
-        page, resources = super().from_notebook_node(clean_notebook(nb), resources, **kw)
-        return with_policy(page), resources
+        done = pagerender.render_isolated(lambda: self.render_page(nb, resources, **kw), self.page_seconds,
+                                          self.page_memory_bytes)
+        resources = dict(resources or {}, output_extension=self.file_extension)
+        if done.page is not None:
+            return done.page, {**resources, **done.resources}
+        lang = pagecap.notebook_language(nb)
+        self.log.warning("feedback page not made (%s): a page that says why is written in its place", done.why)
+        return why_page(done.why, self.page_seconds, self.page_memory_bytes, lang), resources
