@@ -32,6 +32,10 @@ class StudentRaised(CheckFailure):
         self.kind = kind
 
 
+class WorkerEnded(CheckFailure):
+    """The student's code ended the worker (os._exit, a crash, the memory limit) during a request."""
+
+
 class PartStopped(CheckFailure):
     """The part ran out of time, or the worker died: the rest of the part is not run."""
 
