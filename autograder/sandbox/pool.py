@@ -7,6 +7,7 @@ requests. Replies are plain data; everything else stays in the worker behind a h
 from __future__ import annotations
 
 import array
+import functools
 import os
 import signal
 import socket
@@ -147,8 +148,7 @@ class WorkerProcess:
             if self.lender is None:
                 self.kill()
                 raise protocol.ProtocolError("a call of a lent function where none is lent")
-            answer = self.lender(message)
-            self._guarded(lambda: protocol.send(self.sock, answer), deadline)
+            self._guarded(functools.partial(protocol.send, self.sock, self.lender(message)), deadline)
 
     def _guarded(self, exchange, deadline: float):
         if not self.alive:
