@@ -60,6 +60,10 @@ def cases(Case) -> tuple:
              (("flash_attention_backward", None, BACKWARD_KEY_OUTER),)),
         Case("ok_bwd_torch_func", "each tile's gradients by torch.func.vjp of (P v, rowsum P) with lse held fixed",
              (("flash_attention_backward", None, BACKWARD_VJP),)),
+        Case("ok_bwd_compiled", "flash_attention_backward decorated with @torch.compile (graded as the same code, "
+             "eager in the sandbox: as its plain twin)",
+             (("flash_attention_backward", "def flash_attention_backward(",
+               "@torch.compile\ndef flash_attention_backward("),)),
     )
 
 
