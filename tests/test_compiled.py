@@ -48,3 +48,14 @@ def test_torch_itself_still_gets_the_real_compile():
     compiled.install(torch)
     compiled.install(torch)  # (once: not wrapped twice)
     assert torch.compile(len) == "compiled" and torch.compiled == [len]
+
+
+def test_a_failed_compile_is_named_as_torch_compile():
+    """an error of dynamo or inductor (BackendCompilerFailed, CppCompileError, ...) says torch.compile failed, never
+    just the exception's name"""
+    from autograder.foundation.failures import student_error
+
+    failure = student_error("flash_attention_backward", {"type": "BackendCompilerFailed", "message": "backend='inductor'"
+                                                         " raised: CppCompileError", "where": ""})
+    assert "failed while torch.compile compiled it" in str(failure.message), failure.message
+    assert "raised BackendCompilerFailed" not in str(failure.message)
