@@ -9,13 +9,14 @@ plain values only. No code of the grader ever reaches the worker.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ..worker import wire
 
 ANSWERED_ERRORS = ("TypeError", "ValueError", "IndexError", "RuntimeError")
+MAX_KEY, MAX_KEPT = 1000, 4096  # the dry runs remembered: each signature's length, and how many
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class Lender:
 
     reference: object
     names: frozenset[str]
+    # (name, the arguments' shapes, dtypes and plain values) -> the elements of an oversized result, 0 if none: the
+    # dry run costs about a millisecond, and a part calls its pieces on the same shapes again and again
+    oversized: dict = field(default_factory=dict, compare=False, repr=False)
 
     def answer(self, message: dict) -> dict:
         """The answer to one "piece" message: {"ok": True, "value": ...} or {"ok": False, "type", "error"}."""
@@ -35,11 +39,12 @@ class Lender:
         except wire.Refused as exc:
             return refusal("TypeError", "refused its arguments: " + str(exc).replace("returned", "passed"))
         function = getattr(self.reference, name)
-        try:
-            with torch.no_grad(), torch.device("meta"):  # (what the reference creates is on the meta device too)
-                too_large = oversized(function(*on_meta(args), **on_meta(kwargs)))
-        except Exception:  # noqa: BLE001 - a data-dependent step: the real call below says what it says
-            too_large = None
+        key = (name, signature(args), signature(kwargs))
+        too_large = self.oversized.get(key) if len(repr(key)) <= MAX_KEY else None
+        if too_large is None:
+            too_large = dry_run(function, args, kwargs)
+            if len(repr(key)) <= MAX_KEY and len(self.oversized) < MAX_KEPT:  # (a bounded memory of shapes)
+                self.oversized[key] = too_large
         if too_large:
             return refusal("ValueError", f"refused to compute a result of {too_large:,} elements, far more than "
                                          "a call here needs")
@@ -50,6 +55,28 @@ class Lender:
             kind = type(exc).__name__
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
             return refusal(kind if kind in ANSWERED_ERRORS else "RuntimeError", wire.clean_text(first, 300))
+
+
+def dry_run(function, args: list, kwargs: dict) -> int:
+    """The elements of the first tensor of `function`'s result over the wire's limit, found on the meta device
+    (shapes only, nothing allocated); 0 if none is, or if the dry run fails (a data-dependent step: the real call
+    then says what it says)."""
+    try:
+        with torch.no_grad(), torch.device("meta"):  # (what the reference creates is on the meta device too)
+            return oversized(function(*on_meta(args), **on_meta(kwargs)))
+    except Exception:  # noqa: BLE001 - see above
+        return 0
+
+
+def signature(value):
+    """What a result's shape can depend on: tensors' shapes and dtypes, plain values as they are (hashable)."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), str(value.dtype))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(signature(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, signature(v)) for k, v in value.items()))
+    return ("value", type(value).__name__, value)
 
 
 def refusal(kind: str, error: str) -> dict:
