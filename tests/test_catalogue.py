@@ -277,3 +277,20 @@ def test_a_layers_own_rope_convention_costs_one_check_only(graded):
     failed = [c for c in decoder.checks if not c.passed]
     assert len(failed) == 1 and "half-split" in failed[0].message and "costs points here only" in failed[0].message, \
         [(c.name, c.message) for c in failed]
+
+
+def test_the_backward_memory_check_names_a_top_left_causal_mask(graded):
+    """flash_backward's memory check compares the gradients first: a top-left mask fails it with the alignment
+    named, as the part's other checks name it, not with a bare "off by up to" """
+    part = graded(("efficient", "bwd_top_left_causal")).part("flash_backward")
+    memory = next(c for c in part.checks if c.name.startswith("flash_attention_backward holds a few"))
+    assert not memory.passed and "top-left aligned" in memory.message, memory.message
+
+
+def test_flash_attention_function_is_judged_against_exact_attention_where_the_students_backward_fails(graded):
+    """flash_attention_backward fails every call the checks make (its flag is named is_causal), while
+    FlashAttentionFunction passes the flag by position and is right: its checks pass against exact attention, so the
+    backward's mistake is charged in its own checks only"""
+    part = graded(("efficient", "bwd_causal_named_is_causal")).part("flash_backward")
+    function = [c for c in part.checks if c.name.startswith("FlashAttentionFunction.apply(q, k, v, causal) returns")]
+    assert len(function) == 2 and all(c.passed for c in function), [(c.name, c.message) for c in function]

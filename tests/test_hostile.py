@@ -262,3 +262,23 @@ def test_files_in_tmp_stop_at_the_inode_cap_not_at_the_kernels_memory(course):
     text = kit.messages(result, "scaled_scores")
     made = int(text.split("made ", 1)[1].split()[0])
     assert made <= 64 * 2**20 // 4096 and "stopped by No space left on device" in text, text
+
+
+def test_a_search_of_the_worker_finds_no_code_of_the_lent_pieces(course):
+    """SelfAttention searches its frames, their globals, gc and the worker object for the grader's versions of the
+    pieces lent to it (its scaled_scores is wrong): it reaches the stand-ins, which hold no code of the grader, so
+    no line of any reference piece reaches the report, and the part earns nothing for the search"""
+    import inspect
+
+    import solutions as ref
+    from autograder.foundation.spec import PIECES
+
+    result, honest = attack(course, "lent_code_search", ["module"])
+    text = kit.messages(result, "module")
+    assert "LEAK" in text and "scaled_scores@" in text, text  # the search ran and reached the stand-ins
+    pieces = [getattr(ref, name) for name in PIECES]
+    lines = {line.strip().strip('"') for piece in pieces for line in inspect.getsource(piece).splitlines()}
+    lines |= {line.strip() for piece in pieces for line in inspect.getdoc(piece).splitlines()}  # (as code constants)
+    leaked = sorted(line for line in lines if len(line) > 12 and line in text)
+    assert not leaked, leaked
+    assert result.part("module").score < honest.part("module").score

@@ -1,83 +1,42 @@
 """Each mistake costs once, in the part that owns the function where it lives.
 
 A part's code may call functions that another part grades (DecoderAttention calls apply_rope,
-decode_causal_mask and repeat_kv). While that part is graded, the worker puts the reference
-versions in their place (`spec.Part.borrows`, `Job.lend`), so that a wrong apply_rope costs
-points in `positions` and not again in `decoder`. The student's own versions are first run on
-a few inputs (`probe`), and the part's note says which were replaced and which of them were
-wrong. The reference code travels to the worker as text, for this part only (the session gives
-the next part a fresh worker); docs/security.md says why that reveals nothing new.
+decode_causal_mask and repeat_kv). The student's own versions are first run on a few inputs
+(`probe`), under a deadline of their own (Session.aside): a piece that hangs or crashes costs the
+borrowing part neither time nor points. While the part is graded, the worker holds stand-ins for the
+wrong ones (and the missing): functions whose every call is answered by this trusted side with the
+reference's result (worker/borrowed.py, sandbox/lender.py); no code of the grader reaches the worker.
+A check that fails with the stand-ins runs again with the student's own pieces and keeps the better
+result (Student.own_pieces): a layer written for its own helper (Llama 3's repeat_kv) loses nothing here.
 """
 from __future__ import annotations
 
-import functools
-import inspect
+from dataclasses import dataclass
 
 from autograder.checks import expect
 from autograder.foundation import i18n
-from autograder.foundation.failures import CheckFailure, MissingName
+from autograder.foundation.failures import CheckFailure, MissingName, PartStopped, WorkerEnded
+from autograder.sandbox.lender import Lender
+from autograder.sandbox.student import Lending
 
 _ = i18n.message
 
-
-@functools.lru_cache(maxsize=None)
-def source_of(module, names: tuple[str, ...]) -> str:
-    """The reference code of `names` (top-level functions of `module`), one after another."""
-    return "\n\n\n".join(inspect.getsource(getattr(module, name)) for name in names)
+PROBE_SECONDS = 5.0  # the probes of one namespace's pieces, at most (and never more than a part's limit)
 
 
-def lend(job, owner: str, part, reference):
-    """Queue the step that lends `part.borrows` (their code from `reference`) to the namespace defining `owner`;
-    its value: the names the student's code defined there (replaced)."""
-    return job.lend(owner, source_of(reference, tuple(part.borrows)), part.borrows)
+@dataclass(frozen=True)
+class Verdict:
+    """What the probes found of the student's own pieces."""
 
-
-def probe(student, probes: dict):
-    """Queue one job per {name: [(args, kwargs), ...]} calling the student's own `name`, before anything is lent;
-    (jobs, steps) for `wrong`."""
-    jobs, steps = {}, {}
-    for name, calls in probes.items():
-        job = student.job(lend=False)
-        jobs[name] = job
-        steps[name] = [job.call(name, *args, **kwargs) for args, kwargs in calls]
-    return jobs, steps
-
-
-def wrong(results: dict, steps: dict, probes: dict, reference) -> list[str]:
-    """The names whose calls raised or returned something else than the reference's (a missing name is not wrong)."""
-    bad = []
-    for name, calls in probes.items():
-        try:
-            got = [results[name][step] for step in steps[name]]
-        except MissingName:
-            continue
-        except CheckFailure:
-            bad.append(name)
-            continue
-        expected = [getattr(reference, name)(*args, **kwargs) for args, kwargs in calls]
-        if not all(expect.same(g, e) for g, e in zip(got, expected)):
-            bad.append(name)
-    return bad
-
-
-def say(student, owner: str, part, replaced, bad) -> None:
-    """The part's note: which of the student's pieces stood aside while `owner` was graded, and which were wrong."""
-    names = ", ".join(part.borrows)
-    student.note(_("while {owner} was graded, the grader's {names} stood in for yours (each is graded in its own "
-                   "part, so that a mistake there costs points once, there){replaced}").format(
-        owner=owner, names=names,
-        replaced=_(": yours replaced: {names}").format(names=", ".join(replaced)) if replaced else ""))
-    if bad:
-        student.note(_("of your own pieces next to {owner}, these gave wrong results: {names} (their own parts say "
-                       "why): fix them there too, or {owner} will not work outside the grader").format(
-            names=", ".join(bad), owner=owner))
+    wrong: tuple[str, ...] = ()  # gave another result than the reference's, or raised
+    broken: tuple[str, ...] = ()  # did not return within the probe's time, or ended the worker
 
 
 def lending(student, owner: str, part, reference, probes: dict) -> None:
-    """From now on in `part`, every job starts by lending `part.borrows` to the namespace of `owner`
-    (Student.job); the first time, the student's own copies are run on `probes` first and the note is said.
-    Nothing is lent when `owner` is not defined (its checks say so)."""
-    student.once(f"lent {part.id}", lambda: _start(student, owner, part, reference, probes))
+    """From now on in `part`, every job starts by putting stand-ins for the student's wrong and missing pieces in
+    the namespace of `owner` (Student.job); the first time, the student's own pieces are probed and the note is
+    said. Nothing is lent when `owner` is not defined (its checks say so)."""
+    student.once(f"lent {part.id}", lambda: _start(student, owner, part, reference, probes), every_mode=True)
 
 
 def _start(student, owner: str, part, reference, probes: dict) -> None:
@@ -86,14 +45,73 @@ def _start(student, owner: str, part, reference, probes: dict) -> None:
         return
     namespace = session.namespace_for(owner)
     defined = session.load_report.get(namespace, {}).get("defined", ())
-    # once per namespace, before anything is lent there: a later part that borrows the same names may run in the
-    # same worker, where the namespace holds the lent versions already
-    bad = student.once(f"lent probes {namespace}", lambda: _probe(student, {n: probes[n] for n in probes
-                                                                          if n in defined}, reference))
-    say(student, owner, part, [n for n in part.borrows if n in defined], bad)
-    student.lending[part.id] = (owner, source_of(reference, tuple(part.borrows)), tuple(part.borrows))
+    mine = {n: probes[n] for n in part.borrows if n in probes and n in defined}
+    verdict = student.once(f"lent probes {namespace} {sorted(mine)}",
+                           lambda: probe(student, owner, part, mine, reference), every_mode=True)
+    missing = tuple(n for n in part.borrows if n not in defined)
+    student.lending[part.id] = Lending(owner, tuple(part.borrows), verdict.wrong, verdict.broken, missing)
+    session.lenders[part.id] = Lender(reference, frozenset(part.borrows)).answer
+    say(student, owner, verdict)
 
 
-def _probe(student, probes: dict, reference) -> list[str]:
-    jobs, steps = probe(student, probes)
-    return wrong(dict(zip(jobs, student.run(list(jobs.values())))), steps, probes, reference)
+def probe(student, owner: str, part, probes: dict, reference) -> Verdict:
+    """Each of the student's pieces in `probes` ({name: [(args, kwargs), ...]}) called next to `owner`, with the
+    student's own pieces in place, under a deadline of its own: a hang stops that piece only (the pieces after it
+    are probed again in a fresh worker)."""
+    session = student.session
+    seconds = min(PROBE_SECONDS, session.limits.part_seconds)
+    wrong, broken, pending = [], [], list(probes)
+    while pending:
+        jobs, steps = {}, {}
+        with session.aside(seconds):
+            for name in pending:
+                job = jobs[name] = student.job(lend=False)
+                job.lend(owner, part.borrows)
+                steps[name] = [job.call(name, *args, **kwargs) for args, kwargs in probes[name]]
+            results = dict(zip(jobs, student.run(list(jobs.values()))))
+        again, culprit = [], None
+        for name in pending:
+            outcome = _outcome(results[name], steps[name], probes[name], reference, name)
+            if outcome == "stopped" and culprit is not None:
+                again.append(name)  # not run: the piece before it hung
+            elif outcome in ("stopped", "ended"):
+                culprit = name if outcome == "stopped" else culprit
+                broken.append(name)
+            elif outcome == "wrong":
+                wrong.append(name)
+        pending = again
+    return Verdict(tuple(wrong), tuple(broken))
+
+
+def _outcome(result, steps, calls, reference, name: str) -> str:
+    """"right", "wrong", "stopped" (no answer in time, or not run), "ended" (ended the worker) or "missing"."""
+    try:
+        got = [result[step] for step in steps]
+    except MissingName:
+        return "missing"
+    except PartStopped:
+        return "stopped"
+    except WorkerEnded:
+        return "ended"
+    except CheckFailure:
+        return "wrong"
+    expected = [getattr(reference, name)(*args, **kwargs) for args, kwargs in calls]
+    return "right" if all(expect.same(g, e) for g, e in zip(got, expected)) else "wrong"
+
+
+def say(student, owner: str, verdict: Verdict) -> None:
+    """The part's note: which of the student's pieces the grader stood in for while `owner` was graded."""
+    bad = verdict.wrong + verdict.broken
+    if not bad:
+        return
+    student.note(_("while {owner} was graded, the grader's {names} stood in for yours (each is graded in its own "
+                   "part, so that a mistake there costs points once, there); each check kept the better of that "
+                   "and your own pieces").format(owner=owner, names=", ".join(bad)))
+    if verdict.wrong:
+        student.note(_("of your own pieces next to {owner}, these gave wrong results: {names} (their own parts say "
+                       "why): fix them there too, or {owner} will not work outside the grader").format(
+            names=", ".join(verdict.wrong), owner=owner))
+    if verdict.broken:
+        student.note(_("of your own pieces next to {owner}, these did not return in time or ended the grading "
+                       "process: {names} (their own parts say why)").format(names=", ".join(verdict.broken),
+                                                                           owner=owner))

@@ -32,8 +32,17 @@ class StudentRaised(CheckFailure):
         self.kind = kind
 
 
+class WorkerEnded(CheckFailure):
+    """The student's code ended the worker (os._exit, a crash, the memory limit) during a request."""
+
+
 class PartStopped(CheckFailure):
     """The part ran out of time, or the worker died: the rest of the part is not run."""
+
+
+# what torch.compile's dynamo and inductor raise when compiling fails (torch._dynamo.exc, torch._inductor.exc)
+COMPILE_ERRORS = ("BackendCompilerFailed", "CppCompileError", "InductorError", "InternalTorchDynamoError",
+                  "TorchRuntimeError", "Unsupported")
 
 
 def student_error(what: str, err: dict) -> StudentRaised:
@@ -42,6 +51,11 @@ def student_error(what: str, err: dict) -> StudentRaised:
     if kind == "NotImplementedError":
         return StudentRaised(_("{what} is not implemented yet (it raises NotImplementedError)").format(what=what), kind)
     at = _(" at {where}").format(where=where) if where else ""
+    if kind in COMPILE_ERRORS:
+        return StudentRaised(_("{what} failed while torch.compile compiled it ({kind}: {message}){at}; the grader runs "
+                               "your torch.compile calls eagerly, so this compile came another way (torch._dynamo, a "
+                               "backend): keep the graded functions plain").format(
+            what=what, kind=kind, message=message, at=at), kind)
     if kind == "SystemExit":
         return StudentRaised(_("{what} called exit() ({message}){at}; a function must return its result").format(
             what=what, message=message, at=at), kind)

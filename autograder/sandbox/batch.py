@@ -154,12 +154,13 @@ class Job:
         return self._add({"kind": "call", "ns": ns, "target": name, **self._arguments(args, kwargs),
                           "measure": measure, "seed": seed}, name, kind)
 
-    def lend(self, owner: str, source: str, names) -> Step:
-        """The grader's versions of other parts' functions `names` (their reference code, `source`) put in place of
-        the student's own in the namespace that defines `owner` (runtime.Worker.handle_lend): the rest of the job
-        runs the part's code on correct pieces. Its value: the names the student's code had defined there."""
+    def lend(self, owner: str, names, standins=()) -> Step:
+        """In the namespace that defines `owner`, stand-ins for `standins` (each call answered by the trusted side
+        with the reference's result: runtime.Worker.handle_lend) and the student's own versions of the other `names`:
+        the rest of the job runs the part's code on those pieces. Its value: the stand-ins that replaced a function
+        of the student."""
         ns = self._namespace(owner)
-        return self._add({"kind": "lend", "ns": ns, "source": source, "names": list(names)}, owner)
+        return self._add({"kind": "lend", "ns": ns, "names": list(names), "standins": list(standins)}, owner)
 
     def builtin(self, name: str, *args) -> Step:
         """A grader-built object in the worker (autograder/worker/standins.py)."""

@@ -7,16 +7,19 @@ requests. Replies are plain data; everything else stays in the worker behind a h
 from __future__ import annotations
 
 import array
+import functools
 import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import prestart
 from ..foundation.extract import Source
 from ..foundation.limits import SandboxUnavailable, platform_refusal, reason, refusal
 from ..worker import protocol
+from ..worker.borrowed import PIECE
 from ..worker.sandbox import SandboxConfig
 
 
@@ -121,6 +124,9 @@ class WorkerProcess:
     alive: bool = True
     protections: dict = field(default_factory=dict)
     zygote: "Zygote | None" = field(default=None, repr=False)
+    # answers the worker's "piece" messages (a stand-in of a lent function called, worker/borrowed.py) while a reply
+    # is awaited: message -> answer (Session.answer_piece); None: such a message breaks the protocol
+    lender: "Callable[[dict], dict] | None" = field(default=None, repr=False)
 
     def request(self, message: dict, timeout: float) -> dict:
         """Send one request and wait for its reply; the whole exchange must fit in `timeout` seconds."""
@@ -133,8 +139,16 @@ class WorkerProcess:
         self._guarded(lambda: protocol.send(self.sock, message), deadline)
 
     def receive(self, deadline: float) -> dict:
-        """The next reply, read by `deadline` (time.monotonic())."""
-        return self._guarded(lambda: protocol.recv(self.sock, deadline=deadline), deadline)
+        """The next reply, read by `deadline` (time.monotonic()); the stand-ins' calls that come before it are
+        answered on the way (`lender`), within the same deadline."""
+        while True:
+            message = self._guarded(lambda: protocol.recv(self.sock, deadline=deadline), deadline)
+            if not (isinstance(message, dict) and message.get("kind") == PIECE):
+                return message
+            if self.lender is None:
+                self.kill()
+                raise protocol.ProtocolError("a call of a lent function where none is lent")
+            self._guarded(functools.partial(protocol.send, self.sock, self.lender(message)), deadline)
 
     def _guarded(self, exchange, deadline: float):
         if not self.alive:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..foundation import i18n, spec
 from ..foundation.extract import Source
-from ..foundation.failures import CheckFailure, PartStopped, student_error
+from ..foundation.failures import CheckFailure, PartStopped, WorkerEnded, student_error
 from ..foundation.limits import Limits
+from .lender import refusal
 from .pool import SandboxFailed, WorkerGone, WorkerTimeout, Zygote, start_worker
 from .resident import ResidentPeak
 from ..worker.names import WATCH_OFF, is_forbidden_name
@@ -56,7 +58,9 @@ class Session:
         self.protections: dict = {}
         self.part: PartState | None = None
         self.parts: dict[str, PartState] = {}
-        self.lent: frozenset[str] = frozenset()  # the grader's versions of functions the worker holds ("lend" requests)
+        self.lent: frozenset[str] = frozenset()  # the names the worker holds stand-ins for ("lend" requests)
+        # part id -> what answers the calls of that part's stand-ins (lender.Lender.answer; checks/lent.py sets it)
+        self.lenders: dict[str, Callable[[dict], dict]] = {}
 
     # ------------------------------------------------------------ worker life
     def _ensure_worker(self):
@@ -99,7 +103,14 @@ class Session:
         if first:
             value = reply.get("value")
             self.load_report = value if isinstance(value, dict) else {}
+        self.worker.lender = self.answer_piece
         return self.worker
+
+    def answer_piece(self, message: dict) -> dict:
+        """The trusted side's answer to a stand-in's call (worker/borrowed.py): the reference's result, from the
+        lender of the part being graded; refused where that part lends nothing."""
+        answer = self.lenders.get(self.part.id) if self.part is not None else None
+        return answer(message) if answer is not None else refusal("TypeError", "nothing is lent to this part")
 
     def start(self) -> None:
         """Load the code once up front, so that load errors become notes even if no check runs."""
@@ -146,6 +157,21 @@ class Session:
             self.parts[part_id] = PartState(part_id, time.monotonic() + seconds)
         self.part = self.parts[part_id]
         return self.part
+
+    @contextlib.contextmanager
+    def aside(self, seconds: float):
+        """Requests sent inside run under a deadline of their own, `seconds` from now, and cost the current part
+        nothing: not its time, not its forbidden calls; a worker they hang or crash is replaced without counting as
+        a restart (checks/lent.py probes the student's pieces this way). Yields the stand-in part."""
+        part, started = self.part, time.monotonic()
+        self.part = PartState(part.id, started + seconds)
+        try:
+            yield self.part
+        finally:
+            self.part = part
+            part.deadline += time.monotonic() - started  # (the time spent aside is not the part's)
+            if self.worker is not None and not self.worker.alive:
+                self.retire_worker()
 
     def namespace_for(self, name: str, part_id: str | None = None) -> str | None:
         """The source whose code a part runs.
@@ -254,7 +280,7 @@ class Session:
                 what=what, seconds=self.limits.part_seconds)
             return PartStopped(self.part.stopped)
         if isinstance(exc, WorkerGone):
-            return CheckFailure(_("{what} ended the grading process (os._exit, a crash, or the {gib:.0f} GiB memory "
+            return WorkerEnded(_("{what} ended the grading process (os._exit, a crash, or the {gib:.0f} GiB memory "
                                   "limit)").format(what=what, gib=self.limits.memory_bytes / 2**30))
         return CheckFailure(_("{what} returned something the grader refuses, or wrote to the grader's connection: "
                               "{error}").format(what=what, error=str(exc)))
@@ -293,5 +319,5 @@ def forbidden_calls(callers, patterns: tuple[str, ...]) -> set[tuple[str, str]]:
 
 
 def lent_names(messages) -> frozenset[str]:
-    """The names that the "lend" requests among `messages` put in the worker."""
-    return frozenset(name for m in messages if m.get("kind") == "lend" for name in m.get("names", ()))
+    """The names that the "lend" requests among `messages` put stand-ins for in the worker."""
+    return frozenset(name for m in messages if m.get("kind") == "lend" for name in m.get("standins", ()))

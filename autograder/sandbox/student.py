@@ -14,6 +14,7 @@ student's code into a `CheckFailure` written for the student.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,28 @@ from ..foundation.failures import CheckFailure, MissingName, PartStopped
 from ..worker import wire
 
 _ = i18n.message
+
+
+@dataclass(frozen=True)
+class Lending:
+    """How a part that borrows other parts' functions is graded (checks/lent.py): which of the student's pieces
+    next to `owner` get the trusted side's stand-ins. Each check runs with stand-ins for every piece that was
+    wrong, missing or broken; a check that fails then runs again with the student's own pieces (stand-ins only
+    for the missing and the broken, which hang or end the worker), and the better result is kept."""
+
+    owner: str  # the name whose namespace the pieces are put in
+    names: tuple[str, ...]  # every borrowed name
+    wrong: tuple[str, ...] = ()  # the student's pieces that gave wrong results
+    broken: tuple[str, ...] = ()  # ... that did not return or ended the worker
+    missing: tuple[str, ...] = ()  # ... that the student's code does not define
+
+    def standins(self, own: bool) -> tuple[str, ...]:
+        return tuple(n for n in self.names if n in self.broken + self.missing or (not own and n in self.wrong))
+
+    @property
+    def retried(self) -> bool:
+        """Whether grading with the student's own pieces differs from grading with every stand-in."""
+        return bool(set(self.wrong) - set(self.broken))
 
 
 @dataclass(frozen=True)
@@ -41,13 +64,15 @@ class Student:
     def __init__(self, session):
         self.session = session
         self._kept: dict[str, tuple[bool, object]] = {}
-        # part id -> (the name whose namespace is lent, the reference code, the names): every job of that part
-        # starts by lending them (checks/lent.py, `lending`)
-        self.lending: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        # part id -> its Lending: every job of that part starts by lending stand-ins (checks/lent.py, `lending`)
+        self.lending: dict[str, Lending] = {}
+        self.own = False  # the checks now run with the student's own pieces (`own_pieces`)
 
-    def once(self, key: str, compute: Callable[[], object]):
+    def once(self, key: str, compute: Callable[[], object], every_mode: bool = False):
         """compute() the first time, then what it returned (or the failure it raised) again: for the
-        checks of one part that share a batch. Kept for this submission only."""
+        checks of one part that share a batch. Kept for this submission only, and apart for the checks run again
+        with the student's own pieces (`own_pieces`) unless `every_mode`."""
+        key = f"own pieces: {key}" if self.own and not every_mode else key
         if key not in self._kept:
             try:
                 self._kept[key] = (True, compute())
@@ -66,13 +91,27 @@ class Student:
 
     def job(self, lend: bool = True) -> Job:
         """An empty job: queue one check's steps on it, then `run` it with others. In a part that borrows other
-        parts' functions (`lending`), the job first lends the reference versions (unless `lend` is False)."""
+        parts' functions (`lending`), the job first puts its stand-ins in place (unless `lend` is False)."""
         job = Job(self)
         part = self.session.part
         lending = self.lending.get(part.id) if lend and part is not None else None
-        if lending and self.session.defines(lending[0]):
-            job.lend(*lending)
+        if lending and self.session.defines(lending.owner):
+            job.lend(lending.owner, lending.names, lending.standins(self.own))
         return job
+
+    def retried(self, part_id: str) -> bool:
+        """Whether a failed check of `part_id` is run again with the student's own pieces (Lending.retried)."""
+        lending = self.lending.get(part_id)
+        return lending is not None and lending.retried and self.session.defines(lending.owner)
+
+    @contextlib.contextmanager
+    def own_pieces(self):
+        """The checks run inside with the student's own pieces (stand-ins only for the missing and the broken)."""
+        self.own = True
+        try:
+            yield
+        finally:
+            self.own = False
 
     def run(self, jobs: Sequence[Job]) -> list[JobResult]:
         """Every job in one round trip; each result as that job sent alone would give."""

@@ -20,14 +20,13 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import flex_attention as flex
 
-from . import protocol, standins, wire
+from . import borrowed, compiled, protocol, standins, wire
 from .meter import LiveMemoryMeter
 from .watch import ForbiddenCallWatch
 
 PREAMBLE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 STUDENT_FILE = "<student:{label}>"
 STUDENT_MODULE = "__student__"  # the __name__ of student code: never "__main__"
-LENT_FILE = "<grader: another part's functions>"  # never in linecache, never a "<student:" frame of a traceback
 MAX_CAPTURED_OUTPUT = 4000
 
 
@@ -77,7 +76,8 @@ class Worker:
     def __init__(self, sock) -> None:
         self.sock = sock
         self.namespaces: dict[str, dict] = {}
-        self.lent_code: dict[str, types.CodeType] = {}  # the lent source -> its compiled code
+        self.own: dict[str, dict] = {}  # namespace -> the student's own versions of the borrowed names (handle_lend)
+        self.ask = borrowed.asker(sock)
         self.codec = wire.WorkerCodec()
         self.objects = self.codec.objects  # what the trusted side names by a handle
         self.watch = ForbiddenCallWatch()
@@ -86,6 +86,7 @@ class Worker:
         # without seconds of tracing for each new mod. Graded code never needs the traced path (the flex part's
         # functions return mods); standins.flex_attend(traced=True) still takes it.
         flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+        compiled.install(torch)  # a student's torch.compile runs the same code eagerly (compiled.py)
         steady_heap()
 
     # ------------------------------------------------------------ requests
@@ -147,21 +148,13 @@ class Worker:
         return result
 
     def handle_lend(self, req):
-        """Put the grader's versions of other parts' functions (`req["source"]`, the reference code of what those
-        parts grade) in place of the student's own in the namespace `req["ns"]`, for the rest of this worker's life:
-        the code of the part being graded then calls correct pieces, so that a mistake in a piece is charged only in
-        the part that owns it. The reply names which of them the student's namespace defined (and so were replaced).
-        The session never lets another part run in this worker afterwards (Session.enter_part)."""
-        pieces = {"__builtins__": __builtins__, "__name__": "__lent__"}
-        code = self.lent_code.get(req["source"])
-        if code is None:  # (each job of the part lends again: compiled once per worker, run each time)
-            code = self.lent_code[req["source"]] = compile(PREAMBLE + req["source"], LENT_FILE, "exec")
-        exec(code, pieces)
-        ns = self.namespaces[req["ns"]]
-        replaced = [name for name in req["names"] if name in ns]
-        for name in req["names"]:
-            ns[name] = pieces[name]
-        return {"value": replaced}
+        """Put stand-ins for other parts' functions (`req["standins"]`) in the namespace `req["ns"]`, and the
+        student's own versions of the other names of `req["names"]` back: a stand-in's every call is answered by the
+        trusted side (borrowed.py), so that a mistake in a piece is charged only in the part that owns it, and no
+        code of the grader is ever here. The reply names the stand-ins that replaced a function of the student."""
+        lent = {name: borrowed.standin(name, self.ask) for name in req.get("standins", ())}
+        own = self.own.setdefault(req["ns"], {})
+        return {"value": borrowed.lend(self.namespaces[req["ns"]], own, req["names"], lent)}
 
     def handle_describe(self, req):
         obj = self.object_of(req)

@@ -153,6 +153,11 @@ CASES: tuple = (
     Case("linear_no_normaliser", "linear_attention returns the numerator without dividing by the normaliser",
          (("linear_attention", "return numerator / (denominator[..., None] + eps)", "return numerator"),),
          lose=("linear",), says="no normaliser"),
+    Case("linear_eps_in_key_sum", "Performer's normaliser phi(q_i) . (sum_j phi(k_j) + eps): eps added to every "
+         "feature of the key sum, so once per feature of phi(q_i)",
+         (("linear_attention", "return numerator / (denominator[..., None] + eps)",
+           "return numerator / (denominator[..., None] + eps * phi_q.sum(dim=-1)[..., None])"),),
+         lose=("linear",), says="Performer's normaliser"),
     Case("linear_causal_ss_matrix", "MEMORY ONLY: causal linear attention by masking phi(q) phi(k)^T [S, S]",
          (("linear_attention", LINEAR_CAUSAL, LINEAR_CAUSAL_SS),),
          lose=("linear",), says="running sums"),

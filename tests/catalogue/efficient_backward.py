@@ -55,11 +55,29 @@ def cases(Case) -> tuple:
         Case("fn_forgets_causal", "FlashAttentionFunction's backward forgets causal (always the full mask)",
              (("FlashAttentionFunction", "out, lse, grad_out, causal=ctx.causal)", "out, lse, grad_out)"),),
              lose=("flash_backward",), says="against your flash_attention_backward"),
+        Case("bwd_half_gradient_buffers", "each tile in float32, but grad_q, grad_k and grad_v summed in float16 buffers",
+             (("flash_attention_backward", "grad_q = torch.zeros(q.shape, dtype=acc",
+               "grad_q = torch.zeros(q.shape, dtype=q.dtype"),
+              ("flash_attention_backward", "grad_k = torch.zeros(k.shape, dtype=acc",
+               "grad_k = torch.zeros(k.shape, dtype=k.dtype"),
+              ("flash_attention_backward", "grad_v = torch.zeros(v.shape, dtype=acc",
+               "grad_v = torch.zeros(v.shape, dtype=v.dtype")),
+             lose=("flash_backward",), says="you accumulated the gradients in float16 over 128 query blocks"),
+        Case("bwd_causal_named_is_causal", "flash_attention_backward names its flag is_causal (the checks' causal= "
+             "fails); FlashAttentionFunction passes it by position and is right",
+             (("flash_attention_backward", "    causal: bool = False, block_q", "    is_causal: bool = False, block_q"),
+              ("flash_attention_backward", "    B, H, S_q, D = q.shape\n", "    causal = is_causal\n    B, H, S_q, D = q.shape\n"),
+              ("FlashAttentionFunction", "out, lse, grad_out, causal=ctx.causal)", "out, lse, grad_out, ctx.causal)")),
+             lose=("flash_backward",), says="unexpected keyword argument 'causal'"),
         # ------------------------------------------------------------------ correct variants
         Case("ok_bwd_key_blocks_outside", "FlashAttention 2's order: key blocks outside, query blocks inside",
              (("flash_attention_backward", None, BACKWARD_KEY_OUTER),)),
         Case("ok_bwd_torch_func", "each tile's gradients by torch.func.vjp of (P v, rowsum P) with lse held fixed",
              (("flash_attention_backward", None, BACKWARD_VJP),)),
+        Case("ok_bwd_compiled", "flash_attention_backward decorated with @torch.compile (graded as the same code, "
+             "eager in the sandbox: as its plain twin)",
+             (("flash_attention_backward", "def flash_attention_backward(",
+               "@torch.compile\ndef flash_attention_backward("),)),
     )
 
 

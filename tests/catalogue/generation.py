@@ -133,6 +133,30 @@ CASES: tuple = (
          (("repeat_kv", "x = x[:, :, None].expand(B, H_kv, n_rep, S, head_dim)",
            "x = x[:, None].expand(B, n_rep, H_kv, S, head_dim)"),),
          lose=("kv_cache",), says="tiled"),
+    # a layer written for its own helper, in another convention: the helper costs kv_cache, the layer nothing
+    Case("repeat_kv_llama3_layout", "repeat_kv takes Llama 3's layout [B, S, H_kv, head_dim], and DecoderAttention "
+         "calls it so (the layer is right with its own helper)",
+         (_fn("repeat_kv", "def repeat_kv(x, n_rep):\n"
+              "    \"\"\"[B, S, H_kv, head_dim] -> [B, S, H_kv * n_rep, head_dim], each kv head n_rep times in place.\"\"\"\n"
+              "    batch, seq, kv_heads, width = x.shape\n"
+              "    if n_rep == 1:\n"
+              "        return x\n"
+              "    wide = x[:, :, :, None, :].expand(batch, seq, kv_heads, n_rep, width)\n"
+              "    return wide.reshape(batch, seq, kv_heads * n_rep, width)\n"),
+          ("DecoderAttention", "k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)",
+           "k = repeat_kv(k.transpose(1, 2), H // H_kv).transpose(1, 2)\n"
+           "        v = repeat_kv(v.transpose(1, 2), H // H_kv).transpose(1, 2)")),
+         lose=("kv_cache",), says="repeat_kv"),
+    Case("repeat_kv_mistral_pair", "repeat_kv(keys, values, repeats) repeats both tensors at once (Mistral's helper), "
+         "and DecoderAttention calls it so (the layer is right with its own helper)",
+         (_fn("repeat_kv", "def repeat_kv(keys, values, repeats, dim=1):\n"
+              "    \"\"\"Both tensors with each head repeated `repeats` times in place along `dim`.\"\"\"\n"
+              "    keys = torch.repeat_interleave(keys, repeats=repeats, dim=dim)\n"
+              "    values = torch.repeat_interleave(values, repeats=repeats, dim=dim)\n"
+              "    return keys, values\n"),
+          ("DecoderAttention", "k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)",
+           "k, v = repeat_kv(k, v, H // H_kv)")),
+         lose=("kv_cache",), says="repeat_kv"),
     Case("cache_on_head_axis", "KVCache.append concatenates along the head axis",
          (("KVCache", "self.k = torch.cat([self.k, k], dim=-2)", "self.k = torch.cat([self.k, k], dim=1)"),
           ("KVCache", "self.v = torch.cat([self.v, v], dim=-2)", "self.v = torch.cat([self.v, v], dim=1)")),

@@ -9,13 +9,20 @@ variant equals the truth (tests/test_efficient_checks_helpers.py).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
+from autograder.checks import expect
 from autograder.checks.efficient.common import NEG_INF, visible
+from autograder.foundation import i18n
+from solutions import efficient as ref
+
+_ = i18n.message
 
 GRADIENTS = ("grad_q", "grad_k", "grad_v")
+HALF_ROOM = 3  # times the reference's own float16 error that a float32 accumulation may be off by
 
 
 def exact_gradients(q, k, v, grad_out, causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -73,3 +80,85 @@ def backward_variant(q, k, v, out, lse, grad_out, causal: bool, block_q: int, bl
             grads[0][:, :, i0:i1] += ds @ kb * (scale if scale_q else 1.0)
             grads[1][:, :, j0:j1] += ds.transpose(-2, -1) @ qb * (scale if scale_k else 1.0)
     return tuple(g.to(t.dtype) for g, t in zip(grads, (q, k, v)))
+
+
+def arguments(call):
+    """(q, k, v, out, lse, grad_out, causal, block_q, block_k) of a call."""
+    causal, block_q, block_k = (call.kwargs.get(n, d) for n, d in (("causal", False), ("block_q", 64),
+                                                                   ("block_k", 64)))
+    return (*call.args, causal, block_q, block_k)
+
+
+def triple(value, what) -> tuple:
+    if not (isinstance(value, (tuple, list)) and len(value) == 3):
+        kind = type(value).__name__ + (f" of {len(value)}" if isinstance(value, (tuple, list)) else "")
+        raise expect.CheckFailure(_("{what} should return a tuple (grad_q, grad_k, grad_v), got {kind}").format(
+            what=what, kind=kind))
+    return tuple(value)
+
+
+def backward_mistakes(args, item: int) -> dict:
+    """{hint: the student's gradient `item` (0 q, 1 k, 2 v) had they made that mistake}; a mistake that leaves this
+    gradient as it is right (the scale missing on grad_k, for grad_q) cannot explain it, and gives None."""
+    q, k, v, out, lse, grad_out, causal, block_q, block_k = args
+    right = functools.cache(lambda: backward_variant(q, k, v, out, lse, grad_out, causal, block_q, block_k)[item])
+
+    def variant(**kw):
+        def produced():
+            value = backward_variant(q, k, v, out, lse, grad_out, causal, block_q, block_k, **kw)[item]
+            return None if expect.same(value, right(), atol=1e-6, rtol=1e-6) else value
+        return produced
+
+    mistakes = {
+        _("dS = P * (dP - delta) with delta = rowsum(grad_out * out), one number per query: you left delta out "
+          "(the softmax's rows sum to 1, so every weight's gradient moves against the others)"): variant(delta=False),
+        _("grad_q = dS k * scale: the scores are q k^T / sqrt(D), so the 1 / sqrt(D) multiplies grad_q too"):
+            variant(scale_q=False),
+        _("grad_k = dS^T q * scale: the scores are q k^T / sqrt(D), so the 1 / sqrt(D) multiplies grad_k too"):
+            variant(scale_k=False),
+        _("you normalised each tile's probabilities by the tile's own sum (a softmax of the tile): P = exp(s * scale "
+          "- lse) with the lse of the whole row, which the forward returned"): variant(p_kind="tile"),
+        _("P = exp(s * scale - lse): you left out the lse, so P is not normalised"): variant(p_kind="exp"),
+        _("you accumulated in float16: keep P, dS and the three gradients in float32 and cast each gradient back "
+          "to its input's dtype at the end"): variant(acc=torch.float16),
+    }
+    if causal:
+        mistakes = {
+            _("your causal mask is top-left aligned (key j <= query i): with S_q != S_k query i sees keys j <= i + "
+              "S_k - S_q (bottom-right), as in flash_attention"): variant(align="top_left"),
+            _("you skipped key blocks that later queries of the block can see: a query block [i0, i1) sees keys up "
+              "to i1 - 1 + S_k - S_q; skip only the blocks after that"): variant(skip="first"),
+        } | mistakes
+    return mistakes
+
+
+def backward_what(call) -> str:
+    q, k, v, out, lse, grad_out = call.args
+    return ("flash_attention_backward(q [{q}], k [{k}], v [{v}], out, lse, grad_out, causal={c}, block_q={bq}, "
+            "block_k={bk}) on {dtype}").format(
+        q=", ".join(map(str, q.shape)), k=", ".join(map(str, k.shape)), v=", ".join(map(str, v.shape)),
+        c=call.kwargs.get("causal", False), bq=call.kwargs.get("block_q", 64), bk=call.kwargs.get("block_k", 64),
+        dtype=str(q.dtype).removeprefix("torch."))
+
+
+def within_float16_error(call, got) -> None:
+    """Each gradient at most HALF_ROOM times as far from the truth as the reference's (float32 sums, cast once)."""
+    q, k, v, out, lse, grad_out, causal, block_q, block_k = arguments(call)
+    truths = exact_gradients(q, k, v, grad_out, causal)
+    reference = ref.flash_attention_backward(q, k, v, out, lse, grad_out, causal=causal, block_q=block_q,
+                                             block_k=block_k)
+    what = backward_what(call)
+    for name, grad, truth, mine, like in zip(GRADIENTS, got, truths, reference, (q, k, v)):
+        label = _("{what}: {name}").format(what=what, name=name)
+        grad = expect.tensor(grad, label)
+        bound = HALF_ROOM * float((mine.double() - truth).abs().max()) + 1e-7
+        if grad.shape != like.shape:
+            expect.close(grad, truth.to(like.dtype), label)
+        error = float((grad.double() - truth).abs().max())
+        if not error <= bound:
+            raise expect.CheckFailure(_(
+                "{label} is off by up to {error:.2g}, {times:.0f} times what float16 inputs cost a backward that sums "
+                "in float32 ({reference:.2g}): you accumulated the gradients in float16 over {blocks} query blocks; "
+                "keep grad_q, grad_k and grad_v in float32 and cast each back to its input's dtype at the end").format(
+                label=label, error=error, times=error / max(bound / HALF_ROOM, 1e-12),
+                reference=bound / HALF_ROOM, blocks=-(-q.shape[-2] // block_q)))

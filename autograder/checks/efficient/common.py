@@ -189,17 +189,19 @@ FEATURES = {
 
 
 def linear_variant(q, k, v, causal: bool = False, *, feature: str = "elu1", normalise: bool = True,
-                   diagonal: bool = True, eps: float = 1e-6) -> torch.Tensor:
+                   diagonal: bool = True, eps: float = 1e-6, eps_in_keys: bool = False) -> torch.Tensor:
     """Linear attention in float64 through the [S, S] weights phi(q) phi(k)^T (trusted side only, small S).
     feature: the feature map; normalise False: no division by phi(q_i) . sum_j phi(k_j); diagonal False:
-    causal without j = i."""
+    causal without j = i; eps_in_keys: Performer's normaliser phi(q_i) . (sum_j phi(k_j) + eps)."""
     phi = FEATURES[feature]
-    w = phi(q.double()) @ phi(k.double()).transpose(-2, -1)  # [B, H, S, S]
+    phi_q = phi(q.double())  # [B, H, S, D]
+    w = phi_q @ phi(k.double()).transpose(-2, -1)  # [B, H, S, S]
     if causal:
         w = w.tril(0 if diagonal else -1)
     out = w @ v.double()
     if normalise:
-        out = out / (w.sum(-1, keepdim=True) + eps)
+        added = eps * phi_q.sum(-1, keepdim=True) if eps_in_keys else eps  # [B, H, S, 1] or a number
+        out = out / (w.sum(-1, keepdim=True) + added)
     return out.to(q.dtype)
 
 

@@ -97,7 +97,11 @@ def check_linear(call, outcome) -> None:
     mistakes = linear_mistakes(q, k, v, causal)
     if eps != 1e-6:
         mistakes = {_("eps is added to the normaliser: phi(q_i) . sum_j phi(k_j) + eps"): lambda: linear_variant(
-            q, k, v, causal)} | mistakes
+            q, k, v, causal),
+                    _("you added eps to every entry of sum_j phi(k_j) (Performer's normaliser phi(q_i) . (sum_j phi(k_j) "
+                      "+ eps)), which adds eps once per feature of phi(q_i): add it once, after the dot product, "
+                      "phi(q_i) . sum_j phi(k_j) + eps"): lambda: linear_variant(q, k, v, causal, eps=eps,
+                                                                                  eps_in_keys=True)} | mistakes
     expect.close(expect.value(outcome), linear_variant(q, k, v, causal, eps=eps), what, atol=1e-5, rtol=1e-4,
                  mistakes=mistakes)
 

@@ -43,14 +43,14 @@ def weights(g, kv_heads: int, d_model: int = D_MODEL, heads: int = H) -> dict:
 
 def _module_job(student, kv_heads: int, base: float | None = None, d_model: int = D_MODEL, heads: int = H):
     """DecoderAttention(d_model, heads, kv_heads[, rope_base=base]) with the checks' weights, in eval mode, calling
-    the grader's apply_rope, decode_causal_mask and repeat_kv (lent: each is graded in its own part)."""
+    the grader's stand-ins for the student's wrong apply_rope, decode_causal_mask and repeat_kv (checks/lent.py: each
+    is graded in its own part)."""
     g = seeded(kv_heads)
     w = weights(g, kv_heads, d_model, heads)
     job = student.job()
     extra = {} if base is None else {"rope_base": base}
-    pieces = lent.lend(job, "DecoderAttention", PART, ref)
     module = job.new("DecoderAttention", d_model, heads, kv_heads, **extra)
-    steps = {"lend": pieces, "module": module, "load": job.load_state_dict(module, w), "eval": job.eval(module)}
+    steps = {"module": module, "load": job.load_state_dict(module, w), "eval": job.eval(module)}
     return job, steps, w, g
 
 
@@ -256,7 +256,7 @@ def _add(job, steps, inputs, key, w, x, chunks, kv_heads, cached=True, heads=H, 
 
 
 PART = spec.GENERATION.part("decoder")
-# the student's own pieces next to DecoderAttention, run before the grader's are lent (for the part's note)
+# the student's own pieces next to DecoderAttention, probed before the part is graded (checks/lent.py)
 PROBES = {
     "apply_rope": [((torch.randn(2, 3, 4, 8, generator=seeded(7)), torch.tensor([0, 3, 1, 7])), {}),
                    ((torch.randn(2, 3, 4, 8, generator=seeded(8)), torch.tensor([[0, 1, 2, 3], [2, 3, 4, 5]])),
@@ -266,19 +266,9 @@ PROBES = {
 }
 
 
-def _say_lent(student, ran: dict, steps: dict) -> None:
-    """The part's note: the pieces the grader lent, which of the student's it replaced, which of those were wrong."""
-    try:
-        replaced = ran[("split", H)].value("lend")
-    except expect.CheckFailure:
-        return
-    bad = lent.wrong({name: ran[("probe", name)].result for name in PROBES}, steps, PROBES, ref)
-    lent.say(student, "DecoderAttention", PART, replaced if isinstance(replaced, list) else [], bad)
-
-
 def _part(student) -> dict:
-    probes, probe_steps = lent.probe(student, PROBES)
-    checks = {("probe", name): (job, {}, None) for name, job in probes.items()}  # before anything is lent
+    lent.lending(student, "DecoderAttention", PART, ref, PROBES)
+    checks = {}
     job = student.job()
     checks["submodules"] = (job, {"value": job.describe(job.new("DecoderAttention", D_MODEL, H, 2))}, None)
     for d_model, heads, kv_heads in FULL_SHAPES:
@@ -319,7 +309,6 @@ def _part(student) -> dict:
     _add(job, steps, inputs, "padded", w, x, (S, 1, 1), 2, positions=positions, key_mask=mask)
     checks["padded"] = (job, steps, inputs)
     ran = send(student, checks)
-    _say_lent(student, ran, probe_steps)
     ran["convention"] = _convention(ran[("full", (D_MODEL, H, H))])
     return ran
 

@@ -1,0 +1,61 @@
+"""Another part's functions, answered by the trusted side: what a borrowing part's code calls in their place.
+
+A part whose code calls functions that another part grades (DecoderAttention calls apply_rope) is graded with
+stand-ins for the student's wrong copies, so that a mistake there costs points once, in its own part. A
+stand-in holds no code of the grader: each call sends its arguments to the trusted side over the worker's
+socket (a "piece" message, during the request being answered) and returns what the reference returned
+(tensors and plain values only). The trusted side checks the arguments as it checks a reply
+(wire.decode_reply), within the part's deadline (autograder/sandbox/lender.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import protocol, wire
+
+PIECE = "piece"  # the kind of a worker's message that asks the trusted side for a lent function's result
+MISSING = object()  # a borrowed name that the student's namespace did not define
+ERRORS = {"TypeError": TypeError, "ValueError": ValueError, "IndexError": IndexError, "RuntimeError": RuntimeError}
+
+
+def asker(sock) -> Callable:
+    """ask(name, args, kwargs): the trusted side's answer for the lent function `name` on these arguments."""
+
+    def ask(name: str, args: tuple, kwargs: dict):
+        codec = wire.WorkerCodec()  # (its own: nothing of the request's handles or results)
+        protocol.send(sock, {"kind": PIECE, "name": name, "args": codec.encode(list(args)),
+                             "kwargs": codec.encode(dict(kwargs))})
+        answer = protocol.recv(sock, capped=False)
+        if not isinstance(answer, dict) or not answer.get("ok"):
+            error = answer.get("error", "") if isinstance(answer, dict) else ""
+            kind = answer.get("type") if isinstance(answer, dict) else None
+            raise ERRORS.get(kind, RuntimeError)(f"the grader's {name}: {error}")
+        return codec.decode(answer.get("value"))
+
+    return ask
+
+
+def standin(name: str, ask: Callable) -> Callable:
+    """A function named `name` whose every call is answered by the trusted side."""
+
+    def piece(*args, **kwargs):
+        return ask(name, args, kwargs)
+
+    piece.__name__ = piece.__qualname__ = name
+    piece.__doc__ = f"The grader's {name}: computed outside this process."
+    return piece
+
+
+def lend(namespace: dict, own: dict, names, standins) -> list[str]:
+    """Each of `names` in `namespace` as a stand-in (those in `standins`) or the student's own again (kept in
+    `own` the first time, MISSING if never defined); the stand-ins that replaced a function of the student."""
+    for name in names:
+        own.setdefault(name, namespace.get(name, MISSING))
+    for name in names:
+        if name in standins:
+            namespace[name] = standins[name]
+        elif own[name] is MISSING:
+            namespace.pop(name, None)
+        else:
+            namespace[name] = own[name]
+    return [name for name in names if name in standins and own[name] is not MISSING]
