@@ -18,13 +18,15 @@ from tests import runcache
 LONGEST_FIRST = (
     "tests/test_catalogue.py", "tests/browser/test_student_lab.py", "tests/test_unprivileged.py",
     "tests/test_trusted_memory.py", "tests/test_efficient_notebooks.py", "tests/test_nbgrader_e2e.py",
+    "tests/test_student_text_class.py", "tests/test_nbgrader_submitted.py",
     "tests/test_editions.py", "tests/test_notebooks.py", "tests/test_hub_exchange.py", "tests/test_platforms.py",
     "tests/test_worker_image.py", "tests/browser/test_formgrader_written.py", "tests/test_written.py",
     "tests/test_personal_config.py", "tests/test_restricted_hosts.py", "tests/test_submitted_links.py",
     "tests/browser/test_class_report.py", "tests/test_gradescope.py", "tests/test_generation_notebooks.py",
     "tests/test_hostile.py", "tests/faults/test_signals.py", "tests/test_seed.py", "tests/test_validate.py",
     "tests/test_release.py", "tests/test_hostile_class.py", "tests/test_gpu_stage.py",
-    "tests/faults/test_postgres.py", "tests/test_feedback_page.py",
+    "tests/faults/test_postgres.py", "tests/test_feedback_page.py", "tests/test_feedback_limits.py",
+    "tests/browser/test_formgrader_hostile_answer.py",
 )
 _RUN_DIR: list[Path] = []
 
