@@ -9,6 +9,8 @@ order, after every attack:
     editor         02_masks: its written answer cell copied and pasted in JupyterLab (its nbgrader metadata twice, a
                    new id); 01_scores: two written answer cells given one grade_id (either stopped autograde for the
                    rest of the class)
+    leaker         03_module too: a SelfAttention that searches its own process for the grader's code of the pieces
+                   lent to it and raises what it finds into its report (issue 46: it found the reference's source)
     mallory        01_scores: a written answer with scripts for formgrader and the feedback page (an onerror image
                    that would save grades through formgrader's API, a `files/javascript:` link that the template's
                    rewrite made live); 02_masks.html (a policy that passes the script check, a refresh to another
@@ -19,10 +21,12 @@ order, after every attack:
 Claims: every command exits 0 and grades every student; each honest student scores exactly what they score alone;
 the two paths give every student the same points; the twins keep theirs and are flagged for review on both sides;
 a student's own page is neither copied nor linked; no feedback page holds a live script or a script link; the huge
-answer is cut in its page, which is written in seconds. (The formgrader page, opened in Chromium: tests/browser/.)
+answer is cut in its page, which is written in seconds; no line of a reference piece reaches the leaker's report or
+feedback page. (The formgrader page, opened in Chromium: tests/browser/.)
 """
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
@@ -42,7 +46,8 @@ A = spec.DEFAULT  # self_attention
 NOTEBOOKS = ("01_scores", "02_masks")  # what each student hands in (the other notebooks: not submitted)
 TIMESTAMP = "2026-12-01 10:00:00.000000 UTC"
 HONEST = ("yara", "zed")
-STUDENTS = ("bulky", "editor", "mallory", "twin1", "twin2", "yara", "zed")
+STUDENTS = ("bulky", "editor", "leaker", "mallory", "twin1", "twin2", "yara", "zed")
+HOSTILE = REPO / "tests" / "hostile"
 WRITTEN = {"01_scores": "written_scale_sqrt", "02_masks": "written_padding_keys"}  # a written answer of each
 ONERROR = ("<img src=x onerror=\"fetch('/formgrader/api/grade/1',{method:'PUT',body:'{}'});"
            "document.title='owned'\">")
@@ -107,6 +112,9 @@ def submissions(course: Path) -> dict[str, dict[str, str]]:
             nbs["02_masks"] = answered(course, "02_masks", "All work and no play. " * (ESSAY_BYTES // 22))
         if student == "editor":
             nbs = {"01_scores": doubled(nbs["01_scores"], "01_scores"), "02_masks": pasted(nbs["02_masks"], "02_masks")}
+        if student == "leaker":
+            nbs["03_module"] = json.loads(student_notebooks(course, "correct")["03_module"])
+            append_to_last_solution(nbs["03_module"], (HOSTILE / "lent_code_search.py").read_text())
         if student == "mallory":
             nbs["01_scores"] = answered(course, "01_scores", f"Scaling keeps softmax soft. {SCRIPT_LINK}\n\n{ONERROR}")
         texts = {f"{name}.ipynb": own_file(json.dumps(nb, indent=1), student) for name, nb in nbs.items()}
@@ -117,6 +125,12 @@ def submissions(course: Path) -> dict[str, dict[str, str]]:
             texts["02_masks.html"] = STUDENT_PAGE
         out[student] = texts
     return out
+
+
+def append_to_last_solution(nb: dict, code: str) -> None:
+    cell = [c for c in nb["cells"] if c["cell_type"] == "code"
+            and (c.get("metadata") or {}).get("nbgrader", {}).get("solution")][-1]
+    cell["source"] = (cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])) + "\n\n" + code
 
 
 def timed(course: Path, *args: str):
@@ -254,3 +268,19 @@ def test_pasted_or_doubled_written_cells_and_a_notebook_near_the_value_cap_cost_
         for pid in (pid for nb in notebooks for pid in parts_of(nb)):
             assert parts[pid]["score"] == parts[pid]["max_score"], (student, pid, parts[pid])
             assert graded["nbgrader"][(student, pid)] == parts[pid]["max_score"], (student, pid)
+
+
+def test_a_search_of_its_own_process_puts_no_line_of_a_reference_piece_in_the_report_or_the_feedback(graded):
+    import inspect
+
+    import solutions as ref
+    from autograder.foundation.spec import PIECES
+
+    course = graded["course"]
+    json_text = json.dumps(report(course, "leaker")["module"], ensure_ascii=False)
+    feedback = html.unescape(page(course, "leaker", "03_module"))
+    assert "LEAK" in json_text and "LEAK" in feedback, json_text[:500]  # (the search ran, in both paths)
+    lines = {line.strip().strip('"') for name in PIECES for line in inspect.getsource(getattr(ref, name)).splitlines()}
+    lines |= {line.strip() for name in PIECES for line in inspect.getdoc(getattr(ref, name)).splitlines()}
+    for text in (json_text, feedback):
+        assert not sorted(line for line in lines if len(line) > 12 and line in text)
