@@ -135,6 +135,7 @@ def feedback(private_tmp):
     autograded = json.loads(graded.read_text())
     autograded["cells"].append({"cell_type": "code", "id": "eve-output", "metadata": {}, "execution_count": 1,
                                 "source": "show()", "outputs": hostile_outputs()})
+    graded.chmod(0o644)  # (nbgrader leaves it read-only: only root writes it as it is)
     graded.write_text(json.dumps(autograded))
     nbgrader(root, "generate_feedback", "self_attention")
     yield root

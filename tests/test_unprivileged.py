@@ -10,8 +10,8 @@ was not root (unmount every cover and read the solutions; search the disk; write
 keyring, io_uring, perf events, userfaultfd and user namespaces; millions of files in /tmp), the worker's
 image (no secret of the instructor's environment, no shared mapping, no capability), and a grading process's
 memory limit, which its workers must not inherit. Apart: the submitted-files suite (tests/test_submitted_links.py:
-links out of a submission and copies refused by grade, grade-class, nbgrader collect and autograde), in a course
-the user builds.
+links out of a submission and copies refused by grade, grade-class, nbgrader collect and autograde), the hostile
+class and the feedback pages' limits (tests/test_feedback_limits.py), in a course the user builds.
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ INNER = ["tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_seed.py",
          "tests/test_trusted_memory.py::test_a_grading_process_caps_its_own_memory_and_its_workers_do_not_inherit_it"]
 # The submitted-files suite (links, copies) with grade, grade-class and nbgrader: a course of its own, built by
 # nbgrader as the user from the first assignment's instructor notebooks and the course's configuration.
-LINKS = ["tests/test_submitted_links.py", "tests/test_hostile_class.py"]
+LINKS = ["tests/test_submitted_links.py", "tests/test_hostile_class.py",
+         "tests/test_feedback_limits.py"]  # (each feedback page rendered in a child under a deadline and RLIMIT_DATA)
 COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/runcache.py",
           "tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_seed.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py",
           "pyproject.toml", *LINKS, "source/self_attention", "nbgrader_config.py"]
@@ -127,6 +128,7 @@ def test_the_sandbox_and_hostile_suites_pass_as_an_ordinary_user(inner_run):
 
 
 def test_linked_and_copied_notebooks_score_0_as_an_ordinary_user_too():
-    """tests/test_submitted_links.py (grade, grade-class, nbgrader collect and autograde) and the class with a hostile
-    student of each kind (tests/test_hostile_class.py) as a hub's instructor."""
+    """tests/test_submitted_links.py (grade, grade-class, nbgrader collect and autograde), the class with a hostile
+    student of each kind (tests/test_hostile_class.py) and the feedback pages' deadline and memory limit
+    (tests/test_feedback_limits.py) as a hub's instructor."""
     assert_passed_as_an_ordinary_user(run_as_user(LINKS, 600))
