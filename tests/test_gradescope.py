@@ -83,6 +83,26 @@ def test_results_json_scores_equal_the_graders(bundle, grader, private_tmp, bugg
         assert doc["score"] == pytest.approx(sum(p.points for p in PARTS))
 
 
+def test_a_search_of_its_own_process_puts_no_line_of_a_reference_piece_in_results_json(bundle, private_tmp):
+    """tests/hostile/lent_code_search.py through the bundle: results.json is shown to the student at once, so a
+    reference piece found in the worker would be theirs on the next submission (issue 46)."""
+    import inspect
+
+    import solutions as ref
+    from autograder.foundation.spec import PIECES
+
+    sub = private_tmp / "leak" / "attention.py"
+    sub.parent.mkdir()
+    sub.write_text((REPO / "solutions" / "attention.py").read_text() + "\n\n"
+                   + (REPO / "tests" / "hostile" / "lent_code_search.py").read_text())
+    doc = _run_bundle(bundle, private_tmp / "leak" / "autograder", sub)
+    text = "\n".join([str(doc.get("output", ""))] + [str(t.get(key, "")) for t in doc["tests"] for key in ("name", "output")])
+    assert "LEAK" in text, text[:500]  # (the search ran)
+    lines = {line.strip().strip('"') for name in PIECES for line in inspect.getsource(getattr(ref, name)).splitlines()}
+    lines |= {line.strip() for name in PIECES for line in inspect.getdoc(getattr(ref, name)).splitlines()}
+    assert not sorted(line for line in lines if len(line) > 12 and line in text)
+
+
 def test_a_generation_bundle_grades_the_second_assignment_like_the_grader(grader, private_tmp):
     """gradescope-bundle --assignment generation: run_autograder grades its three parts, scores as Grader().grade"""
     from autograder.foundation import edition, spec
