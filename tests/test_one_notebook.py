@@ -31,6 +31,17 @@ def run_cli(args, grader, monkeypatch, capfd) -> tuple[int, str]:
     return status, capfd.readouterr().out
 
 
+def decoder_with_wrong_rope(folder: Path) -> Path:
+    """The solved 04_decoder.ipynb in `folder`, its pasted apply_rope wrong (every result 1.5 times too large)."""
+    path = folder / "04_decoder.ipynb"
+    shutil.copy(SOLVED / "generation" / "04_decoder.ipynb", path)
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "def apply_rope" in "".join(c["source"]))
+    cell["source"] = "".join(cell["source"]) + WRONG_ROPE
+    path.write_text(json.dumps(nb))
+    return path
+
+
 def graded_alone(path, grader, monkeypatch, capfd) -> dict:
     status, out = run_cli([path, "--json"], grader, monkeypatch, capfd)
     assert status == 0
@@ -67,18 +78,39 @@ def test_a_wrong_pasted_copy_in_04_decoder_is_no_part_and_its_note_names_the_not
                                                                                        capfd):
     """04_decoder's own apply_rope, pasted and wrong: DecoderAttention keeps full marks (the grader's stands in),
     positions is not graded from the copy, and the note says the copy is in 04_decoder.ipynb"""
-    path = tmp_path / "04_decoder.ipynb"
-    shutil.copy(SOLVED / "generation" / "04_decoder.ipynb", path)
-    nb = json.loads(path.read_text())
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "def apply_rope" in "".join(c["source"]))
-    cell["source"] = "".join(cell["source"]) + WRONG_ROPE
-    path.write_text(json.dumps(nb))
-    doc = graded_alone(path, grader, monkeypatch, capfd)
+    doc = graded_alone(decoder_with_wrong_rope(tmp_path), grader, monkeypatch, capfd)
     assert doc["only"] == ["decoder"]
     parts = {p["id"]: p for p in doc["parts"]}
     assert parts["decoder"]["score"] == parts["decoder"]["max_score"]
     assert [c["name"] for c in parts["positions"]["checks"]] == ["graded_elsewhere"]
     assert "01_positions.ipynb" in parts["positions"]["checks"][0]["message"]
     notes = parts["decoder"].get("notes", [])
+    assert any("your copies in 04_decoder.ipynb" in n and "apply_rope" in n for n in notes), notes
+    assert not any("their own parts say why" in n for n in notes), notes
+
+
+def test_05_flash_backwards_pasted_flash_attention_is_not_graded_as_the_flash_part(grader, monkeypatch, capfd):
+    """The solved 05_flash_backward holds its own copy of flash_attention (the flash part's): named alone, the
+    notebook earns flash_backward's 20 points and nothing for flash, whose check names 01_flash.ipynb"""
+    doc = graded_alone(SOLVED / "efficient" / "05_flash_backward.ipynb", grader, monkeypatch, capfd)
+    parts = {p["id"]: p for p in doc["parts"]}
+    assert doc["only"] == ["flash_backward"] and doc["score"] == parts["flash_backward"]["max_score"] == 20
+    assert parts["flash"]["score"] == 0
+    assert [c["name"] for c in parts["flash"]["checks"]] == ["graded_elsewhere"]
+    assert "01_flash.ipynb" in parts["flash"]["checks"][0]["message"]
+
+
+def test_in_a_folder_the_note_about_04_decoders_wrong_copy_names_04_decoder_not_the_parts_that_show_a_tick(
+        tmp_path, grader):
+    """The whole generation folder, 01_positions right and 04_decoder's pasted apply_rope wrong: the scores are the
+    folder's as ever (positions and decoder full), and decoder's note sends the student to 04_decoder.ipynb"""
+    folder = tmp_path / "generation"
+    folder.mkdir()
+    for notebook in ("01_positions", "02_kv_cache", "03_cross_attention"):
+        shutil.copy(SOLVED / "generation" / f"{notebook}.ipynb", folder)
+    decoder_with_wrong_rope(folder)
+    result = grader.grade(str(folder), assignment=spec.assignment("generation"))
+    assert result.score == 100 and [p.id for p in result.parts] == [p.id for p in spec.assignment("generation").parts]
+    notes = result.part("decoder").notes
     assert any("your copies in 04_decoder.ipynb" in n and "apply_rope" in n for n in notes), notes
     assert not any("their own parts say why" in n for n in notes), notes
