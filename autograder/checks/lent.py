@@ -12,6 +12,7 @@ result (Student.own_pieces): a layer written for its own helper (Llama 3's repea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from autograder.checks import expect
 from autograder.foundation import i18n
@@ -51,7 +52,18 @@ def _start(student, owner: str, part, reference, probes: dict) -> None:
     missing = tuple(n for n in part.borrows if n not in defined)
     student.lending[part.id] = Lending(owner, tuple(part.borrows), verdict.wrong, verdict.broken, missing)
     session.lenders[part.id] = Lender(reference, frozenset(part.borrows)).answer
-    say(student, owner, verdict)
+    say(student, owner, verdict, copies_in(session, namespace, verdict.wrong + verdict.broken))
+
+
+def copies_in(session, namespace: str, names: tuple[str, ...]) -> str | None:
+    """The file that holds the student's pieces `names` when it is a notebook of the assignment other than the
+    ones that grade them (copies pasted there, e.g. 04_decoder.ipynb's apply_rope), else None: their own parts
+    then grade these very pieces."""
+    assignment = session.assignment
+    owners = {p.notebook for p in assignment.parts if set(p.names) & set(names)}
+    if namespace not in assignment.notebooks or not owners or owners == {namespace}:
+        return None
+    return next((Path(s.path).name for s in session.sources if s.name == namespace), f"{namespace}.ipynb")
 
 
 def probe(student, owner: str, part, probes: dict, reference) -> Verdict:
@@ -99,14 +111,18 @@ def _outcome(result, steps, calls, reference, name: str) -> str:
     return "right" if all(expect.same(g, e) for g, e in zip(got, expected)) else "wrong"
 
 
-def say(student, owner: str, verdict: Verdict) -> None:
-    """The part's note: which of the student's pieces the grader stood in for while `owner` was graded."""
+def say(student, owner: str, verdict: Verdict, copies: str | None = None) -> None:
+    """The part's note: which of the student's pieces the grader stood in for while `owner` was graded; when they
+    are copies in another notebook than their own parts' (`copies`, its file name), the note says where they are."""
     bad = verdict.wrong + verdict.broken
     if not bad:
         return
     student.note(_("while {owner} was graded, the grader's {names} stood in for yours (each is graded in its own "
                    "part, so that a mistake there costs points once, there); each check kept the better of that "
                    "and your own pieces").format(owner=owner, names=", ".join(bad)))
+    if copies:
+        say_copies(student, owner, verdict, copies)
+        return
     if verdict.wrong:
         student.note(_("of your own pieces next to {owner}, these gave wrong results: {names} (their own parts say "
                        "why): fix them there too, or {owner} will not work outside the grader").format(
@@ -115,3 +131,14 @@ def say(student, owner: str, verdict: Verdict) -> None:
         student.note(_("of your own pieces next to {owner}, these did not return in time or ended the grading "
                        "process: {names} (their own parts say why)").format(names=", ".join(verdict.broken),
                                                                            owner=owner))
+
+
+def say_copies(student, owner: str, verdict: Verdict, copies: str) -> None:
+    """The notes about the student's copies of other parts' pieces in the notebook `copies`: where they are."""
+    if verdict.wrong:
+        student.note(_("your copies in {file} of these pieces next to {owner} gave wrong results: {names}; fix them "
+                       "there too, or {owner} will not work outside the grader").format(
+            file=copies, names=", ".join(verdict.wrong), owner=owner))
+    if verdict.broken:
+        student.note(_("your copies in {file} of these pieces next to {owner} did not return in time or ended the "
+                       "grading process: {names}").format(file=copies, names=", ".join(verdict.broken), owner=owner))

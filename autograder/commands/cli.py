@@ -61,10 +61,14 @@ def cmd_grade(args) -> int:
 
     prestart()  # the worker pool imports torch while this process does
     from . import document  # noqa: PLC0415
-    from ..grading import grade  # noqa: PLC0415
+    from ..grading import grade, scope  # noqa: PLC0415
 
+    # one notebook of the assignment named alone: only the parts it owns (the folder grades them all)
+    only = scope.of(submission, graded.assignment)
     result = grade.grade(submission, gpu=args.gpu, limits=limits.from_args(args), assignment=graded.assignment,
-                         lang=graded.lang)
+                         lang=graded.lang, part_ids=only.part_ids if only else None)
+    if only:
+        result = scope.complete(result, only, graded.assignment)
     if args.json:
         sys.stdout.write(document.dumps(result) + "\n")
     else:
@@ -118,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description="The self-attention course's grader.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("grade", help="grade a notebook, a folder of notebooks or a .py file")
+    p = sub.add_parser("grade", help="grade a notebook (one of an assignment's: only the parts it owns), a folder of "
+                       "notebooks or a .py file")
     p.add_argument("submission")
     _assignment(p, recognised=True)
     p.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")

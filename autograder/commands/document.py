@@ -41,6 +41,8 @@ def to_json(result: GradeResult) -> dict:
            "lang": result.lang}
     if result.notes:
         doc["notes"] = list(result.notes)
+    if result.only:  # one notebook named alone: the parts graded (the others score 0, graded elsewhere)
+        doc["only"] = list(result.only)
     if result.protections_off:
         doc["protections_off"] = list(result.protections_off)
     return doc

@@ -37,13 +37,15 @@ def render(result: GradeResult, console: Console | None = None) -> None:
     """The report in the result's language (its messages were written in it; the headings follow)."""
     console = console or Console()
     lang = result.lang
-    score = _("score {score} / {max_score}").format(score=_fmt(result.score), max_score=_fmt(result.max_score))
+    shown = result.shown
+    score = _("score {score} / {max_score}").format(score=_fmt(round(sum(p.score for p in shown), 4)),
+                                                    max_score=_fmt(sum(p.max_score for p in shown)))
     console.print(Panel(Text(f"{result.submission}\n{score.render(lang)}", style="bold"),
                         title=_("self-attention autograder").render(lang), expand=False))
     if result.protections_off:
         console.print(Panel(Text("\n".join(result.protections_off)), title="SANDBOX PROTECTIONS OFF on this machine",
                             style="bold red", expand=False))
-    for part in result.parts + ((result.gpu,) if result.gpu else ()):
+    for part in shown + ((result.gpu,) if result.gpu else ()):
         console.print(part_table(part, lang))
     if result.notes:
         console.print(Panel(Group(*[Text(f"• {n}") for n in result.notes]), title=_("notes").render(lang),

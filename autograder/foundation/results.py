@@ -47,6 +47,7 @@ class GradeResult:
     protections_off: tuple[str, ...] = ()  # sandbox layers that could not be applied here
     seconds: float = 0.0
     lang: str = "en"  # the language of its messages (spec.LANGUAGES); the scores never depend on it
+    only: tuple[str, ...] = ()  # one notebook named alone: the parts it owns (the others: 0, graded elsewhere)
 
     @property
     def score(self) -> float:
@@ -55,6 +56,11 @@ class GradeResult:
     @property
     def max_score(self) -> float:
         return sum(p.max_score for p in self.parts)
+
+    @property
+    def shown(self) -> tuple[PartResult, ...]:
+        """The parts a person's report shows: those graded (one notebook's, when it was named alone)."""
+        return tuple(p for p in self.parts if not self.only or p.id in self.only)
 
     def part(self, part_id: str) -> PartResult:
         for p in self.parts + ((self.gpu,) if self.gpu else ()):

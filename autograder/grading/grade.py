@@ -113,9 +113,10 @@ class Grader:
 
 
 def grade(submission: Extracted, gpu: bool = False, limits: Limits | None = None,
-          assignment: spec.Assignment | None = None, lang: str | None = None) -> GradeResult:
+          assignment: spec.Assignment | None = None, lang: str | None = None,
+          part_ids: list[str] | None = None) -> GradeResult:
     """Grade one extracted submission (a notebook, a folder of notebooks or a .py file: extract.extract, which
     fails on a path that is no submission before the worker pool starts), its messages in `lang` (default:
-    the submission's own language)."""
+    the submission's own language); only the parts `part_ids` when given (default: all the CPU parts)."""
     with Grader(limits) as grader:
-        return grader.grade(submission, gpu=gpu, assignment=assignment, lang=lang)
+        return grader.grade(submission, gpu=gpu, part_ids=part_ids, assignment=assignment, lang=lang)
