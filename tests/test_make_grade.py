@@ -78,3 +78,11 @@ def test_a_missing_workspace_or_an_unknown_folder_is_one_line(tmp_path, untouche
     proc = make_grade(untouched, "ASSIGNMENT=attention")
     said = [line for line in proc.stderr.splitlines() if not line.startswith("make")]
     assert proc.returncode == 2 and len(said) == 1 and "self_attention" in said[0]
+
+
+def test_the_line_under_the_tables_speaks_the_language_of_the_folder_graded(tmp_path):
+    """The footer was English in the Chinese edition's folder too (issue 47)."""
+    zh = workspace.footer(workspace.Folder(tmp_path / "self_attention_zh", "self_attention_zh", ()))
+    en = workspace.footer(workspace.Folder(tmp_path / "self_attention", "self_attention", ()))
+    assert "完整报告" in zh and "make grade FULL=1" in zh and str(tmp_path / "self_attention_zh") in zh
+    assert en.startswith("The whole report, one row per check: make grade FULL=1")

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..foundation import edition
+from ..foundation import edition, i18n
 from . import report
 from ..foundation.extract import SubmissionError, extract
 from ..foundation.limits import Limits, SandboxUnavailable
 
+_ = i18n.message
 REPO = Path(__file__).resolve().parent.parent.parent
 RELEASE = REPO / "assignments"
 
@@ -115,19 +116,31 @@ def main(workspace: str | Path, assignment: str | None = None, full: bool = Fals
     except SandboxUnavailable as exc:  # (raised before any student code ran, before anything was printed)
         if limits.unsafe_no_sandbox or not hasattr(os, "fork"):
             raise
-        print(WITHOUT_SANDBOX.format(reason=exc.reason), file=sys.stderr)
+        print(WITHOUT_SANDBOX.format(reason=exc.reason).render(language(chosen[0])), file=sys.stderr)
         _grade(chosen, submissions, replace(limits, unsafe_no_sandbox=True), full, console, release, own=True)
     if not full:
-        console.print("The whole report, one row per check: make grade FULL=1 "
-                      f"(or python -m autograder grade {chosen[0].path})", soft_wrap=True)
+        console.print(footer(chosen[0]), soft_wrap=True)
     return 0
+
+
+def language(folder: Folder) -> str:
+    """The language of the edition a workspace folder holds (self_attention_zh: "zh")."""
+    return edition.resolve(folder.edition).lang
+
+
+def footer(folder: Folder) -> str:
+    """The line under the summary tables, in the language of the first folder graded."""
+    return FULL_REPORT.format(path=folder.path).render(language(folder))
+
+
+FULL_REPORT = _("The whole report, one row per check: make grade FULL=1 (or python -m autograder grade {path})")
 
 
 # make grade where the sandbox cannot be had: the code graded is the student's own, on their own machine, whose
 # clone holds the answer key already; every other command still refuses (they grade other people's code).
-WITHOUT_SANDBOX = ("make grade: grading without the sandbox, which this machine cannot provide ({reason}); that is "
-                   "safe here: the code is your own, on your own machine, whose clone already holds the answer key "
-                   "(grade, grade-class and nbgrader still refuse)")
+WITHOUT_SANDBOX = _("make grade: grading without the sandbox, which this machine cannot provide ({reason}); that is "
+                    "safe here: the code is your own, on your own machine, whose clone already holds the answer key "
+                    "(grade, grade-class and nbgrader still refuse)")
 
 
 def _grade(chosen: list[Folder], submissions: list, limits: Limits, full: bool, console: Console, release: Path,
