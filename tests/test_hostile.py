@@ -224,7 +224,7 @@ def test_fake_output_leaves_the_cli_json_a_single_true_document(course, referenc
     code, _ = kit.case_sources("fake_output", course)
     path = kit.write_submission(course, "fake_output", code)
     before = kit.snapshot(*kit.protected_trees(course))
-    monkeypatch.setattr(grade_module, "grade", lambda p, gpu=False, limits=None, assignment=None, lang=None: kit.grade(p, part_ids=SUBSET)[0])
+    monkeypatch.setattr(grade_module, "grade", lambda p, gpu=False, limits=None, assignment=None, lang=None, part_ids=None: kit.grade(p, part_ids=SUBSET)[0])
     capfd.readouterr()
     started = time.perf_counter()
     status = cli.main(["grade", str(path), "--json"])
