@@ -193,11 +193,14 @@ def test_every_command_exits_0_and_grades_every_student(graded):
 
 
 def test_nbgrader_and_grade_class_give_every_student_the_same_points(graded):
+    compared = 0
     for student in STUDENTS:
         parts = report(graded["course"], student)
         for pid in graded_ids():
-            if (student, pid) in graded["nbgrader"]:
+            if (student, pid) in graded["nbgrader"]:  # (mallory's 02_masks is no notebook: nothing autograded)
                 assert graded["nbgrader"][(student, pid)] == pytest.approx(parts[pid]["score"]), (student, pid)
+                compared += 1
+    assert compared == len(STUDENTS) * len(graded_ids()) - len(parts_of("02_masks")), compared
 
 
 def test_the_honest_students_graded_after_every_attack_score_as_they_score_alone(graded, grader, private_tmp):

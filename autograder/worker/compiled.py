@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 import sys
 
-STUDENT_FILE_PREFIX = "<student:"
+from .names import STUDENT_PREFIX
+
 
 
 def from_student(depth: int = 2) -> bool:
     """Whether the caller `depth` frames up runs the student's code."""
-    return sys._getframe(depth).f_code.co_filename.startswith(STUDENT_FILE_PREFIX)
+    return sys._getframe(depth).f_code.co_filename.startswith(STUDENT_PREFIX)
 
 
 def eager_for_students(compile_):

@@ -13,6 +13,9 @@ and a new assignment adds its parts' groups as data in spec.py.
 """
 from __future__ import annotations
 
+# The file name every piece of student code is compiled under (runtime.py): how the worker tells its frames.
+STUDENT_PREFIX = "<student:"
+
 # F.scaled_dot_product_attention and its private relatives: torch._scaled_dot_product_attention_math,
 # aten._scaled_dot_product_flash_attention_for_cpu, aten._flash_attention_forward, ...
 FUSED_KERNEL = ("scaled_dot_product", "scaled_dot_attention", "_flash_attention",

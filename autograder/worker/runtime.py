@@ -22,10 +22,11 @@ from torch.nn.attention import flex_attention as flex
 
 from . import borrowed, compiled, protocol, standins, wire
 from .meter import LiveMemoryMeter
+from .names import STUDENT_PREFIX
 from .watch import ForbiddenCallWatch
 
 PREAMBLE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
-STUDENT_FILE = "<student:{label}>"
+STUDENT_FILE = STUDENT_PREFIX + "{label}>"
 STUDENT_MODULE = "__student__"  # the __name__ of student code: never "__main__"
 MAX_CAPTURED_OUTPUT = 4000
 
@@ -250,14 +251,14 @@ class Worker:
 
     @staticmethod
     def describe_error(exc: BaseException) -> dict:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<student:")]
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(STUDENT_PREFIX)]
         where = ""
         if frames:
             last = frames[-1]
             where = f"{last.filename[9:-1]}, line {last.lineno} in {last.name}"
             if last.line:
                 where += f": {last.line.strip()}"
-        if isinstance(exc, SyntaxError) and exc.filename and exc.filename.startswith("<student:"):
+        if isinstance(exc, SyntaxError) and exc.filename and exc.filename.startswith(STUDENT_PREFIX):
             where = f"{exc.filename[9:-1]}, line {exc.lineno}: {(exc.text or '').strip()}"
         message = str(exc) if not isinstance(exc, SystemExit) else f"exit code {exc.code!r}"
         return {"type": type(exc).__name__, "message": message[:500], "where": where[:300]}

@@ -33,9 +33,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import standins
-from .names import WATCH_OFF, is_forbidden_name
+from .names import STUDENT_PREFIX, WATCH_OFF, is_forbidden_name
 
-STUDENT_PREFIX = "<student:"
 STANDINS_FILE = standins.__file__
 UNKNOWN_CALLER = "code"  # ("your code called ...")
 
