@@ -5,8 +5,10 @@ visible_checks.py (course/visible_checks_generation.py) builds it on its harness
 speaks the notebook's language and names the student's line like the others; it lives here to keep each file short.
 
 The check compares the layer with its own computation of the layer from scratch (reference values from the layer's
-own weights, in float64), with rope_base 10000 and 50 and with positions [B, S], then with itself (causal, cached
-versus full, left-padded versus alone). While it runs, its own apply_rope, decode_causal_mask and repeat_kv stand
+own weights, in float64), with rope_base 10000 and 50 and with positions [B, S], looks at the keys each append gave
+its cache (rotated at their positions: keys cached before RoPE and rotated with arange(S_k) after reading give right
+outputs while the positions are 0, 1, 2, ...), then compares the layer with itself (causal, cached versus full,
+left-padded versus alone). While it runs, its own apply_rope, decode_causal_mask and repeat_kv stand
 in for the student's where the layer finds them, as the grader's do (autograder/checks/lent.py): a mistake in one
 of those pieces costs once, in its own notebook; the check says in one line which of the student's were wrong.
 Pure torch.
