@@ -279,6 +279,17 @@ def test_a_layers_own_rope_convention_costs_one_check_only(graded):
         [(c.name, c.message) for c in failed]
 
 
+@pytest.mark.parametrize("name", ["decoder_caches_unrotated_keys", "decoder_caches_unrotated_keys_when_cached"])
+def test_caching_unrotated_keys_is_named_by_every_check_it_fails(graded, name):
+    """keys cached before RoPE, everything the cache returns rotated with arange(S_k) (blog code): every decoder
+    check it fails names why (the cache's keys unrotated, the keys at their places in the cache), none only an
+    error size"""
+    decoder = graded(("generation", name)).part("decoder")
+    failed = [c.message for c in decoder.checks if not c.passed]
+    said = ("keys that were not rotated", "the keys were rotated at their places in the cache")
+    assert failed and all(any(s in message for s in said) for message in failed), failed
+
+
 def test_the_backward_memory_check_names_a_top_left_causal_mask(graded):
     """flash_backward's memory check compares the gradients first: a top-left mask fails it with the alignment
     named, as the part's other checks name it, not with a bare "off by up to" """

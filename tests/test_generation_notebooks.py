@@ -205,6 +205,18 @@ class _TopLeftModule(G.CachedSelfAttention):
         return self.W_o(out.transpose(1, 2).reshape(B, S_new, d))
 
 
+class _HFIsCausalModule(G.CachedSelfAttention):
+    """Hugging Face's SDPA pattern: is_causal only when several queries come (right for a prompt and one token)."""
+
+    def forward(self, x, cache=None):
+        B, S_new, d = x.shape
+        q, k, v = (t.view(B, S_new, self.num_heads, -1).transpose(1, 2) for t in self.W_qkv(x).chunk(3, -1))
+        if cache is not None:
+            k, v = cache.append(k, v)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=S_new > 1)
+        return self.W_o(out.transpose(1, 2).reshape(B, S_new, d))
+
+
 class _CausalCross(G.CrossAttention):
     def forward(self, x, context, context_mask=None):
         S_q, S_k = x.shape[1], context.shape[1]
@@ -251,9 +263,10 @@ BUGS = [
     ("check_repeat_kv", (_tiled,), "tiled"),
     ("check_kv_cache_bytes", (_keys_only_bytes,), "count the values too"),
     ("check_kv_cache", (_CacheOnHeads,), "append along dim=2"),
-    ("check_cached_self_attention", (_TopLeftModule, G.KVCache), "differs from the full pass"),
+    ("check_cached_self_attention", (_TopLeftModule, G.KVCache), "top-left aligned (is_causal=True"),
+    ("check_cached_self_attention", (_HFIsCausalModule, G.KVCache), "is_causal=S_new > 1, Hugging Face's pattern"),
     ("check_cross_attention", (_CausalCross,), "no causal mask"),
-    ("check_decoder_attention", (_DecoderAtZero,), "not 0"),
+    ("check_decoder_attention", (_DecoderAtZero,), "received the keys rotated from position 0"),
     ("check_decoder_attention", (_DecoderCachesAllHeads,), "4 heads"),
 ]
 
