@@ -127,7 +127,7 @@ def flash_checks(harness, close, ok):
             "but the lse you return is float32 whatever the inputs (as FlashAttention kernels store it); convert it "
             "with .float() when you write it").format(dtype=lse.dtype)
         want, want_lse = _dense(q, k, v, _bottom_right(7, 11))
-        assert close(out, want, 1e-6) and close(lse, want_lse, 1e-4), _(
+        assert close(out, want, 1e-5) and close(lse, want_lse, 1e-4), _(
             "with float64 inputs (causal, 7 queries, 11 keys, block_q=3, block_k=4) out or lse differs from plain "
             "attention: keep the running max, sum and output in float64 there")
 
