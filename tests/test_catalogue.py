@@ -305,3 +305,12 @@ def test_flash_attention_function_is_judged_against_exact_attention_where_the_st
     part = graded(("efficient", "bwd_causal_named_is_causal")).part("flash_backward")
     function = [c for c in part.checks if c.name.startswith("FlashAttentionFunction.apply(q, k, v, causal) returns")]
     assert len(function) == 2 and all(c.passed for c in function), [(c.name, c.message) for c in function]
+
+
+def test_a_wrong_window_mask_reused_by_the_attention_costs_the_mask_checks_only(graded):
+    """the attention is graded with the grader's mask lent in place of the student's (Part.borrows; issue 47)"""
+    result = graded(("efficient", "window_mask_one_too_wide_reused"))
+    part = next(p for p in result.parts if p.id == "sliding_window")
+    failed = {c.name for c in part.checks if not c.passed}
+    assert failed and all(name.startswith("sliding_window_mask") for name in failed), failed
+    assert any("sliding_window_mask stood in for yours" in str(note) for note in part.notes), part.notes

@@ -206,8 +206,30 @@ def _merge_plain_exp(out_a, lse_a, out_b, lse_b):
     return (w_a * out_a + w_b * out_b) / (w_a + w_b), torch.log(torch.exp(lse_a) + torch.exp(lse_b))
 
 
+def _merge_nan_when_both_empty(out_a, lse_a, out_b, lse_b):  # right unless both sides are -inf: then NaN
+    m = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    part_a = torch.where(w_a[..., None] > 0, w_a[..., None] * out_a, 0.0)
+    part_b = torch.where(w_b[..., None] > 0, w_b[..., None] * out_b, 0.0)
+    return (part_a + part_b) / (w_a + w_b)[..., None], m + torch.log(w_a + w_b)
+
+
 def _window_too_wide(S, window):
     return E.sliding_window_mask(S, window + 1)
+
+
+def sliding_window_mask(S, window):  # one key too wide, as a notebook's global that the attention below calls
+    return E.sliding_window_mask(S, window + 1)
+
+
+def _sliding_reuses_a_wide_mask(q, k, v, window, chunk_size=128):  # right, but with the wide mask above
+    out = torch.empty(*q.shape[:-1], v.shape[-1])
+    for i0 in range(0, q.shape[-2], chunk_size):
+        i1, j0 = min(i0 + chunk_size, q.shape[-2]), max(0, i0 - window + 1)
+        scores = q[:, :, i0:i1] @ k[:, :, j0:i1].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        visible = sliding_window_mask(i1 - j0, window)[i0 - j0:]  # [chunk, keys read]: positions j0 .. i1 - 1
+        out[:, :, i0:i1] = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1) @ v[:, :, j0:i1]
+    return out
 
 
 def _sliding_full_matrix(q, k, v, window, chunk_size=128):
@@ -389,12 +411,14 @@ BUGS = [
     ("check_flash_attention", _flash_full_matrix, "MiB"),
     ("check_flash_attention", _flash_lse_without_max, "without the running max"),
     ("check_merge_attention", _merge_plain_exp, "never exp(lse) alone"),
+    ("check_merge_attention", _merge_nan_when_both_empty, "subtract 0 where both are -inf"),
     ("check_sliding_window_mask", _window_too_wide, "four keys"),
     ("check_sliding_window_attention", _sliding_full_matrix, "the whole score matrix"),
+    ("check_sliding_window_attention", _sliding_reuses_a_wide_mask, "but it calls yours, which is wrong"),
     ("check_sliding_window_attention", _sliding_mask_in_the_loop, "boolean mask: the whole band"),
     ("check_sliding_window_attention", _sliding_every_key, "against every key"),
     ("check_linear_attention", _linear_scaled_before_phi, "divided by sqrt(D) before phi"),
-    ("check_linear_attention", _linear_chunks_without_state, "running sums of every chunk before it"),
+    ("check_linear_attention", _linear_chunks_without_state, "your chunks of 64 positions each start from zero sums"),
     ("check_linear_attention_step", _step_reads_before_adding, "before this step's key is added"),
     ("check_alibi_score_mod", _alibi_slopes_in_a_list, "neither a Python list"),
     ("check_sliding_window_mask_mod", _window_with_an_if, "`&` and `|`, or choose with `torch.where`"),

@@ -180,7 +180,7 @@ def cells():
         | `q`, `k`, `v` | `[B, H, S_q, D]`, `[B, H, S_k, D]`, `[B, H, S_k, D_v]` |
         | scores of one tile | `[B, H, block_q, block_k]` (the last blocks may be shorter) |
         | running `m`, `l` / `o` | `[B, H, block_q]` / `[B, H, block_q, D_v]`, float32 (float64 for float64 inputs) |
-        | returns `out`, `lse` | `[B, H, S_q, D_v]` in `q`'s dtype, `[B, H, S_q]` float32 |
+        | returns `out`, `lse` | `[B, H, S_q, D_v]` in `q`'s dtype, `[B, H, S_q]` float32 (also for float64 inputs: convert it when you write it) |
 
         Scale the scores by $1/\sqrt{D}$; skip the key blocks a causal query block cannot see.
         """, r"""
@@ -199,7 +199,7 @@ def cells():
         | `q`、`k`、`v` | `[B, H, S_q, D]`、`[B, H, S_k, D]`、`[B, H, S_k, D_v]` |
         | 一个分块的分数 | `[B, H, block_q, block_k]`（最后的块可能更短） |
         | 累计量 `m`、`l` / `o` | `[B, H, block_q]` / `[B, H, block_q, D_v]`，float32（输入为 float64 时用 float64） |
-        | 返回 `out`、`lse` | `[B, H, S_q, D_v]`，与 `q` 同 dtype；`[B, H, S_q]`，float32 |
+        | 返回 `out`、`lse` | `[B, H, S_q, D_v]`，与 `q` 同 dtype；`[B, H, S_q]`，float32（输入为 float64 时也是：写入时转换） |
 
         分数要乘以 $1/\sqrt{D}$；因果时跳过查询块看不到的键块。
         """),
