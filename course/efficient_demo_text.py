@@ -118,7 +118,7 @@ DEMO_TEXT = (
     N_('torch.compile skipped: {reason}'),
     N_("the compiler's cache folder {folder} is not writable"),
     N_('compiled vs eager: largest difference {gap:.1e}'),
-    N_('eager: median {median:.3f} s of calls 2 to 4 ({calls}; the first took {first:.3f} s)'),
+    N_('eager: median {median:.3f} s of calls 2 and 3 ({calls}; the first took {first:.3f} s)'),
     N_('compiled, first call: {first:.1f} s, {how}'),
     N_('compiled, after it: median {median:.4f} s of 5 calls ({calls})'),
     N_('cold: the kernel was compiled from scratch'),

@@ -92,7 +92,7 @@ def cells():
         """, r"""
         # 05 · FlashAttention 的反向传播：重算，而不是存储
 
-        在 `01_flash` 里，你的 `flash_attention` 除了输出，还返回了每个查询行的对数求和指数（log-sum-exp），说是"反向传播要用"。这里就是那个反向传播。训练需要损失对 `q`、`k`、`v` 的梯度；朴素注意力靠 autograd 得到它们，而 autograd 会把每一层 `[S_q, S_k]` 的概率矩阵**存下来**，直到反向传播读取：$S$ = 16k 时，每个头、每一层就是 1 GB。FlashAttention 除了 `out` 只存 $O(S)$ 的量：FlashAttention 1 存每一行的最大值 $m$ 和累加和 $\ell$，FlashAttention 2 只存一个数 $\text{lse} = m + \log \ell$（也就是你的 `flash_attention` 返回的量）；两者都在反向传播时逐块**重算**概率。长上下文训练之所以放得进内存，靠的就是这一点。
+        在 `01_flash` 里，你的 `flash_attention` 除了输出，还返回了每个查询行的 log-sum-exp（lse），说是"反向传播要用"。这里就是那个反向传播。训练需要损失对 `q`、`k`、`v` 的梯度；朴素注意力靠 autograd 得到它们，而 autograd 会把每一层 `[S_q, S_k]` 的概率矩阵**存下来**，直到反向传播读取：$S$ = 16k 时，每个头、每一层就是 1 GB。FlashAttention 除了 `out` 只存 $O(S)$ 的量：FlashAttention 1 存每一行的最大值 $m$ 和累加和 $\ell$，FlashAttention 2 只存一个数 $\text{lse} = m + \log \ell$（也就是你的 `flash_attention` 返回的量）；两者都在反向传播时逐块**重算**概率。长上下文训练之所以放得进内存，靠的就是这一点。
 
         | 评分部分 | 你要写的内容 |
         |---|---|
@@ -178,7 +178,7 @@ def cells():
         **not** work is a softmax of the tile by itself: it normalises each row of the tile over the tile's
         keys only. The cell takes the tile (queries 0..3, keys 4..7) of a `[8, 12]` score matrix both ways.
         """, r"""
-        ## 2. 用对数求和指数重算 $P$
+        ## 2. 用 log-sum-exp（lse）重算 $P$
 
         上面每一行都要读 $P$，而 $P$ 正是前向从头到尾都没有构造的那个 `[S_q, S_k]` 矩阵。不过前向返回了 $\text{lse}_i = \log \sum_j e^{S_{ij}}$，即第 $i$ 行 softmax 分母的对数，所以 $P$ 的任意一个**分块**都能只用 $q$、$k$ 和 lse 重新算出来：
 

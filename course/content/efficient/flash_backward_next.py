@@ -41,8 +41,9 @@ def cells():
         **key blocks outside**. The reason is where each gradient is summed: $dK_j$ and $dV_j$ over every query
         block, $dQ_i$ over every key block. With key block $j$ fixed in the outer loop, $dK_j$ and $dV_j$ stay
         in registers and on-chip memory (SRAM) through the whole inner loop and are written to main memory
-        once; only $dQ$, one gradient instead of two, is summed across key blocks. On a GPU the key blocks run
-        in parallel, one thread block each, so they add their shares of $dQ_i$ into one float32 buffer in main
+        once; only $dQ$, one gradient instead of two, is summed across key blocks. FlashAttention 1 reads,
+        updates and writes $dQ_i$ back to main memory at every tile; FlashAttention 2 runs the key blocks in
+        parallel, one thread block each, so they add their shares of $dQ_i$ into one float32 buffer in main
         memory with **atomic adds**, in whatever order they finish.
 
         The cell runs the keys-outside order with your own function: one call of `flash_attention_backward`
@@ -55,7 +56,7 @@ def cells():
 
         最后四节介绍真实的反向传播内核里会遇到的东西；每一节都跑一个实验，有的用到你的 `flash_attention_backward`，都不评分。
 
-        你的反向传播沿用前向的顺序：外层是查询块，内层是键块。FlashAttention 的论文和内核把两层循环交换了：FlashAttention 1 的算法 4、FlashAttention 2 的算法 2、`flash-attn` 库的 CUDA 内核（以及斯坦福 CS336 的 FlashAttention-2 反向传播）都把**键块放在外层**。原因在于每个梯度在哪里求和：$dK_j$ 和 $dV_j$ 要对所有查询块求和，$dQ_i$ 要对所有键块求和。外层固定键块 $j$ 时，$dK_j$ 和 $dV_j$ 在整个内层循环里都留在寄存器和片上存储（SRAM）中，最后只写回主存一次；只剩 $dQ$ 这一个梯度（而不是两个）要跨键块求和。在 GPU 上各键块并行运行，每块一个线程块，于是它们用**原子加法**把各自对 $dQ_i$ 的贡献加进主存里同一个 float32 缓冲区，顺序取决于谁先算完。
+        你的反向传播沿用前向的顺序：外层是查询块，内层是键块。FlashAttention 的论文和内核把两层循环交换了：FlashAttention 1 的算法 4、FlashAttention 2 的算法 2、`flash-attn` 库的 CUDA 内核（以及斯坦福 CS336 的 FlashAttention-2 反向传播）都把**键块放在外层**。原因在于每个梯度在哪里求和：$dK_j$ 和 $dV_j$ 要对所有查询块求和，$dQ_i$ 要对所有键块求和。外层固定键块 $j$ 时，$dK_j$ 和 $dV_j$ 在整个内层循环里都留在寄存器和片上存储（SRAM）中，最后只写回主存一次；只剩 $dQ$ 这一个梯度（而不是两个）要跨键块求和。FlashAttention 1 在每个分块上都把 $dQ_i$ 从主存读出、更新、再写回；FlashAttention 2 让各键块并行运行，每块一个线程块，于是它们用**原子加法**把各自对 $dQ_i$ 的贡献加进主存里同一个 float32 缓冲区，顺序取决于谁先算完。
 
         下面的单元格用你自己的函数按键块在外层的顺序运行：每个键块调用一次 `flash_attention_backward`（非因果），每次都传入整行的 `out` 和 `lse`，这样分块的 $P = e^{S - \text{lse}}$ 就是每一行里属于这些键的那一份；各次调用的 `grad_q` 加起来即可。它统计两种顺序各要向主存写多少次，再按随机顺序把各键块对 `grad_q` 的贡献加起来，就像原子加法那样。
         """),
@@ -90,18 +91,18 @@ def cells():
         md(r"""
         Float32 addition is not associative, so with atomic adds `grad_q` differs in its last bits from one run
         to the next, while `grad_k` and `grad_v`, each written once, do not: one reason why two identical
-        training runs on a GPU can drift apart. `flash_attn_func(..., deterministic=True)` (and PyTorch's
-        `torch.use_deterministic_algorithms(True)`) fixes the order of these additions; the library's docstring
-        names the price: the backward is "slightly slower and uses more memory" (the key blocks' partial
-        $dQ$ are kept apart and summed in a fixed order instead of being added into one buffer as they come).
+        training runs on a GPU can drift apart. The `flash-attn` library's `flash_attn_func(...,
+        deterministic=True)` fixes the order of these additions; its docstring names the price: the backward is
+        "slightly slower and uses more memory" (partial $dQ$ buffers, each for a group of key blocks, summed in
+        a fixed order, instead of one buffer that every key block adds into as it finishes).
         """, r"""
-        float32 的加法不满足结合律，所以用原子加法时，`grad_q` 的最后几位在每次运行之间都会不同；而 `grad_k` 和 `grad_v` 各只写一次，不会变。这是 GPU 上两次一模一样的训练可能逐渐分道扬镳的原因之一。`flash_attn_func(..., deterministic=True)`（以及 PyTorch 的 `torch.use_deterministic_algorithms(True)`）会固定这些加法的顺序；库的文档字符串说明了代价：反向传播"稍慢一些，并且占用更多内存"（各键块的部分 $dQ$ 分开保存，按固定顺序求和，而不是谁先到就加进同一个缓冲区）。
+        float32 的加法不满足结合律，所以用原子加法时，`grad_q` 的最后几位在每次运行之间都会不同；而 `grad_k` 和 `grad_v` 各只写一次，不会变。这是 GPU 上两次一模一样的训练可能逐渐分道扬镳的原因之一。`flash-attn` 库的 `flash_attn_func(..., deterministic=True)` 会固定这些加法的顺序；它的文档字符串说明了代价：反向传播"稍慢一些，并且占用更多内存"（每组键块各用一个部分 $dQ$ 缓冲区，按固定顺序求和，而不是让每个键块算完就加进同一个缓冲区）。
         """),
         md(r"""
         ## 9. The gradient through the lse, and ring attention
 
-        So far the loss read only `out`. When it also reads the `lse` (ring attention and split-KV decoding
-        merge partial results by their lse, as your `merge_attention` in `01_flash` does), the backward
+        So far the loss read only `out`. When it also reads the `lse` (ring attention, for one, merges partial
+        results by their lse, as your `merge_attention` in `01_flash` does), the backward
         receives a second gradient, $d\text{lse}$, one number per query. Since
         $\partial\, \text{lse}_i / \partial S_{ij} = P_{ij}$, it adds $P \circ d\text{lse}$ to $dS$:
 
@@ -112,15 +113,16 @@ def cells():
         lse, so each shard's backward needs its own $d\text{lse}$, unless it is given the **merged** `out` and
         `lse`: then its $P = e^{S - \text{lse}}$ is already the shard's share of the whole row's probabilities
         and $\delta$ the whole row's, and the ordinary backward, your function, gives exactly the shard's
-        gradients. This is what ring attention's implementations do.
+        gradients. This is what implementations of ring attention do: each step's backward is handed the final
+        `out` and `lse`.
         """, r"""
         ## 9. 经过 lse 的梯度，以及环形注意力（ring attention）
 
-        到目前为止，损失只读取了 `out`。如果它也读取 `lse`（环形注意力和 split-KV 解码按 lse 合并部分结果，就像你在 `01_flash` 里写的 `merge_attention`），反向传播就会收到第二个梯度 $d\text{lse}$，每个查询一个数。由于 $\partial\, \text{lse}_i / \partial S_{ij} = P_{ij}$，它给 $dS$ 加上 $P \circ d\text{lse}$：
+        到目前为止，损失只读取了 `out`。如果它也读取 `lse`（比如环形注意力按 lse 合并部分结果，就像你在 `01_flash` 里写的 `merge_attention`），反向传播就会收到第二个梯度 $d\text{lse}$，每个查询一个数。由于 $\partial\, \text{lse}_i / \partial S_{ij} = P_{ij}$，它给 $dS$ 加上 $P \circ d\text{lse}$：
 
         $$dS = P \circ (dP - \delta + d\text{lse}).$$
 
-        下面的单元格在损失同时读取两者时，把这个公式与 autograd 比较。然后是环形注意力：键分成两片，每一片的 `(out, lse)` 合并成整行的结果。合并读取了每一片的 lse，所以每一片的反向传播都需要自己的 $d\text{lse}$，除非传给它的是**合并后**的 `out` 和 `lse`：这时它的 $P = e^{S - \text{lse}}$ 已经是整行概率中属于这一片的那一份，$\delta$ 也是整行的 $\delta$，普通的反向传播（也就是你的函数）恰好给出这一片的梯度。环形注意力的实现正是这样做的。
+        下面的单元格在损失同时读取两者时，把这个公式与 autograd 比较。然后是环形注意力：键分成两片，每一片的 `(out, lse)` 合并成整行的结果。合并读取了每一片的 lse，所以每一片的反向传播都需要自己的 $d\text{lse}$，除非传给它的是**合并后**的 `out` 和 `lse`：这时它的 $P = e^{S - \text{lse}}$ 已经是整行概率中属于这一片的那一份，$\delta$ 也是整行的 $\delta$，普通的反向传播（也就是你的函数）恰好给出这一片的梯度。环形注意力的实现正是这样做的：每一步的反向传播拿到的都是最终的 `out` 和 `lse`。
         """),
         demo("""
         torch.manual_seed(6)
@@ -171,14 +173,14 @@ def cells():
         Attention dropout zeroes each probability with probability $p$ and scales the others by $1/(1-p)$:
         $O = (P \circ Z) V$ with $Z = M/(1-p)$ for a random 0/1 mask $M$. The backward needs the same $Z$
         ($dV = (P \circ Z)^\top dO$, $dP = (dO\, V^\top) \circ Z$; $\delta = \text{rowsum}(dO \circ O)$ still
-        holds), but storing $M$ is the $S_q \times S_k$ tensor FlashAttention refuses. Kernels store a seed and
+        holds), but storing $M$ means storing the $S_q \times S_k$ tensor FlashAttention avoids. Kernels store a seed and
         an offset instead and **regenerate** each tile's bits in the backward from a counter-based generator
         (Philox in flash-attn), which gives any tile's bits without generating the ones before it. The cell
         mimics it with one `torch.Generator` per tile, seeded from the seed and the tile's position.
         """, r"""
         ## 10. Dropout：掩码重放，而不是存储
 
-        注意力 dropout 以概率 $p$ 把每个概率置零，其余的乘以 $1/(1-p)$：$O = (P \circ Z) V$，其中 $Z = M/(1-p)$，$M$ 是随机的 0/1 掩码。反向传播需要同一个 $Z$（$dV = (P \circ Z)^\top dO$，$dP = (dO\, V^\top) \circ Z$；$\delta = \text{rowsum}(dO \circ O)$ 依然成立），可是存下 $M$ 就是存下 FlashAttention 拒绝保存的 $S_q \times S_k$ 张量。内核改为保存一个 seed 和一个偏移量，在反向传播时用基于计数器的随机数生成器（flash-attn 用的是 Philox）**重新生成**每个分块的随机位：它能直接给出任意分块的随机位，不必先生成前面的。下面的单元格模仿这一点：每个分块一个 `torch.Generator`，用 seed 和分块的位置作为种子。
+        注意力 dropout 以概率 $p$ 把每个概率置零，其余的乘以 $1/(1-p)$：$O = (P \circ Z) V$，其中 $Z = M/(1-p)$，$M$ 是随机的 0/1 掩码。反向传播需要同一个 $Z$（$dV = (P \circ Z)^\top dO$，$dP = (dO\, V^\top) \circ Z$；$\delta = \text{rowsum}(dO \circ O)$ 依然成立），可是存下 $M$ 就等于存下 FlashAttention 一直避免保存的 $S_q \times S_k$ 张量。内核改为保存一个 seed 和一个偏移量，在反向传播时用基于计数器的随机数生成器（flash-attn 用的是 Philox）**重新生成**每个分块的随机位：它能直接给出任意分块的随机位，不必先生成前面的。下面的单元格模仿这一点：每个分块一个 `torch.Generator`，用 seed 和分块的位置作为种子。
         """),
         demo("""
         torch.manual_seed(8)
