@@ -243,20 +243,25 @@ QUESTIONS = {q.grade_id: q for q in (
         answer=(
             """Keeping $P$ means keeping $S_q \\times S_k$ numbers per head: the printed sizes of plain attention grow
             about 16-fold when $S$ grows 4-fold, to gigabytes at 16k, while `FlashAttentionFunction` keeps only `q`, `k`,
-            `v`, `out` and `lse`, which grow 4-fold. With `lse` saved, each tile's $P = e^{S \\cdot scale - lse}$ is
-            recomputed exactly, already normalised; the price is one more $QK^\\top$ product per tile in the
-            backward pass, extra arithmetic that costs far less than storing and reading back a quadratic tensor.""",
+            `v`, `out` and `lse`, which grow 4-fold. With `lse` saved, each tile's $P = e^{S - lse}$ ($S$ the scaled
+            scores of the tile) is recomputed already normalised, to the precision of the float32 `lse`; the price
+            is one more $QK^\\top$ product per tile in the backward pass, extra arithmetic that costs far less than
+            storing and reading back a quadratic tensor.""",
             """保存 $P$ 就得为每个头保存 $S_q \\times S_k$ 个数：打印的结果里，$S$ 变成 4 倍时朴素注意力保存的量变成
             约 16 倍，到 16k 时已是 GB 级；而 `FlashAttentionFunction` 只保存 `q`、`k`、`v`、`out` 和 `lse`，只变成
-            4 倍。有了 `lse`，每个块的 $P = e^{S \\cdot scale - lse}$ 可以精确地重算出来，而且已经归一化；代价是
-            反向传播里每个块多做一次 $QK^\\top$ 乘法，多出的这点计算远比存下再读回一个平方级的张量便宜。"""),
-        full=("quadratic memory of $P$ versus linear memory of what is kept, read off the printed sizes; `lse` making "
-              "the recomputation exact; the cost named as extra compute (one more $QK^\\top$ per tile).",
-              "对照打印的大小说明 $P$ 占平方级内存、保存的量是线性的；指出 `lse` 使重算精确；说出代价是额外计算（每块多一次 $QK^\\top$）。"),
-        half=("the memory argument alone, without the role of `lse` or the cost.",
-              "只讲了内存，没有讲 `lse` 的作用或重算的代价。"),
-        none=("no answer, or a reason that is not about memory (for example: recomputing is more accurate).",
-              "没有作答，或理由与内存无关（例如“重算更精确”）。"),
+            4 倍。有了 `lse`，每个块的 $P = e^{S - lse}$（$S$ 是这个块缩放后的分数）可以重算出来，而且已经归一化，
+            精度取决于 float32 的 `lse`；代价是反向传播里每个块多做一次 $QK^\\top$ 乘法，多出的这点计算远比存下再读回
+            一个平方级的张量便宜。"""),
+        full=("three elements, scored 2 + 1 + 1: (2) quadratic memory of $P$ versus linear memory of what is kept, "
+              "read off the printed sizes; (1) `lse` making the recomputed $P$ normalised without a pass over the "
+              "row; (1) the cost named as extra compute (one more $QK^\\top$ per tile).",
+              "三个要点，按 2 + 1 + 1 计分：(2) 对照打印的大小说明 $P$ 占平方级内存、保存的量是线性的；(1) 指出 `lse` "
+              "使重算出的 $P$ 不必再遍历整行就已归一化；(1) 说出代价是额外计算（每块多一次 $QK^\\top$）。"),
+        half=("the memory argument alone (2 points); with one of the other two elements as well, 3 points.",
+              "只讲了内存（2 分）；再答出另外两点中的一点，得 3 分。"),
+        none=("no memory argument (for example: recomputing is more accurate); the role of `lse` or the cost "
+              "alone still earns its 1 point.",
+              "没有讲内存（例如“重算更精确”）；只答出 `lse` 的作用或重算的代价，仍各得 1 分。"),
     ),
 )}
 
