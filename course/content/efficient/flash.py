@@ -488,14 +488,15 @@ def cells():
         kernels). The real kernels save time too. On a GPU, plain attention's time goes mostly to its
         elementwise passes over the $S^2$ matrix (scale, mask, softmax, dropout): each reads every score from
         the slow main memory (HBM) and writes it back for a handful of operations, so memory traffic, not
-        arithmetic, sets their speed (they are **memory-bound**). Its two matrix products do about $D / 2$
-        operations per byte they move, far more (the cell prints both). FlashAttention keeps each tile in fast
-        on-chip memory (SRAM), so the $S^2$ traffic of all of them disappears, which is where its first
-        speed-up comes from. What is left is limited by arithmetic, and FlashAttention-2 (Dao, 2023) gained its
+        arithmetic, sets their speed (they are **memory-bound**). Its two matrix products do about $D$ operations
+        per byte they move in float16, fifty times more (the cell prints both; at $D = 64$ even they stay below
+        what an H100 needs to be busy, one more reason to keep the $S^2$ matrix out of main memory).
+        FlashAttention keeps each tile in fast on-chip memory (SRAM), so the $S^2$ traffic of all of them
+        disappears, which is where its first speed-up comes from. What is left is limited by arithmetic, and FlashAttention-2 (Dao, 2023) gained its
         next factor of about 2 there: fewer operations outside the matrix products (the output is divided by
         $\ell$ once, at the end, as here) and the work split better across the GPU's threads.
         """, r"""
-        你的版本省下了内存，但没有省下时间：对分块的 Python 循环很慢，而且每个可见的分块都完整计算（只有因果对角线以上的分块被跳过，真正的内核也是这样）。真正的内核也能省时间。在 GPU 上，朴素注意力的时间主要花在对 $S^2$ 矩阵逐元素处理的那几遍上（缩放、掩码、softmax、dropout）：每一遍都要把每个分数从慢速的主存（HBM）读出来、做寥寥几次运算、再写回去，所以决定它们速度的是访存而不是算力（它们是**访存受限**的）。它的两次矩阵乘法每搬运一个字节大约做 $D / 2$ 次运算，多得多（单元格把两者都打印出来）。FlashAttention 把每个分块留在高速的片上内存（SRAM）里，这些 $S^2$ 的访存就全都没有了，这是它第一份加速的来源。剩下的部分受算力限制；FlashAttention-2（Dao，2023）又在这一侧快了大约 2 倍：减少矩阵乘法以外的运算（和这里一样，输出只在最后除以一次 $\ell$），并把工作更好地分配到 GPU 的线程上。
+        你的版本省下了内存，但没有省下时间：对分块的 Python 循环很慢，而且每个可见的分块都完整计算（只有因果对角线以上的分块被跳过，真正的内核也是这样）。真正的内核也能省时间。在 GPU 上，朴素注意力的时间主要花在对 $S^2$ 矩阵逐元素处理的那几遍上（缩放、掩码、softmax、dropout）：每一遍都要把每个分数从慢速的主存（HBM）读出来、做寥寥几次运算、再写回去，所以决定它们速度的是访存而不是算力（它们是**访存受限**的）。它的两次矩阵乘法在 float16 下每搬运一个字节大约做 $D$ 次运算，是前者的五十倍（单元格把两者都打印出来；$D = 64$ 时连它们也达不到 H100 满负荷所需的运算量，这也是不该让 $S^2$ 矩阵进出主存的又一个理由）。FlashAttention 把每个分块留在高速的片上内存（SRAM）里，这些 $S^2$ 的访存就全都没有了，这是它第一份加速的来源。剩下的部分受算力限制；FlashAttention-2（Dao，2023）又在这一侧快了大约 2 倍：减少矩阵乘法以外的运算（和这里一样，输出只在最后除以一次 $\ell$），并把工作更好地分配到 GPU 的线程上。
         """),
         demo("""
         S, D, number = 4096, 64, 2  # one head, float16: 2 bytes a number
