@@ -541,7 +541,7 @@ DEMO_ZH = {
     "# attention, MLP, two norms": "# 注意力、MLP、两个归一化层",
     "# embeddings in and out, layers, final norm": "# 输入输出嵌入、各层、最后的归一化层",
     'f"weights: {parameters / 1e9:.2f} billion parameters = {parameters * 2 / GiB:.1f} GiB in float16"':
-        'f"权重：{parameters / 1e8:.1f} 亿个参数 = float16 下 {parameters * 2 / GiB:.1f} GiB"',
+        'f"权重：{parameters / 1e9:.2f} × 10⁹ 个参数 = float16 下 {parameters * 2 / GiB:.1f} GiB"',
     'f"KV cache per token: {': 'f"每个 token 的 KV 缓存：{',
     'f"KV cache, batch {batch}, {seq_len:>7,} tokens: {size / GiB:5.1f} GiB "': 'f"KV 缓存，批大小 {batch}，{seq_len:>7,} 个 token：{size / GiB:5.1f} GiB"',
     'f"({size / (parameters * 2):.2f}x the weights)"': 'f"（权重的 {size / (parameters * 2):.2f} 倍）"',
