@@ -113,6 +113,16 @@ def test_the_notebooks_print_the_memory_and_exactness_they_claim(executed):
     assert peaks and float(peaks[0][2]) < float(peaks[0][0]) / 10, text["01_flash"]
     assert "4096 additions of 1: float16 gives 2048.0, float32 gives 4096.0" in text["01_flash"]
     assert "28 skipped" in text["01_flash"]
+    flash = text["01_flash"]  # issue 47: the loop orders' traffic, the meter's blind spot, memory-bound, o / l, float16
+    assert "FlashAttention-1) 2.1 MiB, query blocks outside (FlashAttention-2, yours) 0.13 MiB" in flash
+    assert "the meter sees 0.06 MiB, torch.profiler a temporary of 64 MiB inside it" in flash
+    assert "Q K^T 62, softmax 1.25" in flash
+    assert "o / l = 0.0 for values of both signs" in flash and "nan for values all 1 (o = inf)" in flash
+    same, floor = map(float, re.findall(r"same float16 inputs ([\d.e+-]+), rounding that exact output to float16 "
+                                        r"alone ([\d.e+-]+)", flash)[0])
+    before, inputs = map(float, re.findall(r"before rounding: ([\d.e+-]+), of which the rounding of the inputs alone "
+                                           r"accounts for ([\d.e+-]+)", flash)[0])
+    assert same < 2 * floor and inputs > before / 2 > same, flash
     band = re.findall(r"S =  4096: masked full attention +([\d.]+) MiB, chunked +([\d.]+) MiB", text["02_sliding_window"])
     assert band and float(band[0][1]) < float(band[0][0]) / 50
     assert "Mistral 7B: 32 layers x (4096 - 1) = 131,040 tokens of reach" in text["02_sliding_window"]
