@@ -196,7 +196,7 @@ def cells():
         | running `m`, `l` / `o` | `[B, H, block_q]` / `[B, H, block_q, D_v]`, float32 (float64 for float64 inputs) |
         | returns `out`, `lse` | `[B, H, S_q, D_v]` in `q`'s dtype, `[B, H, S_q]` float32 (also for float64 inputs: convert it when you write it) |
 
-        Scale the scores by $1/\sqrt{D}$; skip the key blocks a causal query block cannot see.
+        Scale the scores by $1/\sqrt{D}$; skip the key blocks a causal query block cannot see (this saves work; it is not graded: a loop that computes and masks every block scores the same).
         """, r"""
         ## 3. 对数求和指数（log-sum-exp，lse），以及内核为什么返回它
 
@@ -215,7 +215,7 @@ def cells():
         | 累计量 `m`、`l` / `o` | `[B, H, block_q]` / `[B, H, block_q, D_v]`，float32（输入为 float64 时用 float64） |
         | 返回 `out`、`lse` | `[B, H, S_q, D_v]`，与 `q` 同 dtype；`[B, H, S_q]`，float32（输入为 float64 时也是：写入时转换） |
 
-        分数要乘以 $1/\sqrt{D}$；因果时跳过查询块看不到的键块。
+        分数要乘以 $1/\sqrt{D}$；因果时跳过查询块看不到的键块（这样省下计算；不计分：计算每个块再加掩码的循环得分相同）。
         """),
         md(r"""
         <details><summary>Guiding questions (open them if you are stuck)</summary>

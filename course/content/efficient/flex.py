@@ -166,7 +166,7 @@ def cells():
         """, r"""
         ## 3. 前缀语言模型与滑动窗口
 
-        **前缀语言模型**（prefix-LM：T5 的纯解码器变体、许多视觉-语言模型）双向地读入一段前缀（提示、图像），然后按因果生成其余部分：每个查询都能看到整个前缀（`kv_idx < prefix_lengths[b]`），前缀之后是通常的因果规则。`prefix_lm_mask_mod(prefix_lengths)` 为每个样本接收一个前缀长度。`sliding_window_mask_mod(window)` 就是 02 号 notebook 中 `sliding_window_mask` 的 mask_mod 形式。
+        **前缀语言模型**（prefix-LM：T5 的纯解码器变体、许多视觉-语言模型）双向地读入一段前缀（提示词、图像），然后按因果生成其余部分：每个查询都能看到整个前缀（`kv_idx < prefix_lengths[b]`），前缀之后是通常的因果规则。`prefix_lm_mask_mod(prefix_lengths)` 为每个样本接收一个前缀长度。`sliding_window_mask_mod(window)` 就是 02 号 notebook 中 `sliding_window_mask` 的 mask_mod 形式。
         """),
         solution("prefix_lm_mask_mod", HINTS),
         check("check_prefix_lm_mask_mod(prefix_lm_mask_mod)", "check_prefix_lm_mask_mod"),
