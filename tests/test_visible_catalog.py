@@ -74,7 +74,8 @@ def test_the_template_and_the_translation_hold_exactly_the_messages_of_the_sourc
 
 def test_every_message_extracted_is_marked_in_the_released_files_and_the_demo_text():
     locations = {Path(path).name for m in catalogs.read_catalog(catalogs.TEMPLATE) for path, _ in m.locations}
-    assert locations == {"visible_checks.py", "visible_checks_scores_masks.py", "visible_checks_generation.py",
+    assert locations == {"visible_checks.py", "visible_checks_scores_masks.py", "visible_checks_module.py",
+                         "visible_checks_generation.py",
                          "visible_checks_efficient.py", "check_harness.py", "graded_cells.py", "efficient_demo_text.py",
                          "visible_checks_flash.py", "visible_checks_flash_backward.py", "visible_checks_decoder.py",
                          "visible_checks_flex.py"}
