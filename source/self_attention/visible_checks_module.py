@@ -27,6 +27,56 @@ def lengths_mask(lengths, S):
     return torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]
 
 
+def _single_head(attn, x: torch.Tensor, scale: float) -> torch.Tensor:
+    """W_o(softmax(Q K^T * scale) V) from the module's own W_q, W_k, W_v, W_o: x [B, S, d_model] -> [B, S, d_model]."""
+    Q, K, V = attn.W_q(x), attn.W_k(x), attn.W_v(x)  # [B, S, d_k], [B, S, d_k], [B, S, d_v]
+    return attn.W_o(torch.softmax(Q @ K.transpose(-2, -1) * scale, dim=-1) @ V)
+
+
+def _multi_head(mha, x: torch.Tensor, H: int, scale: float) -> torch.Tensor:
+    """The same for H heads from the module's own W_qkv (rows q, k, v) and W_o: [B, S, d_model] -> [B, S, d_model]."""
+    B, S, d_model = x.shape
+    Q, K, V = (t.view(B, S, H, d_model // H).transpose(1, 2) for t in mha.W_qkv(x).chunk(3, dim=-1))  # [B, H, S, head_dim]
+    out = torch.softmax(Q @ K.transpose(-2, -1) * scale, dim=-1) @ V  # [B, H, S, head_dim]
+    return mha.W_o(out.transpose(1, 2).reshape(B, S, d_model))  # [B, S, d_model]
+
+
+def _scale_named(got: torch.Tensor, computed, d_model: int, width: int, width_name: str) -> bool:
+    """Whether `got` is computed(1 / sqrt(width)), the attention of the module's own weights; a scale by
+    sqrt(d_model), or none, is named in a failure."""
+    if close(got, computed(width ** -0.5), 1e-4):
+        return True
+    if close(got, computed(d_model ** -0.5), 1e-4):
+        raise AssertionError(_(
+            "your scores are divided by sqrt(d_model) = sqrt({d_model}); divide them by sqrt({width_name}) = "
+            "sqrt({width}), the width of the queries and keys that were multiplied"
+        ).format(d_model=d_model, width_name=width_name, width=width))
+    if close(got, computed(1.0), 1e-4):
+        raise AssertionError(_("your scores are not scaled: divide them by sqrt({width_name}) = sqrt({width})").format(
+            width_name=width_name, width=width))
+    return False
+
+
+def _dropout_on_weights(name: str, rows: torch.Tensor, parts: torch.Tensor, p: float) -> None:
+    """rows [N, d_model]: train-mode outputs for a sequence of identical tokens (every row of weights uniform);
+    parts [d_model, n]: what each head adds to a row in eval mode. Dropout on the weights scales each head's part
+    of a row by (kept weights) / (S * (1 - p)), never 1 for S = 5, p = 0.5; dropout anywhere else does not."""
+    rows, parts = rows.double(), parts.double()
+    if close(rows, parts.sum(dim=1).expand_as(rows), 1e-5):
+        raise AssertionError(_(
+            "{name} with dropout={p} in train mode gives exactly its eval-mode output: apply self.dropout to the "
+            "attention weights, right after the softmax (dropout on the scores before the softmax, or none at all, "
+            "changes nothing here, where every token is the same)"
+        ).format(name=name, p=p))
+    factors = torch.linalg.lstsq(parts, rows.T).solution  # [n, N]: each head's factor in each row
+    if (parts @ factors - rows.T).abs().max() > 1e-4 * (1 + rows.abs().max()):
+        raise AssertionError(_(
+            "{name} with dropout={p} in train mode: your output is not what dropout on the attention weights gives; "
+            "dropout seems to act on the values, on weights @ V or on the output. Apply self.dropout to the "
+            "weights right after the softmax"
+        ).format(name=name, p=p))
+
+
 @harness.check("SelfAttention")
 def check_self_attention(SelfAttention) -> None:
     B, S, d_model, d_k, d_v = 3, 6, 12, 8, 10
@@ -48,6 +98,8 @@ def check_self_attention(SelfAttention) -> None:
     x = torch.randn(B, S, d_model)
     out = harness.expect_shape(forward(x), [B, S, d_model], _("SelfAttention output"))
     harness.no_nan(out, _("output"))
+    with torch.no_grad():
+        computed = _scale_named(forward(2 * x), lambda scale: _single_head(attn, 2 * x, scale), d_model, d_k, "d_k")
     mask = lengths_mask([6, 3, 1], S)
     with torch.no_grad():
         out_mask = harness.expect_tensor(forward(x, mask), _("SelfAttention output with a padding mask"))
@@ -69,7 +121,19 @@ def check_self_attention(SelfAttention) -> None:
         x3[:, 3:] = -50.0  # change only the future of positions 0..2
         out_c3 = forward(x3, causal=True)
     assert close(out_c[:, :3], out_c3[:, :3], 1e-4), _("with causal=True, position i must not depend on tokens after i")
-    ok(_("SelfAttention: submodules W_q, W_k, W_v, W_o, dropout; [3, 6, 12] -> [3, 6, 12]; padding and causal masks respected"))
+    assert computed, _(
+        "in eval mode your SelfAttention(x) is not W_o(softmax(Q K^T / sqrt(d_k)) V) computed from its own W_q, W_k, "
+        "W_v and W_o: check each step against the table above"
+    )
+    p, noisy = 0.5, make(d_model, d_k=d_k, d_v=d_v, dropout=0.5)
+    same = torch.randn(1, 1, d_model).expand(2, 5, d_model)  # every token the same vector: uniform weights
+    with torch.no_grad():
+        u = harness.expect_shape(harness.watch(noisy.eval(), "SelfAttention")(same), [2, 5, d_model], _("SelfAttention output"))
+        rows = harness.expect_shape(harness.watch(noisy.train(), "SelfAttention")(same), [2, 5, d_model],
+                                    _("SelfAttention output in train mode"))
+    _dropout_on_weights("SelfAttention", rows.reshape(-1, d_model), u[0, :1].T, p)
+    ok(_("SelfAttention: submodules W_q, W_k, W_v, W_o, dropout; [3, 6, 12] -> [3, 6, 12]; scaled by sqrt(d_k); "
+         "padding and causal masks respected; dropout on the weights"))
 
 
 class _Holder(nn.Module):
@@ -126,6 +190,16 @@ def check_parity_error(parity_error, SelfAttention) -> None:
             "parity_error is {plain:.2e} without a mask and {masked:.2e} with one: a correct module gives < 1e-5. "
             "Either SelfAttention or to_official is off, or the mask was not converted (key_padding_mask: True = ignore)"
         ).format(plain=err, masked=err_mask))
+    noisy = harness.watch(SelfAttention, "SelfAttention")(8, dropout=0.5)
+    noisy.load_state_dict(custom.state_dict())
+    err_train = parity_error(noisy.train(), x, mask)
+    assert isinstance(err_train, float), float_please.format(type=type(err_train).__name__)
+    if err_train > 1e-4:
+        raise AssertionError(_(
+            "parity_error is {error:.2e} for the same module with dropout=0.5 in train mode ({masked:.1e} with "
+            "dropout=0): in train mode dropout zeroes random weights, so the outputs differ by chance. Switch both "
+            "modules to eval() before comparing"
+        ).format(error=err_train, masked=err_mask))
 
     class Broken(SelfAttention):
         def forward(self, x, mask=None, causal=False):
@@ -221,6 +295,8 @@ def check_multihead(MultiHeadSelfAttention) -> None:
     with torch.no_grad():
         out = harness.expect_shape(forward(x), [B, S, d_model], _("MultiHeadSelfAttention output"))
         harness.no_nan(out, _("output"))
+        computed = _scale_named(forward(2 * x), lambda scale: _multi_head(mha, 2 * x, H, scale), d_model, d_model // H,
+                                "head_dim")
         # Q = K = 0 (uniform weights), V = x, W_o = identity: every position outputs the mean token.
         mha.W_qkv.weight.zero_()
         mha.W_qkv.weight[2 * d_model :] = torch.eye(d_model)
@@ -238,4 +314,20 @@ def check_multihead(MultiHeadSelfAttention) -> None:
             ).format(sample=b, count=n)
         causal = harness.expect_shape(forward(x, causal=True), [B, S, d_model], _("MultiHeadSelfAttention output with causal=True"))
         assert close(causal[:, 2], x[:, :3].mean(1), 1e-5), _("with causal=True position 2 should average tokens 0, 1, 2 only")
-    ok(_("MultiHeadSelfAttention: W_qkv [36, 12], W_o [12, 12]; [3, 6, 12] -> [3, 6, 12]; padding and causal masks respected"))
+    assert computed, _(
+        "in eval mode your MultiHeadSelfAttention(x) is not the attention of its own W_qkv and W_o with heads split as "
+        "view(B, S, H, head_dim).transpose(1, 2) and scores divided by sqrt(head_dim): check the q, k, v order of "
+        "W_qkv's rows, then each step"
+    )
+    p, noisy = 0.5, harness.watch(MultiHeadSelfAttention, "MultiHeadSelfAttention")(d_model, H, dropout=0.5)
+    same = torch.randn(1, 1, d_model).expand(2, 5, d_model)  # every token the same vector
+    with torch.no_grad():
+        noisy.W_qkv.weight.zero_()  # Q = K = 0: uniform weights; V = x
+        noisy.W_qkv.weight[2 * d_model :] = torch.eye(d_model)
+        noisy.W_o.weight.copy_(torch.eye(d_model))
+        rows = harness.expect_shape(harness.watch(noisy.train(), "MultiHeadSelfAttention")(same), [2, 5, d_model],
+                                    _("MultiHeadSelfAttention output in train mode"))
+    blocks = torch.eye(H).repeat_interleave(d_model // H, dim=0)  # [d_model, H]: 1 where a feature belongs to head h
+    _dropout_on_weights("MultiHeadSelfAttention", rows.reshape(-1, d_model), same[0, 0, :, None] * blocks, p)
+    ok(_("MultiHeadSelfAttention: W_qkv [36, 12], W_o [12, 12]; [3, 6, 12] -> [3, 6, 12]; scaled by sqrt(head_dim); "
+         "padding and causal masks respected; dropout on the weights"))
