@@ -251,6 +251,11 @@ CASES: tuple[Case, ...] = (
     Case("multihead_kqv_order", "W_qkv's blocks read as k, q, v",
          (("MultiHeadSelfAttention", "Q, K, V = self.W_qkv(x).chunk(3, dim=-1)", "K, Q, V = self.W_qkv(x).chunk(3, dim=-1)"),),
          lose=("multihead",), says='ordered q, k, v'),
+    Case("multihead_qkv_interleaved", "W_qkv's output read per head as (q, k, v) blocks (Megatron's interleaved layout), "
+         "not as three d_model blocks",
+         (("MultiHeadSelfAttention", "Q, K, V = self.W_qkv(x).chunk(3, dim=-1)",
+           "Q, K, V = (t.flatten(2) for t in self.W_qkv(x).unflatten(-1, (self.num_heads, 3, -1)).unbind(3))"),),
+         lose=("multihead",), says="interleaved"),
     Case("multihead_3d_mask", "a [B, 1, S] mask on [B, H, S, S] scores",
          (("MultiHeadSelfAttention", "~mask[:, None, None, :]", "~mask[:, None, :]"),), lose=("multihead",), says='mask[:, None, None, :]'),
     Case("multihead_no_dropout", "MultiHeadSelfAttention never applies its dropout (found by mutation testing)",
