@@ -187,6 +187,7 @@ WRONG = [
     ("self_attention", "parity_no_eval", "check_parity_error", ("parity_error", "SelfAttention")),
     ("self_attention", "apply_causal_square_only", "check_apply_causal_mask", ("apply_causal_mask",)),
     ("self_attention", "apply_causal_bottom_right", "check_apply_causal_mask", ("apply_causal_mask",)),
+    ("self_attention", "sdpa_is_causal_alone", "check_sdpa_attention", ("sdpa_attention",)),
     ("generation", "decode_mask_top_left", "check_decode_causal_mask", ("decode_causal_mask",)),
     ("generation", "cache_on_head_axis", "check_kv_cache", ("KVCache",)),
     ("generation", "kv_bytes_without_values", "check_kv_cache_bytes", ("kv_cache_bytes",)),
@@ -205,6 +206,7 @@ NAMED = {
     "parity_no_eval": ("Switch both modules to eval() before comparing", "eval()"),
     "apply_causal_square_only": ("Your mask is square", "scores.shape[-2]"),
     "apply_causal_bottom_right": ("your mask is bottom-right aligned", "S_k - S_q"),
+    "sdpa_is_causal_alone": ("ignores the padding mask (is_causal=True alone)", "is_causal=True"),
 }
 
 
@@ -234,6 +236,31 @@ def test_a_wrong_submission_fails_its_visible_check_in_one_chinese_sentence(rele
     assert "raised AssertionError in the line" not in str(in_english), str(in_english)  # the check's own sentence
 
 
+def _padding_in_place(scores, mask):  # masked_fill_: what it returns is right (the grader gives full marks)
+    return scores.masked_fill_(~mask.reshape(mask.shape[0], *([1] * (scores.dim() - 2)), mask.shape[1]), float("-inf"))
+
+
+def _sdpa_mask_with_is_causal(q, k, v, mask=None, causal=False):  # right on the CPU kernel, refused by the math backend
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask[:, None, None, :],
+                                          is_causal=causal)
+
+
+def test_what_the_grader_accepts_passes_visibly_and_a_portability_trap_is_said_in_both_languages(released, capsys):
+    english, chinese = released["self_attention"]
+    for module in (english, chinese):
+        module.check_apply_padding_mask(_padding_in_place)
+    said = capsys.readouterr().out.splitlines()
+    assert len(said) == 2 and all(line.startswith("✓ ") for line in said), said
+    english.check_sdpa_attention(_sdpa_mask_with_is_causal)
+    chinese.check_sdpa_attention(_sdpa_mask_with_is_causal)
+    said = capsys.readouterr().out.splitlines()
+    assert [line[:2] for line in said] == ["✓ ", "  ", "✓ ", "  "], said
+    assert "math backend" in said[1] and "Explicit attn_mask should not be set when is_causal=True" in said[1], said
+    assert CHINESE.search(said[3]) and "is_causal=True" in said[3], said
+
+
 def scaled_scores(Q, K):  # the notebook's stub (a top-level function, as in a notebook cell)
     raise NotImplementedError
 
@@ -255,6 +282,27 @@ def test_a_passing_check_prints_its_tick_line_in_chinese(released, capsys):
     released["generation"][1].check_repeat_kv(generation.repeat_kv)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(line.startswith("✓ ") and CHINESE.search(line) for line in lines), lines
+
+
+def test_a_demo_fed_by_a_function_whose_check_fails_ends_in_one_sentence_naming_that_check(tmp_path, capsys):
+    from solutions import attention
+
+    module = _load(_release_folder(tmp_path, "self_attention"), "demo_after_failure")
+    with pytest.raises(TypeError):  # no check failed: a demo's error is the course's, raised as it is
+        with module.uses_your_code():
+            raise TypeError("Invalid shape (2, 3, 4) for image data")
+    for lang in ("en", "zh"):
+        module.use_language(lang)
+        with pytest.raises(AssertionError):
+            module.check_attention_weights(lambda scores: scores)  # not a softmax
+        with module.uses_your_code():  # what matplotlib's imshow raises on what the broken function returned
+            raise TypeError("Invalid shape (2, 3, 4) for image data")
+    english, chinese = capsys.readouterr().out.splitlines()
+    assert english.startswith("This demo stopped (TypeError: Invalid shape (2, 3, 4) for image data)"), english
+    assert "`attention_weights`" in english and "`attention_weights`" in chinese and CHINESE.search(chinese), chinese
+    module.check_attention_weights(attention.attention_weights)  # fixed: the next demo error is raised again
+    with pytest.raises(TypeError), module.uses_your_code():
+        raise TypeError("a demo's own bug")
 
 
 def test_graded_part_speaks_chinese_in_the_notebook_and_under_validate(released, capsys, monkeypatch):

@@ -35,10 +35,10 @@ def _single_head(attn, x: torch.Tensor, scale: float) -> torch.Tensor:
 
 def _multi_head(mha, x: torch.Tensor, H: int, scale: float) -> torch.Tensor:
     """The same for H heads from the module's own W_qkv (rows q, k, v) and W_o: [B, S, d_model] -> [B, S, d_model]."""
-    B, S, d_model = x.shape
-    Q, K, V = (t.view(B, S, H, d_model // H).transpose(1, 2) for t in mha.W_qkv(x).chunk(3, dim=-1))  # [B, H, S, head_dim]
+    B, S, width = x.shape  # width = d_model
+    Q, K, V = (t.view(B, S, H, width // H).transpose(1, 2) for t in mha.W_qkv(x).chunk(3, dim=-1))  # [B, H, S, head_dim]
     out = torch.softmax(Q @ K.transpose(-2, -1) * scale, dim=-1) @ V  # [B, H, S, head_dim]
-    return mha.W_o(out.transpose(1, 2).reshape(B, S, d_model))  # [B, S, d_model]
+    return mha.W_o(out.transpose(1, 2).reshape(B, S, width))  # [B, S, d_model]
 
 
 def _scale_named(got: torch.Tensor, computed, d_model: int, width: int, width_name: str) -> bool:

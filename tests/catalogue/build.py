@@ -267,6 +267,10 @@ CASES: tuple[Case, ...] = (
     Case("sdpa_inverted_mask", "sdpa_attention passes ~mask as attn_mask",
          (("sdpa_attention", "return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)",
            "return F.scaled_dot_product_attention(q, k, v, attn_mask=~allowed)"),), lose=("long_sequence",), says='ALLOWED'),
+    Case("sdpa_is_causal_alone", "sdpa_attention passes is_causal=True alone when causal, dropping the padding mask "
+         "(enough for real queries, not for the padded queries' rows)",
+         (("sdpa_attention", "    if mask is None:\n", "    if mask is None or causal:\n"),), lose=("long_sequence",),
+         says="ignores the padding mask"),
     Case("chunked_full_matrix", "chunked_attention ignores chunk_size (one block of S queries)",
          (("chunked_attention", "    out = torch.empty_like(q)", "    chunk_size = S\n    out = torch.empty_like(q)"),),
          lose=("long_sequence",), says='MiB'),
