@@ -266,7 +266,7 @@ WRITTEN_HEADINGS = {"en": ("**Model answer.**", "**Rubric** (instructor only: `n
                     "zh": ("**参考答案。**", "**评分标准**（仅供教师：`nbgrader generate_assignment` 会把本单元格的"
                                             "内容换成答题提示）。")}
 CREDIT_LABELS = {"en": ("Full credit, {points:g} points", "Half credit, {points:g} points", "No credit, 0 points"),
-                 "zh": ("满分 {points:g} 分", "一半分 {points:g} 分", "不得分 0 分")}
+                 "zh": ("满分 {points:g} 分", "半数分 {points:g} 分", "不得分 0 分")}
 
 
 @dataclass(frozen=True)

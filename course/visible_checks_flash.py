@@ -66,6 +66,7 @@ def flash_checks(harness, close, ok):
                 "log(running sum) (the sum alone is taken after subtracting the max)").format(
                 gap=(lse.double() - want_lse).abs().max().item(), causal=causal, where=where)
         _check_flash_unseen(flash)
+        _check_flash_double(flash)
         _check_flash_half(flash)
         _check_flash_memory(flash)
 
@@ -114,6 +115,21 @@ def flash_checks(harness, close, ok):
                                                           lse=sorted(set(lse[:, :, :4].flatten().tolist()))[:3])
         assert close(out[:, :, 4:], want, 1e-4) and close(lse[:, :, 4:], want_lse, 1e-4), _(
             "causal with 9 queries and 5 keys: queries 4..8 (query i sees keys j <= i - 4) differ from plain attention")
+
+    def _check_flash_double(flash) -> None:
+        """float64 inputs: the running m, l and o are float64 (the notebook's table), the returned lse float32."""
+        q, k, v = _qkv(2, 3, 7, 11, 4, 5, torch.float64)
+        out, lse = flash(q, k, v, causal=True, block_q=3, block_k=4)
+        assert out.dtype == torch.float64, _("with float64 inputs out should be float64 (q's dtype), got {dtype}").format(
+            dtype=out.dtype)
+        assert lse.dtype == torch.float32, _(
+            "with float64 inputs lse should still be float32, got {dtype}: the running max and sum are float64 there, "
+            "but the lse you return is float32 whatever the inputs (as FlashAttention kernels store it); convert it "
+            "with .float() when you write it").format(dtype=lse.dtype)
+        want, want_lse = _dense(q, k, v, _bottom_right(7, 11))
+        assert close(out, want, 1e-5) and close(lse, want_lse, 1e-4), _(
+            "with float64 inputs (causal, 7 queries, 11 keys, block_q=3, block_k=4) out or lse differs from plain "
+            "attention: keep the running max, sum and output in float64 there")
 
     def _check_flash_half(flash) -> None:
         q, k, v = _qkv(2, 3, 7, 11, 4, 5, torch.float16)
@@ -177,7 +193,25 @@ def flash_checks(harness, close, ok):
         got = merge(a[0].float(), a[1].float(), torch.full_like(a[0].float(), float("nan")), empty)
         assert torch.isfinite(got[0]).all() and close(got[0], a[0], 1e-5), _(
             "a side whose lse is -inf (it saw no key) must add nothing, whatever its out holds (here NaN)")
+        _check_merge_both_empty(merge, a)
         ok(_("merge_attention: two halves of the keys merge into attention over all of them, at scores near 100, "
              "and an empty side adds nothing"))
+
+    def _check_merge_both_empty(merge, a) -> None:
+        """Queries 1 and 3 see no key on either side (both lse -inf): the merged lse is -inf, the log of an empty sum
+        (their out is not graded, as in the hidden checks)."""
+        lse_a, lse_b = a[1].float().clone(), torch.zeros_like(a[1].float())
+        lse_a[:, :, [1, 3]], lse_b[:, :, [1, 3]] = float("-inf"), float("-inf")
+        out, lse = merge(a[0].float(), lse_a, torch.zeros_like(a[0].float()), lse_b)
+        both = lse[:, :, [1, 3]]
+        assert (both == float("-inf")).all(), _(
+            "queries 1 and 3 see no key on either side (lse_a = lse_b = -inf): the merged lse should be -inf (the log "
+            "of an empty sum), got {got}. With both sides -inf the larger lse is -inf too, and -inf - (-inf) is NaN: "
+            "subtract 0 where both are -inf, as flash_attention does for a row that has seen no key").format(
+            got=", ".join(sorted({str(x) for x in both.flatten().tolist()})))
+        rest = [0, 2, 4]
+        assert close(lse[:, :, rest], torch.logaddexp(lse_a, lse_b)[:, :, rest], 1e-5), _(
+            "the merged lse of the queries that see keys differs from log(exp(lse_a) + exp(lse_b)) when other queries "
+            "see no key on either side")
 
     return check_flash_attention, check_merge_attention

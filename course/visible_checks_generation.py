@@ -219,14 +219,66 @@ def check_cached_self_attention(CachedSelfAttention, KVCache) -> None:
                             "the output for {count} new token", "the output for {count} new tokens", n).format(count=n))
                          for s, n in zip(steps, (3, 1, 1))], dim=1)
     gap = (decoded - full).abs().max().item()
+    if gap >= 1e-5 and close(decoded.double(), _cached_outputs(module, x, (3, 1, 1), 4, "top_left"), 1e-4):
+        raise AssertionError(_(
+            "a prompt of 3 tokens, then 2 tokens one at a time, differs from the full pass: your causal mask is top-left "
+            "aligned (is_causal=True, or tril() of [S_new, S_k]), so one new token after 3 cached positions sees only "
+            "key 0; the new queries are the last positions: attn_mask=decode_causal_mask(S_new, S_k)"))
     assert gap < 1e-5, _(
         "a prompt of 3 tokens, then 2 tokens one at a time, differs from the full pass by up to {gap:.3g}: append "
         "the new keys and values first, then let the new queries (the last positions) attend over everything cached"
     ).format(gap=gap)
     assert len(cache) == 5, _("after 3 + 1 + 1 tokens the cache should hold 5 positions, it holds {length}").format(
         length=len(cache))
-    ok(_("CachedSelfAttention: causal, and a prompt of 3 then 2 tokens one at a time equals the full pass "
-          "(largest difference {gap:.1e})").format(gap=gap))
+    with torch.no_grad():
+        cache = KVCache()
+        chunked = [module(x[:, :2], cache), module(x[:, 2:5], cache)]
+    chunked = torch.cat([harness.expect_shape(s, [2, n, 16], harness.ngettext(
+                             "the output for {count} new token", "the output for {count} new tokens", n).format(count=n))
+                         for s, n in zip(chunked, (2, 3))], dim=1)
+    _chunk_equals_full_pass(module, x, chunked, full)
+    ok(_("CachedSelfAttention: causal; a prompt of 3 then 2 tokens one at a time, and a prompt of 2 then 3 tokens at "
+          "once, equal the full pass (largest difference {gap:.1e})").format(gap=max(gap, (chunked - full).abs().max().item())))
+
+
+def _cached_outputs(module, x: torch.Tensor, chunks, heads: int, align: str) -> torch.Tensor:
+    """CachedSelfAttention's outputs for x [B, S, d_model] fed in `chunks`, from its own W_qkv (rows q, k, v) and W_o,
+    in float64, each chunk's causal mask aligned `align`: "bottom_right" (the contract), "top_left" (is_causal=True:
+    tril() of [S_new, S_k]) or "none" once the cache holds positions."""
+    B, S, d = x.shape
+    qkv = x.double() @ module.W_qkv.weight.double().T  # [B, S, 3 * d_model]
+    q, k, v = (t.view(B, S, heads, d // heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))  # [B, H, S, head_dim]
+    outs, start = [], 0
+    for n in chunks:
+        stop = start + n
+        shift = {"bottom_right": start, "top_left": 0, "none": stop if start else 0}[align]
+        allowed = torch.ones(n, stop, dtype=torch.bool).tril(shift)  # [S_new, S_k]
+        scores = q[:, :, start:stop] @ k[:, :, :stop].transpose(-2, -1) / math.sqrt(d // heads)
+        out = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v[:, :, :stop]  # [B, H, n, hd]
+        outs.append(out.transpose(1, 2).reshape(B, n, d))
+        start = stop
+    return torch.cat(outs, dim=1) @ module.W_o.weight.double().T
+
+
+def _chunk_equals_full_pass(module, x: torch.Tensor, chunked: torch.Tensor, full: torch.Tensor) -> None:
+    """A prompt of 2 tokens, then 3 at once (S_new = 3 < S_k = 5), equals the full pass; if not, the mask is named."""
+    if close(chunked, full, 1e-5):
+        return
+    if close(chunked.double(), _cached_outputs(module, x, (2, 3), 4, "top_left"), 1e-4):
+        raise AssertionError(_(
+            "a prompt of 2 tokens, then 3 at once, differs from the full pass: with 3 new queries and 5 keys your causal "
+            "mask is top-left aligned, as is_causal=True (or is_causal=S_new > 1, Hugging Face's pattern) and tril() "
+            "of [S_new, S_k] align it, so the new queries lose keys they may see; they are the last 3 positions: query "
+            "i sees the keys j <= i + (S_k - S_new), attn_mask=decode_causal_mask(S_new, S_k)"))
+    if close(chunked.double(), _cached_outputs(module, x, (2, 3), 4, "none"), 1e-4):
+        raise AssertionError(_(
+            "a prompt of 2 tokens, then 3 at once, differs from the full pass: after the prompt the 3 new tokens saw "
+            "each other's future (no causal mask once the cache holds positions); one new token needs no mask, "
+            "several do: decode_causal_mask(S_new, S_k)"))
+    raise AssertionError(_(
+        "a prompt of 2 tokens, then 3 at once, differs from the full pass by up to {gap:.3g}: the 3 new queries are the "
+        "last positions; each sees the cached keys and the new keys up to itself (decode_causal_mask(S_new, S_k), "
+        "bottom-right aligned)").format(gap=(chunked - full).abs().max().item()))
 
 
 @harness.check("kv_cache_bytes")

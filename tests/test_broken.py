@@ -175,3 +175,17 @@ def test_paths_that_are_no_submission_exit_2_with_one_line(tmp_path):
         assert out == ""
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:") and case.name in lines[0], err
+
+
+def test_a_cell_that_raised_is_named_by_its_place_in_the_notebook_not_among_solution_cells(tmp_path):
+    """The student counts every cell from the top (markdown included): the failing code cell here is the fifth
+    cell of the notebook and the second solution cell, and the report must say 5."""
+    doc = json.loads(notebook([kit.REFERENCE, "raise ValueError('my own mistake')"]))
+    prose = {"cell_type": "markdown", "metadata": {}, "source": "text"}
+    doc["cells"] = [prose, prose, doc["cells"][0], prose, doc["cells"][1]]
+    path = tmp_path / "01_scores.ipynb"
+    path.write_text(json.dumps(doc))
+    result, _ = kit.grade(path, part_ids=CHEAP)
+    text = text_of(result)
+    assert "cell 5 raised ValueError" in text, text
+    assert "cell 2 " not in text, text

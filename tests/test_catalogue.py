@@ -279,6 +279,17 @@ def test_a_layers_own_rope_convention_costs_one_check_only(graded):
         [(c.name, c.message) for c in failed]
 
 
+@pytest.mark.parametrize("name", ["decoder_caches_unrotated_keys", "decoder_caches_unrotated_keys_when_cached"])
+def test_caching_unrotated_keys_is_named_by_every_check_it_fails(graded, name):
+    """keys cached before RoPE, everything the cache returns rotated with arange(S_k) (blog code): every decoder
+    check it fails names why (the cache's keys unrotated, the keys at their places in the cache), none only an
+    error size"""
+    decoder = graded(("generation", name)).part("decoder")
+    failed = [c.message for c in decoder.checks if not c.passed]
+    said = ("keys that were not rotated", "the keys were rotated at their places in the cache")
+    assert failed and all(any(s in message for s in said) for message in failed), failed
+
+
 def test_the_backward_memory_check_names_a_top_left_causal_mask(graded):
     """flash_backward's memory check compares the gradients first: a top-left mask fails it with the alignment
     named, as the part's other checks name it, not with a bare "off by up to" """
@@ -294,3 +305,12 @@ def test_flash_attention_function_is_judged_against_exact_attention_where_the_st
     part = graded(("efficient", "bwd_causal_named_is_causal")).part("flash_backward")
     function = [c for c in part.checks if c.name.startswith("FlashAttentionFunction.apply(q, k, v, causal) returns")]
     assert len(function) == 2 and all(c.passed for c in function), [(c.name, c.message) for c in function]
+
+
+def test_a_wrong_window_mask_reused_by_the_attention_costs_the_mask_checks_only(graded):
+    """the attention is graded with the grader's mask lent in place of the student's (Part.borrows; issue 47)"""
+    result = graded(("efficient", "window_mask_one_too_wide_reused"))
+    part = next(p for p in result.parts if p.id == "sliding_window")
+    failed = {c.name for c in part.checks if not c.passed}
+    assert failed and all(name.startswith("sliding_window_mask") for name in failed), failed
+    assert any("sliding_window_mask stood in for yours" in str(note) for note in part.notes), part.notes

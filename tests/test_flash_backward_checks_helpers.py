@@ -12,7 +12,7 @@ from autograder.worker import standins
 from solutions import efficient as E
 
 MISTAKES = ({"delta": False}, {"scale_q": False}, {"scale_k": False}, {"p_kind": "tile"}, {"p_kind": "exp"},
-            {"align": "top_left"}, {"skip": "first"})
+            {"p_kind": "scale_twice"}, {"p_kind": "unscaled"}, {"align": "top_left"}, {"skip": "first"})
 
 
 def inputs(causal: bool, S_q: int = C.S_Q, S_k: int = C.S_K):

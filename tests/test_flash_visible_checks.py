@@ -23,14 +23,14 @@ def _visible(i0, i1, j0, j1, offset):
 
 
 def _flash(q, k, v, causal=False, block_q=64, block_k=64, *, guard=True, acc16=False, stop=0, scale_width="q",
-           rescale=True, rows=False):
+           rescale=True, rows=False, lse_in_acc=False):
     """A tiled flash_attention; each keyword other than the defaults makes one classic mistake."""
     B, H, S_q, D = q.shape
     S_k, D_v = k.shape[-2], v.shape[-1]
     acc = q.dtype if acc16 else (torch.float64 if q.dtype == torch.float64 else torch.float32)
     scale = 1 / math.sqrt(D if scale_width == "q" else D_v)
     offset = S_k - S_q
-    out, lse = torch.zeros(B, H, S_q, D_v, dtype=q.dtype), torch.zeros(B, H, S_q)
+    out, lse = torch.zeros(B, H, S_q, D_v, dtype=q.dtype), torch.zeros(B, H, S_q, dtype=acc if lse_in_acc else None)
     for i0 in range(0, S_q, block_q):
         i1 = min(i0 + block_q, S_q)
         q_blk = q[:, :, i0:i1].to(acc)  # [B, H, bq, D]
@@ -58,7 +58,7 @@ def _flash(q, k, v, causal=False, block_q=64, block_k=64, *, guard=True, acc16=F
             o = torch.where((row_sum > 0)[..., None], o / row_sum.clamp_min(1e-30)[..., None], 0.0)
         else:
             o = o / row_sum[..., None]
-        out[:, :, i0:i1], lse[:, :, i0:i1] = o.to(q.dtype), (m + torch.log(row_sum)).float()
+        out[:, :, i0:i1], lse[:, :, i0:i1] = o.to(q.dtype), (m + torch.log(row_sum)).to(lse.dtype)
     return out, lse
 
 
@@ -137,6 +137,8 @@ MISTAKES = {
     "skip_one_key_early": (_mistake(stop=-1), "which key blocks you skip"),
     "scale_by_sqrt_d_v": (_mistake(scale_width="v"), "1/sqrt(D_v)"),
     "no_rescaling": (_mistake(rescale=False), "exp(old max - new max)"),
+    # the notebook's table keeps m and l in float64 for float64 inputs; lse is float32 all the same (issue 47)
+    "lse_in_float64_for_float64_inputs": (_mistake(lse_in_acc=True), "lse should still be float32"),
 }
 
 

@@ -86,7 +86,8 @@ def test_the_kv_cache_notebook_prints_the_claims_it_makes(executed):
 def test_the_decoder_notebook_prints_the_claims_it_makes(executed):
     """the two position bugs are visible, the cache holds H_kv heads, GQA's memory, the wavelengths, Meta's form, the
     two causal conventions, the left-padded batch equal to each prompt alone with per-sequence or batch-wide RoPE
-    positions (not with a learned position table), and two stacked layers spreading a padded query's NaN"""
+    positions (not with a learned position table), two stacked layers spreading a padded query's NaN, and in training
+    zeroing after the layer leaving NaN gradients where a -1e9 fill or 0 computed inside the attention leaves none"""
     text = "".join(stream_text(c) for c in code_cells(executed[("solved", "04_decoder")]))
     gaps = {line.rpartition(": ")[2]: float(line.split()[0]) for line in text.splitlines() if "of the largest |output|" in line}
     assert gaps["positions len(cache), len(cache) + 1"] < 1e-5
@@ -102,8 +103,17 @@ def test_the_decoder_notebook_prints_the_claims_it_makes(executed):
     assert "a learned position table, per-sequence positions: every prompt as if alone True" in text
     assert "a learned position table, positions from the first column: every prompt as if alone False" in text
     left, zeroed = text.split("padded rows left as they are")[1].split("padded rows zeroed")
+    zeroed = zeroed.split("zeroed, two layers")[0]
     assert "after layer 2: real tokens with NaN per sequence [0, 0, 0]" not in left
     assert zeroed.count("real tokens with NaN per sequence [0, 0, 0]") == 2
+    assert "your layer: a padded query that sees no key gives NaN: True (True: a -inf fill" in text
+    fills = {line.split(": ")[0]: line.split(": ", 1)[1] for line in text.splitlines()
+             if "parameters with a NaN gradient" in line}
+    assert fills == {"-inf": "real tokens with NaN per sequence [0, 2, 4], parameters with a NaN gradient 8 of 8",
+                     "-1e9": "real tokens with NaN per sequence [0, 0, 0], parameters with a NaN gradient 0 of 8",
+                     "-inf, zeroed after": "real tokens with NaN per sequence [0, 0, 0], parameters with a NaN gradient 6 of 8",
+                     "0 inside": "real tokens with NaN per sequence [0, 0, 0], parameters with a NaN gradient 0 of 8"}
+    assert "-1e9 in float16: -inf; torch.finfo(torch.float16).min: -65504.0" in text
     assert "SDPA, queries that see no key: [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]" in text
 
 
@@ -205,6 +215,18 @@ class _TopLeftModule(G.CachedSelfAttention):
         return self.W_o(out.transpose(1, 2).reshape(B, S_new, d))
 
 
+class _HFIsCausalModule(G.CachedSelfAttention):
+    """Hugging Face's SDPA pattern: is_causal only when several queries come (right for a prompt and one token)."""
+
+    def forward(self, x, cache=None):
+        B, S_new, d = x.shape
+        q, k, v = (t.view(B, S_new, self.num_heads, -1).transpose(1, 2) for t in self.W_qkv(x).chunk(3, -1))
+        if cache is not None:
+            k, v = cache.append(k, v)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=S_new > 1)
+        return self.W_o(out.transpose(1, 2).reshape(B, S_new, d))
+
+
 class _CausalCross(G.CrossAttention):
     def forward(self, x, context, context_mask=None):
         S_q, S_k = x.shape[1], context.shape[1]
@@ -251,9 +273,10 @@ BUGS = [
     ("check_repeat_kv", (_tiled,), "tiled"),
     ("check_kv_cache_bytes", (_keys_only_bytes,), "count the values too"),
     ("check_kv_cache", (_CacheOnHeads,), "append along dim=2"),
-    ("check_cached_self_attention", (_TopLeftModule, G.KVCache), "differs from the full pass"),
+    ("check_cached_self_attention", (_TopLeftModule, G.KVCache), "top-left aligned (is_causal=True"),
+    ("check_cached_self_attention", (_HFIsCausalModule, G.KVCache), "is_causal=S_new > 1, Hugging Face's pattern"),
     ("check_cross_attention", (_CausalCross,), "no causal mask"),
-    ("check_decoder_attention", (_DecoderAtZero,), "not 0"),
+    ("check_decoder_attention", (_DecoderAtZero,), "received the keys rotated from position 0"),
     ("check_decoder_attention", (_DecoderCachesAllHeads,), "4 heads"),
 ]
 

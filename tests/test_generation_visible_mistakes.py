@@ -112,6 +112,8 @@ class Decoder(nn.Module):
     scale = "head_dim"  # "none", "d_model"
     tiled = use_positions = use_base = True
     tiled = False
+    keys_at = "positions"  # "places": keys cached before RoPE, all the cache returns rotated at arange(S_k);
+    # "places when cached": so only with a cache (without one, the keys are rotated at the positions)
 
     def __init__(self, d_model, num_heads, num_kv_heads=None, rope_base=10000.0):
         super().__init__()
@@ -133,12 +135,15 @@ class Decoder(nn.Module):
         start = len(cache) if cache is not None else 0
         if positions is None or not self.use_positions:
             positions = torch.arange(start, start + S)
+        at_places = self.keys_at == "places" or (self.keys_at == "places when cached" and cache is not None)
         if self.rope != "none":
-            q, k = self.rotate(q, positions), self.rotate(k, positions)
+            q, k = self.rotate(q, positions), (k if at_places else self.rotate(k, positions))
         if self.rope == "qkv":
             v = self.rotate(v, positions)
         if cache is not None:
             k, v = cache.append(k, v)
+        if at_places:
+            k = self.rotate(k, torch.arange(k.shape[-2]))  # [B, H_kv, S_k, hd]: rotated at 0 .. S_k - 1
         n = self.H // self.H_kv
         k, v = (t.repeat(1, n, 1, 1) if self.tiled else repeat_kv(t, n) for t in (k, v))
         return self.W_o(self.attend(q, k, v, key_mask).transpose(1, 2).reshape(B, S, d))
@@ -210,6 +215,11 @@ DECODER_MISTAKES = {
     "kv heads tiled": (_mistake(tiled=True), "you tiled the key/value heads"),
     "positions ignored": (_mistake(use_positions=False), "the positions argument was ignored"),
     "rope_base ignored": (_mistake(use_base=False), "rope_base was ignored"),
+    "keys cached unrotated, rotated at arange(S_k)": (_mistake(keys_at="places"),
+                                                      "the queries were rotated at the positions given, the keys at "
+                                                      "their places"),
+    "keys cached unrotated with a cache only": (_mistake(keys_at="places when cached"),
+                                                "received the keys before RoPE"),
 }
 
 
@@ -250,3 +260,74 @@ def test_a_wrong_pasted_piece_costs_nothing_in_the_decoder_check_and_is_named_in
     out = capsys.readouterr().out
     assert out.startswith("✓") and needle in out.splitlines()[1], out
     assert globals()[piece] is wrong  # given back after the check
+
+
+# --------------------------------------------------------------------------- #
+# CachedSelfAttention (02_kv_cache), right and wrong: its causal mask after a cached prompt
+# --------------------------------------------------------------------------- #
+
+
+class KVCache:
+    def __init__(self):
+        self.k = self.v = None
+
+    def append(self, k, v):
+        self.k, self.v = (k, v) if self.k is None else (torch.cat([self.k, k], 2), torch.cat([self.v, v], 2))
+        return self.k, self.v
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[2]
+
+
+class Cached(nn.Module):
+    """A from-scratch CachedSelfAttention; `mask` names how it masks the new queries (the contract: bottom-right)."""
+
+    mask = "bottom-right"  # "is_causal=True", "is_causal=S_new > 1", "none after the prompt", "by positions"
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.W_o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, cache=None):
+        B, S_new, d = x.shape
+        q, k, v = (t.view(B, S_new, self.num_heads, -1).transpose(1, 2) for t in self.W_qkv(x).chunk(3, -1))
+        cached = 0 if cache is None else len(cache)
+        if cache is not None:
+            k, v = cache.append(k, v)  # [B, H, S_k, head_dim]
+        S_k = k.shape[-2]
+        if self.mask == "is_causal=True":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.mask == "is_causal=S_new > 1":  # Hugging Face's SDPA attention
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=S_new > 1)
+        elif self.mask == "by positions":  # query at position cached + i sees the keys at positions <= it
+            future = torch.arange(S_k)[None, :] > torch.arange(cached, cached + S_new)[:, None]  # [S_new, S_k]
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(future, float("-inf"))
+            out = torch.softmax(scores, dim=-1) @ v
+        else:
+            allowed = decode_causal_mask(S_new, S_k)  # [S_new, S_k]
+            if self.mask == "none after the prompt" and cached:
+                allowed = torch.ones_like(allowed)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        return self.W_o(out.transpose(1, 2).reshape(B, S_new, d))
+
+
+CACHED_MISTAKES = {
+    "is_causal=True": "top-left aligned (is_causal=True, or tril() of [S_new, S_k]), so one new token",
+    "is_causal=S_new > 1": "is_causal=S_new > 1, Hugging Face's pattern",
+    "none after the prompt": "no causal mask once the cache holds positions",
+}
+
+
+@pytest.mark.parametrize("mask", sorted(CACHED_MISTAKES))
+def test_check_cached_self_attention_names_a_top_left_or_missing_mask_after_a_prompt(vc, mask):
+    with pytest.raises(AssertionError) as info:
+        vc.check_cached_self_attention(type("Mistake", (Cached,), {"mask": mask}), KVCache)
+    assert CACHED_MISTAKES[mask] in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("mask", ["bottom-right", "by positions"])
+def test_check_cached_self_attention_passes_a_bottom_right_mask_written_differently(vc, capsys, mask):
+    vc.check_cached_self_attention(type("Right", (Cached,), {"mask": mask}), KVCache)
+    assert capsys.readouterr().out.startswith("✓")

@@ -201,6 +201,10 @@ PRINTED_FACTS = {
         re.escape("(S = head_dim = 4): the view runs"),
         r"H = 1: .* 4,096 parameters(.|\n)*H = 8: .* 4,096 parameters",
     ],
+    "05_long_sequence": [  # the meter does not see a temporary made and freed inside one operator (issue 47)
+        re.escape("logsumexp of a 64 MiB tensor: torch.logsumexp 0.06 MiB seen, the same written as separate "
+                  "operators 64.06 MiB"),
+    ],
 }
 
 

@@ -117,6 +117,18 @@ def test_validate_says_a_function_whose_cell_failed_is_not_defined(monkeypatch):
     assert "causal_mask is not defined" in err and "SyntaxError" in err
 
 
+def test_validate_says_a_function_whose_cell_was_never_run_is_not_defined_because_of_that(monkeypatch):
+    """IPython's `In` (the sources of the cells run) tells a skipped cell from one that raised (issue 47)"""
+    namespace = _reference("self_attention")
+    del namespace["causal_mask"]
+    namespace["In"] = ["", "import torch", "def padding_mask(lengths, seq_len):\n    ..."]  # causal_mask's cell skipped
+    _, err = graded_cell("masks", namespace, monkeypatch)
+    assert "causal_mask is not defined: the cell that defines it has not been run" in err and "SyntaxError" not in err
+    namespace["In"].append("def causal_mask(seq_len)\n    return None\n")  # it ran, and raised a SyntaxError
+    _, err = graded_cell("masks", namespace, monkeypatch)
+    assert "causal_mask is not defined: its cell raised an error (a SyntaxError?)" in err, err
+
+
 def test_validate_reports_an_error_raised_by_student_code_in_one_line(monkeypatch):
     namespace = _reference("self_attention")
     namespace["split_heads"] = lambda x, num_heads: x.view(-1, num_heads, 7)

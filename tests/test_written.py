@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -67,6 +68,27 @@ def test_every_edition_has_its_three_written_questions_worth_ten_points_in_its_o
         assert all(label.split("{")[0].strip() in cell.source for label in CREDIT_LABELS[target.lang])
         question = nb.cells[nb.cells.index(cell) - 1]
         assert question.cell_type == "markdown" and question.source.startswith(question_heading)
+
+
+@pytest.mark.parametrize("edition", [e for e in EDITIONS if EDITIONS[e].lang == "zh"])
+def test_a_chinese_written_question_cites_no_english_label_that_only_the_english_notebooks_print(edition):
+    """A label in backticks (`max weight raw`, `padding (length 6)`) that the English edition's code prints and the
+    Chinese edition's code does not: the Chinese student looks for it in vain (issue 47)."""
+    def committed(target) -> dict:  # the built source notebooks (the drift check keeps them equal to the content)
+        return {p.stem: nbformat.read(p, as_version=4) for p in sorted((REPO / target.source).glob("*.ipynb"))}
+
+    english, chinese = committed(EDITIONS[edition.removesuffix("_zh")]), committed(EDITIONS[edition])
+
+    def code(nb) -> str:
+        return "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+
+    foreign = []
+    for name, nb in chinese.items():
+        for cell in answer_cells(nb):
+            question = nb.cells[nb.cells.index(cell) - 1].source
+            cited = re.findall(r"`([^`]+)`", question)
+            foreign += [(name, label) for label in cited if label in code(english[name]) and label not in code(nb)]
+    assert foreign == []
 
 
 def test_no_model_answer_or_rubric_reaches_any_file_of_the_released_assignments():

@@ -35,6 +35,12 @@ def _gradients(q, k, v, grad_out, causal: bool):
     return out.detach(), torch.logsumexp(scores, dim=-1).float(), tuple(leaf.grad for leaf in leaves)
 
 
+def _recomputed(s, lse, causal: bool):
+    """P = exp(s - lse) of the check's 7 x 11 scores `s` (0 above the bottom-right diagonal when causal)."""
+    p = torch.exp(s - lse.double()[..., None])  # [B, H, 7, 11]
+    return p.masked_fill(~torch.ones(7, 11, dtype=torch.bool).tril(4), 0.0) if causal else p
+
+
 def flash_backward_checks(harness, close, ok):
     """(check_flash_attention_backward, check_flash_attention_function) on `harness`."""
     _ = harness.gettext
@@ -59,17 +65,25 @@ def flash_backward_checks(harness, close, ok):
                 assert not close(grad, truth * scale, 1e-5), _(
                     "{name} is sqrt(D) times too large: the scores are q k^T / sqrt(D), so the scale multiplies "
                     "{name} too").format(name=name)
-            p = torch.exp(q @ k.transpose(-2, -1) / 2 - lse.double()[..., None])  # [B, H, 7, 11], D = 4
-            if causal:
-                p = p.masked_fill(~torch.ones(7, 11, dtype=torch.bool).tril(4), 0.0)
+            s = q @ k.transpose(-2, -1) / 2  # [B, H, 7, 11]: the scaled scores, D = 4
+            p = _recomputed(s, lse, causal)
             no_delta = (p * (grad_out @ v.transpose(-2, -1))) @ k / 2  # grad_q had delta been left out
             assert not close(got[0], no_delta, 1e-5), _(
                 "grad_q is what dS = P * dP gives: subtract delta = rowsum(grad_out * out) from dP first (each "
                 "query's softmax row sums to 1)")
+            # grad_v = P^T grad_out reads P alone: a P recomputed with the scale twice, or without it, shows there
+            assert not close(got[2], _recomputed(s / 2, lse, causal).transpose(-2, -1) @ grad_out, 1e-5), _(
+                "grad_v is what P = exp(s * scale - lse) gives when s = q k^T * scale already holds the scale: you "
+                "scaled the scores twice; P = exp(s - lse), the scale once (the lse is that of the scaled scores)")
+            assert not close(got[2], _recomputed(s * 2, lse, causal).transpose(-2, -1) @ grad_out, 1e-5), _(
+                "grad_v is what P = exp(q k^T - lse) gives: you left the scale out of the recomputed scores; "
+                "P = exp(q k^T * scale - lse), since the lse that flash_attention returned is that of the scaled "
+                "scores")
             for name, grad, truth in zip(names, got, want):
                 assert close(grad, truth, 1e-5), _(
                     "{name} differs from autograd through plain attention (causal={causal}, 7 queries, 11 keys, "
-                    "block_q=3, block_k=4) by up to {gap:.2g}: recompute each tile's P = exp(s * scale - lse)"
+                    "block_q=3, block_k=4) by up to {gap:.2g}: follow one tile through the recipe above section 3's "
+                    "cell (s = q k^T * scale, P = exp(s - lse), dS = P * (dP - delta))"
                 ).format(name=name, causal=causal, gap=(grad.double() - truth).abs().max().item())
         q6, k3, v3 = q[:, :, :6], k[:, :, :3], v[:, :, :3]  # causal, 6 queries, 3 keys: queries 0..2 see no key
         out, lse, want = _gradients(q6, k3, v3, grad_out[:, :, :6], True)

@@ -9,11 +9,20 @@ chunked attention only [B, H, chunk, S].
 
 Only storages created inside the `with` block count: the inputs you pass in are not
 measured, and neither is a view of them (a slice, a transpose, a reshape that needs no
-copy) nor an operator that writes into them in place, since none of these allocates. The
+copy) nor an operator that writes into them in place (but see `resize_` below), since none
+of these allocates. The
 figure is the *new* memory a function needs: its intermediate tensors and its output.
 
-This file is shipped twice from one source: the grader's worker imports it, and the
-course build copies it next to the long-sequence notebook as `memory_meter.py`.
+What it cannot see: a buffer that one operator allocates and frees inside itself (its
+intermediate values never leave the operator: `torch.logsumexp` of a 64 MiB tensor makes a
+64 MiB temporary and shows only its 0.06 MiB result; a fused kernel's work buffer likewise);
+use `torch.profiler` for those. And `resize_` on an input that grows its storage is new
+memory that outlives the block: the meter counts it, and `live_bytes` still holds it after
+the block (5 MiB after growing an empty input to 5 MiB), since the input keeps it.
+
+This file is shipped several times from one source: the grader's worker imports it, and the
+course build copies it as `memory_meter.py` next to the notebooks that measure memory, those
+of `self_attention` (05_long_sequence) and `efficient` (01_flash, 02_sliding_window, 03_linear).
 """
 from __future__ import annotations
 

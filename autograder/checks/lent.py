@@ -52,7 +52,8 @@ def _start(student, owner: str, part, reference, probes: dict) -> None:
     missing = tuple(n for n in part.borrows if n not in defined)
     student.lending[part.id] = Lending(owner, tuple(part.borrows), verdict.wrong, verdict.broken, missing)
     session.lenders[part.id] = Lender(reference, frozenset(part.borrows)).answer
-    say(student, owner, verdict, copies_in(session, namespace, verdict.wrong + verdict.broken))
+    bad = verdict.wrong + verdict.broken
+    say(student, owner, verdict, copies_in(session, namespace, bad), same_part=bool(bad) and set(bad) <= set(part.names))
 
 
 def copies_in(session, namespace: str, names: tuple[str, ...]) -> str | None:
@@ -111,11 +112,19 @@ def _outcome(result, steps, calls, reference, name: str) -> str:
     return "right" if all(expect.same(g, e) for g, e in zip(got, expected)) else "wrong"
 
 
-def say(student, owner: str, verdict: Verdict, copies: str | None = None) -> None:
+def say(student, owner: str, verdict: Verdict, copies: str | None = None, same_part: bool = False) -> None:
     """The part's note: which of the student's pieces the grader stood in for while `owner` was graded; when they
-    are copies in another notebook than their own parts' (`copies`, its file name), the note says where they are."""
+    are copies in another notebook than their own parts' (`copies`, its file name), the note says where they are;
+    when they belong to the part being graded (`same_part`: sliding_window_mask next to sliding_window_attention),
+    it says that their own checks in this part grade them."""
     bad = verdict.wrong + verdict.broken
     if not bad:
+        return
+    if same_part:
+        student.note(_("while {owner} was graded, the grader's {names} stood in for yours, which gives wrong results: "
+                       "its own checks in this part charge that mistake, so that it costs points once; each check of "
+                       "{owner} kept the better of that and your own {names}. Fix {names}: wherever {owner} calls it, "
+                       "it is wrong with yours").format(owner=owner, names=", ".join(bad)))
         return
     student.note(_("while {owner} was graded, the grader's {names} stood in for yours (each is graded in its own "
                    "part, so that a mistake there costs points once, there); each check kept the better of that "

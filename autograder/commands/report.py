@@ -27,9 +27,10 @@ def part_table(part: PartResult, lang: str = "en") -> Table:
     table.add_column(_("what is wrong").render(lang), ratio=3)
     for c in part.checks:
         mark = Text("✓", style="green") if c.passed else Text("✗", style="red")
-        table.add_row(mark, Text(i18n.check_title(c.name, lang)), f"{_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))}", Text(c.message))
+        table.add_row(mark, Text(i18n.check_title(c.name, lang), overflow="fold"),
+                      f"{_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))}", Text(c.message, overflow="fold"))
     for note in part.notes:
-        table.add_row(Text("!", style="yellow"), Text(note, style="yellow"), "", "")
+        table.add_row(Text("!", style="yellow"), Text(note, style="yellow", overflow="fold"), "", "")
     return table
 
 
@@ -84,7 +85,8 @@ def brief(result: GradeResult, console: Console | None = None, hide: tuple[str, 
     for part in result.parts:
         mark = "✓ " if part.passed else "✗ "
         table.add_row(Text(mark + part.id, style="green" if part.passed else "red"),
-                      f"{_fmt(round(part.score, 2))}/{_fmt(part.max_score)}", "\n".join(failing_messages(part)))
+                      f"{_fmt(round(part.score, 2))}/{_fmt(part.max_score)}",
+                      Text("\n".join(failing_messages(part)), overflow="fold"))
     table.add_section()
     table.add_row(Text(_("total").render(lang), style="bold"),
                   Text(f"{_fmt(round(result.score, 2))}/{_fmt(result.max_score)}", style="bold"), "")

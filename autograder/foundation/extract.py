@@ -38,6 +38,13 @@ class Source:
     lang: str | None = None  # the edition's language its metadata names (metadata.course.lang), if any
     digest: str = ""  # sha256 of the bytes read (copies.py compares it with the source's and other students')
     same_as: tuple[str, ...] = ()  # the other students who submitted these same bytes (copies.compare_copies)
+    # where each of `cells` sits in the notebook, counting every cell from the top (1-based, what a student counts);
+    # empty for a .py file, whose chunks are numbered in order
+    numbers: tuple[int, ...] = ()
+
+    def number(self, index: int) -> int:
+        """The number a student finds `cells[index]` by: its place among all the notebook's cells."""
+        return self.numbers[index] if index < len(self.numbers) else index + 1
 
     def notes_against(self, assignment: spec.Assignment) -> tuple:
         """What is said about this file when it is graded against `assignment`: its notes, and last, when its
@@ -232,7 +239,7 @@ def parse_notebook(data: bytes, path: Path) -> Source:
     code_cells = [(i, c, _nbgrader(c, bad_meta, i)) for i, c in enumerate(nb["cells"], 1)
                   if isinstance(c, dict) and c.get("cell_type") == "code"]
     solution = [(i, c) for i, c, meta in code_cells if meta.get("solution")]
-    cells, notes, bad_source = [], [], []
+    cells, numbers, notes, bad_source = [], [], [], []
     for index, cell in solution or [(i, c) for i, c, _ in code_cells]:
         source = _text(cell.get("source", ""))
         if source is None:
@@ -241,6 +248,7 @@ def parse_notebook(data: bytes, path: Path) -> Source:
         code, dropped = clean_cell(source)
         notes.extend(dropped)
         cells.append(code)
+        numbers.append(index)
     if not solution and code_cells:
         notes.append(_("no nbgrader solution cells: every code cell was taken"))
     notes += _cells_note(BAD_META, path.name, bad_meta) + _cells_note(BAD_SOURCE, path.name, bad_source)
@@ -248,7 +256,7 @@ def parse_notebook(data: bytes, path: Path) -> Source:
     notes += _cells_note(BAD_GRADE_ID, path.name, [i for i, gid in graded if not isinstance(gid, str)])
     grade_ids = frozenset(gid for _, gid in graded if isinstance(gid, str))
     return Source(path.stem, str(path), tuple(cells), tuple(notes), len(solution), graded_ids=grade_ids,
-                  lang=notebook_language(nb), digest=digest)
+                  lang=notebook_language(nb), digest=digest, numbers=tuple(numbers))
 
 
 def notebook_language(nb: dict) -> str | None:

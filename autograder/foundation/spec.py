@@ -32,8 +32,9 @@ class Part:
     # the groups of torch functions (worker/names.py) that earn this part nothing when its code calls them while
     # graded; empty for a from-scratch part: the fused kernel and the official module (FROM_SCRATCH_FORBIDS)
     forbids: tuple[str, ...] = ()
-    # other parts' functions that this part's code may call: while it is graded, the worker puts the reference
-    # versions in their place (checks/lent.py), so that a mistake in one of them costs points in its own part only
+    # functions graded elsewhere that this part's code may call (another part's, or this part's own helper graded by
+    # its own checks, as sliding_window_mask in sliding_window_attention): while the caller is graded, the worker puts
+    # the reference versions in their place (checks/lent.py), so that a mistake in one of them costs points once
     borrows: tuple[str, ...] = ()
 
     @property
@@ -143,8 +144,10 @@ EFFICIENT = Assignment(
         Part("flash", ("flash_attention", "merge_attention"), 25, "01_flash", forbids=FUSED_KERNEL + FLEX_ATTENTION),
         Part("flash_backward", ("flash_attention_backward", "FlashAttentionFunction"), 20, "05_flash_backward",
              forbids=FUSED_KERNEL + FLEX_ATTENTION),
+        # the attention may build its chunks' masks with the part's own sliding_window_mask: lent while the attention
+        # is graded, so that a wrong mask costs the mask's checks only
         Part("sliding_window", ("sliding_window_mask", "sliding_window_attention"), 15, "02_sliding_window",
-             forbids=FUSED_KERNEL + FLEX_ATTENTION),
+             forbids=FUSED_KERNEL + FLEX_ATTENTION, borrows=("sliding_window_mask",)),
         Part("linear", ("elu_feature_map", "linear_attention", "linear_attention_step"), 20, "03_linear",
              forbids=FUSED_KERNEL + FLEX_ATTENTION),
         Part("flex", ("document_causal_mask_mod", "prefix_lm_mask_mod", "sliding_window_mask_mod",

@@ -205,5 +205,6 @@ def start_worker(zygote: Zygote, sources: list[Source], config: SandboxConfig, t
         cause = worker.protections.get("cause", "")
         raise SandboxUnavailable(refusal(off, cause), reason(off, cause))
     left = max(timeout - (time.perf_counter() - started), 1.0)
-    reply = worker.request({"kind": "load", "sources": [(s.name, list(s.cells)) for s in sources]}, left)
+    reply = worker.request({"kind": "load", "sources": [(s.name, list(s.cells), [s.number(i) for i in range(len(s.cells))])
+                                                        for s in sources]}, left)
     return worker, reply

@@ -135,12 +135,12 @@ class Session:
             for err in info.get("errors", ()):
                 where = f" ({err['where']})" if err.get("where") else ""
                 notes.append(_("{source}: cell {cell} raised {kind}: {error}{where}").format(
-                    source=src, cell=err["cell"] + 1, kind=err["type"], error=err["message"], where=where))
+                    source=src, cell=err["cell"], kind=err["type"], error=err["message"], where=where))
         return notes
 
     def load_hint(self):
         """" (a cell failed to run: ...)" after a missing name, when a cell failed; else ""."""
-        errors = [_("{source}, cell {cell}: {kind}: {error}").format(source=src, cell=e["cell"] + 1, kind=e["type"],
+        errors = [_("{source}, cell {cell}: {kind}: {error}").format(source=src, cell=e["cell"], kind=e["type"],
                                                                      error=e["message"])
                   for src, info in self.load_report.items() for e in info.get("errors", ())]
         return _(" (a cell failed to run: {error})").format(error=errors[0]) if errors else ""

@@ -92,21 +92,22 @@ class Worker:
 
     # ------------------------------------------------------------ requests
     def load(self, sources):
-        """Exec each source's cells in its own namespace; a failing cell does not stop the rest."""
+        """Exec each source's cells in its own namespace; a failing cell does not stop the rest. Each source comes
+        with the number a student finds each cell by (its place in the notebook), used in tracebacks and reports."""
         report = {}
-        for name, cells in sources:
+        for name, cells, numbers in sources:
             ns = student_module()
             exec(compile(PREAMBLE, "<preamble>", "exec"), ns)
             errors = []
-            for index, code in enumerate(cells):
-                label = name if len(cells) == 1 else f"{name} cell {index + 1}"
+            for code, number in zip(cells, numbers):
+                label = name if len(cells) == 1 else f"{name} cell {number}"
                 filename = STUDENT_FILE.format(label=label)
                 linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
                 try:
                     with self.capture():
                         exec(compile(code, filename, "exec"), ns)
                 except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: student code
-                    errors.append({"cell": index, **self.describe_error(exc)})
+                    errors.append({"cell": number, **self.describe_error(exc)})
             self.namespaces[name] = ns
             defined = sorted(k for k, v in ns.items() if not k.startswith("__") and (callable(v) or isinstance(v, type)))
             report[name] = {"defined": defined, "errors": errors}

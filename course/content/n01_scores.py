@@ -665,7 +665,7 @@ DEMO_ZH = {
     '"row sums, softmax over keys (dim=-1):   "': '"每行之和，在键上做 softmax（dim=-1）：  "',
     '"row sums, softmax over queries (dim=-2):"': '"每行之和，在查询上做 softmax（dim=-2）："',
     '"column sums with dim=-2 (each key\'s weights over the queries):"': '"dim=-2 时每列之和（每个键分给各个查询的权重）："',
-    "# the sequence that asks: 3 tokens": "# 提问的序列：3 个 token",
+    "# the sequence that asks: 3 tokens": "# 发出查询的序列：3 个 token",
     "# the sequence that is read: 5 tokens": "# 被读取的序列：5 个 token",
     "# [2, 3, 8]: queries from the first sequence": "# [2, 3, 8]：查询来自第一个序列",
     "# [2, 5, 8]: keys and values from the second": "# [2, 5, 8]：键和值来自第二个序列",

@@ -168,10 +168,18 @@ def cells():
         created inside the `with` block: the *extra* memory a function needs. We compare plain attention
         (written inline here), your chunked attention (`chunk_size=128`) and your SDPA version, over a range
         of lengths. Small sizes keep this fast; the shape of the curves is what matters.
+
+        The meter sees the tensors that operators return, not a buffer that a single operator allocates and
+        frees inside itself. `torch.logsumexp(x, -1)` computes `exp(x - max)` over the whole of `x` inside
+        one operator: the cell's last lines measure it on a 64 MiB tensor, then the same computation written
+        as separate operators, whose temporary the meter does see. A fused kernel's work buffer is missed the
+        same way (`efficient`'s 01_flash asks `torch.profiler` for one).
         """, r"""
         ## 4. 在 CPU 上测量峰值内存
 
         `LiveMemoryMeter`（在本 notebook 旁边的 `memory_meter.py` 中）监视每一个 PyTorch 操作，记录同一时刻存活张量的最大总大小，只统计在 `with` 块内创建的张量：也就是一个函数所需的*额外*内存。我们在一系列长度上比较朴素注意力（这里直接内联写出）、你的分块注意力（`chunk_size=128`）和你的 SDPA 版本。尺寸小一些可以跑得快；重要的是曲线的形状。
+
+        内存计看到的是各个算子返回的张量，看不到单个算子在自己内部分配又释放的缓冲区。`torch.logsumexp(x, -1)` 在一个算子内部对整个 `x` 计算 `exp(x - max)`：单元格最后几行在一个 64 MiB 的张量上测量它，再测量拆成几个算子写出的同一个计算，后者的临时张量内存计是看得到的。融合内核的工作缓冲区同样看不到（`efficient` 作业的 01_flash 用 `torch.profiler` 查出了一个）。
         """),
         demo("""
         import unicodedata
@@ -223,6 +231,11 @@ def cells():
         ax.minorticks_off()  # only the measured lengths on the x axis
         ax.legend()
         plt.show()
+        x = torch.randn(16, 1024, 1024)  # 64 MiB
+        one_operator = peak_mib(torch.logsumexp, x, -1)
+        separate = peak_mib(lambda x: (x - x.amax(-1, keepdim=True)).exp_().sum(-1).log() + x.amax(-1), x)
+        print(f"logsumexp of a {x.nbytes / 2**20:.0f} MiB tensor: torch.logsumexp {one_operator:.2f} MiB seen, "
+              f"the same written as separate operators {separate:.2f} MiB")
         """),
         md(r"""
         Plain attention grows by 4x for every doubling of S (the slope-2 line on the log-log plot) and
@@ -236,7 +249,7 @@ def cells():
         expect the flash and math kernels to work and the CUDA-only ones to be refused, and the math
         backend to peak where plain attention does: in float32 it computes the same matrices.
         """, r"""
-        S 每翻一倍，朴素注意力就增长 4 倍（双对数图上斜率为 2 的直线），峰值约为两个分数矩阵。分块注意力只线性增长：它的块是 `128 x S`。SDPA 的 CPU 内核始终接近它输出的大小。
+        S 每翻一倍，朴素注意力的峰值就变为原来的 4 倍（双对数图上斜率为 2 的直线），峰值约为两个分数矩阵。分块注意力只线性增长：它的块是 `128 x S`。SDPA 的 CPU 内核始终接近它输出的大小。
 
         ### 选择后端
 
@@ -533,6 +546,9 @@ DOCSTRINGS_ZH = {
 
 # The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
 DEMO_ZH = {
+    'f"logsumexp of a {x.nbytes / 2**20:.0f} MiB tensor: torch.logsumexp {one_operator:.2f} MiB seen, "':
+        'f"对 {x.nbytes / 2**20:.0f} MiB 的张量求 logsumexp：torch.logsumexp 内存计看到 {one_operator:.2f} MiB，"',
+    'f"the same written as separate operators {separate:.2f} MiB"': 'f"拆成几个算子写出的同一个计算 {separate:.2f} MiB"',
     'f"B=1, H=16, S={S:>6}, {str(dtype):<13}: {': 'f"B=1，H=16，S={S:>6}，{str(dtype):<13}：{',
     ':8.3f} GiB per score matrix"': ':8.3f} GiB（每个分数矩阵）"',
     '"plain": plain_attention,': '"朴素": plain_attention,',

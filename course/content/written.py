@@ -25,7 +25,7 @@ QUESTIONS = {q.grade_id: q for q in (
             and at `d_k = 256`? Will the scaled column change with `d_k`? Write your guess first; then run the
             cell and explain in two sentences what you see.""",
             """*先预测，再运行下一个单元格。* 它为每个查询随机取 8 个键，对 `d_k` 从 4 到 1024 打印原始分数的
-            softmax 最大权重的平均值（`max weight raw`）和缩放后分数的（`max weight scaled`）。你估计 `d_k = 16` 时
+            softmax 最大权重的平均值（`最大权重(原始)`）和缩放后分数的（`最大权重(缩放)`）。你估计 `d_k = 16` 时
             原始分数的最大权重大约是多少？`d_k = 256` 时呢？缩放后的那一列会随 `d_k` 变化吗？先写下你的猜测，
             再运行单元格，用两句话解释你看到的结果。"""),
         answer=(
@@ -34,16 +34,21 @@ QUESTIONS = {q.grade_id: q for q in (
             a sum of `d_k` random terms, so its variance is `d_k` (the `var(q.k)` column) and the scores spread
             like $\\sqrt{d_k}$: the softmax then gives almost everything to the largest one. Dividing by
             $\\sqrt{d_k}$ brings the variance back to 1, so the weights no longer depend on the width.""",
-            """我的猜测：不缩放时，最大权重随 `d_k` 增大而趋近 1；缩放后基本不变。表格印证了这一点：`max weight raw`
-            随 `d_k` 上升，`max weight scaled` 几乎不动。原始点积是 `d_k` 个随机项之和，方差等于 `d_k`（见
+            """我的猜测：不缩放时，最大权重随 `d_k` 增大而趋近 1；缩放后基本不变。表格印证了这一点：`最大权重(原始)`
+            随 `d_k` 上升，`最大权重(缩放)` 几乎不动。原始点积是 `d_k` 个随机项之和，方差等于 `d_k`（见
             `var(q.k)` 一列），分数的离散程度按 $\\sqrt{d_k}$ 增长，softmax 于是几乎把全部权重给了最大的那个分数。
             除以 $\\sqrt{d_k}$ 把方差拉回 1，权重就不再随宽度变化。"""),
-        full=("a prediction written down, and an explanation that names the variance (or spread) of the dot product "
-              "growing with `d_k` and the softmax saturating, with scaling restoring variance 1.",
-              "写了预测，并且解释里说出点积的方差（或离散程度）随 `d_k` 增长、softmax 饱和，而缩放让方差回到 1。"),
-        half=("the right direction (raw weights grow towards 1, scaled stay flat) without the variance argument, "
-              "or the argument without reading the table.",
-              "方向对（原始权重趋近 1，缩放后不变），但没有方差的论证；或者有论证，却没有对照表格。"),
+        full=("a prediction written down before the table, and an explanation that names the variance (or spread) of "
+              "the dot product growing with `d_k` and the softmax saturating, with scaling restoring variance 1. "
+              "The prediction is not graded for being right: a wrong prediction that the answer corrects against "
+              "the table earns full marks (yes).",
+              "写了看表之前的预测，并且解释里说出点积的方差（或离散程度）随 `d_k` 增长、softmax 饱和，而缩放让方差回到 1。"
+              "预测对不对不计分：预测错了、但答案对照表格更正了它，照样得满分（是）。"),
+        half=("the right direction (raw weights grow towards 1, scaled stay flat) without the variance argument; or "
+              "the argument without reading the table; or a full explanation with no prediction written down, or a "
+              "wrong prediction left uncorrected.",
+              "方向对（原始权重趋近 1，缩放后不变），但没有方差的论证；或者有论证，却没有对照表格；或者解释完整，"
+              "却没有写预测，或者错误的预测没有更正。"),
         none=("no answer, or the wrong direction (for example: larger `d_k` spreads the weights more evenly).",
               "没有作答，或方向错误（例如认为 `d_k` 越大权重越平均）。"),
     ),
@@ -80,7 +85,7 @@ QUESTIONS = {q.grade_id: q for q in (
             """In the `padding (length 6)` panel, the two padded *key* columns are 0, but the two padded *query*
             rows (6 and 7) still hold weights. Why does the padding mask hide keys and not queries, and why is it
             harmless that a padded query still gets an output? Two or three sentences.""",
-            """在 `padding (length 6)` 这张图里，两个被填充的*键*（最右两列）权重为 0，可是两个被填充的*查询*
+            """在 `填充（长度 6）` 这张图里，两个被填充的*键*（最右两列）权重为 0，可是两个被填充的*查询*
             （第 6、7 行）仍然有权重。为什么填充掩码遮的是键而不是查询？被填充的查询照样得到一个输出，为什么
             没有害处？写两三句话。"""),
         answer=(
@@ -88,14 +93,17 @@ QUESTIONS = {q.grade_id: q for q in (
             would mix a pad token's value into the output of every real token: it must get weight 0 ($-\\infty$
             before the softmax). A padded query only produces its own row, which nothing else reads (the next
             layers mask it as a key again, and the loss ignores pad positions); masking that row too would leave
-            it with no key at all and give NaN.""",
+            it with no key at all: with a $-\\infty$ fill its softmax is $0/0$, NaN (PyTorch's SDPA returns 0 for
+            such a row instead, as `04_decoder` of `generation` prints).""",
             """查询的输出是它所关注的那些键对应的值的加权平均，所以一个被填充的键会把填充 token 的值混进每个真实
             token 的输出：它的权重必须为 0（softmax 之前设为 $-\\infty$）。被填充的查询只产生它自己那一行输出，
             没有别的东西会读它（后面的层会再次把它当作键遮住，损失也忽略填充位置）；如果把这一行也遮住，它就一个键
-            都看不到，只会得到 NaN。"""),
+            都看不到：用 $-\\infty$ 填充时它的 softmax 是 $0/0$，即 NaN（PyTorch 的 SDPA 则对这样的行返回 0，
+            `generation` 作业的 `04_decoder` 会打印出来）。"""),
         full=("keys are masked because their values flow into every real query's output; a padded query's row is "
-              "never read (and masking it too would give an all-masked row, NaN).",
-              "说明遮键是因为键的值会流入每个真实查询的输出；被填充查询的那一行从来不会被读取（再遮它反而会得到全被遮住的行、NaN）。"),
+              "never read (and masking it too would give an all-masked row: NaN with a $-\\infty$ fill, 0 from SDPA; "
+              "either answer is right).",
+              "说明遮键是因为键的值会流入每个真实查询的输出；被填充查询的那一行从来不会被读取（再遮它反而会得到全被遮住的行：用 $-\\infty$ 填充时是 NaN，SDPA 给出 0；两种说法都对）。"),
         half=("only one of the two: why keys are masked, or why padded queries do no harm.",
               "只答了其中一点：为什么遮键，或者为什么填充的查询无害。"),
         none=("no answer, or the claim that the padded rows are a bug to fix.",
@@ -159,28 +167,35 @@ QUESTIONS = {q.grade_id: q for q in (
         "written_left_padding", 3,
         question=(
             """*Predict before you change anything.* If `generate` passed `None` instead of `mask` as the
-            `key_mask` of its two calls of `layer`, which of the three prompts would generate different tokens?
+            `key_mask` of its two calls of `layer`, which of the three prompts could generate different tokens?
             Write your prediction, then try it (edit the cell, run it, put `mask` back) and explain in two
             sentences why a left-padded batch needs the key mask.""",
             """*先预测，再动手。* 如果 `generate` 在两次调用 `layer` 时把 `key_mask` 从 `mask` 换成 `None`，三个
-            提示中哪些生成的 token 会变？先写下预测，再试一试（改单元格、运行，然后把 `mask` 改回来），用两句话
+            提示词中哪些生成的 token 可能会变？先写下预测，再试一试（改单元格、运行，然后把 `mask` 改回来），用两句话
             解释：为什么左填充的批次必须有键掩码。"""),
         answer=(
-            """Only the shorter prompts (2 and 4 tokens) change; the prompt of 6 has no padding, so it generates the
-            same tokens. Without the mask their queries attend to the pad tokens' keys on the left, which stay in
-            the cache for every later step, so the pad embedding's values leak into each output; the key mask hides
-            those columns at every step, and each sequence then sees only its own tokens, as when it is generated
-            alone.""",
-            """只有较短的两个提示（2 个和 4 个 token）会变；长度为 6 的提示没有填充，生成的 token 不变。没有掩码时，
-            它们的查询会关注左边填充 token 的键，而这些键此后每一步都留在缓存里，填充嵌入的值于是混进了每个输出；
-            键掩码在每一步都把这些列遮住，每条序列就只看到自己的 token，与单独生成时一样。"""),
-        full=("the two padded prompts change and the unpadded one does not, because their queries see the pad keys "
-              "(kept in the cache at every step) unless the key mask hides them.",
-              "答出两个有填充的提示会变、没有填充的不变，原因是不加键掩码时它们的查询会看到填充的键（而且这些键每一步都在缓存里）。"),
+            """The prompt of 6 has no padding, so it cannot change. The two shorter prompts (2 and 4 tokens) can:
+            without the mask their queries attend to the pad tokens' keys on the left, which stay in the cache for
+            every later step, so the pad embedding's values leak into each output and their logits change. Whether
+            their greedy tokens change too depends on the weights (with this cell's seed both do; with other seeds
+            a small change of the logits can leave the argmax as it was). The key mask hides those columns at every
+            step, and each sequence then sees only its own tokens, as when it is generated alone.""",
+            """长度为 6 的提示词没有填充，不可能变。较短的两个提示词（2 个和 4 个 token）可能会变：没有掩码时，
+            它们的查询会关注左边填充 token 的键，而这些键此后每一步都留在缓存里，填充嵌入的值于是混进了每个输出，
+            它们的 logits 随之改变。生成的 token 是否也跟着变取决于权重（在这个单元格的随机种子下两个都变了；换一个
+            种子，logits 的小变化可能不改变 argmax）。键掩码在每一步都把这些列遮住，每条序列就只看到自己的 token，
+            与单独生成时一样。"""),
+        full=("the principle: the unpadded prompt cannot change and the padded ones are exposed, because their queries "
+              "see the pad keys (kept in the cache at every step) unless the key mask hides them. Which padded "
+              "prompts' tokens actually change depends on the seed: \"both change\", \"they may change\" and an "
+              "observed \"only one changed\" all earn full marks with that reason.",
+              "答出原理：没有填充的提示词不可能变，有填充的会受影响，原因是不加键掩码时它们的查询会看到填充的键（而且这些键"
+              "每一步都在缓存里）。有填充的提示词生成的 token 实际变不变取决于随机种子：答“两个都变”“可能会变”，或者观察到"
+              "“只有一个变了”，只要原因对，都得满分。"),
         half=("the right prompts without the reason, or the reason with a wrong prediction left uncorrected.",
-              "提示判断对了但没说原因，或原因对了但错误的预测没有更正。"),
-        none=("no answer, or the claim that all three prompts change or none does.",
-              "没有作答，或认为三个提示都会变、或都不会变。"),
+              "提示词判断对了但没说原因，或原因对了但错误的预测没有更正。"),
+        none=("no answer, or the claim that the unpadded prompt changes too, or that no prompt can change.",
+              "没有作答，或认为没有填充的提示词也会变，或认为哪个提示词都不可能变。"),
     ),
     # ------------------------------------------------------------------ efficient
     Written(
@@ -215,21 +230,28 @@ QUESTIONS = {q.grade_id: q for q in (
             """*Predict before you run the next cell.* Each time $S$ doubles, by what factor should the peak memory
             of plain attention grow, and by what factor that of your `flash_attention`? Write the two factors and
             your reason; then run the cell and compare with the printed peaks.""",
-            """*先预测，再运行下一个单元格。* $S$ 每翻一倍，朴素注意力的峰值内存应该增长几倍？你的 `flash_attention`
-            呢？写下这两个倍数和理由，再运行单元格，和打印出来的峰值对比。"""),
+            """*先预测，再运行下一个单元格。* $S$ 每翻一倍，朴素注意力的峰值内存应该变为原来的几倍？你的
+            `flash_attention` 呢？写下这两个倍数和理由，再运行单元格，和打印出来的峰值对比。"""),
         answer=(
             """Plain attention holds the whole `[B, H, S, S]` score matrix, so doubling $S$ multiplies its peak by
             about 4, as the printed rows show. `flash_attention` holds one `block_q x block_k` tile of scores per
-            head plus the output and the running statistics, all linear in $S$, so its peak tends to doubling; at
-            small $S$ it grows by less, because the fixed size of the tiles is a large share of it.""",
+            head, whose size does not depend on $S$, plus the output and lse, which grow linearly: its peak is a
+            fixed part plus a linear one, so each doubling multiplies it by a factor between 1 and 2, close to 1
+            while the tiles dominate (the printed rows: about 1.1 to 1.3) and tending to 2 only once the output
+            dominates.""",
             """朴素注意力要存下整个 `[B, H, S, S]` 分数矩阵，所以 $S$ 翻倍时峰值大约变成 4 倍，打印的各行正是如此。
-            `flash_attention` 每个头只存一个 `block_q x block_k` 的分数块，再加上输出和累计的统计量，都与 $S$ 成
-            线性关系，所以峰值趋向于翻倍；$S$ 较小时增长不到 2 倍，因为固定大小的块占了峰值的很大一部分。"""),
-        full=("about 4x for plain attention (the $S^2$ matrix) and about 2x, or less at small $S$, for the tiled "
-              "version, with the reason.",
-              "答出朴素注意力约 4 倍（$S^2$ 的矩阵）、分块版本约 2 倍（$S$ 较小时更少），并给出理由。"),
-        half=("the two factors without reasons, or one factor right with its reason.",
-              "两个倍数对但没有理由，或只有一个倍数及其理由是对的。"),
+            `flash_attention` 每个头只存一个 `block_q x block_k` 的分数块，它的大小与 $S$ 无关；再加上输出和 lse，
+            它们随 $S$ 线性增长。峰值是固定部分加上线性部分，所以每翻一倍，峰值变为原来的 1 到 2 倍之间：分块占大头时
+            接近 1 倍（打印的各行约为 1.1 到 1.3 倍），只有输出占大头时才趋向 2 倍。"""),
+        full=("about 4x for plain attention (the $S^2$ matrix), and for the tiled version any factor from about 1x "
+              "to 2x with the reason that the tiles do not grow with $S$ while the output does: \"about 1x, the "
+              "tiles are fixed\" earns full marks (yes), and so does \"below 2x, tending to 2x\".",
+              "答出朴素注意力约 4 倍（$S^2$ 的矩阵）；分块版本答 1 倍到 2 倍之间的任何倍数都可以，只要理由是分块不随 $S$ "
+              "增长、输出随 $S$ 增长：答“约 1 倍，分块大小固定”得满分（是），答“不到 2 倍、趋向 2 倍”也得满分。"),
+        half=("the two factors without reasons; or one factor right with its reason; or \"2x, everything linear in "
+              "$S$\" without the fixed tiles and without reconciling it with the printed rows.",
+              "两个倍数对但没有理由；或只有一个倍数及其理由是对的；或答“2 倍，全都与 $S$ 成线性关系”，既没提分块大小固定，"
+              "也没有与打印的各行对照。"),
         none=("no answer, or the same factor for both.", "没有作答，或认为两者增长倍数相同。"),
     ),
     Written(
@@ -243,18 +265,25 @@ QUESTIONS = {q.grade_id: q for q in (
         answer=(
             """Keeping $P$ means keeping $S_q \\times S_k$ numbers per head: the printed sizes of plain attention grow
             about 16-fold when $S$ grows 4-fold, to gigabytes at 16k, while `FlashAttentionFunction` keeps only `q`, `k`,
-            `v`, `out` and `lse`, which grow 4-fold. With `lse` saved, each tile's $P = e^{S \\cdot scale - lse}$ is
-            recomputed exactly, already normalised; the price is one more $QK^\\top$ product per tile in the
-            backward pass, extra arithmetic that costs far less than storing and reading back a quadratic tensor.""",
+            `v`, `out` and `lse`, which grow 4-fold. With `lse` saved, each tile's $P = e^{S - lse}$ ($S$ the scaled
+            scores of the tile) is recomputed already normalised, to the precision of the float32 `lse`; the price
+            is one more $QK^\\top$ product per tile in the backward pass, extra arithmetic that costs far less than
+            storing and reading back a quadratic tensor.""",
             """保存 $P$ 就得为每个头保存 $S_q \\times S_k$ 个数：打印的结果里，$S$ 变成 4 倍时朴素注意力保存的量变成
             约 16 倍，到 16k 时已是 GB 级；而 `FlashAttentionFunction` 只保存 `q`、`k`、`v`、`out` 和 `lse`，只变成
-            4 倍。有了 `lse`，每个块的 $P = e^{S \\cdot scale - lse}$ 可以精确地重算出来，而且已经归一化；代价是
-            反向传播里每个块多做一次 $QK^\\top$ 乘法，多出的这点计算远比存下再读回一个平方级的张量便宜。"""),
-        full=("quadratic memory of $P$ versus linear memory of what is kept, read off the printed sizes; `lse` making "
-              "the recomputation exact; the cost named as extra compute (one more $QK^\\top$ per tile).",
-              "对照打印的大小说明 $P$ 占平方级内存、保存的量是线性的；指出 `lse` 使重算精确；说出代价是额外计算（每块多一次 $QK^\\top$）。"),
-        half=("the memory argument alone, without the role of `lse` or the cost.",
-              "只讲了内存，没有讲 `lse` 的作用或重算的代价。"),
+            4 倍。有了 `lse`，每个块的 $P = e^{S - lse}$（$S$ 是这个块缩放后的分数）可以重算出来，而且已经归一化，
+            精度取决于 float32 的 `lse`；代价是反向传播里每个块多做一次 $QK^\\top$ 乘法，多出的这点计算远比存下再读回
+            一个平方级的张量便宜。"""),
+        full=("three elements, added up as 2 + 1 + 1: quadratic memory of $P$ versus linear memory of what is kept, "
+              "read off the printed sizes (2 points); `lse` making the recomputation one normalised step (1 point); "
+              "the cost named as extra compute, one more $QK^\\top$ per tile (1 point). Two of them: their points "
+              "(for example memory and cost, 3).",
+              "三个要点，按 2 + 1 + 1 相加：对照打印的大小说明 $P$ 占平方级内存、保存的量是线性的（2 分）；指出 `lse` 让重算"
+              "一步得到归一化的 $P$（1 分）；说出代价是额外计算，每块多一次 $QK^\\top$（1 分）。只答到其中两点，就得这两点的"
+              "分（例如内存和代价，3 分）。"),
+        half=("the memory argument alone (2 points), without the role of `lse` or the cost; `lse` and the cost "
+              "without the memory argument also make 2.",
+              "只讲了内存（2 分），没有讲 `lse` 的作用或重算的代价；只讲了 `lse` 和代价、没讲内存，也是 2 分。"),
         none=("no answer, or a reason that is not about memory (for example: recomputing is more accurate).",
               "没有作答，或理由与内存无关（例如“重算更精确”）。"),
     ),

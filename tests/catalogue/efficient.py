@@ -126,12 +126,23 @@ CASES: tuple = (
          (("merge_attention", "    lse = m + torch.log(total)  # -inf when neither side sees a key",
            "    lse = lse_a + torch.log1p(torch.exp(lse_b - lse_a))"),),
          lose=("flash",), says="NaN when lse_a is -inf"),
+    Case("merge_nan_when_both_empty", "merge_attention subtracts the larger lse even where both sides are -inf: "
+         "-inf - (-inf) is NaN for a query that sees no key on either side",
+         (("merge_attention", "    m = m.masked_fill(m == float(\"-inf\"), 0.0)  # both sides empty: both weights below become 0\n",
+           ""),),
+         lose=("flash",), says="-inf - (-inf) is NaN"),
     # ------------------------------------------------------------------ flash_backward (tests/catalogue/efficient_backward.py)
     *efficient_backward.cases(Case),
     # ------------------------------------------------------------------ wrong: sliding_window
     Case("window_one_too_wide", "sliding_window_mask lets each query see window + 1 keys",
          (("sliding_window_mask", "return (j <= i) & (j > i - window)", "return (j <= i) & (j >= i - window)"),),
          lose=("sliding_window",), says="one key too wide"),
+    Case("window_mask_one_too_wide_reused", "sliding_window_mask lets each query see window + 1 keys, and the "
+         "attention builds each chunk's mask with it: only the mask's checks may charge the mistake",
+         (("sliding_window_mask", "return (j <= i) & (j > i - window)", "return (j <= i) & (j >= i - window)"),
+          ("sliding_window_attention", "visible = (key <= query) & (key > query - window)",
+           "visible = sliding_window_mask(i1 - j0, window)[i0 - j0:]  # positions j0 .. i1 - 1, the chunk's rows")),
+         lose=("sliding_window",), says="stood in for yours"),
     Case("window_chunk_reads_own_keys", "each chunk of queries reads only the chunk's own keys",
          (("sliding_window_attention", "j0 = max(0, i0 - window + 1)", "j0 = i0"),),
          lose=("sliding_window",), says="before the chunk starts"),
@@ -161,6 +172,12 @@ CASES: tuple = (
     Case("linear_causal_ss_matrix", "MEMORY ONLY: causal linear attention by masking phi(q) phi(k)^T [S, S]",
          (("linear_attention", LINEAR_CAUSAL, LINEAR_CAUSAL_SS),),
          lose=("linear",), says="running sums"),
+    Case("linear_chunks_forget_sums", "causal linear attention in chunks of 32 that each start from zero sums (the "
+         "running sums are not carried from chunk to chunk): right up to 32 positions",
+         (("linear_attention", "C = 64  # positions per chunk", "C = 32  # positions per chunk"),
+          ("linear_attention", "            kv = kv + k_c.transpose(-2, -1) @ v_c  # [B, H, D, D_v]: this chunk's keys "
+           "join the state\n            z = z + k_c.sum(dim=-2)  # [B, H, D]\n", "")),
+         lose=("linear",), says="your chunks of 32 positions each start from zero sums"),
     Case("linear_step_forgets", "linear_attention_step ignores the state it is given",
          (("linear_attention_step", "    if state is None:\n", "    if True:\n"),),
          lose=("linear",), says="forgets its state"),

@@ -1,7 +1,8 @@
 """The catalogue cases of `efficient`'s part flash_backward (imported into tests/catalogue/efficient.py's CASES):
 textual edits of solutions/efficient.py's flash_attention_backward and FlashAttentionFunction, each losing exactly
-flash_backward with its mistake named, and two right variants written another way (key blocks outside, query
-blocks inside, as FlashAttention 2's backward; each tile's gradients by torch.func.vjp)."""
+flash_backward with its mistake named, and right variants written another way (key blocks outside, query blocks
+inside, as FlashAttention 2's backward; every causal tile computed and masked, none skipped; each tile's gradients
+by torch.func.vjp; @torch.compile)."""
 from __future__ import annotations
 
 
@@ -23,6 +24,15 @@ def cases(Case) -> tuple:
              (("flash_attention_backward", "p = torch.exp(s - lse_safe[:, :, i0:i1, None])",
                "p = torch.softmax(s, dim=-1).nan_to_num(0.0)"),),
              lose=("flash_backward",), says="the tile's own sum"),
+        Case("bwd_p_scaled_twice", "P = exp(s * scale - lse) on scores s = q k^T * scale that already hold the scale "
+             "(notebook 05 section 3's formula read with section 1's S)",
+             (("flash_attention_backward", "p = torch.exp(s - lse_safe[:, :, i0:i1, None])",
+               "p = torch.exp(s * scale - lse_safe[:, :, i0:i1, None])"),),
+             lose=("flash_backward",), says="you scaled the scores twice"),
+        Case("bwd_p_unscaled", "P = exp(q k^T - lse): the scores recomputed without the scale (the gradients keep it)",
+             (("flash_attention_backward", "s = q_blk @ k_blk.transpose(-2, -1) * scale  # [B, H, bq, bk]",
+               "s = q_blk @ k_blk.transpose(-2, -1)  # [B, H, bq, bk]"),),
+             lose=("flash_backward",), says="you left the scale out of the recomputed scores"),
         Case("bwd_top_left_causal", "the backward's causal mask is top-left aligned (no S_k - S_q offset)",
              (("flash_attention_backward", "offset = S_k - S_q  #", "offset = 0  #"),),
              lose=("flash_backward",), says="top-left"),
@@ -38,10 +48,6 @@ def cases(Case) -> tuple:
              (("flash_attention_backward", "kv_stop = min(S_k, i1 + offset) if causal",
                "kv_stop = min(S_k, i0 + 1 + offset) if causal"),),
              lose=("flash_backward",), says="you skipped key blocks"),
-        Case("bwd_reads_hidden_tiles", "every tile computed and masked, none skipped: NaN from tiles no query sees",
-             (("flash_attention_backward", "kv_stop = min(S_k, i1 + offset) if causal else S_k", "kv_stop = S_k"),
-              ("flash_attention_backward", "if causal and j1 - 1 > i0 + offset:", "if causal:")),
-             lose=("flash_backward",), says="must be skipped"),
         Case("bwd_full_matrix", "MEMORY ONLY: the right gradients from the whole [B, H, S_q, S_k] probabilities",
              (("flash_attention_backward", None, BACKWARD_DENSE),),
              lose=("flash_backward",), says="of tensors at once"),
@@ -72,6 +78,10 @@ def cases(Case) -> tuple:
         # ------------------------------------------------------------------ correct variants
         Case("ok_bwd_key_blocks_outside", "FlashAttention 2's order: key blocks outside, query blocks inside",
              (("flash_attention_backward", None, BACKWARD_KEY_OUTER),)),
+        Case("ok_bwd_no_skipping", "every tile computed and masked, none skipped (as ok_flash_no_skipping in the "
+             "forward): the same gradients, more work; skipping is not graded",
+             (("flash_attention_backward", "kv_stop = min(S_k, i1 + offset) if causal else S_k", "kv_stop = S_k"),
+              ("flash_attention_backward", "if causal and j1 - 1 > i0 + offset:", "if causal:"))),
         Case("ok_bwd_torch_func", "each tile's gradients by torch.func.vjp of (P v, rowsum P) with lse held fixed",
              (("flash_attention_backward", None, BACKWARD_VJP),)),
         Case("ok_bwd_compiled", "flash_attention_backward decorated with @torch.compile (graded as the same code, "

@@ -248,7 +248,16 @@ CASES: tuple = (
          (("DecoderAttention", "        k = apply_rope(k, positions, self.rope_base)\n", ""),
           ("DecoderAttention", "        S_k = k.shape[-2]\n",
            "        S_k = k.shape[-2]\n        k = apply_rope(k, torch.arange(S_k, device=x.device), self.rope_base)\n")),
-         lose=("decoder",), says="not rotated"),
+         lose=("decoder",), says="the keys were rotated at their places in the cache"),
+    Case("decoder_caches_unrotated_keys_when_cached", "DecoderAttention rotates the keys at their positions without a "
+         "cache, but with one caches them before RoPE and rotates everything the cache returns at 0 .. S_k - 1 (blog "
+         "code: right while the positions are 0, 1, 2, ...; wrong for a left-padded batch)",
+         (("DecoderAttention", "        k = apply_rope(k, positions, self.rope_base)\n",
+           "        if cache is None:\n            k = apply_rope(k, positions, self.rope_base)\n"),
+          ("DecoderAttention", "        S_k = k.shape[-2]\n",
+           "        S_k = k.shape[-2]\n        if cache is not None:\n"
+           "            k = apply_rope(k, torch.arange(S_k, device=x.device), self.rope_base)\n")),
+         lose=("decoder",), says="the keys were rotated at their places in the cache"),
     Case("decoder_caches_all_heads", "DecoderAttention repeats the kv heads before appending: the cache holds H heads",
          (("DecoderAttention", "        if cache is not None:\n            k, v = cache.append(k, v)",
            "        k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)\n"

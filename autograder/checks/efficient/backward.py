@@ -3,7 +3,7 @@
 `exact_gradients` is the ground truth: autograd through dense attention in float64, written independently of
 solutions/efficient.py. `backward_variant` is flash_attention_backward written out in float64 on the inputs the
 student received, with switches for its classic mistakes (delta omitted, the scale missing on one gradient, P
-recomputed without the lse, top-left causal, key blocks skipped after the first query of a block, float16
+recomputed without the lse, with the scale twice or not at all, top-left causal, key blocks skipped after the first query of a block, float16
 accumulation), so that a check can name the mistake whose output the student's matches. Without keywords the
 variant equals the truth (tests/test_efficient_checks_helpers.py).
 """
@@ -48,7 +48,8 @@ def backward_variant(q, k, v, out, lse, grad_out, causal: bool, block_q: int, bl
 
     delta False: dS = P * dP (the rowsum(dO * O) term omitted); scale_q / scale_k False: that gradient is not
     multiplied by 1 / sqrt(D); p_kind "tile": each tile's P is the softmax of the tile alone (normalised by its own
-    sum, not with the lse), "exp": P = exp(s) without subtracting the lse; align "top_left": the causal mask without
+    sum, not with the lse), "exp": P = exp(s) without subtracting the lse, "scale_twice": P = exp(s * scale - lse)
+    where s = q k^T * scale already holds the scale, "unscaled": P = exp(q k^T - lse), the scale left out; align "top_left": the causal mask without
     the S_k - S_q offset; skip "first": key blocks skipped after the last key the block's FIRST query sees; acc
     float16: no float32 accumulation."""
     acc = acc or torch.float64
@@ -73,6 +74,9 @@ def backward_variant(q, k, v, out, lse, grad_out, causal: bool, block_q: int, bl
                 p = torch.softmax(s, dim=-1).nan_to_num(0.0)
             elif p_kind == "exp":
                 p = torch.exp(s)
+            elif p_kind in ("scale_twice", "unscaled"):
+                s = s * scale if p_kind == "scale_twice" else s / scale
+                p = torch.exp(s - lse_safe[:, :, i0:i1, None])
             else:
                 p = torch.exp(s - lse_safe[:, :, i0:i1, None])
             grads[2][:, :, j0:j1] += p.transpose(-2, -1) @ dob
@@ -116,9 +120,13 @@ def backward_mistakes(args, item: int) -> dict:
             variant(scale_q=False),
         _("grad_k = dS^T q * scale: the scores are q k^T / sqrt(D), so the 1 / sqrt(D) multiplies grad_k too"):
             variant(scale_k=False),
-        _("you normalised each tile's probabilities by the tile's own sum (a softmax of the tile): P = exp(s * scale "
-          "- lse) with the lse of the whole row, which the forward returned"): variant(p_kind="tile"),
-        _("P = exp(s * scale - lse): you left out the lse, so P is not normalised"): variant(p_kind="exp"),
+        _("you normalised each tile's probabilities by the tile's own sum (a softmax of the tile): P = exp(s - lse) "
+          "with the lse of the whole row, which the forward returned"): variant(p_kind="tile"),
+        _("P = exp(s - lse): you left out the lse, so P is not normalised"): variant(p_kind="exp"),
+        _("you scaled the scores twice: with s = q k^T * scale the scale is already in s, so P = exp(s - lse), not "
+          "exp(s * scale - lse)"): variant(p_kind="scale_twice"),
+        _("you left the scale out of the recomputed scores: P = exp(q k^T * scale - lse), since the lse that "
+          "flash_attention returned is that of the scaled scores"): variant(p_kind="unscaled"),
         _("you accumulated in float16: keep P, dS and the three gradients in float32 and cast each gradient back "
           "to its input's dtype at the end"): variant(acc=torch.float16),
     }

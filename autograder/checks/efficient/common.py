@@ -122,7 +122,8 @@ def merge_variant(out_a, lse_a, out_b, lse_b, kind: str = "exact"):
     """merge_attention and its mistakes. kind "naive": weights exp(lse) without subtracting the larger lse first
     (overflow past 88); "max": the merged lse is the larger one, not log(exp + exp); "unnormalised": weights
     exp(lse_side - max) not divided by their sum; "average": the two outputs averaged; "asymmetric": lse =
-    lse_a + log1p(exp(lse_b - lse_a)) (NaN when lse_a is -inf)."""
+    lse_a + log1p(exp(lse_b - lse_a)) (NaN when lse_a is -inf); "both_empty_nan": right, but the larger lse is
+    subtracted even where both are -inf (NaN there)."""
     la, lb = lse_a.double(), lse_b.double()
     if kind == "naive":
         wa, wb = torch.exp(la.float()), torch.exp(lb.float())  # float32 overflows, as the student's would
@@ -132,7 +133,7 @@ def merge_variant(out_a, lse_a, out_b, lse_b, kind: str = "exact"):
         lse = la + torch.log1p(torch.exp(lb - la))
     else:
         m = torch.maximum(la, lb)
-        m = m.masked_fill(m == NEG_INF, 0)
+        m = m if kind == "both_empty_nan" else m.masked_fill(m == NEG_INF, 0)
         lse = m + torch.log(torch.exp(la - m) + torch.exp(lb - m))
     if kind == "max":
         lse = torch.maximum(la, lb)
@@ -189,15 +190,20 @@ FEATURES = {
 
 
 def linear_variant(q, k, v, causal: bool = False, *, feature: str = "elu1", normalise: bool = True,
-                   diagonal: bool = True, eps: float = 1e-6, eps_in_keys: bool = False) -> torch.Tensor:
+                   diagonal: bool = True, eps: float = 1e-6, eps_in_keys: bool = False,
+                   restart: int | None = None) -> torch.Tensor:
     """Linear attention in float64 through the [S, S] weights phi(q) phi(k)^T (trusted side only, small S).
     feature: the feature map; normalise False: no division by phi(q_i) . sum_j phi(k_j); diagonal False:
-    causal without j = i; eps_in_keys: Performer's normaliser phi(q_i) . (sum_j phi(k_j) + eps)."""
+    causal without j = i; eps_in_keys: Performer's normaliser phi(q_i) . (sum_j phi(k_j) + eps); restart C:
+    causal in chunks of C positions that each start from zero sums (the running sums not carried over)."""
     phi = FEATURES[feature]
     phi_q = phi(q.double())  # [B, H, S, D]
     w = phi_q @ phi(k.double()).transpose(-2, -1)  # [B, H, S, S]
     if causal:
         w = w.tril(0 if diagonal else -1)
+    if causal and restart:
+        position = torch.arange(q.shape[-2])
+        w = w * (position[:, None] // restart == position[None, :] // restart)  # [S, S]: same chunk only
     out = w @ v.double()
     if normalise:
         added = eps * phi_q.sum(-1, keepdim=True) if eps_in_keys else eps  # [B, H, S, 1] or a number

@@ -303,6 +303,9 @@ def merge_mistakes(sides, item: int) -> dict:
           "exp(lse_side - lse)"): variant("average"),
         _("lse_a + log1p(exp(lse_b - lse_a)) is NaN when lse_a is -inf (a side that sees no key): take the larger "
           "lse as the reference point, with -inf sides weighted 0"): variant("asymmetric"),
+        _("where both sides' lse is -inf (no key on either side) the merged lse must be -inf, the log of an empty "
+          "sum: the larger lse is -inf there too, and -inf - (-inf) is NaN; subtract 0 where both are -inf"):
+            variant("both_empty_nan"),
     }
 
 

@@ -2,8 +2,9 @@
 
 flash_attention_backward gets exact attention's out and lse and is compared with autograd through dense attention
 in float64: S_q != S_k both ways, blocks that divide neither length, causal (bottom-right) and not, D != D_v,
-float64 and float16 inputs, its default blocks, queries that see no key (zero gradient, no NaN), tiles a causal
-query block cannot see poisoned with NaN (a backward that reads them fails), and a sweep from the smallest case.
+float64 and float16 inputs, its default blocks, queries that see no key (zero gradient, no NaN), and a sweep from
+the smallest case. Skipping the tiles a causal query block cannot see saves work and is not graded, as in part
+flash (a loop that computes and masks every tile gives the same gradients: catalogue case ok_bwd_no_skipping).
 The memory meter holds it to a few (block_q x block_k) tiles, as flash_attention. FlashAttentionFunction runs as
 training runs it (apply, then backward, in the worker: standins.autograd_function_gradients): its out and
 gradients must be those of the student's own flash_attention and flash_attention_backward (so that a mistake of
@@ -36,7 +37,6 @@ HALF_S_Q, HALF_S_K, HALF_BLOCK_K = 9, 300, 33  # long rows: float16 sums over 30
 # 10 times further from the truth than the reference's float32 sum, cast once at the end
 MANY_S_Q, MANY_S_K, MANY_BLOCK_Q, MANY_BLOCK_K = 512, 16, 4, 16
 DEFAULT_S_Q, DEFAULT_S_K = 70, 150  # more than one default block (64) on each axis
-POISON_S_Q, POISON_S_K, POISONED = 21, 6, 12  # causal: queries 0-14 see no key; blocks [0, 4), [4, 8), [8, 12) none
 
 
 def backward_call(g, causal: bool, dtype=torch.float32, S_q: int = S_Q, S_k: int = S_K, block_q: int | None = BLOCK_Q,
@@ -49,15 +49,6 @@ def backward_call(g, causal: bool, dtype=torch.float32, S_q: int = S_Q, S_k: int
     return Call("flash_attention_backward", q, k, v, out, lse, grad_out, causal=causal, **blocks)
 
 
-def poisoned_call(g) -> Call:
-    """Causal, S_q > S_k: the first POISONED queries (whole query blocks that see no key) have q and grad_out NaN."""
-    call = backward_call(g, True, S_q=POISON_S_Q, S_k=POISON_S_K)
-    q, k, v, out, lse, grad_out = (t.clone() for t in call.args)
-    q[:, :, :POISONED] = float("nan")
-    grad_out[:, :, :POISONED] = float("nan")
-    return Call("flash_attention_backward", q, k, v, out, lse, grad_out, **call.kwargs)
-
-
 TABLE = {
     "plain": lambda g: backward_call(g, False),
     "causal": lambda g: backward_call(g, True),
@@ -67,7 +58,6 @@ TABLE = {
     "half many queries": lambda g: backward_call(g, False, torch.float16, MANY_S_Q, MANY_S_K, MANY_BLOCK_Q,
                                                  MANY_BLOCK_K, scale=0.3),
     "defaults": lambda g: backward_call(g, True, torch.float64, DEFAULT_S_Q, DEFAULT_S_K, None, None),
-    "poisoned": poisoned_call,
     **{("sweep", case, causal): (lambda g, c=case, causal=causal: backward_call(
         g, causal, S_q=c[0], S_k=c[1], block_q=c[2], block_k=c[3], b=2, h=2))
        for case in SWEEP for causal in (False, True)},
@@ -138,25 +128,10 @@ def test_backward_accumulates_half_inputs_in_float32(student):
 
 @pytest.mark.points(1)
 def test_backward_with_its_default_blocks(student):
-    """flash_attention_backward(..., causal=True) with the default blocks of 64 is exact in float64 when S spans several blocks"""
+    """flash_attention_backward(..., causal=True) with the default blocks of 64 matches autograd on float64 inputs to 1e-5 (the lse is float32) when S spans several blocks"""
     call, outcome = case_of(student, "defaults")
     got = gradients_in_dtype(call, outcome, torch.float64)
     check_gradients(call, got, backward_what(call), atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.points(1)
-def test_backward_never_reads_the_tiles_it_skips(student):
-    """causal flash_attention_backward skips the tiles a query block cannot see: with q and grad_out NaN on query blocks that see no key, every gradient is exact"""
-    call, outcome = case_of(student, "poisoned")
-    what = backward_what(call)
-    got = triple(expect.value(outcome), what)
-    if any(isinstance(t, torch.Tensor) and t.is_floating_point() and torch.isnan(t).any() for t in got):
-        raise expect.CheckFailure(_(
-            "{what}: queries 0 to {last} see no key and their q and grad_out were NaN, yet NaN reached your gradients: "
-            "a tile that a causal query block cannot see must be skipped, never computed and then masked (its "
-            "grad_q stays 0)").format(what=what, last=POISONED - 1))
-    clean = backward_call(seeded(), True, S_q=POISON_S_Q, S_k=POISON_S_K)
-    check_gradients(clean, got, what)
 
 
 @pytest.mark.points(2)
@@ -231,7 +206,7 @@ def test_backward_memory(student):
               "every key [B, H, block_q, S_k] {rows}, the whole matrix [B, H, S_q, S_k] {full}").format(
         bound=mib(bound), room=ROOM, peak=mib(reference_peak()), tile=mib(tile), rows=mib(rows), full=mib(full))
     within_memory(run, what, "flash_attention_backward", bound, sizes, _(
-        "recompute P = exp(s * scale - lse) one (block_q x block_k) tile at a time, inside the loop over key "
+        "recompute P = exp(s - lse), s = q k^T * scale, one (block_q x block_k) tile at a time, inside the loop over key "
         "blocks, and never build the full matrix of scores or probabilities"))
 
 

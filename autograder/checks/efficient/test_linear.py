@@ -27,6 +27,10 @@ _ = i18n.message
 STEPS = 9  # the recurrence's sequence length
 EPS = 0.5  # an eps that shows: the normaliser of a few keys is of order 1
 SWEEP = ((1, 1, 1), (2, 1, 1), (3, 2, 1), (4, 2, 3), (6, 3, 2), (9, 4, 5))  # (S, D, D_v), smallest first
+# causal over many chunks: longer than the chunks students choose (a chunkwise form that does not carry its running
+# sums from chunk to chunk is right up to its chunk size, so S = 13 alone cannot see it)
+LONG_S = 300
+CHUNKS = (8, 16, 32, 50, 64, 100, 128, 256)  # the chunk sizes a mistake is looked for at
 
 
 def _linear(g, causal: bool, S_: int = S, d: int = D, d_v: int = D_V, b: int = B, h: int = H):
@@ -39,6 +43,7 @@ CALLS = Cases("efficient linear", {
     "phi": lambda g: Call("elu_feature_map", torch.linspace(-6, 6, 2 * 3 * 25).view(2, 3, 25)),
     "plain": lambda g: _linear(g, False),
     "causal": lambda g: _linear(g, True),
+    "causal long": lambda g: _linear(g, True, LONG_S, b=1, h=2),
     "eps": lambda g: Call("linear_attention", *qkv(g, S, S, scale=1.5), causal=True, eps=EPS),
     **{("sweep", case, causal): (lambda g, c=case, causal=causal: _linear(g, causal, *c, b=2, h=2))
        for case in SWEEP for causal in (False, True)},
@@ -63,6 +68,15 @@ def test_elu_feature_map(student):
     expect.close(got, want, "elu_feature_map(x), x from -6 to 6", mistakes=mistakes)
 
 
+def restart_mistakes(q, k, v) -> dict:
+    """{hint: causal linear attention in chunks that each start from zero sums}, for the chunks shorter than S."""
+    return {_("your chunks of {chunk} positions each start from zero sums: a query sees only the keys of its own "
+              "chunk. Carry the running sums sum_j phi(k_j) v_j^T and sum_j phi(k_j) from chunk to chunk: each chunk "
+              "starts from the running sums of every chunk before it and adds its own keys after").format(chunk=chunk):
+            lambda chunk=chunk: linear_variant(q, k, v, True, restart=chunk)
+            for chunk in CHUNKS if chunk < q.shape[-2]}
+
+
 def linear_mistakes(q, k, v, causal: bool) -> dict:
     def variant(**kw):
         return lambda: linear_variant(q, k, v, causal, **kw)
@@ -82,14 +96,14 @@ def linear_mistakes(q, k, v, causal: bool) -> dict:
             _("causal=True: query i may only use keys j <= i; your sums run over every key (use running sums, "
               "torch.cumsum over the sequence)"): lambda: linear_variant(q, k, v, False),
             _("causal: query i also sees its own key, j <= i (an inclusive running sum)"): variant(diagonal=False),
-        } | mistakes
+        } | restart_mistakes(q, k, v) | mistakes
     else:
         mistakes[_("causal=False: every query sees every key; you applied a causal mask")] = \
             lambda: linear_variant(q, k, v, True)
     return mistakes
 
 
-def check_linear(call, outcome) -> None:
+def check_linear(call, outcome, hint: str = "") -> None:
     q, k, v = call.args
     causal, eps = call.kwargs["causal"], call.kwargs.get("eps", 1e-6)
     what = "linear_attention(q, k [{qs}], v [{vs}], causal={c}, eps={eps})".format(
@@ -102,15 +116,19 @@ def check_linear(call, outcome) -> None:
                       "+ eps)), which adds eps once per feature of phi(q_i): add it once, after the dot product, "
                       "phi(q_i) . sum_j phi(k_j) + eps"): lambda: linear_variant(q, k, v, causal, eps=eps,
                                                                                   eps_in_keys=True)} | mistakes
-    expect.close(expect.value(outcome), linear_variant(q, k, v, causal, eps=eps), what, atol=1e-5, rtol=1e-4,
-                 mistakes=mistakes)
+    expect.close(expect.value(outcome), linear_variant(q, k, v, causal, eps=eps), what, hint=hint, atol=1e-5,
+                 rtol=1e-4, mistakes=mistakes)
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("case", ["plain", "causal"])
 def test_linear_attention_equals_the_formula(student, case):
-    """linear_attention equals phi(q_i) . sum_j phi(k_j) v_j^T / (phi(q_i) . sum_j phi(k_j) + eps), D != D_v"""
+    """linear_attention equals phi(q_i) . sum_j phi(k_j) v_j^T / (phi(q_i) . sum_j phi(k_j) + eps), D != D_v; causal at S = 13 and S = 300 (many chunks)"""
     check_linear(*CALLS.get(student, case))
+    if case == "causal":
+        check_linear(*CALLS.get(student, "causal long"), hint=_(
+            "right at S = {short} but not at S = {long}: over a long sequence, does each chunk start from the running "
+            "sums of every chunk before it, and add its own keys to them afterwards?").format(short=S, long=LONG_S))
 
 
 @pytest.mark.points(1)
@@ -271,7 +289,8 @@ def test_linear_attention_memory(student, causal):
     run = student.call_measured("linear_attention", *memory_inputs(), causal=causal)
     what = "linear_attention at B={b}, H={h}, S={s}, D={d}, D_v={dv}, causal={c}".format(
         b=MEM_B, h=MEM_H, s=MEM_S, d=MEM_D, dv=MEM_D_V, c=causal)
-    expect.close(run.value, expected_output(causal), what, atol=1e-4, rtol=1e-3)
+    expect.close(run.value, expected_output(causal), what, atol=1e-4, rtol=1e-3,
+                 mistakes=restart_mistakes(*memory_inputs()) if causal else None)
     bound = ROOM * reference_peak(causal)
     full = MEM_B * MEM_H * MEM_S * MEM_S * 4
     sizes = _("the bound is {bound} ({room} x the {peak} of an implementation without [S, S] tensors); one [B, H, "

@@ -10,9 +10,9 @@ import functools
 import pytest
 import torch
 
-from autograder.foundation import i18n
+from autograder.foundation import i18n, spec
 from autograder.sandbox.batch import Call
-from autograder.checks import expect
+from autograder.checks import expect, lent
 from autograder.checks.cases import Cases, smallest_failure
 from autograder.checks.efficient.common import S, B, H, masked_attention, mib, qkv, sliding_variant, \
     window_mask_variant, within_memory
@@ -36,10 +36,26 @@ def _attention(g, S_: int = S, window: int = WINDOW, chunk: int = CHUNK, dtype=t
     return Call("sliding_window_attention", q, k, v, window, chunk_size=chunk)
 
 
-# Every call of this part but the measured one, in the order of the checks below: one round trip.
-CALLS = Cases("efficient sliding_window", {
+# The mask's calls, in the order of its checks below: one round trip, sent before anything is lent (the mask's checks
+# come first in this file, so that they call the student's own mask).
+MASK_CALLS = Cases("efficient sliding_window mask", {
     "mask": lambda g: Call("sliding_window_mask", 9, 4),
     **{("mask sweep", case): (lambda g, c=case: Call("sliding_window_mask", *c)) for case in MASK_SWEEP},
+})
+
+PART = spec.EFFICIENT.part("sliding_window")
+# the student's own mask, probed before the attention is graded (checks/lent.py): a wrong one is lent the grader's
+PROBES = {"sliding_window_mask": [((9, 4), {}), ((5, 9), {}), ((13, 1), {})]}
+
+
+def lend_the_mask(student) -> None:
+    """From now on in this part, the attention runs with the grader's sliding_window_mask in place of a wrong one
+    (Part.borrows): an off-by-one mask that the attention reuses costs the mask's checks, not the attention's."""
+    lent.lending(student, "sliding_window_attention", PART, ref, PROBES)
+
+
+# The attention's calls but the measured one, in the order of the checks below: one round trip.
+CALLS = Cases("efficient sliding_window", {
     "attention": lambda g: _attention(g),
     "half": lambda g: _attention(g, dtype=torch.float16),
     "default chunk": lambda g: Call("sliding_window_attention", *qkv(g, 300, 300, d=4, d_v=3, b=1, h=2), 100),
@@ -74,14 +90,14 @@ def check_mask(outcome, S_: int, window: int) -> None:
 @pytest.mark.points(2)
 def test_sliding_window_mask(student):
     """sliding_window_mask(9, 4) is a [9, 9] bool mask, True where i - 4 < j <= i"""
-    check_mask(CALLS.get(student, "mask")[1], 9, 4)
+    check_mask(MASK_CALLS.get(student, "mask")[1], 9, 4)
 
 
 @pytest.mark.points(1)
 def test_sliding_window_mask_for_every_length_and_window(student):
     """sliding_window_mask is right from S = 1 up, for windows of 1 and windows longer than S (the smallest failing case named)"""
     smallest_failure([("S={}, window={}".format(*case), case) for case in MASK_SWEEP],
-                     lambda case: check_mask(CALLS.get(student, ("mask sweep", case))[1], *case))
+                     lambda case: check_mask(MASK_CALLS.get(student, ("mask sweep", case))[1], *case))
 
 
 def attention_mistakes(q, k, v, window: int, chunk: int) -> dict:
@@ -113,6 +129,7 @@ def check_attention(call, outcome, atol: float = 1e-5, rtol: float = 1e-4) -> No
 @pytest.mark.points(3)
 def test_sliding_window_attention_equals_masked_attention(student):
     """sliding_window_attention equals full attention masked with sliding_window_mask (S = 13, window = 4, chunk_size = 3)"""
+    lend_the_mask(student)
     call, outcome = CALLS.get(student, "attention")
     check_attention(call, outcome)
 
@@ -120,6 +137,7 @@ def test_sliding_window_attention_equals_masked_attention(student):
 @pytest.mark.points(1)
 def test_sliding_window_attention_on_half_inputs(student):
     """sliding_window_attention on float16 inputs returns float16, close to exact attention"""
+    lend_the_mask(student)
     call, outcome = CALLS.get(student, "half")
     check_attention(call, outcome, atol=2e-3, rtol=2e-3)
 
@@ -127,6 +145,7 @@ def test_sliding_window_attention_on_half_inputs(student):
 @pytest.mark.points(1)
 def test_sliding_window_attention_with_its_default_chunk(student):
     """sliding_window_attention(q, k, v, window=100) with its default chunk_size (128) is exact at S = 300"""
+    lend_the_mask(student)
     call, outcome = CALLS.get(student, "default chunk")
     check_attention(call, outcome)
 
@@ -134,6 +153,7 @@ def test_sliding_window_attention_with_its_default_chunk(student):
 @pytest.mark.points(2)
 def test_sliding_window_attention_for_every_shape(student):
     """sliding_window_attention is exact from S = 1 up, for chunks and windows of every size (the smallest failing case named)"""
+    lend_the_mask(student)
     def check(case):
         call, outcome = CALLS.get(student, ("sweep", case))
         check_attention(call, outcome)
@@ -174,6 +194,7 @@ def prepare() -> None:
 @pytest.mark.points(3)
 def test_sliding_window_attention_memory(student):
     """sliding_window_attention reads only the keys each chunk can see: memory grows as S x window, not S^2"""
+    lend_the_mask(student)
     run = student.call_measured("sliding_window_attention", *memory_inputs(), MEM_WINDOW, chunk_size=MEM_CHUNK)
     what = "sliding_window_attention at B={b}, H={h}, S={s}, window={w}, chunk_size={c}".format(
         b=MEM_B, h=MEM_H, s=MEM_S, w=MEM_WINDOW, c=MEM_CHUNK)

@@ -22,6 +22,13 @@ PREFILL_ONLY_THEMSELVES = _("a chunk of several new tokens attends only to itsel
                             "everything the cache returns, whatever S_new")
 
 
+KEYS_AT_PLACES = _("the keys were rotated at their places in the cache, 0 .. S_k - 1, not at their positions (the "
+                   "queries were): caching the keys before RoPE and rotating everything the cache returns with "
+                   "arange(S_k) agrees only while the positions are 0, 1, 2, ..., not with positions given or a "
+                   "left-padded batch: rotate the new keys at their own positions, as the queries, then append them "
+                   "rotated (a cached key is never rotated again)")
+
+
 def rope_base_default(base: float) -> i18n.Message:
     return _("rope_base defaults to {base:g} in your layer (Llama 3 uses 500000), where the contract's default is "
              "rope_base=10000.0").format(base=base)
@@ -107,6 +114,7 @@ def variant_mistakes(variant: dict) -> dict:
               "positions ([S_new], or [B, S_new] with one row per sequence)")] = {"use_positions": False}
         said = mask_follows_positions(variant["positions"])
         out[said] = {"mask_by": "positions"}
+        out[KEYS_AT_PLACES] = {"keys_at": "places"}
         out[_("{mistake} (a query that sees no key then gets 0 from F.scaled_dot_product_attention)").format(
             mistake=said)] = {"mask_by": "positions", "empty_rows": "zero"}
     if "key_mask" in variant:

@@ -50,7 +50,7 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
                     use_key_mask: bool = True, rope_on: str = "both", base_used: float | None = None,
                     pairs: str = "interleaved", tiled: bool = False, use_positions: bool = True,
                     use_cache: bool | str = True, scale: float | None = None, mask_by: str = "order",
-                    empty_rows: str = "nan") -> torch.Tensor:
+                    empty_rows: str = "nan", keys_at: str = "positions") -> torch.Tensor:
     """x [B, S, d_model] fed in `chunks` through a cache; the outputs joined [B, S, d_model], in x's dtype.
 
     positions [B, S] / key_mask [B, S]: over the whole sequence (each call gets its slice of positions and the
@@ -61,7 +61,8 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
     use_cache False: each call attends to its own tokens only; "chunks": a call of several tokens does (a prefill
     branch), a single token reads the cache; mask_by "positions": query i sees the keys j <= its position, j counted
     in the cache's order (gpt-fast's mask[positions]); empty_rows "zero": a query that sees no key gets 0, as
-    F.scaled_dot_product_attention gives it (not NaN)."""
+    F.scaled_dot_product_attention gives it (not NaN); keys_at "places": the keys cached before RoPE and everything
+    the cache returns rotated at its place 0 .. S_k - 1 (blog code: right only while the positions are 0, 1, 2, ...)."""
     B, S, d_model = x.shape
     head_dim = d_model // heads
     base = base if base_used is None else base_used
@@ -74,13 +75,13 @@ def decoder_variant(w: dict, x: torch.Tensor, chunks, heads: int, kv_heads: int,
         q, k, v = q_all[:, :, start:stop], k_all[:, :, start:stop], v_all[:, :, start:stop]
         if rope_on in ("both", "queries"):
             q = rope_variant(q, pos, base=base, pairs=pairs)
-        if rope_on in ("both", "keys"):
+        if rope_on in ("both", "keys") and keys_at == "positions":
             k = rope_variant(k, pos, base=base, pairs=pairs)
         own = use_cache is False or (use_cache == "chunks" and n > 1)  # attends to this call's tokens only
         cached_k, cached_v = cached_k + [k], cached_v + [v]
         K, V = (k, v) if own else (torch.cat(cached_k, dim=-2), torch.cat(cached_v, dim=-2))  # [B, H_kv, S_k, hd]
         S_k = K.shape[-2]
-        if rotate_again:
+        if rotate_again or keys_at == "places":
             K = rope_variant(K, torch.arange(S_k), base=base, pairs=pairs)
         K, V = repeat(K, heads // kv_heads, tiled), repeat(V, heads // kv_heads, tiled)
         allowed = causal(n, S_k, align)  # [n, S_k]

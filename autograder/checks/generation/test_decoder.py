@@ -7,7 +7,8 @@ every split into a prompt and tokens one at a time (num_kv_heads H, 2 and 1, sma
 first), for chunks of several tokens, with another rope_base, with positions given per
 sequence, and for a left-padded batch whose real tokens must equal each sequence alone. A
 wrong output is compared with what the joint mistakes give (the new token at position 0, the
-cached keys rotated again, top-left alignment, key_mask ignored, ...) to name the mistake.
+cached keys rotated again, keys cached before RoPE and rotated at their places 0 .. S_k - 1, top-left
+alignment, key_mask ignored, ...) to name the mistake.
 """
 import math
 

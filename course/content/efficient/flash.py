@@ -128,6 +128,13 @@ def cells():
         max, sum and output of the block's query rows, and throws the tile away. Memory: one tile, plus
         the running quantities (`block_q` numbers for $m$ and $\ell$, `block_q x D_v` for $o$).
 
+        This loop order, query blocks outside and key blocks inside, is FlashAttention-2's (Dao, 2023), and
+        flash-attn's forward kernel: a query block's $m$, $\ell$ and $o$ stay in fast memory until it is done,
+        and the query blocks run in parallel. FlashAttention-1's forward (Algorithm 1 of the 2022 paper) had
+        the key blocks outside: after each key block it wrote every query row's $m$, $\ell$ and $o$ back to
+        main memory and read them again for the next. Same numbers, more traffic: the cell's last line counts
+        it.
+
         With `causal=True` the mask is **bottom-right aligned** (query $i$ sees keys $j \le i + S_k - S_q$,
         as in decoding with a cache). A tile can then be entirely visible, entirely in the future (it is
         **skipped**: never computed), or cut by the diagonal (computed, then masked). The cell draws the
@@ -139,6 +146,8 @@ def cells():
         ## 2. 分块
 
         FlashAttention 一次处理一块 `block_q` 个查询，按每块 `block_k` 个读入键：每一步对每个头计算一个 `[block_q, block_k]` 的分数**块**（tile），更新这块查询行的当前最大值、累加和与累加输出，然后把这块分数丢掉。内存：一个分数块，加上这些累计量（$m$ 和 $\ell$ 各 `block_q` 个数，$o$ 为 `block_q x D_v`）。
+
+        这种循环顺序（查询块在外层、键块在内层）是 FlashAttention-2（Dao，2023）和 flash-attn 前向内核的做法：一个查询块的 $m$、$\ell$ 和 $o$ 在它算完之前一直留在高速内存里，各个查询块并行计算。FlashAttention-1 的前向（2022 年论文的算法 1）把键块放在外层：每处理完一个键块，就把每个查询行的 $m$、$\ell$ 和 $o$ 写回主存，下一个键块再读回来。结果一样，访存更多：单元格最后一行统计了这部分访存。
 
         当 `causal=True` 时，掩码是**右下对齐**的（查询 $i$ 看到键 $j \le i + S_k - S_q$，和带缓存的解码一样）。于是一个分块要么完全可见，要么完全在未来（它会被**跳过**：根本不计算），要么被对角线切开（先计算，再加掩码）。下面的单元格根据因果掩码本身，画出 `S = 512`、块大小 64 时的（查询块，键块）网格，并统计每一类的个数。
         """),
@@ -159,6 +168,11 @@ def cells():
         ax.set(title=say("causal tiles: skipped (grey), cut (orange), full (green)"),
                xlabel=say("key block"), ylabel=say("query block"))
         plt.show()
+        D = 64  # one head of width 64, float32: m, l and o of one query row are 2 + D numbers
+        key_blocks, row_bytes = S // block, (2 + D) * 4
+        print(say("m, l and o of {S} query rows moved to and from main memory: key blocks outside (FlashAttention-1) "
+                  "{fa1:.1f} MiB, query blocks outside (FlashAttention-2, yours) {fa2:.2f} MiB", S=S,
+                  fa1=2 * key_blocks * S * row_bytes / 2**20, fa2=S * row_bytes / 2**20))
         """),
         md(r"""
         ## 3. The log-sum-exp, and why kernels return it
@@ -167,8 +181,8 @@ def cells():
 
         $$\text{lse}_i = \log \sum_j e^{s_{ij}} = m_i + \log \ell_i$$
 
-        in float32 (for every query: $m$ and $\ell$ are exactly what you kept). FlashAttention kernels return
-        it for two reasons: the backward pass recomputes each tile's weights as $e^{s_{ij} - \text{lse}_i}$
+        in float32 (for every query: $m$ and $\ell$ are exactly what you kept). FlashAttention-2 and flash-attn
+        return it (FlashAttention-1 stored $m$ and $\ell$ apart) for two reasons: the backward pass recomputes each tile's weights as $e^{s_{ij} - \text{lse}_i}$
         instead of storing the $S^2$ weights, and two attentions over different keys can be **merged**
         exactly (section 4). A query that sees no key at all (causal with $S_q > S_k$) gets `lse = -inf`
         and an output of zeros.
@@ -180,17 +194,17 @@ def cells():
         | `q`, `k`, `v` | `[B, H, S_q, D]`, `[B, H, S_k, D]`, `[B, H, S_k, D_v]` |
         | scores of one tile | `[B, H, block_q, block_k]` (the last blocks may be shorter) |
         | running `m`, `l` / `o` | `[B, H, block_q]` / `[B, H, block_q, D_v]`, float32 (float64 for float64 inputs) |
-        | returns `out`, `lse` | `[B, H, S_q, D_v]` in `q`'s dtype, `[B, H, S_q]` float32 |
+        | returns `out`, `lse` | `[B, H, S_q, D_v]` in `q`'s dtype, `[B, H, S_q]` float32 (also for float64 inputs: convert it when you write it) |
 
         Scale the scores by $1/\sqrt{D}$; skip the key blocks a causal query block cannot see.
         """, r"""
-        ## 3. log-sum-exp（lse），以及内核为什么返回它
+        ## 3. 对数求和指数（log-sum-exp，lse），以及内核为什么返回它
 
         除了输出，你的函数还要为每个查询行返回
 
         $$\text{lse}_i = \log \sum_j e^{s_{ij}} = m_i + \log \ell_i$$
 
-        （float32；对每个查询，$m$ 和 $\ell$ 正是你维护的那两个量）。FlashAttention 内核返回它有两个原因：反向传播时用 $e^{s_{ij} - \text{lse}_i}$ 重新算出每个分块的权重，而不必存下 $S^2$ 个权重；另外，对不同键做的两次注意力可以据此**精确合并**（第 4 节）。一个键都看不到的查询（因果且 $S_q > S_k$ 时）得到 `lse = -inf`，输出为零。
+        （float32；对每个查询，$m$ 和 $\ell$ 正是你维护的那两个量）。FlashAttention-2 和 flash-attn 返回它（FlashAttention-1 把 $m$ 和 $\ell$ 分开保存），有两个原因：反向传播时用 $e^{s_{ij} - \text{lse}_i}$ 重新算出每个分块的权重，而不必存下 $S^2$ 个权重；另外，对不同键做的两次注意力可以据此**精确合并**（第 4 节）。一个键都看不到的查询（因果且 $S_q > S_k$ 时）得到 `lse = -inf`，输出为零。
 
         你的 `flash_attention(q, k, v, causal=False, block_q=64, block_k=64)`：
 
@@ -199,7 +213,7 @@ def cells():
         | `q`、`k`、`v` | `[B, H, S_q, D]`、`[B, H, S_k, D]`、`[B, H, S_k, D_v]` |
         | 一个分块的分数 | `[B, H, block_q, block_k]`（最后的块可能更短） |
         | 累计量 `m`、`l` / `o` | `[B, H, block_q]` / `[B, H, block_q, D_v]`，float32（输入为 float64 时用 float64） |
-        | 返回 `out`、`lse` | `[B, H, S_q, D_v]`，与 `q` 同 dtype；`[B, H, S_q]`，float32 |
+        | 返回 `out`、`lse` | `[B, H, S_q, D_v]`，与 `q` 同 dtype；`[B, H, S_q]`，float32（输入为 float64 时也是：写入时转换） |
 
         分数要乘以 $1/\sqrt{D}$；因果时跳过查询块看不到的键块。
         """),
@@ -409,15 +423,17 @@ def cells():
         one batch of 4 heads of width 32, and plots the peaks. Plain attention grows as $S^2$; the tiled
         versions grow as $S$: the output itself, plus a few tiles whose size does not depend on $S$.
 
-        The meter sees what passes through PyTorch's operators, not what a C++ kernel allocates inside itself:
-        SDPA's flash kernel takes a work buffer that way (its size depends on the number of threads). The
-        last line asks `torch.profiler` for it, so that SDPA's figure can be compared like with like.
+        The meter sees the tensors that PyTorch's operators return, not what any single operator allocates
+        inside itself while it runs: `torch.logsumexp` of a 64 MiB tensor makes a 64 MiB temporary inside, and
+        the meter sees only its 0.06 MiB result (the next cell's last lines print both). SDPA's flash kernel
+        takes a work buffer the same way (its size depends on the number of threads). The cell asks
+        `torch.profiler` for it, so that SDPA's figure can be compared like with like.
         """, r"""
         ## 5. 它省下了什么：峰值内存随 S 的变化
 
         `LiveMemoryMeter`（在本 notebook 旁边的 `memory_meter.py` 中）记录在它的 `with` 块内同一时刻存活的**新**张量的最大总大小：输入不计，输入的视图（切片、转置）也不计，因为它们不分配内存。下面的单元格测量朴素注意力（整个分数矩阵）、PyTorch 的 SDPA（在 CPU 上是融合内核）和你的 `flash_attention`（块大小 128），取 1 个批次、4 个头、头宽 32，并画出峰值。朴素注意力按 $S^2$ 增长；分块的版本按 $S$ 增长：输出本身，再加上几个大小与 $S$ 无关的分块。
 
-        内存计只能看到经过 PyTorch 算子的分配，看不到 C++ 内核在自己内部分配的内存：SDPA 的 flash 内核就是这样申请一块工作缓冲区的（大小取决于线程数）。最后一行用 `torch.profiler` 查出这块缓冲区，这样 SDPA 的数字才能和其他两个同等比较。
+        内存计看到的是 PyTorch 算子返回的张量，看不到任何单个算子在运行时自己内部分配的内存：对一个 64 MiB 的张量做 `torch.logsumexp`，内部会产生一个 64 MiB 的临时张量，而内存计只看到它 0.06 MiB 的结果（下一个单元格的最后几行把两者都打印出来）。SDPA 的 flash 内核也是这样申请一块工作缓冲区的（大小取决于线程数）。单元格用 `torch.profiler` 查出这块缓冲区，这样 SDPA 的数字才能和其他两个同等比较。
         """),
         *written_cells("written_memory_prediction"),
         demo("""
@@ -458,39 +474,64 @@ def cells():
                       "torch.profiler sees a work buffer of {buffer:.2f} MiB more (torch threads: {threads}): {total:.2f} "
                       "MiB in all", S=S, seen=peaks["SDPA"][-1], kernel=kernel, buffer=buffer,
                       threads=torch.get_num_threads(), total=peaks["SDPA"][-1] + buffer))
+            x = torch.randn(16, 1024, 1024)  # 64 MiB
+            with quiet_stderr(), profile(profile_memory=True) as prof:
+                torch.logsumexp(x, dim=-1)
+            inside = max(e.self_cpu_memory_usage for e in prof.key_averages() if e.key != "aten::logsumexp") / 2**20
+            print(say("torch.logsumexp of a {size:.0f} MiB tensor: the meter sees {seen:.2f} MiB, torch.profiler a "
+                      "temporary of {inside:.0f} MiB inside it", size=x.nbytes / 2**20,
+                      seen=peak_mib(torch.logsumexp, x, dim=-1), inside=inside))
         """),
         md(r"""
         Your version saves the memory but not the time: a Python loop over tiles is slow, and it computes
         every visible tile in full (only the tiles above the causal diagonal are skipped, as in the real
-        kernels). The real kernels save time too. Plain attention on a GPU is limited by memory traffic: the
-        $S^2$ scores and weights travel to the slow main memory (HBM) and back. FlashAttention keeps each tile
-        in fast on-chip memory (SRAM), so that traffic disappears, which is where its first speed-up comes
-        from. Once it is gone the kernel is limited by arithmetic instead, and FlashAttention-2 (Dao, 2023)
-        gained its next factor of about 2 there: fewer operations outside the matrix products (the output is
-        divided by $\ell$ once, at the end, as here) and the work split better across the GPU's threads.
-
+        kernels). The real kernels save time too. On a GPU, plain attention's time goes mostly to its
+        elementwise passes over the $S^2$ matrix (scale, mask, softmax, dropout): each reads every score from
+        the slow main memory (HBM) and writes it back for a handful of operations, so memory traffic, not
+        arithmetic, sets their speed (they are **memory-bound**). Its two matrix products do about $D$ operations
+        per byte they move in float16, fifty times more (the cell prints both; at $D = 64$ even they stay below
+        what an H100 needs to be busy, one more reason to keep the $S^2$ matrix out of main memory).
+        FlashAttention keeps each tile in fast on-chip memory (SRAM), so the $S^2$ traffic of all of them
+        disappears, which is where its first speed-up comes from. What is left is limited by arithmetic, and FlashAttention-2 (Dao, 2023) gained its
+        next factor of about 2 there: fewer operations outside the matrix products (the output is divided by
+        $\ell$ once, at the end, as here) and the work split better across the GPU's threads.
+        """, r"""
+        你的版本省下了内存，但没有省下时间：对分块的 Python 循环很慢，而且每个可见的分块都完整计算（只有因果对角线以上的分块被跳过，真正的内核也是这样）。真正的内核也能省时间。在 GPU 上，朴素注意力的时间主要花在对 $S^2$ 矩阵逐元素处理的那几遍上（缩放、掩码、softmax、dropout）：每一遍都要把每个分数从慢速的主存（HBM）读出来、做寥寥几次运算、再写回去，所以决定它们速度的是访存而不是算力（它们是**访存受限**的）。它的两次矩阵乘法在 float16 下每搬运一个字节大约做 $D$ 次运算，是前者的五十倍（单元格把两者都打印出来；$D = 64$ 时连它们也达不到 H100 满负荷所需的运算量，这也是不该让 $S^2$ 矩阵进出主存的又一个理由）。FlashAttention 把每个分块留在高速的片上内存（SRAM）里，这些 $S^2$ 的访存就全都没有了，这是它第一份加速的来源。剩下的部分受算力限制；FlashAttention-2（Dao，2023）又在这一侧快了大约 2 倍：减少矩阵乘法以外的运算（和这里一样，输出只在最后除以一次 $\ell$），并把工作更好地分配到 GPU 的线程上。
+        """),
+        demo("""
+        S, D, number = 4096, 64, 2  # one head, float16: 2 bytes a number
+        product = 2 * S * S * D / (number * (2 * S * D + S * S))  # Q K^T: reads Q and K, writes the S x S scores
+        softmax = 5 * S * S / (number * 2 * S * S)  # max, subtract, exp, sum, divide: reads and writes each score
+        print(say("operations per byte of main memory, S = {S}, D = {D}, float16: Q K^T {product:.0f}, softmax "
+                  "{softmax:.2f}; an H100 SXM does about {ridge:.0f} float16 operations in the time it moves one byte "
+                  "(989 TFLOP/s, 3.35 TB/s on its data sheet)", S=S, D=D, product=product, softmax=softmax,
+                  ridge=989e12 / 3.35e12))
+        """),
+        md(r"""
         ## 6. Half precision: range and precision
 
         float16 keeps 11 significant binary digits (about 3 decimal digits) and its largest number is 65504.
         bfloat16 keeps float32's range (up to about $3.4 \times 10^{38}$) but only 8 binary digits (about 2
         decimal digits). In the online softmax every term $e^{s_j - m}$ is at most 1, so the running sum
         $\ell$ is at most the number of keys read. Kept in float16, $\ell$ becomes `inf` once more than 65504
-        keys weigh about evenly, and then out $= o / \ell = 0$ and lse $=$ `inf`; kept in bfloat16 it never
-        overflows but carries two or three digits. Kernels therefore read float16 or bfloat16 tiles, keep $m$,
+        keys weigh about evenly, and then lse $=$ `inf` and out $= o / \ell$ is 0 while $o$ stays finite (values
+        of both signs cancel in it) but NaN, `inf / inf`, where $o$ overflows too (values of one sign); kept in
+        bfloat16 it never overflows but carries two or three digits. Kernels therefore read float16 or bfloat16 tiles, keep $m$,
         $\ell$ and $o$ in float32, and convert the output once, at the end.
 
         The cell prints each type's range and step, the float16 sum that stops at 2048, then section 1's loop
-        over one row of nearly equal scores with $m$ and $\ell$ kept in each type, for 3,000 and 70,000 keys.
-        The last line is your function on float16 inputs against a float64 reference, next to the error of
-        rounding the exact output to float16 (the best any float16 output can do).
+        over one row of nearly equal scores with $m$ and $\ell$ kept in each type, for 3,000 and 70,000 keys,
+        and $o / \ell$ over 70,000 equal scores kept in float16. The last lines are your function on float16
+        inputs against float64 attention of **the same float16 inputs**, next to the error of rounding that
+        exact output to float16 (the floor: the best any float16 output can do), then against float64
+        attention of the float32 inputs before they were rounded: most of that larger gap is the rounding of
+        the inputs, which no kernel can undo.
         """, r"""
-        你的版本省下了内存，但没有省下时间：对分块的 Python 循环很慢，而且每个可见的分块都完整计算（只有因果对角线以上的分块被跳过，真正的内核也是这样）。真正的内核也能省时间。在 GPU 上，朴素注意力的瓶颈是访存：$S^2$ 个分数和权重要写到慢速的主存（HBM）再读回来。FlashAttention 把每个分块留在高速的片上内存（SRAM）里，这部分访存就没有了，这是它第一份加速的来源。访存瓶颈消失以后，内核转而受算力限制；FlashAttention-2（Dao，2023）又在这一侧快了大约 2 倍：减少矩阵乘法以外的运算（和这里一样，输出只在最后除以一次 $\ell$），并把工作更好地分配到 GPU 的线程上。
-
         ## 6. 半精度：范围与精度
 
-        float16 有 11 位二进制有效数字（大约 3 位十进制有效数字），能表示的最大数是 65504。bfloat16 保留了 float32 的范围（最大约 $3.4 \times 10^{38}$），但只有 8 位二进制有效数字（大约 2 位十进制有效数字）。在线 softmax 中每一项 $e^{s_j - m}$ 都不超过 1，所以累加和 $\ell$ 不超过已读的键数。用 float16 保存时，只要超过 65504 个键的权重大致相当，$\ell$ 就会变成 `inf`，于是 out $= o / \ell = 0$，lse $=$ `inf`；用 bfloat16 保存时它不会溢出，但只有两三位有效数字。所以内核读入 float16 或 bfloat16 的分块，但用 float32 保存 $m$、$\ell$ 和 $o$，只在最后把输出转换一次。
+        float16 有 11 位二进制有效数字（大约 3 位十进制有效数字），能表示的最大数是 65504。bfloat16 保留了 float32 的范围（最大约 $3.4 \times 10^{38}$），但只有 8 位二进制有效数字（大约 2 位十进制有效数字）。在线 softmax 中每一项 $e^{s_j - m}$ 都不超过 1，所以累加和 $\ell$ 不超过已读的键数。用 float16 保存时，只要超过 65504 个键的权重大致相当，$\ell$ 就会变成 `inf`，于是 lse $=$ `inf`；out $= o / \ell$ 在 $o$ 仍有限时为 0（正负号不同的值在 $o$ 里相互抵消），在 $o$ 也溢出时（值的符号相同）则是 `inf / inf`，即 NaN；用 bfloat16 保存时它不会溢出，但只有两三位有效数字。所以内核读入 float16 或 bfloat16 的分块，但用 float32 保存 $m$、$\ell$ 和 $o$，只在最后把输出转换一次。
 
-        下面的单元格打印每种类型的范围和步长、停在 2048 的 float16 求和，再用第 1 节的循环处理一行几乎相等的分数，分别以三种类型保存 $m$ 和 $\ell$，键数为 3,000 和 70,000。最后一行把你的函数在 float16 输入上的结果与 float64 参考比较，旁边是把精确输出舍入到 float16 本身带来的误差（任何 float16 输出都不可能比它更好）。
+        下面的单元格打印每种类型的范围和步长、停在 2048 的 float16 求和，再用第 1 节的循环处理一行几乎相等的分数，分别以三种类型保存 $m$ 和 $\ell$，键数为 3,000 和 70,000；再以 float16 保存，对 70,000 个相等的分数计算 $o / \ell$。最后两行先把你的函数在 float16 输入上的结果与**同样这些 float16 输入**的 float64 注意力比较，旁边是把这个精确输出舍入到 float16 本身带来的误差（下限：任何 float16 输出都不可能比它更好）；再与舍入之前的 float32 输入的 float64 注意力比较：这个更大的差距大部分来自输入的舍入，任何内核都无法挽回。
         """),
         demo("""
         for dtype in (torch.float16, torch.bfloat16, torch.float32):
@@ -523,15 +564,31 @@ def cells():
                       "{single:.4f}", n=n, exact=exact, half=online_lse(scores, torch.float16),
                       bf16=online_lse(scores, torch.bfloat16), single=online_lse(scores, torch.float32)))
 
+        values = {"both signs": torch.randn(70_000), "all 1": torch.ones(70_000)}  # each key's value, equal weights
+        ell, o = torch.tensor(0.0, dtype=torch.float16), {name: torch.tensor(0.0, dtype=torch.float16) for name in values}
+        for start in range(0, 70_000, 1024):  # o and l kept in float16; every e^(s - m) is 1
+            ell = ell + min(1024, 70_000 - start)
+            o = {name: o[name] + v[start : start + 1024].half().sum() for name, v in values.items()}
+        print(say("70,000 equal scores, o and l kept in float16: l = {ell}; o / l = {mixed} for values of both signs "
+                  "(o = {o_mixed:.1f}), {same} for values all 1 (o = {o_same})", ell=ell.item(),
+                  mixed=(o["both signs"] / ell).item(), o_mixed=o["both signs"].item(),
+                  same=(o["all 1"] / ell).item(), o_same=o["all 1"].item()))
+
         q, k, v = (torch.randn(1, 2, 3000, 16) for _ in range(3))
-        reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+        q16, k16, v16 = q.half(), k.half(), v.half()
+        reference = F.scaled_dot_product_attention(q16.double(), k16.double(), v16.double())  # the float16 inputs, exactly
+        unrounded = F.scaled_dot_product_attention(q.double(), k.double(), v.double())  # the float32 inputs, exactly
         with uses_your_code():
-            out, lse = flash_attention(q.half(), k.half(), v.half(), block_q=256, block_k=256)
-            print(say("float16 inputs: out is {out_dtype}, lse is {lse_dtype}; largest error vs float64 {gap:.1e}, "
-                      "rounding the exact output to float16 alone {rounding:.1e} (largest |out| {scale:.2f})",
+            out, lse = flash_attention(q16, k16, v16, block_q=256, block_k=256)
+            print(say("float16 inputs: out is {out_dtype}, lse is {lse_dtype}; largest error vs float64 attention of the "
+                      "same float16 inputs {gap:.1e}, rounding that exact output to float16 alone {rounding:.1e} (the "
+                      "floor; largest |out| {scale:.2f})",
                       out_dtype=out.dtype, lse_dtype=lse.dtype, gap=(out.double() - reference).abs().max().item(),
                       rounding=(reference.half().double() - reference).abs().max().item(),
                       scale=reference.abs().max().item()))
+            print(say("vs float64 attention of the float32 inputs before rounding: {gap:.1e}, of which the rounding of "
+                      "the inputs alone accounts for {inputs:.1e}", gap=(out.double() - unrounded).abs().max().item(),
+                      inputs=(reference - unrounded).abs().max().item()))
         """),
         graded_cell("flash"),
         md(r"""

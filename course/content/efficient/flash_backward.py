@@ -1,6 +1,7 @@
 """Notebook 05 of `efficient`: FlashAttention's backward pass (the gradient of attention, P recomputed from the lse,
 an autograd.Function that saves O(S), what autograd keeps, a training step)."""
 from course.cells import Cell, check, demo, graded_cell, md, setup, solution, solution_source
+from course.content.efficient import flash_backward_next
 from course.content.written import written_cells
 
 NAME = "05_flash_backward"
@@ -62,6 +63,8 @@ DEMO_ZH = {
     "# 3 x 4 tiles of 4": "# 3 x 4 个分块，每块 4 个",
     "# a view is kept with the tensor it views": "# 视图和它所引用的张量一起被保存",
     "# each [B, H, S, D]": "# 每个都是 [B, H, S, D]",
+    "# tiles this small: one thread, no waiting for the others": "# 分块这么小：单线程，不用等其他线程",
+    **flash_backward_next.DEMO_ZH,
 }
 
 
@@ -74,9 +77,10 @@ def cells():
         "for the backward pass". Here is that backward pass. Training needs the gradients of the loss with
         respect to `q`, `k` and `v`; plain attention gets them from autograd, which **stores** the
         `[S_q, S_k]` probabilities of every layer until the backward pass reads them: at $S$ = 16k that is a
-        gigabyte per head and per layer. FlashAttention (1 and 2) stores only `out` and `lse`, $O(S)$, and
-        **recomputes** the probabilities tile by tile during the backward pass. This is why long-context
-        training fits in memory.
+        gigabyte per head and per layer. FlashAttention stores $O(S)$ instead, besides `out`: FlashAttention 1
+        each row's maximum $m$ and sum $\ell$, FlashAttention 2 the single number $\text{lse} = m + \log \ell$
+        (what your `flash_attention` returns), and both **recompute** the probabilities tile by tile during the
+        backward pass. This is why long-context training fits in memory.
 
         | part | what you write |
         |---|---|
@@ -88,7 +92,7 @@ def cells():
         """, r"""
         # 05 · FlashAttention 的反向传播：重算，而不是存储
 
-        在 `01_flash` 里，你的 `flash_attention` 除了输出，还返回了每个查询行的对数求和指数（log-sum-exp），说是"反向传播要用"。这里就是那个反向传播。训练需要损失对 `q`、`k`、`v` 的梯度；朴素注意力靠 autograd 得到它们，而 autograd 会把每一层 `[S_q, S_k]` 的概率矩阵**存下来**，直到反向传播读取：$S$ = 16k 时，每个头、每一层就是 1 GB。FlashAttention（1 和 2）只存 `out` 和 `lse`，即 $O(S)$，在反向传播时逐块**重算**概率。长上下文训练之所以放得进内存，靠的就是这一点。
+        在 `01_flash` 里，你的 `flash_attention` 除了输出，还返回了每个查询行的 log-sum-exp（lse），说是"反向传播要用"。这里就是那个反向传播。训练需要损失对 `q`、`k`、`v` 的梯度；朴素注意力靠 autograd 得到它们，而 autograd 会把每一层 `[S_q, S_k]` 的概率矩阵**存下来**，直到反向传播读取：$S$ = 16k 时，每个头、每一层就是 1 GB。FlashAttention 除了 `out` 只存 $O(S)$ 的量：FlashAttention 1 存每一行的最大值 $m$ 和累加和 $\ell$，FlashAttention 2 只存一个数 $\text{lse} = m + \log \ell$（也就是你的 `flash_attention` 返回的量）；两者都在反向传播时逐块**重算**概率。长上下文训练之所以放得进内存，靠的就是这一点。
 
         | 评分部分 | 你要写的内容 |
         |---|---|
@@ -101,8 +105,9 @@ def cells():
         ## 1. The gradient of softmax attention
 
         For one head, with $S = q k^\top \cdot \text{scale}$ ($\text{scale} = 1/\sqrt{D}$), $P = \text{softmax}(S)$
-        row by row and $O = P V$, let $dO$ be the gradient of the loss with respect to $O$ (`grad_out`). The
-        chain rule, one matrix product at a time:
+        row by row and $O = P V$, let $dO$ be the gradient of the loss with respect to $O$ (`grad_out`). In this
+        notebook $S$ always holds the scale already (it is the softmax's input), and the lse is that of these
+        scaled scores, as `flash_attention` returns it. The chain rule, one matrix product at a time:
 
         $$dV = P^\top dO, \qquad dP = dO\, V^\top,$$
 
@@ -122,7 +127,7 @@ def cells():
         """, r"""
         ## 1. softmax 注意力的梯度
 
-        对一个头，记 $S = q k^\top \cdot \text{scale}$（$\text{scale} = 1/\sqrt{D}$），$P$ 是逐行的 $\text{softmax}(S)$，$O = P V$；$dO$ 是损失对 $O$ 的梯度（即 `grad_out`）。用链式法则，一次一个矩阵乘法：
+        对一个头，记 $S = q k^\top \cdot \text{scale}$（$\text{scale} = 1/\sqrt{D}$），$P$ 是逐行的 $\text{softmax}(S)$，$O = P V$；$dO$ 是损失对 $O$ 的梯度（即 `grad_out`）。本 notebook 里的 $S$ 始终已经乘过缩放（它就是 softmax 的输入），lse 也是这些缩放后分数的 lse，和 `flash_attention` 返回的一样。用链式法则，一次一个矩阵乘法：
 
         $$dV = P^\top dO, \qquad dP = dO\, V^\top,$$
 
@@ -130,7 +135,7 @@ def cells():
 
         $$dQ = dS\, K \cdot \text{scale}, \qquad dK = dS^\top Q \cdot \text{scale}.$$
 
-        唯一不那么直观的是 softmax 那一行：$P$ 的第 $i$ 行和为 1，抬高一个分数就会从其他所有位置拿走权重，$\partial P_{ij} / \partial S_{ik} = P_{ij}(\mathbb{1}_{j=k} - P_{ik})$；再与 $dP$ 求和，就得到 $P_{ik}(dP_{ik} - \delta_i)$。而 $\delta$ 根本不需要 $P$：
+        唯一不那么直观的是 softmax 那一行：$P$ 的第 $i$ 行和为 1，抬高一个分数就会从其他所有位置拿走权重，$\partial P_{ij} / \partial S_{ik} = P_{ij}(\mathbb{1}_{j=k} - P_{ik})$；再按 $dP$ 加权求和，就得到 $P_{ik}(dP_{ik} - \delta_i)$。而 $\delta$ 根本不需要 $P$：
 
         $$\delta_i = \sum_j P_{ij} \sum_d dO_{id} V_{jd} = \sum_d dO_{id} \sum_j P_{ij} V_{jd} = \sum_d dO_{id}\, O_{id},$$
 
@@ -173,9 +178,9 @@ def cells():
         **not** work is a softmax of the tile by itself: it normalises each row of the tile over the tile's
         keys only. The cell takes the tile (queries 0..3, keys 4..7) of a `[8, 12]` score matrix both ways.
         """, r"""
-        ## 2. 用对数求和指数重算 $P$
+        ## 2. 用 log-sum-exp（lse）重算 $P$
 
-        上面每一行都要读 $P$，而 $P$ 正是前向拒绝构造的那个 `[S_q, S_k]` 矩阵。不过前向返回了 $\text{lse}_i = \log \sum_j e^{S_{ij}}$，即第 $i$ 行 softmax 分母的对数，所以 $P$ 的任意一个**分块**都能只用 $q$、$k$ 和 lse 重新算出来：
+        上面每一行都要读 $P$，而 $P$ 正是前向从头到尾都没有构造的那个 `[S_q, S_k]` 矩阵。不过前向返回了 $\text{lse}_i = \log \sum_j e^{S_{ij}}$，即第 $i$ 行 softmax 分母的对数，所以 $P$ 的任意一个**分块**都能只用 $q$、$k$ 和 lse 重新算出来：
 
         $$P_{ij} = e^{S_{ij} - \text{lse}_i}.$$
 
@@ -198,11 +203,11 @@ def cells():
         md(r"""
         ## 3. The tiled backward
 
-        The backward visits the same tiles as the forward (and skips the same causal ones). For a query block
-        $i$ and a key block $j$:
+        The backward visits the same tiles as the forward. For a query block $i$ and a key block $j$:
 
-        1. recompute the tile's scores and $P = e^{S \cdot \text{scale} - \text{lse}}$ (masked above the
-           bottom-right diagonal, as in the forward);
+        1. recompute the tile's scores $S = Q_i K_j^\top \cdot \text{scale}$ and $P = e^{S - \text{lse}}$, the
+           scale once (the lse is that of the scaled scores; masked above the bottom-right diagonal, as in the
+           forward);
         2. add its share to three accumulators: $dV_j \mathrel{+}= P^\top dO_i$,
            $dQ_i \mathrel{+}= dS\, K_j \cdot \text{scale}$, $dK_j \mathrel{+}= dS^\top Q_i \cdot \text{scale}$,
            with $dS = P \circ (dO_i V_j^\top - \delta_i)$.
@@ -210,6 +215,11 @@ def cells():
         $\delta$ is computed once, before the loop, from `grad_out` and `out`. A query that sees no key (causal,
         $S_q > S_k$) has `lse = -inf`: $e^{S - \text{lse}}$ would be $e^{-\infty + \infty}$, NaN; its
         probabilities must be 0, so it adds nothing to any gradient.
+
+        With `causal=True`, a tile entirely above the diagonal has $P = 0$ and adds nothing: skipping it, as
+        the forward does, saves work (about half of it when $S_q = S_k$) and is what the real kernels do. As in
+        `01_flash`, it is not graded: a loop that computes and masks every tile gets the same gradients and full
+        marks.
 
         | what | shape, dtype |
         |---|---|
@@ -221,12 +231,14 @@ def cells():
         """, r"""
         ## 3. 分块的反向传播
 
-        反向传播访问与前向相同的分块（因果时也跳过相同的分块）。对查询块 $i$ 和键块 $j$：
+        反向传播访问与前向相同的分块。对查询块 $i$ 和键块 $j$：
 
-        1. 重算这个分块的分数和 $P = e^{S \cdot \text{scale} - \text{lse}}$（和前向一样，在右下对齐的对角线以上加掩码）；
+        1. 重算这个分块的分数 $S = Q_i K_j^\top \cdot \text{scale}$ 和 $P = e^{S - \text{lse}}$，缩放只乘一次（lse 是缩放后分数的 lse；和前向一样，在右下对齐的对角线以上加掩码）；
         2. 把它的贡献加到三个累加器上：$dV_j \mathrel{+}= P^\top dO_i$，$dQ_i \mathrel{+}= dS\, K_j \cdot \text{scale}$，$dK_j \mathrel{+}= dS^\top Q_i \cdot \text{scale}$，其中 $dS = P \circ (dO_i V_j^\top - \delta_i)$。
 
         $\delta$ 在循环之前由 `grad_out` 和 `out` 算一次。一个看不到任何键的查询（因果且 $S_q > S_k$）的 `lse = -inf`：$e^{S - \text{lse}}$ 会变成 $e^{-\infty + \infty}$，也就是 NaN；它的概率必须是 0，因此对任何梯度都没有贡献。
+
+        当 `causal=True` 时，完全位于对角线以上的分块 $P = 0$，没有任何贡献：像前向一样跳过它们可以省下计算（$S_q = S_k$ 时约省一半），真实的内核也是这样做的。和 `01_flash` 一样，这一点不评分：对每个分块都先计算再加掩码的循环，得到的梯度相同，也拿满分。
 
         | 内容 | 形状、dtype |
         |---|---|
@@ -239,8 +251,8 @@ def cells():
         md(r"""
         <details><summary>Recipe (open it if you are stuck)</summary>
 
-        - Which loops? The forward's: query blocks outside, the key blocks each can see inside. Where does a
-          causal query block `[i0, i1)` stop reading keys?
+        - Which loops? The forward's: query blocks outside, the key blocks each can see inside (section 8 shows
+          the other order, the one GPU kernels use). Where does a causal query block `[i0, i1)` stop reading keys?
         - What must exist before the loops? Three zero accumulators (in which dtype?), `delta` (from which two
           tensors?), and an lse that turns `-inf` into something for which `exp(s - lse)` is exactly 0.
         - Inside a tile: which five matrix products, and which of them needs `scale`?
@@ -249,7 +261,7 @@ def cells():
         <details><summary>Still stuck: one tile, line by line</summary>
 
         `s = q_blk @ k_blk^T * scale` (masked with `-inf` where key `j > i + S_k - S_q` when causal);
-        `p = exp(s - lse_blk[..., None])`; `grad_v[j0:j1] += p^T @ do_blk`; `dp = do_blk @ v_blk^T`;
+        `p = exp(s - lse_blk[..., None])` (`s` holds the scale already: not `s * scale` again); `grad_v[j0:j1] += p^T @ do_blk`; `dp = do_blk @ v_blk^T`;
         `ds = p * (dp - delta_blk[..., None])`; `grad_q[i0:i1] += ds @ k_blk * scale`;
         `grad_k[j0:j1] += ds^T @ q_blk * scale`. An lse of `-inf` replaced by `+inf` gives `p = 0`.
         </details>
@@ -257,14 +269,14 @@ def cells():
         """, r"""
         <details><summary>具体做法（卡住时再打开）</summary>
 
-        - 用哪几层循环？和前向一样：外层是查询块，内层是它能看到的键块。因果时，查询块 `[i0, i1)` 读到哪个键为止？
+        - 用哪几层循环？和前向一样：外层是查询块，内层是它能看到的键块（第 8 节介绍另一种顺序，也就是 GPU 内核用的顺序）。因果时，查询块 `[i0, i1)` 读到哪个键为止？
         - 循环之前要准备什么？三个全零的累加器（用什么 dtype？）、`delta`（由哪两个张量算出？），以及一个把 `-inf` 换掉、使 `exp(s - lse)` 恰好为 0 的 lse。
         - 在一个分块里：要做哪五次矩阵乘法？其中哪几次要乘 `scale`？
         - 最后：每个梯度要转回哪个 dtype？
 
         <details><summary>还是卡住：一个分块，逐行写出</summary>
 
-        `s = q_blk @ k_blk^T * scale`（因果时在键 `j > i + S_k - S_q` 处填 `-inf`）；`p = exp(s - lse_blk[..., None])`；`grad_v[j0:j1] += p^T @ do_blk`；`dp = do_blk @ v_blk^T`；`ds = p * (dp - delta_blk[..., None])`；`grad_q[i0:i1] += ds @ k_blk * scale`；`grad_k[j0:j1] += ds^T @ q_blk * scale`。把 `-inf` 的 lse 换成 `+inf`，就得到 `p = 0`。
+        `s = q_blk @ k_blk^T * scale`（因果时在键 `j > i + S_k - S_q` 处填 `-inf`）；`p = exp(s - lse_blk[..., None])`（`s` 已经乘过缩放，不要再乘一次 `scale`）；`grad_v[j0:j1] += p^T @ do_blk`；`dp = do_blk @ v_blk^T`；`ds = p * (dp - delta_blk[..., None])`；`grad_q[i0:i1] += ds @ k_blk * scale`；`grad_k[j0:j1] += ds^T @ q_blk * scale`。把 `-inf` 的 lse 换成 `+inf`，就得到 `p = 0`。
         </details>
         </details>
         """),
@@ -305,10 +317,11 @@ def cells():
         **The price of recomputing.** Per tile the forward does 2 matrix products ($S = QK^\top$, $PV$); the
         backward does 4 ($P^\top dO$, $dO V^\top$, $dS K$, $dS^\top Q$) plus 1 to recompute $S$. The cell counts
         the matrix products your two functions run on a 3 x 4 grid of tiles (PyTorch's dispatcher sees each
-        `@` as one `bmm`), per tile. One extra product in seven is what buys $O(S)$ memory; on a GPU, where
-        attention is limited by memory traffic, it costs less than reading a stored $P$ back.
+        `@` as one `bmm`), per tile. One extra product in seven is what buys $O(S)$ memory; on a GPU it also
+        costs less time than reading a stored $P$ back from main memory ($S_q \times S_k$ numbers per head),
+        since the recomputed tile never leaves on-chip memory.
         """, r"""
-        **重算的代价。** 每个分块上，前向做 2 次矩阵乘法（$S = QK^\top$、$PV$）；反向做 4 次（$P^\top dO$、$dO V^\top$、$dS K$、$dS^\top Q$），再加 1 次重算 $S$。下面的单元格在 3 x 4 个分块的网格上，数出你的两个函数做了多少次矩阵乘法（PyTorch 的分发器把每个 `@` 看作一次 `bmm`），并折算到每个分块。七次里多出的这一次，换来了 $O(S)$ 的内存；在 GPU 上注意力受限于访存，重算一次比把存下的 $P$ 读回来还便宜。
+        **重算的代价。** 每个分块上，前向做 2 次矩阵乘法（$S = QK^\top$、$PV$）；反向做 4 次（$P^\top dO$、$dO V^\top$、$dS K$、$dS^\top Q$），再加 1 次重算 $S$。下面的单元格在 3 x 4 个分块的网格上，数出你的两个函数做了多少次矩阵乘法（PyTorch 的分发器把每个 `@` 看作一次 `bmm`），并折算到每个分块。七次里多出的这一次，换来了 $O(S)$ 的内存；在 GPU 上它花的时间也比从显存主存里把存下的 $P$（每个头 $S_q \times S_k$ 个数）读回来更少，因为重算的分块始终留在片上存储里。
         """),
         demo("""
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -342,11 +355,15 @@ def cells():
         saves for the backward pass. The cell adds up their sizes (a view counts as the tensor it views) for
         plain attention, $\text{softmax}(QK^\top/\sqrt{D})\,V$, and for your `FlashAttentionFunction`, causal,
         at one sequence of 2 heads of width 32. Plain attention runs on the `meta` device, which computes
-        shapes without memory: at $S$ = 16k its saved tensors would not fit comfortably in this machine.
+        shapes without memory: at $S$ = 16k its saved tensors would not fit comfortably in this machine. Your
+        function runs for real, up to $S$ = 4096 (a few seconds: its Python loop visits thousands of tiles;
+        at 16k it would be tens of thousands). The cell sets torch to one thread, here and for the rest of the
+        notebook: on tiles this small several threads gain nothing, and on a busy machine they wait for each
+        other.
         """, r"""
         ## 5. autograd 为反向传播保留了什么
 
-        `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` 会对 autograd 为反向传播保存的每个张量调用 `pack`。下面的单元格把它们的大小加起来（视图按它所属的张量计），分别测量朴素注意力 $\text{softmax}(QK^\top/\sqrt{D})\,V$ 和你的 `FlashAttentionFunction`（因果），取 1 条序列、2 个头、头宽 32。朴素注意力在 `meta` 设备上运行，它只计算形状、不占内存：$S$ = 16k 时它保存的张量在这台机器上很难放得下。
+        `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` 会对 autograd 为反向传播保存的每个张量调用 `pack`。下面的单元格把它们的大小加起来（视图按它所属的张量计），分别测量朴素注意力 $\text{softmax}(QK^\top/\sqrt{D})\,V$ 和你的 `FlashAttentionFunction`（因果），取 1 条序列、2 个头、头宽 32。朴素注意力在 `meta` 设备上运行，它只计算形状、不占内存：$S$ = 16k 时它保存的张量在这台机器上很难放得下。你的函数是真正运行的，最大到 $S$ = 4096（需要几秒钟：它的 Python 循环要访问几千个分块；到 16k 就是几万个）。这个单元格把 torch 设为单线程，本节和之后的所有单元格都是如此：分块这么小时，多线程没有任何好处，在繁忙的机器上线程之间还会互相等待。
         """),
         demo("""
         def kept_mib(fn, *args):
@@ -366,13 +383,19 @@ def cells():
             return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
 
 
+        torch.set_num_threads(1)  # tiles this small: one thread, no waiting for the others
         with uses_your_code():
-            for S in (1024, 4096, 16384):
+            for S in (1024, 2048, 4096):
                 meta = [torch.empty(1, 2, S, 32, device="meta", requires_grad=True) for _ in range(3)]
                 real = [torch.randn(1, 2, S, 32, requires_grad=True) for _ in range(3)]
                 flash = kept_mib(lambda q, k, v: FlashAttentionFunction.apply(q, k, v, True), *real)
                 print(say("S = {S:>5}: plain attention keeps {plain:8.2f} MiB, FlashAttentionFunction {flash:6.2f} MiB",
                           S=S, plain=kept_mib(plain, *meta), flash=flash))
+            S, blocks = 16384, 16384 // 64
+            meta = [torch.empty(1, 2, S, 32, device="meta", requires_grad=True) for _ in range(3)]
+            print(say("S = {S}: plain attention keeps {plain:8.2f} MiB; FlashAttentionFunction not run ({tiles:,} "
+                      "causal tiles of 64 x 64 in a Python loop)", S=S, plain=kept_mib(plain, *meta),
+                      tiles=blocks * (blocks + 1) // 2))
         """),
         *written_cells("written_recompute"),
         md(r"""
@@ -437,10 +460,13 @@ def cells():
         - **No $\delta$**: $dS = P \circ dP$ forgets that a softmax row sums to 1.
         - **The scale on one gradient only**: both $dQ$ and $dK$ carry $1/\sqrt{D}$ (the scores are
           $QK^\top/\sqrt{D}$); $dV$ does not.
+        - **The scale twice, or not at all, in $P$**: `s = q_blk @ k_blk^T * scale` already holds it, so
+          $P$ = `exp(s - lse)`; `exp(s * scale - lse)` scales twice, `exp(q_blk @ k_blk^T - lse)` not at all.
         - **$P$ as the softmax of the tile**: only the lse of the whole row normalises a tile correctly.
         - **Top-left causal**: the backward's mask must be the forward's, bottom-right.
         - **NaN from queries that see no key**: $e^{-\infty - (-\infty)}$; such rows add nothing.
-        - **Tiles that no query of the block can see**: skip them, as the forward does.
+        - **Tiles that no query of the block can see**: skipping them saves work and is not graded (as in
+          `01_flash`); skipping a tile that a *later* query of the block can see loses its gradients.
         - **Saving $P$ in `ctx`**: the numbers stay right and the memory goes back to $S^2$; the hidden checks
           measure what the forward keeps.
         """, r"""
@@ -448,10 +474,12 @@ def cells():
 
         - **漏掉 $\delta$**：$dS = P \circ dP$ 忘了 softmax 的每一行和为 1。
         - **只有一个梯度乘了缩放**：$dQ$ 和 $dK$ 都带 $1/\sqrt{D}$（分数是 $QK^\top/\sqrt{D}$）；$dV$ 不带。
+        - **$P$ 里的缩放乘了两次，或者一次也没乘**：`s = q_blk @ k_blk^T * scale` 已经带着缩放，所以 $P$ = `exp(s - lse)`；`exp(s * scale - lse)` 乘了两次，`exp(q_blk @ k_blk^T - lse)` 一次也没乘。
         - **把 $P$ 当成分块的 softmax**：只有整行的 lse 才能正确地归一化一个分块。
         - **左上对齐的因果掩码**：反向的掩码必须和前向一样，右下对齐。
         - **看不到任何键的查询产生 NaN**：$e^{-\infty - (-\infty)}$；这样的行没有任何贡献。
-        - **块内没有任何查询能看到的分块**：像前向一样跳过它们。
+        - **块内没有任何查询能看到的分块**：跳过它们能省下计算，但不评分（和 `01_flash` 一样）；若跳过了块内*后面的*查询能看到的分块，就会丢掉它们的梯度。
         - **把 $P$ 存进 `ctx`**：数值依然正确，内存却回到了 $S^2$；隐藏检查会测量前向保留了多少。
         """),
+        *flash_backward_next.cells(),
     ]

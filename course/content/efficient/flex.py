@@ -298,8 +298,10 @@ def cells():
         again and loaded. The cell reads the compiler's own counters to say which of the two this run was. To
         time a cold compile yourself, start Jupyter with `TORCHINDUCTOR_CACHE_DIR` set to an empty folder.
 
-        A single call's time on a busy machine varies from run to run, so the cell reports the **median** of a
-        few calls after the first (the first also pays for warming up), and the individual times. Note that the
+        This is the notebook's long cell: a cold compile can take longer than the rest of the notebook together
+        on a small CPU (the cell prints which case it was and how long it took); warm, it takes seconds. A single
+        call's time on a busy machine varies from run to run, so the cell reports the **median** of the calls
+        after the first (the first also pays for warming up), and the individual times. Note that the
         compiler traces your mods, and reads the module they were defined in: in a notebook that is
         `__main__`, which is fine. Where it cannot compile, the cell says why.
         """, r"""
@@ -307,7 +309,7 @@ def cells():
 
         eager 模式的 flex_attention 是一个参考实现：它在完整的分数矩阵上求 mod 的值。`torch.compile(flex_attention)` 会生成一个**融合内核**（GPU 上是 Triton，CPU 上是 C++），把你的 mod 内联到一个与 01 号 notebook 类似的在线 softmax 内核的内层循环里：没有分数矩阵，BlockMask 中空的分块也从不被访问。进程里的第一次调用要为此付出代价，分两种情况：**冷启动**，编译器的缓存（`TORCHINDUCTOR_CACHE_DIR`，默认在临时目录下）里什么也没有，它要生成并编译 C++ 内核，这需要 C++ 编译器，是慢的情况；**热启动**，之前的运行已经把内核留在缓存里，只需重新追踪并加载。下面的单元格读取编译器自己的计数器，说明这次运行属于哪一种。想自己测一次冷启动的编译时间，可以把 `TORCHINDUCTOR_CACHE_DIR` 设为一个空文件夹再启动 Jupyter。
 
-        在繁忙的机器上，单次调用的耗时每次运行都不一样，所以单元格报告第一次之后几次调用的**中位数**（第一次还包含预热的开销），并列出每次的耗时。注意编译器会追踪你的 mod，并读取定义它们的模块：在 notebook 中那就是 `__main__`，没有问题。无法编译时，单元格会说明原因。
+        这是本 notebook 里耗时最长的单元格：在小型 CPU 上，冷启动编译可能比 notebook 其余部分加起来还慢（单元格会打印这次属于哪种情况、花了多长时间）；热启动只要几秒。在繁忙的机器上，单次调用的耗时每次运行都不一样，所以单元格报告第一次之后各次调用的**中位数**（第一次还包含预热的开销），并列出每次的耗时。注意编译器会追踪你的 mod，并读取定义它们的模块：在 notebook 中那就是 `__main__`，没有问题。无法编译时，单元格会说明原因。
         """),
         demo("""
         import os
@@ -340,12 +342,12 @@ def cells():
         if reason:
             print(say("torch.compile skipped: {reason}", reason=reason))
         else:
-            S = 1024
+            S = 512
             torch.manual_seed(3)
             q, k, v = (torch.randn(1, 4, S, 32) for _ in range(3))
             with uses_your_code():
                 block_mask = create_block_mask(sliding_window_mask_mod(128), None, None, S, S, device="cpu")
-                eager_calls, eager = timed(lambda: flex_attention(q, k, v, block_mask=block_mask), 4)
+                eager_calls, eager = timed(lambda: flex_attention(q, k, v, block_mask=block_mask), 3)
                 try:
                     compiled_flex = torch.compile(flex_attention)
                     misses = counters["inductor"]["fxgraph_cache_miss"]
@@ -353,7 +355,7 @@ def cells():
                     cold = counters["inductor"]["fxgraph_cache_miss"] > misses  # compiled, not found in the cache
                     compiled_calls, compiled = timed(lambda: compiled_flex(q, k, v, block_mask=block_mask), 5)
                     print(say("compiled vs eager: largest difference {gap:.1e}", gap=(compiled - eager).abs().max().item()))
-                    print(say("eager: median {median:.3f} s of calls 2 to 4 ({calls}; the first took {first:.3f} s)",
+                    print(say("eager: median {median:.3f} s of calls 2 and 3 ({calls}; the first took {first:.3f} s)",
                               median=statistics.median(eager_calls[1:]), calls=", ".join(f"{t:.3f}" for t in eager_calls[1:]),
                               first=eager_calls[0]))
                     print(say("compiled, first call: {first:.1f} s, {how}", first=first[0],

@@ -28,9 +28,10 @@ def cells():
         # 02 · Sliding-window attention
 
         Mistral 7B lets each token attend only to the last 4096 tokens, itself included: a **sliding
-        window**. The score matrix becomes a band of width `window` around the diagonal, so the work and the
-        memory grow as $S \times \text{window}$ instead of $S^2$, and the model still carries information
-        further than the window, layer by layer.
+        window**. The score matrix becomes a band of width `window` around the diagonal, so the work grows as
+        $S \times \text{window}$ instead of $S^2$, while the memory of a chunked version, beyond the output every
+        attention returns, stays flat as $S$ grows: it holds one chunk's scores at a time (section 4 prints
+        both). The model still carries information further than the window, layer by layer.
 
         | part | what you write |
         |---|---|
@@ -41,7 +42,7 @@ def cells():
         """, r"""
         # 02 · 滑动窗口注意力
 
-        Mistral 7B 让每个 token 只关注最近的 4096 个 token（包括它自己）：这就是**滑动窗口**。分数矩阵变成对角线附近宽为 `window` 的一条带，于是计算量和内存按 $S \times \text{window}$ 增长，而不是 $S^2$；模型仍然可以一层一层地把信息传到窗口之外。
+        Mistral 7B 让每个 token 只关注最近的 4096 个 token（包括它自己）：这就是**滑动窗口**。分数矩阵变成对角线附近宽为 `window` 的一条带，于是计算量按 $S \times \text{window}$ 增长，而不是 $S^2$；而分块版本的内存，除了任何注意力都要返回的输出之外，不随 $S$ 增长：它一次只保存一块的分数（第 4 节把两者都打印出来）。模型仍然可以一层一层地把信息传到窗口之外。
 
         | 评分部分 | 你要写的内容 |
         |---|---|

@@ -83,7 +83,7 @@ def cells():
 
         | 张量 | 形状 | 来源 |
         |---|---|---|
-        | `x` | `[B, S_q, d_model]` | 提问的序列 |
+        | `x` | `[B, S_q, d_model]` | 发出查询的序列 |
         | `context` | `[B, S_k, d_context]` | 被读取的序列 |
         | `Q = W_q(x)` | `[B, S_q, d_model]` | `W_q: d_model -> d_model` |
         | `K = W_k(context)`, `V = W_v(context)` | `[B, S_k, d_model]` | `W_k, W_v: d_context -> d_model` |

@@ -385,23 +385,32 @@ def cells():
         md(r"""
         ## 8. A padded query sees no key: what a stack of layers does with it
 
-        In the left-padded batch, a padded query's causal keys are all padding: its softmax row is all
-        $-\infty$, and its output is NaN. In one layer that row is never read (the next token comes from the
-        last column). In a real model it is: with residual connections the layer's output becomes the next
-        layer's input, so the NaN rows become the next layer's keys and values there. A masked key gets
-        weight 0, and $0 \times \text{NaN} = \text{NaN}$: every real token of that sequence turns NaN.
+        In the left-padded batch, a padded query's causal keys are all padding. With a $-\infty$ fill (the
+        reference's `masked_fill(~allowed, float("-inf"))`) its softmax row is $0 / 0$ and its output is NaN.
+        In one layer that row is never read (the next token comes from the last column). In a real model it
+        is: with residual connections the layer's output becomes the next layer's input, so the NaN rows become
+        the next layer's keys and values there. A masked key gets weight 0, and
+        $0 \times \text{NaN} = \text{NaN}$: every real token of that sequence turns NaN.
 
-        So real stacks never leave a fully masked row as NaN. They let it attend to something (Hugging Face
-        lets such a row attend to every key before calling SDPA), zero it, or compute 0 for it as flash-attn,
-        PyTorch's SDPA (the cell prints it) and the `flash_attention` of the `efficient` assignment do. The
-        cell stacks your layer twice with residuals, first as it is, then with the padded rows of each
-        layer's output set to 0.
+        A large finite fill such as `-1e9` (both checks accept it: wherever a row sees a key it gives the same
+        weights) hides this: a row whose scores are all `-1e9` has a uniform softmax over its keys, no NaN, and
+        the padded query averages whatever keys it has (harmless, since its row is never read). So the cell
+        shows NaN only if your layer fills with $-\infty$: its first line says which fill your layer behaves
+        like, and the next cell prints both fills side by side.
+
+        So real stacks never leave a fully masked row as NaN. They compute 0 for it inside the attention, as
+        flash-attn, PyTorch's SDPA since 2.5 (the cell prints it) and the `flash_attention` of the `efficient`
+        assignment do, or let it attend to something (Hugging Face lets such a row attend to every key before
+        calling SDPA, but only for torch older than 2.5, whose SDPA returned NaN there). The cell stacks your
+        layer twice with residuals, first as it is, then with the padded rows of each layer's output set to 0.
         """, r"""
         ## 8. 看不到任何键的填充查询：多层堆叠时会怎样
 
-        在左填充的批次里，一个填充查询按因果掩码能看到的键全是填充：它的 softmax 那一行全是 $-\infty$，输出是 NaN。只有一层时，这一行从来不会被读取（下一个 token 取自最后一列）。但在真实的模型里它会被读取：有残差连接时，这一层的输出就是下一层的输入，于是这些 NaN 行在下一层成了键和值。被遮住的键权重为 0，而 $0 \times \text{NaN} = \text{NaN}$：这条序列的每一个真实 token 都会变成 NaN。
+        在左填充的批次里，一个填充查询按因果掩码能看到的键全是填充。用 $-\infty$ 填充时（参考实现的 `masked_fill(~allowed, float("-inf"))`），它的 softmax 那一行是 $0 / 0$，输出是 NaN。只有一层时，这一行从来不会被读取（下一个 token 取自最后一列）。但在真实的模型里它会被读取：有残差连接时，这一层的输出就是下一层的输入，于是这些 NaN 行在下一层成了键和值。被遮住的键权重为 0，而 $0 \times \text{NaN} = \text{NaN}$：这条序列的每一个真实 token 都会变成 NaN。
 
-        所以实际的模型从不让一整行都被遮住的查询输出 NaN。做法有三种：让它关注某些键（Hugging Face 在调用 SDPA 之前让这样的行关注所有键）、把它置零，或者像 flash-attn、PyTorch 的 SDPA（单元格会打印）以及 `efficient` 作业里的 `flash_attention` 那样直接给它算出 0。下面的单元格把你的层叠两层、带残差连接，先原样运行，再把每一层输出中填充位置的行置为 0。
+        用一个很大的有限数（比如 `-1e9`）填充时（两种检查都接受它：只要一行能看到某个键，权重就完全一样），这个现象就看不到了：分数全是 `-1e9` 的一行，softmax 在它的键上是均匀分布，没有 NaN，填充查询只是把它那些键平均了一下（无害，因为这一行从来不会被读取）。所以只有你的层用 $-\infty$ 填充时，下面的单元格才会出现 NaN：它的第一行告诉你，你的层的行为像哪一种填充；再下一个单元格把两种填充并排打印出来。
+
+        所以实际的模型从不让一整行都被遮住的查询输出 NaN。做法是在注意力内部直接给它算出 0（flash-attn、2.5 版起的 PyTorch SDPA（单元格会打印）以及 `efficient` 作业里的 `flash_attention` 都这样做），或者让它关注某些键（Hugging Face 在调用 SDPA 之前让这样的行关注所有键，但只在 torch 低于 2.5 时这样做，那些版本的 SDPA 在这里会返回 NaN）。下面的单元格把你的层叠两层、带残差连接，先原样运行，再把每一层输出中填充位置的行置为 0。
         """),
         demo("""
         torch.manual_seed(5)
@@ -424,6 +433,9 @@ def cells():
 
 
             with torch.no_grad():
+                first = layers[0](embed(tokens), None, (mask.long().cumsum(-1) - 1).clamp(min=0), mask)
+                print(f"your layer: a padded query that sees no key gives NaN: {torch.isnan(first[~mask]).any().item()}"
+                      " (True: a -inf fill; False: a finite fill such as -1e9, or 0 computed for it)")
                 for zero in (False, True):
                     print("padded rows zeroed" if zero else "padded rows left as they are")
                     h = stack(tokens, mask, zero, show=True)
@@ -434,6 +446,61 @@ def cells():
             q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
             sees_nothing = torch.zeros(2, 3, dtype=torch.bool)
             print("SDPA, queries that see no key:", F.scaled_dot_product_attention(q, k, v, attn_mask=sees_nothing)[0, 0].tolist())
+        """),
+        md(r"""
+        ### Zeroing after the layer is enough to generate, not to train
+
+        Setting the padded rows to 0 *after* the layer repairs the forward pass, and generation runs no
+        backward pass. Training does: the gradient of `masked_fill` is 0 on the zeroed rows, but the softmax's
+        backward multiplies that 0 by the row's NaN weights, and $0 \times \text{NaN} = \text{NaN}$ reaches
+        the weights of the projections. The cell builds a two-layer stack of plain single-head attention
+        (its own, so that it can choose the fill) over the same left padding, runs a loss over the real tokens
+        only, and counts, for each way of handling the row, the real tokens with NaN and the parameters
+        (8: four projections per layer) whose gradient holds a NaN. "0 inside" computes 0 for a row that sees
+        no key inside the attention, as flash-attn does: its scores are replaced by 0 before the softmax and
+        its weights multiplied by 0 after, so no NaN is ever made. Its last line is why Hugging Face fills
+        with `torch.finfo(dtype).min` rather than `-1e9`: in float16, `-1e9` is $-\infty$ again.
+        """, r"""
+        ### 在层之后置零：生成时够用，训练时不够
+
+        在层*之后*把填充行置为 0，修好的是前向传播；生成不做反向传播，所以够用。训练要做：`masked_fill` 在被置零的行上梯度为 0，可是 softmax 的反向传播会把这个 0 乘上该行为 NaN 的权重，$0 \times \text{NaN} = \text{NaN}$ 于是传到了各个投影的权重上。下面的单元格在同样的左填充上搭一个两层的单头朴素注意力（它自己写的，这样才能选择填充值），只在真实 token 上算损失，然后对每一种处理方式统计：含 NaN 的真实 token 个数，以及梯度中含 NaN 的参数个数（共 8 个：每层四个投影）。"内部给 0"是在注意力内部给看不到任何键的行算出 0，和 flash-attn 一样：softmax 之前把这一行的分数换成 0，之后把它的权重乘以 0，于是从头到尾不会产生 NaN。最后一行说明了 Hugging Face 为什么用 `torch.finfo(dtype).min` 而不是 `-1e9` 来填充：在 float16 中，`-1e9` 又变成了 $-\infty$。
+        """),
+        demo("""
+        torch.manual_seed(6)
+        B, S, d = 3, 6, 8
+        keep = torch.arange(S) >= S - torch.tensor([6, 2, 4])[:, None]  # [B, S]: left padding, True = real token
+        allowed = torch.ones(S, S, dtype=torch.bool).tril() & keep[:, None, :]  # [B, S, S]: causal, pads hidden
+        x = torch.randn(B, S, d)
+        blocks = [nn.ModuleDict({name: nn.Linear(d, d, bias=False) for name in "qkvo"}) for _ in range(2)]
+        params = [p for block in blocks for p in block.parameters()]
+
+
+        def attend(block, h, how):
+            q, k, v = block["q"](h), block["k"](h), block["v"](h)  # [B, S, d] each
+            scores = q @ k.mT / math.sqrt(d)  # [B, S, S] scores
+            if how == "-1e9":
+                weights = torch.softmax(scores.masked_fill(~allowed, -1e9), dim=-1)
+            elif how == "0 inside":
+                sees_some = allowed.any(-1, keepdim=True)  # [B, S, 1]
+                scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~sees_some, 0.0)
+                weights = torch.softmax(scores, dim=-1) * sees_some
+            else:
+                weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+            out = block["o"](weights @ v)
+            return out.masked_fill(~keep[..., None], 0.0) if how == "-inf, zeroed after" else out
+
+
+        for how in ("-inf", "-1e9", "-inf, zeroed after", "0 inside"):
+            h = x
+            for block in blocks:
+                h = h + attend(block, h, how)  # residual connection
+            nan_real = [int(torch.isnan(h[b][keep[b]]).any(-1).sum()) for b in range(B)]
+            grads = torch.autograd.grad(h[keep].pow(2).mean(), params)  # a loss over the real tokens only
+            nan_grads = sum(bool(g.isnan().any()) for g in grads)
+            print(f"{how}: real tokens with NaN per sequence {nan_real}, "
+                  f"parameters with a NaN gradient {nan_grads} of {len(params)}")
+        print(f"-1e9 in float16: {torch.tensor(-1e9).half().item()}; torch.finfo(torch.float16).min: "
+              f"{torch.finfo(torch.float16).min}")
         """),
         *written_cells("written_left_padding"),
         md(r"""
@@ -448,18 +515,19 @@ def cells():
         - A left-padded batch needs a key mask over past and new tokens; with RoPE alone, per-sequence positions
           (`cumsum - 1`) and positions from the first column generate the same tokens; with absolute or learned
           position embeddings only per-sequence positions do.
-        - A padded query that sees no key gives NaN, which a second layer spreads to every real token: zero it,
-          let it attend to something, or return 0 (flash-attn, SDPA).
+        - A padded query that sees no key gives NaN with a $-\infty$ fill (a `-1e9` fill hides it), which a second
+          layer spreads to every real token: compute 0 for it inside the attention (flash-attn, SDPA) or let it
+          attend to something; zeroing its row after the layer is enough to generate, not to train (NaN gradients).
         """, r"""
         ## 小结
 
         - 新 token 的位置是 `len(cache)`、`len(cache) + 1`、……；长度要在追加之前读。
         - 缓存里存的是在各自位置上旋转过一次的键；缓存返回的键永远不要再转。
-        - 缓存存 `H_kv` 个头；`repeat_kv` 放在读缓存之后（Llama-3-8B 的缓存因此小 4 倍）。
+        - 缓存存 `H_kv` 个头；`repeat_kv` 放在读缓存之后（Llama-3-8B 的缓存因此变为原来的 1/4）。
         - `rope_base` 决定各对的波长（而不是模型能用的上下文长度，那由训练决定）；每次调用 `apply_rope` 都要把它传进去。
         - 解码需要右下对齐的因果掩码（flash-attn 的约定），而不是 `is_causal=True` 的左上对齐。
         - 左填充的批次需要覆盖历史和新 token 的键掩码；只用 RoPE 时，按序列计算的位置（`cumsum - 1`）和从第一列数起的位置生成的 token 相同；用绝对位置编码或可学习的位置嵌入时，只有按序列计算的位置才对。
-        - 看不到任何键的填充查询会输出 NaN，第二层会把它扩散到每个真实 token：把它置零、让它关注某些键，或者直接返回 0（flash-attn、SDPA 的做法）。
+        - 用 $-\infty$ 填充时，看不到任何键的填充查询会输出 NaN（用 `-1e9` 填充则看不出来），第二层会把它扩散到每个真实 token：在注意力内部直接给它算出 0（flash-attn、SDPA 的做法），或者让它关注某些键；在层之后把它那一行置零，生成时够用，训练时不够（梯度里有 NaN）。
         """),
     ]
 
@@ -512,6 +580,23 @@ DEMO_ZH = {
         'f"置零、两层：批量生成与每个提示词单独生成相比，最大差值 {max(gaps).item():.1e}，"',
     'f"largest |h| {h[mask].abs().max().item():.1f}"': 'f"最大 |h| 为 {h[mask].abs().max().item():.1f}"',
     '"SDPA, queries that see no key:"': '"SDPA 中看不到任何键的查询："',
+    'f"your layer: a padded query that sees no key gives NaN: {torch.isnan(first[~mask]).any().item()}"':
+        'f"你的层：看不到任何键的填充查询输出 NaN：{torch.isnan(first[~mask]).any().item()}"',
+    '" (True: a -inf fill; False: a finite fill such as -1e9, or 0 computed for it)"':
+        '"（True：用 -inf 填充；False：用 -1e9 这样的有限数填充，或者直接给它算出 0）"',
+    "# [B, S]: left padding, True = real token": "# [B, S]：左填充，True 表示真实 token",
+    "# [B, S, S]: causal, pads hidden": "# [B, S, S]：因果，并遮住填充",
+    "# [B, S, d] each": "# 各为 [B, S, d]",
+    "# [B, S, S] scores": "# [B, S, S]：分数",
+    "# [B, S, 1]": "# [B, S, 1]：这一行能否看到某个键",
+    '"0 inside"': '"内部给 0"',
+    '"-inf, zeroed after"': '"-inf，之后置零"',
+    "# residual connection": "# 残差连接",
+    "# a loss over the real tokens only": "# 只在真实 token 上算的损失",
+    'f"{how}: real tokens with NaN per sequence {nan_real}, "': 'f"{how}：每条序列中含 NaN 的真实 token 个数 {nan_real}，"',
+    'f"parameters with a NaN gradient {nan_grads} of {len(params)}"': 'f"梯度含 NaN 的参数 {nan_grads} 个（共 {len(params)} 个）"',
+    'f"-1e9 in float16: {torch.tensor(-1e9).half().item()}; torch.finfo(torch.float16).min: "':
+        'f"-1e9 在 float16 中为 {torch.tensor(-1e9).half().item()}；torch.finfo(torch.float16).min 为 "',
     "# [B, 1]: greedy": "# [B, 1]：贪心解码",
     "# one more than each sequence's last position": "# 每条序列上一个位置加一",
     "# past and new keys": "# 过去的键和新的键",

@@ -110,7 +110,7 @@ def cells():
         """, r"""
         # 02 · 一次生成一个 token：KV 缓存
 
-        语言模型是一个 token 一个 token 地写出文本的：读入提示词（prompt），预测下一个 token，把它接到后面，然后重复。本 notebook 用 **KV 缓存** 让这个循环变得便宜，把它的因果掩码写对（一个经典 bug 就藏在这里），测量缓存占用多少显存，再用 **分组查询注意力**（grouped-query attention）把它缩小。
+        语言模型是一个 token 一个 token 地写出文本的：读入提示词（prompt），预测下一个 token，把它接到后面，然后重复。本 notebook 用 **KV 缓存** 省掉这个循环里的重复计算，把它的因果掩码写对（一个经典 bug 就藏在这里），测量缓存占用多少显存，再用 **分组查询注意力**（grouped-query attention）把它缩小。
 
         | 评分部分 | 你要写的内容 |
         |---|---|
@@ -520,7 +520,7 @@ DEMO_ZH = {
     "# step t recomputes the keys and values of all t tokens": "# 第 t 步要重新计算全部 t 个 token 的键和值",
     'f"{T:>5} generated tokens: {without:>10,} token projections without a cache, {T:>5,} with one "':
         'f"生成 {T:>5} 个 token：不用缓存要做 {without:>10,} 次 token 投影，用缓存只要 {T:>5,} 次"',
-    'f"({without / T:,.0f}x fewer)"': 'f"（少 {without / T:,.0f} 倍）"',
+    'f"({without / T:,.0f}x fewer)"': 'f"（变为原来的 1/{without / T:,.0f}）"',
     "# True = may attend": "# True = 可以关注",
     '"the mask of is_causal=True for S_q=2, S_k=5 (top-left aligned):"': '"S_q=2、S_k=5 时 is_causal=True 的掩码（左上对齐）："',
     '"SDPA with is_causal=True equals SDPA with this mask:"': '"is_causal=True 的 SDPA 等于用这个掩码的 SDPA："',
@@ -536,12 +536,12 @@ DEMO_ZH = {
     "# with the cache: only the newest token": "# 用缓存：只计算最新的 token",
     'f"{steps} steps without a cache: {no_cache:.2f} s; with the cache: {with_cache:.2f} s "':
         'f"{steps} 步，不用缓存：{no_cache:.2f} 秒；用缓存：{with_cache:.2f} 秒"',
-    'f"({no_cache / with_cache:.1f}x faster)"': 'f"（快 {no_cache / with_cache:.1f} 倍）"',
+    'f"({no_cache / with_cache:.1f}x faster)"': 'f"（耗时变为原来的 1/{no_cache / with_cache:.1f}）"',
     'f"same tokens both ways: largest difference {': 'f"两种方式得到的 token 相同：最大差值 {',
     "# attention, MLP, two norms": "# 注意力、MLP、两个归一化层",
     "# embeddings in and out, layers, final norm": "# 输入输出嵌入、各层、最后的归一化层",
     'f"weights: {parameters / 1e9:.2f} billion parameters = {parameters * 2 / GiB:.1f} GiB in float16"':
-        'f"权重：{parameters / 1e9:.2f} 十亿个参数 = float16 下 {parameters * 2 / GiB:.1f} GiB"',
+        'f"权重：{parameters / 1e9:.2f} × 10⁹ 个参数 = float16 下 {parameters * 2 / GiB:.1f} GiB"',
     'f"KV cache per token: {': 'f"每个 token 的 KV 缓存：{',
     'f"KV cache, batch {batch}, {seq_len:>7,} tokens: {size / GiB:5.1f} GiB "': 'f"KV 缓存，批大小 {batch}，{seq_len:>7,} 个 token：{size / GiB:5.1f} GiB"',
     'f"({size / (parameters * 2):.2f}x the weights)"': 'f"（权重的 {size / (parameters * 2):.2f} 倍）"',

@@ -21,6 +21,7 @@ import ast
 import contextlib
 import io
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Callable
@@ -31,7 +32,13 @@ def english(message: str) -> str:
     return message
 
 
-def _missing(name: str, _: Callable[[str], str]) -> str:
+def _missing(name: str, _: Callable[[str], str], ran: list | tuple | None = None) -> str:
+    """Why `name` is not defined, from the sources of the cells run so far (IPython's `In`; None: not known): no cell
+    run defines it (its cell was skipped), or one did and raised (a SyntaxError, usually)."""
+    defines = re.compile(rf"^\s*(?:(?:async\s+)?def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*=", re.M)
+    if ran is not None and not any(isinstance(src, str) and defines.search(src) for src in ran):
+        return _("{name} is not defined: the cell that defines it has not been run; run it (and the cells above it), "
+                 "then this one").format(name=name)
     return _("{name} is not defined: its cell raised an error (a SyntaxError?); fix it and run it again").format(name=name)
 
 
@@ -52,7 +59,7 @@ def explain_missing_names(part_checks: dict[str, tuple[str, ...]], _: Callable[[
         """IPython's custom exception handler: it shows the error itself (IPython ignores what it returns)."""
         name = getattr(value, "name", None)
         if name in names:
-            shown = [f"{etype.__name__}: " + _missing(name, _)]
+            shown = [f"{etype.__name__}: " + _missing(name, _, shell.user_ns.get("In"))]
         else:
             shown = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
         shell._showtraceback(etype, value, shown)
@@ -69,7 +76,7 @@ def rerun(call: str, checks: dict, namespace: dict, _: Callable[[str], str] = en
     names = [arg.id for arg in node.args]
     missing = [name for name in names if name not in namespace]
     if missing:
-        return _missing(missing[0], _)
+        return _missing(missing[0], _, namespace.get("In"))
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):

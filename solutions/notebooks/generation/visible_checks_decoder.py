@@ -5,8 +5,10 @@ visible_checks.py (course/visible_checks_generation.py) builds it on its harness
 speaks the notebook's language and names the student's line like the others; it lives here to keep each file short.
 
 The check compares the layer with its own computation of the layer from scratch (reference values from the layer's
-own weights, in float64), with rope_base 10000 and 50 and with positions [B, S], then with itself (causal, cached
-versus full, left-padded versus alone). While it runs, its own apply_rope, decode_causal_mask and repeat_kv stand
+own weights, in float64), with rope_base 10000 and 50 and with positions [B, S], looks at the keys each append gave
+its cache (rotated at their positions: keys cached before RoPE and rotated with arange(S_k) after reading give right
+outputs while the positions are 0, 1, 2, ...), then compares the layer with itself (causal, cached versus full,
+left-padded versus alone). While it runs, its own apply_rope, decode_causal_mask and repeat_kv stand
 in for the student's where the layer finds them, as the grader's do (autograder/checks/lent.py): a mistake in one
 of those pieces costs once, in its own notebook; the check says in one line which of the student's were wrong.
 Pure torch.
@@ -19,16 +21,19 @@ import torch
 
 
 class _Recorder:
-    """A KV cache that remembers the shape of what was appended (the check's own, so only your layer is tested)."""
+    """A KV cache that remembers what was appended (the check's own, so only your layer is tested); like KVCache
+    it holds everything cached as .k and .v (None while empty)."""
 
     def __init__(self):
         self.keys, self.values, self.shapes = [], [], []
+        self.k = self.v = None
 
     def append(self, k, v):
         self.shapes.append(list(k.shape))
-        self.keys.append(k)
-        self.values.append(v)
-        return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
+        self.keys.append(k.detach().clone())
+        self.values.append(v.detach().clone())
+        self.k, self.v = torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
+        return self.k, self.v
 
     def __len__(self):
         return sum(k.shape[2] for k in self.keys)
@@ -60,20 +65,25 @@ def _bottom_right(S_q: int, S_k: int) -> torch.Tensor:
 LENT = {"apply_rope": _turn, "decode_causal_mask": _bottom_right, "repeat_kv": _share}
 
 
+def _heads_of(layer, name: str, x: torch.Tensor, count: int) -> torch.Tensor:
+    """x [B, S, d_model] through the layer's projection `name`, split into `count` heads: [B, count, S, head_dim],
+    in float64."""
+    B, S, _d = x.shape
+    out = x.double() @ getattr(layer, name).weight.double().T  # [B, S, count * head_dim]
+    return out.view(B, S, count, -1).transpose(1, 2)
+
+
 def _layer_output(layer, x, heads: int, kv_heads: int, positions, base: float, *, rope: str = "qk",
-                  scale: float | None = None, tiled: bool = False) -> torch.Tensor:
+                  scale: float | None = None, tiled: bool = False, keys_at_places: bool = False) -> torch.Tensor:
     """The layer's output for x [B, S, d_model] without a cache, from its own weights, in float64. rope: "qk" (the
     contract), "none", "qkv" (the values rotated too); scale: the factor of the scores (1 / sqrt(head_dim));
-    tiled: kv heads 0, 1, 0, 1, ... instead of 0, 0, 1, 1, ..."""
+    tiled: kv heads 0, 1, 0, 1, ... instead of 0, 0, 1, 1, ...; keys_at_places: the keys rotated at 0 .. S - 1
+    whatever the positions (keys cached before RoPE, everything the cache returns rotated with arange(S_k))."""
     B, S, d = x.shape
     hd = d // heads
-
-    def heads_of(name, count):  # [B, count, S, hd]
-        return (x.double() @ getattr(layer, name).weight.double().T).view(B, S, count, hd).transpose(1, 2)
-
-    q, k, v = heads_of("W_q", heads), heads_of("W_k", kv_heads), heads_of("W_v", kv_heads)
+    q, k, v = (_heads_of(layer, name, x, n) for name, n in (("W_q", heads), ("W_k", kv_heads), ("W_v", kv_heads)))
     if rope != "none":
-        q, k = _turn(q, positions, base), _turn(k, positions, base)
+        q, k = _turn(q, positions, base), _turn(k, torch.arange(S) if keys_at_places else positions, base)
     if rope == "qkv":
         v = _turn(v, positions, base)
     rep = heads // kv_heads
@@ -179,6 +189,29 @@ def decoder_checks(harness, close, ok, linear):
             what=what, gap=(got.double() - want).abs().max().item(), base=base))
 
 
+    def _cached_keys_rotated(layer, x, appended: list, bounds, kv_heads: int) -> None:
+        """Append number i received the keys of x[:, bounds[i]:bounds[i + 1]] rotated at those positions."""
+        for number, (k, start, stop) in enumerate(zip(appended, bounds, bounds[1:]), 1):
+            plain = _heads_of(layer, "W_k", x[:, start:stop], kv_heads)  # [B, H_kv, S_new, head_dim]
+            if close(k, _turn(plain, torch.arange(start, stop), layer.rope_base), 1e-4):
+                continue
+            said = {"start": start, "stop": stop - 1, "number": number}
+            if close(k, plain, 1e-4):
+                raise AssertionError(_(
+                    "append number {number} (positions {start} .. {stop}) received the keys before RoPE: the cache must "
+                    "hold each key rotated once, at its own position; rotating everything the cache returns with "
+                    "arange(S_k) puts each key at its place in the cache, which is its position only while the "
+                    "positions are 0, 1, 2, ... (not with positions given, nor in a left-padded batch): rotate the new "
+                    "keys at their positions, then append them").format(**said))
+            if close(k, _turn(plain, torch.arange(stop - start), layer.rope_base), 1e-4):
+                raise AssertionError(_(
+                    "append number {number} received the keys rotated from position 0: the new tokens are at positions "
+                    "len(cache), len(cache) + 1, ... ({start} .. {stop} here)").format(**said))
+            raise AssertionError(_(
+                "append number {number} received other keys than the new keys rotated at their positions {start} .. "
+                "{stop} (W_k(x), split into the key/value heads, then apply_rope), by up to {gap:.3g}").format(
+                gap=(k.double() - _turn(plain, torch.arange(start, stop), layer.rope_base)).abs().max().item(), **said))
+
     @harness.check("DecoderAttention")
     def check_decoder_attention(DecoderAttention) -> None:
         layer = DecoderAttention(16, 4, 2)
@@ -197,7 +230,11 @@ def decoder_checks(harness, close, ok, linear):
                 given, layer, x, _("forward(x [2, 6, 16], positions={rows})").format(rows=per_row.tolist()), heads=4,
                 kv_heads=2, positions=per_row, base=10000.0,
                 extra={_("the positions argument was ignored: when it is given, rotate q and k at exactly those positions "
-                         "([S_new], or [B, S_new] with one row per sequence)"): dict(positions=torch.arange(6))})
+                         "([S_new], or [B, S_new] with one row per sequence)"): dict(positions=torch.arange(6)),
+                       _("the queries were rotated at the positions given, the keys at their places 0 .. S - 1: rotate "
+                         "the keys at the same positions as the queries, before appending them (caching the keys before "
+                         "RoPE and rotating everything the cache returns with arange(S_k) does this: it is right only "
+                         "while the positions are 0, 1, 2, ...)"): dict(keys_at_places=True)})
             other = DecoderAttention(16, 4, 2, rope_base=50.0).eval()
             other.load_state_dict(layer.state_dict())
             based = harness.expect_shape(other(x), [2, 6, 16], "DecoderAttention(16, 4, 2, rope_base=50.0)(x)")
@@ -217,6 +254,7 @@ def decoder_checks(harness, close, ok, linear):
             assert cache.shapes == [[2, 2, 3, 4], [2, 2, 2, 4], [2, 2, 1, 4]], _(
                 "the cache received keys of shapes {shapes}, expected [2, 2, 3, 4], then [2, 2, 2, 4], then [2, 2, 1, 4]: "
                 "append the new keys [B, H_kv, S_new, head_dim] once per call").format(shapes=cache.shapes)
+            _cached_keys_rotated(layer, x, cache.keys, (0, 3, 5, 6), kv_heads=2)
             gap = (torch.cat(outs, dim=1) - full).abs().max().item()
             assert gap < 1e-5, _(
                 "a prompt of 3 tokens, then 2 at once, then 1, differs from the full pass by up to {gap:.3g}: are the new "
@@ -231,8 +269,8 @@ def decoder_checks(harness, close, ok, linear):
             "a left-padded sequence (2 pads, then 3 tokens, positions from mask.cumsum(-1) - 1) differs from the same 3 "
             "tokens alone: hide the padded keys with key_mask[:, None, None, :] and rotate at the positions given")
         ok(_("DecoderAttention: equals the check's own computation (base 10000 and 50, positions [B, S]); W_k, W_v of "
-             "H_kv heads; the cache gets [B, H_kv, S_new, head_dim]; prompt, chunk and token equal the full pass; a "
-             "left-padded sequence equals itself alone"))
+             "H_kv heads; the cache gets the keys rotated at their positions, [B, H_kv, S_new, head_dim]; prompt, chunk "
+             "and token equal the full pass; a left-padded sequence equals itself alone"))
         if note:
             print(note)
 

@@ -113,6 +113,8 @@ def check_sliding_window_attention(sliding_window_attention) -> None:
     for chunk in (1, 3, 4, 16):
         out = harness.expect_shape(attend(q, k, v, 3, chunk_size=chunk), [2, 3, 10, 5],
                            f"sliding_window_attention(window=3, chunk_size={chunk})")
+        if not close(out, _dense(q, k, v, band)[0], 1e-4):
+            _blame_the_mask(sliding_window_attention, q, k, v, chunk, _dense(q, k, v, band)[0])
         assert close(out, _dense(q, k, v, band)[0], 1e-4), _(
             "window=3, chunk_size={chunk}: the result differs from full attention masked with the window "
             "(does a chunk read the window - 1 keys before its first query? is the last, shorter chunk handled?)"
@@ -141,6 +143,41 @@ def check_sliding_window_attention(sliding_window_attention) -> None:
         S=S, window=window, chunk=chunk, peak=peak / MiB, rectangle=rectangle / MiB, every=every / MiB)
     ok(_("sliding_window_attention: equals masked full attention for chunk sizes 1, 3, 4, 16; peak {peak:.2f} MiB "
          "at S = {S} (the score matrix would be {full:.2f} MiB)").format(peak=peak / MiB, S=S, full=2 * S * S * 4 / MiB))
+
+
+def _window_mask(S, window):
+    """The right sliding_window_mask (the check's own), lent to the student's attention by _blame_the_mask."""
+    i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]  # [S, 1] queries, [1, S] keys
+    return (j <= i) & (j > i - window)
+
+
+def _blame_the_mask(sliding_window_attention, q, k, v, chunk, want) -> None:
+    """As the grader does (Part.borrows): when the student's attention calls their own sliding_window_mask and that
+    mask is wrong, run the attention once more with the right mask in its place; right then, the mask is the cause."""
+    scope = getattr(sliding_window_attention, "__globals__", None)
+    theirs = scope.get("sliding_window_mask") if isinstance(scope, dict) else None
+    if not callable(theirs) or theirs is _window_mask:
+        return
+    try:
+        mask = theirs(10, 3)
+        row = mask[4].nonzero().flatten().tolist()
+    except Exception:  # noqa: BLE001 - their mask raises: its own check says so
+        return
+    if row == [2, 3, 4] and torch.equal(mask.bool(), _window_mask(10, 3)):
+        return
+    scope["sliding_window_mask"] = _window_mask
+    try:
+        out = sliding_window_attention(q, k, v, 3, chunk_size=chunk)
+    except Exception:  # noqa: BLE001 - the ordinary message follows
+        return
+    finally:
+        scope["sliding_window_mask"] = theirs
+    if close(out, want, 1e-4):
+        raise AssertionError(_(
+            "window=3, chunk_size={chunk}: your sliding_window_attention is right with a right sliding_window_mask, "
+            "but it calls yours, which is wrong (with window=3 query 4 sees keys {row}, not [2, 3, 4]): fix "
+            "sliding_window_mask (its check above says how); the grader charges the mistake there only").format(
+            chunk=chunk, row=row))
 
 
 # --------------------------------------------------------------------------- #
@@ -205,12 +242,29 @@ def check_linear_attention(linear_attention) -> None:
             "MiB): sum phi(k_j) v_j^T first, then multiply by phi(q)").format(
             S=S, causal=causal, peak=meter.peak_bytes / MiB, full=square / MiB)
         want = _linear_dense(q, k, v, causal)
+        if causal and not close(out, want, 1e-4):
+            _explain_restarting_chunks(out, q, k, v)
         assert close(out, want, 1e-4), _(
             "linear_attention(S={S}, causal={causal}) differs from the formula by up to {gap:.2g}, though it is right at "
             "S = 6: over a long sequence, does each chunk start from the running sums of every chunk before it, and "
             "add its own keys to them afterwards?").format(S=S, causal=causal, gap=(out.double() - want).abs().max().item())
     ok(_("linear_attention: equals the formula, causal and not, peak {peak:.2f} MiB at S = {S} (an [S, S] matrix "
          "is {full:.2f} MiB)").format(peak=max(peaks) / MiB, S=S, full=square / MiB))
+
+
+def _explain_restarting_chunks(out, q, k, v) -> None:
+    """Name the chunk size of a causal linear attention whose chunks each start from zero sums, if it is one."""
+    S = q.shape[-2]
+    weights = (_phi(q.double()) @ _phi(k.double()).transpose(-2, -1)).tril()  # [B, H, S, S]
+    position = torch.arange(S)
+    for chunk in (8, 16, 32, 50, 64, 100, 128, 256, 512, 1024):
+        alone = weights * (position[:, None] // chunk == position[None, :] // chunk)  # [B, H, S, S]: own chunk only
+        if close(out, (alone @ v.double()) / (alone.sum(-1, keepdim=True) + 1e-6), 1e-4):
+            raise AssertionError(_(
+                "linear_attention(S={S}, causal=True): your chunks of {chunk} positions each start from zero sums, so a "
+                "query sees only the keys of its own chunk (right up to S = {chunk}). Carry the running sums sum_j "
+                "phi(k_j) v_j^T and sum_j phi(k_j) from chunk to chunk: each chunk starts from the running sums of "
+                "every chunk before it and adds its own keys after").format(S=S, chunk=chunk))
 
 
 @harness.check("linear_attention_step")
