@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.commands import exposure
+from autograder.commands import workspace as make_grade  # make lab's lines and their language
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASE = REPO / "assignments"  # nbgrader's release directory: one folder per assignment
@@ -72,18 +73,17 @@ def prepare_workspace(release: Path = RELEASE, workspace: Path = WORKSPACE) -> W
     return Workspace(workspace, tuple(copied), tuple(kept), tuple(differ))
 
 
-def describe(ws: Workspace) -> str:
-    """A few lines for the terminal: where the work is and what happened to it."""
-    lines = [f"Your workspace: {ws.path}"]
+def describe(ws: Workspace, lang: str = "en") -> str:
+    """A few lines for the terminal, in `lang`: where the work is and what happened to it."""
+    lines = [make_grade.LAB_WORKSPACE.format(path=ws.path)]
     if ws.copied:
         folders = sorted({Path(name).parts[0] for name in ws.copied})
-        lines.append(f"  copied from the release: {len(ws.copied)} file(s) ({', '.join(folders)})")
+        lines.append(make_grade.LAB_COPIED.format(count=len(ws.copied), folders=", ".join(folders)))
     if ws.kept:
-        lines.append(f"  kept as you left them: {len(ws.kept)} file(s) (never overwritten)")
-    for name in ws.differ:
-        lines.append(f"  note: {name} differs from the release's copy; to take the release's, delete yours and restart")
-    lines.append("Check yourself with `make grade` (the hidden autograder on your work); solved notebooks: solutions/notebooks/")
-    return "\n".join(lines)
+        lines.append(make_grade.LAB_KEPT.format(count=len(ws.kept)))
+    lines += [make_grade.LAB_DIFFERS.format(name=name) for name in ws.differ]
+    lines.append(make_grade.LAB_NEXT)
+    return "\n".join(line.render(lang) for line in lines)
 
 
 def lab_command(root: Path, extra: list[str], student: bool) -> tuple[list[str], dict[str, str]]:
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     args, extra = _parse(sys.argv[1:] if argv is None else argv)
     if args.who == "student":
         ws = prepare_workspace(RELEASE, args.workspace.resolve())
-        print(describe(ws), flush=True)
+        print(describe(ws, make_grade.workspace_language(ws.path, RELEASE)), flush=True)
         root = ws.path
     else:
         root = REPO

@@ -41,6 +41,7 @@ _SHARED_SUPPORT = {"check_harness.py": REPO / "course" / "check_harness.py",
 _METER = {"memory_meter.py": REPO / "autograder" / "worker" / "meter.py"}
 _SELF_ATTENTION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks.py",
                            "visible_checks_scores_masks.py": REPO / "course" / "visible_checks_scores_masks.py",
+                           "visible_checks_module.py": REPO / "course" / "visible_checks_module.py",
                            **_SHARED_SUPPORT, **_METER}
 _GENERATION_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_generation.py",
                        "visible_checks_decoder.py": REPO / "course" / "visible_checks_decoder.py", **_SHARED_SUPPORT}

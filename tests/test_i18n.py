@@ -102,11 +102,20 @@ def test_a_message_inside_a_message_is_rendered_in_the_same_language():
     assert outer.render("zh") == "causal_mask(5)：你的掩码转置了"
 
 
-def test_check_names_are_translated_for_reports_and_keep_their_parameters():
+def test_check_names_are_translated_for_reports_with_their_parameters_words_and_all():
     name = "rows of the attention weights sum to 1 (softmax over the key dimension)"
     assert i18n.check_title(f"{name} [3-D]", "en") == f"{name} [3-D]"
     zh = i18n.check_title(f"{name} [3-D]", "zh")
-    assert CHINESE.search(zh) and zh.endswith(" [3-D]")
+    assert CHINESE.search(zh) and zh.endswith(" [3 维]")
+    assert i18n.check_title("forward matches reference [padding mask]", "zh").endswith(" [填充掩码]")
+    assert i18n.check_title("the cache grows [1-6]", "zh").endswith(" [1-6]")  # an id of numbers has no words to translate
+
+
+def test_every_worded_parameter_of_a_hidden_check_name_is_in_the_catalog():
+    found = {param for path in (ROOT / "autograder" / "checks").rglob("test_*.py")
+             for _, param in i18n.check_params(path.read_text(encoding="utf-8"))}
+    assert {"no mask", "padding mask", "context mask", "no_scale", "3-D", "plain"} <= found
+    assert found <= template_ids(), f"run `make messages`: {sorted(found - template_ids())}"
 
 
 def test_an_unknown_language_is_refused_in_one_line():

@@ -59,6 +59,34 @@ def test_a_students_saved_work_is_never_overwritten_and_missing_files_come_back(
     assert "alpha/visible_checks.py differs from the release" in lab.describe(ws)
 
 
+def _notebook(solution: str) -> str:
+    return json.dumps({"cells": [{"cell_type": "code", "source": solution, "metadata": {"nbgrader": {
+        "solution": True, "grade_id": "cell"}}}]})
+
+
+def test_the_lines_speak_chinese_for_a_workspace_worked_in_the_chinese_edition_else_the_systems_language(tmp_path,
+                                                                                                       monkeypatch):
+    from autograder.commands import workspace as make_grade
+
+    release = tmp_path / "release"
+    for edition in ("self_attention", "self_attention_zh"):
+        (release / edition).mkdir(parents=True)
+        (release / edition / "01_scores.ipynb").write_text(_notebook("raise NotImplementedError"))
+    ws = lab.prepare_workspace(release, tmp_path / "ws")
+    for variable in ("LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    assert make_grade.workspace_language(ws.path, release) == "en"  # nothing worked on: the system's language
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    assert make_grade.workspace_language(ws.path, release) == "zh"
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    (ws.path / "self_attention_zh" / "01_scores.ipynb").write_text(_notebook("return Q @ K.mT"))
+    assert make_grade.workspace_language(ws.path, release) == "zh"  # the folder worked in
+    said = lab.describe(lab.prepare_workspace(release, ws.path), "zh")
+    assert said.startswith("你的工作目录：") and "make grade" in said and not re.search(r"\b(kept|Check|file)\b", said), said
+    assert lab.describe(ws, "en").startswith("Your workspace: ")
+
+
 def test_a_file_in_place_of_the_workspace_is_refused_in_one_line(release, tmp_path):
     (tmp_path / "ws").write_text("not a folder")
     with pytest.raises(SystemExit, match="exists and is not a folder"):

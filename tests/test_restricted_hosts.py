@@ -11,6 +11,7 @@ tests/test_unprivileged.py does), (c) as root with CAP_SYS_ADMIN out of the boun
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 COPIED = ("autograder", "solutions", "tests/restricted_host.py")
 RELEASED = "assignments/self_attention"
 ROOT = os.getuid() == 0
+CHINESE = re.compile(r"[\u4e00-\u9fff]")
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +79,7 @@ def _refused_in_one_line(proc) -> str:
 def test_a_no_user_namespaces_grade_refuses_naming_user_namespaces_refused_and_the_fix(home):
     line = _refused_in_one_line(_run(home, "no-userns", ["grade", "solutions/attention.py"]))
     assert "refuses to create user namespaces (unshare: EPERM)" in line
-    assert hosts.explain("unshare-user:EPERM", hosts.this_host())[1] in line
+    assert str(hosts.explain("unshare-user:EPERM", hosts.this_host())[1]) in line
 
 
 def test_a_no_user_namespaces_make_grade_grades_without_the_sandbox_saying_so_in_one_line(home):
@@ -92,7 +94,7 @@ def test_a_no_user_namespaces_make_grade_grades_without_the_sandbox_saying_so_in
 
 def test_b_user_namespaces_without_capabilities_grade_refuses_naming_the_apparmor_restriction_or_container(home):
     line = _refused_in_one_line(_run(home, "userns-without-caps", ["grade", "solutions/attention.py"]))
-    cause, fix = hosts.explain("mount-user:EPERM", hosts.this_host())
+    cause, fix = map(str, hosts.explain("mount-user:EPERM", hosts.this_host()))
     assert cause in line and fix in line
     assert "user namespaces are created here but" in line
 
@@ -122,7 +124,7 @@ UBUNTU_2404 = hosts.Host(apparmor_restrict="1")
 
 
 def test_ubuntu_2404_the_fix_is_the_shipped_apparmor_profile_with_the_command_to_load_it_or_the_sysctl():
-    cause, fix = hosts.explain("mount-user:EPERM", UBUNTU_2404)
+    cause, fix = map(str, hosts.explain("mount-user:EPERM", UBUNTU_2404))
     assert "hold no capability" in cause and "apparmor_restrict_unprivileged_userns=1" in cause
     assert hosts.PROFILE in fix and "apparmor_parser -r" in fix and "apparmor_restrict_unprivileged_userns=0" in fix
     profile = (REPO / hosts.PROFILE).read_text()
@@ -130,24 +132,39 @@ def test_ubuntu_2404_the_fix_is_the_shipped_apparmor_profile_with_the_command_to
 
 
 def test_debian_and_rhel_sysctls_are_named_with_the_sysctl_that_lifts_them():
-    _, fix = hosts.explain("unshare-user:EPERM", hosts.Host(userns_clone="0"))
+    _, fix = map(str, hosts.explain("unshare-user:EPERM", hosts.Host(userns_clone="0")))
     assert "kernel.unprivileged_userns_clone=1" in fix
-    _, fix = hosts.explain("unshare-user:ENOSPC", hosts.Host(max_userns="0"))
+    _, fix = map(str, hosts.explain("unshare-user:ENOSPC", hosts.Host(max_userns="0")))
     assert "user.max_user_namespaces=" in fix
 
 
 def test_a_container_gets_dockers_security_options_and_root_without_sys_admin_the_capability():
-    _, fix = hosts.explain("unshare-user:EPERM", hosts.Host(container=True))
+    _, fix = map(str, hosts.explain("unshare-user:EPERM", hosts.Host(container=True)))
     assert "--security-opt seccomp=unconfined" in fix
-    cause, fix = hosts.explain("unshare-root:EPERM", hosts.Host(container=True, root=True, sys_admin=False))
+    cause, fix = map(str, hosts.explain("unshare-root:EPERM", hosts.Host(container=True, root=True, sys_admin=False)))
     assert "CAP_SYS_ADMIN" in cause and "--cap-add SYS_ADMIN" in fix
 
 
 def test_macos_and_windows_are_pointed_to_linux_wsl2_or_a_container():
     for platform in ("darwin", "win32"):
-        cause, fix = hosts.explain("platform", hosts.Host(platform=platform))
+        cause, fix = map(str, hosts.explain("platform", hosts.Host(platform=platform)))
         assert "needs Linux" in cause and "WSL2" in fix and "container" in fix
 
 
 def test_a_layer_turned_off_by_configuration_names_no_host_cause():
     assert hosts.explain("", UBUNTU_2404) is None
+
+
+@pytest.mark.parametrize("cause,host", [("unshare-user:EPERM", hosts.Host(userns_clone="0")), ("mount-user:EPERM", UBUNTU_2404),
+                                        ("unshare-root:EPERM", hosts.Host(container=True, root=True, sys_admin=False)),
+                                        ("platform", hosts.Host(platform="darwin"))])
+def test_make_grade_in_the_chinese_folder_says_the_host_cause_and_fix_in_chinese(cause, host):
+    from autograder.commands import workspace
+    from autograder.foundation import limits
+
+    why, fix = hosts.explain(cause, host)
+    line = workspace.WITHOUT_SANDBOX.format(reason=why).render("zh")
+    assert CHINESE.search(fix.render("zh")) and not re.search(r"\b(this|the|here|refuses|needs)\b", line), line
+    assert str(why) in workspace.WITHOUT_SANDBOX.format(reason=why).render("en")
+    missing = limits.reason({"seccomp": "off"})
+    assert missing.render("zh") == "缺少 seccomp" and str(missing) == "missing seccomp"

@@ -75,7 +75,8 @@ def test_the_template_and_the_translation_hold_exactly_the_messages_of_the_sourc
 
 def test_every_message_extracted_is_marked_in_the_released_files_and_the_demo_text():
     locations = {Path(path).name for m in catalogs.read_catalog(catalogs.TEMPLATE) for path, _ in m.locations}
-    assert locations == {"visible_checks.py", "visible_checks_scores_masks.py", "visible_checks_generation.py",
+    assert locations == {"visible_checks.py", "visible_checks_scores_masks.py", "visible_checks_module.py",
+                         "visible_checks_generation.py",
                          "visible_checks_efficient.py", "check_harness.py", "graded_cells.py", "efficient_demo_text.py",
                          "visible_checks_flash.py", "visible_checks_flash_backward.py", "visible_checks_decoder.py",
                          "visible_checks_flex.py"}
@@ -182,6 +183,14 @@ WRONG = [
     ("self_attention", "module_seed_broadcast", "check_self_attention", ("SelfAttention",)),
     ("self_attention", "split_without_transpose", "check_split_heads", ("split_heads",)),
     ("self_attention", "chunked_causal_restarts", "check_chunked_attention", ("chunked_attention",)),
+    ("self_attention", "module_scale_d_model", "check_self_attention", ("SelfAttention",)),
+    ("self_attention", "multihead_scale_d_model", "check_multihead", ("MultiHeadSelfAttention",)),
+    ("self_attention", "module_dropout_on_output", "check_self_attention", ("SelfAttention",)),
+    ("self_attention", "multihead_no_dropout", "check_multihead", ("MultiHeadSelfAttention",)),
+    ("self_attention", "parity_no_eval", "check_parity_error", ("parity_error", "SelfAttention")),
+    ("self_attention", "apply_causal_square_only", "check_apply_causal_mask", ("apply_causal_mask",)),
+    ("self_attention", "apply_causal_bottom_right", "check_apply_causal_mask", ("apply_causal_mask",)),
+    ("self_attention", "sdpa_is_causal_alone", "check_sdpa_attention", ("sdpa_attention",)),
     ("generation", "decode_mask_top_left", "check_decode_causal_mask", ("decode_causal_mask",)),
     ("generation", "cache_on_head_axis", "check_kv_cache", ("KVCache",)),
     ("generation", "kv_bytes_without_values", "check_kv_cache_bytes", ("kv_cache_bytes",)),
@@ -190,6 +199,20 @@ WRONG = [
     ("generation", "cached_hf_is_causal_q_len", "check_cached_self_attention", ("CachedSelfAttention", "KVCache")),
     ("generation", "decoder_caches_unrotated_keys_when_cached", "check_decoder_attention", ("DecoderAttention",)),
 ]
+
+
+# The cause each of these failures names (English, Chinese): issue 47's visible checks that passed what the grader charges
+NAMED = {
+    "module_scale_d_model": ("divided by sqrt(d_model) = sqrt(12); divide them by sqrt(d_k) = sqrt(8)", "sqrt(d_k) = sqrt(8)"),
+    "multihead_scale_d_model": ("divided by sqrt(d_model) = sqrt(12); divide them by sqrt(head_dim) = sqrt(3)",
+                                "sqrt(head_dim) = sqrt(3)"),
+    "module_dropout_on_output": ("dropout seems to act on the values, on weights @ V or on the output", "dropout"),
+    "multihead_no_dropout": ("gives exactly its eval-mode output", "dropout"),
+    "parity_no_eval": ("Switch both modules to eval() before comparing", "eval()"),
+    "apply_causal_square_only": ("Your mask is square", "scores.shape[-2]"),
+    "apply_causal_bottom_right": ("your mask is bottom-right aligned", "S_k - S_q"),
+    "sdpa_is_causal_alone": ("ignores the padding mask (is_causal=True alone)", "is_causal=True"),
+}
 
 
 def _failure(module, check: str, args: tuple, capsys) -> AssertionError:
@@ -213,6 +236,34 @@ def test_a_wrong_submission_fails_its_visible_check_in_one_chinese_sentence(rele
         assert failure.__cause__ is None and (failure.__context__ is None or failure.__suppress_context__)
     assert CHINESE.search(str(in_chinese)), str(in_chinese)
     assert not CHINESE.search(str(in_english)), str(in_english)
+    english_words, chinese_words = NAMED.get(case, ("", ""))
+    assert english_words in str(in_english) and chinese_words in str(in_chinese), (str(in_english), str(in_chinese))
+    assert "raised AssertionError in the line" not in str(in_english), str(in_english)  # the check's own sentence
+
+
+def _padding_in_place(scores, mask):  # masked_fill_: what it returns is right (the grader gives full marks)
+    return scores.masked_fill_(~mask.reshape(mask.shape[0], *([1] * (scores.dim() - 2)), mask.shape[1]), float("-inf"))
+
+
+def _sdpa_mask_with_is_causal(q, k, v, mask=None, causal=False):  # right on the CPU kernel, refused by the math backend
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask[:, None, None, :],
+                                          is_causal=causal)
+
+
+def test_what_the_grader_accepts_passes_visibly_and_a_portability_trap_is_said_in_both_languages(released, capsys):
+    english, chinese = released["self_attention"]
+    for module in (english, chinese):
+        module.check_apply_padding_mask(_padding_in_place)
+    said = capsys.readouterr().out.splitlines()
+    assert len(said) == 2 and all(line.startswith("✓ ") for line in said), said
+    english.check_sdpa_attention(_sdpa_mask_with_is_causal)
+    chinese.check_sdpa_attention(_sdpa_mask_with_is_causal)
+    said = capsys.readouterr().out.splitlines()
+    assert [line[:2] for line in said] == ["✓ ", "  ", "✓ ", "  "], said
+    assert "math backend" in said[1] and "Explicit attn_mask should not be set when is_causal=True" in said[1], said
+    assert CHINESE.search(said[3]) and "is_causal=True" in said[3], said
 
 
 def scaled_scores(Q, K):  # the notebook's stub (a top-level function, as in a notebook cell)
@@ -236,6 +287,27 @@ def test_a_passing_check_prints_its_tick_line_in_chinese(released, capsys):
     released["generation"][1].check_repeat_kv(generation.repeat_kv)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(line.startswith("✓ ") and CHINESE.search(line) for line in lines), lines
+
+
+def test_a_demo_fed_by_a_function_whose_check_fails_ends_in_one_sentence_naming_that_check(tmp_path, capsys):
+    from solutions import attention
+
+    module = _load(_release_folder(tmp_path, "self_attention"), "demo_after_failure")
+    with pytest.raises(TypeError):  # no check failed: a demo's error is the course's, raised as it is
+        with module.uses_your_code():
+            raise TypeError("Invalid shape (2, 3, 4) for image data")
+    for lang in ("en", "zh"):
+        module.use_language(lang)
+        with pytest.raises(AssertionError):
+            module.check_attention_weights(lambda scores: scores)  # not a softmax
+        with module.uses_your_code():  # what matplotlib's imshow raises on what the broken function returned
+            raise TypeError("Invalid shape (2, 3, 4) for image data")
+    english, chinese = capsys.readouterr().out.splitlines()
+    assert english.startswith("This demo stopped (TypeError: Invalid shape (2, 3, 4) for image data)"), english
+    assert "`attention_weights`" in english and "`attention_weights`" in chinese and CHINESE.search(chinese), chinese
+    module.check_attention_weights(attention.attention_weights)  # fixed: the next demo error is raised again
+    with pytest.raises(TypeError), module.uses_your_code():
+        raise TypeError("a demo's own bug")
 
 
 def test_graded_part_speaks_chinese_in_the_notebook_and_under_validate(released, capsys, monkeypatch):

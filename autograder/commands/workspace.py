@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..foundation import edition, i18n
+from ..foundation import edition, i18n, spec
 from . import report
 from ..foundation.extract import SubmissionError, extract
 from ..foundation.limits import Limits, SandboxUnavailable
@@ -126,6 +126,24 @@ def main(workspace: str | Path, assignment: str | None = None, full: bool = Fals
 def language(folder: Folder) -> str:
     """The language of the edition a workspace folder holds (self_attention_zh: "zh")."""
     return edition.resolve(folder.edition).lang
+
+
+def workspace_language(workspace: Path, release: Path = RELEASE) -> str:
+    """The language `make lab` speaks for a workspace: that of the folders the student worked in (a solution cell
+    changed) when they share one; else the system's (LC_ALL, LC_MESSAGES or LANG naming zh: Chinese); else English."""
+    worked = {language(f) for f in folders(workspace, release) if f.changed} if workspace.is_dir() else set()
+    if len(worked) == 1:
+        return worked.pop()
+    system = next((os.environ[k] for k in ("LC_ALL", "LC_MESSAGES", "LANG") if os.environ.get(k)), "")
+    return "zh" if not worked and system.lower().startswith("zh") else spec.DEFAULT_LANGUAGE
+
+
+# make lab's lines (course/lab.py prints them) in the workspace's language (workspace_language)
+LAB_WORKSPACE = _("Your workspace: {path}")
+LAB_COPIED = _("  copied from the release: {count} file(s) ({folders})")
+LAB_KEPT = _("  kept as you left them: {count} file(s) (never overwritten)")
+LAB_DIFFERS = _("  note: {name} differs from the release's copy; to take the release's, delete yours and restart")
+LAB_NEXT = _("Check yourself with `make grade` (the hidden autograder on your work); solved notebooks: solutions/notebooks/")
 
 
 def footer(folder: Folder) -> str:

@@ -14,7 +14,8 @@ fix for that host:
   CAP_SYS_ADMIN; its AppArmor profile refuses mount): the options of `docker run` that allow them;
 - macOS and Windows: no Linux sandbox at all (Linux, WSL2 or a container).
 
-Nothing here needs Linux: every fact read from /proc is None where it cannot be read.
+Nothing here needs Linux: every fact read from /proc is None where it cannot be read. The cause and the fix are
+messages: English in every command's refusal, the graded folder's language in `make grade`'s line.
 """
 from __future__ import annotations
 
@@ -22,13 +23,17 @@ import os
 import sys
 from dataclasses import dataclass
 
+from . import i18n
+from .i18n import Message
+
 CAP_SYS_ADMIN = 21
 PROFILE = "docs/apparmor/self-attention-autograder"
 LOAD_PROFILE = (f"sudo install -m 644 {PROFILE} /etc/apparmor.d/ && "
                 "sudo apparmor_parser -r /etc/apparmor.d/self-attention-autograder")
 DOCKER_USER = "docker run --security-opt seccomp=unconfined --security-opt apparmor=unconfined"
 DOCKER_ROOT = "docker run --cap-add SYS_ADMIN --security-opt apparmor=unconfined"
-ELSEWHERE = "grade on Linux, in WSL2 (Windows) or in a Linux container (macOS: Docker Desktop)"
+
+_ = i18n.message
 
 
 @dataclass(frozen=True)
@@ -75,49 +80,55 @@ def sandbox_platform(host: Host) -> bool:
     return host.platform.startswith("linux")
 
 
-def _userns_refused(host: Host, err: str) -> tuple[str, str]:
-    cause = f"this host refuses to create user namespaces (unshare: {err})"
+def _userns_refused(host: Host, err: str) -> tuple[Message, Message]:
     if host.userns_clone == "0":
-        return cause + " by kernel.unprivileged_userns_clone=0", (
-            "sudo sysctl -w kernel.unprivileged_userns_clone=1 (and the same line in /etc/sysctl.d/ to keep it)")
+        return _("this host refuses to create user namespaces (unshare: {err}) by kernel.unprivileged_userns_clone=0").format(
+            err=err), _("sudo sysctl -w kernel.unprivileged_userns_clone=1 (and the same line in /etc/sysctl.d/ to keep it)")
     if host.max_userns == "0":
-        return cause + " by user.max_user_namespaces=0", (
-            "sudo sysctl -w user.max_user_namespaces=15000 (and the same line in /etc/sysctl.d/ to keep it)")
+        return _("this host refuses to create user namespaces (unshare: {err}) by user.max_user_namespaces=0").format(
+            err=err), _("sudo sysctl -w user.max_user_namespaces=15000 (and the same line in /etc/sysctl.d/ to keep it)")
     if host.container:
-        return cause + " in this container (Docker's default seccomp profile)", (
-            f"start the container with `{DOCKER_USER}`, or grade as root in one started with `{DOCKER_ROOT}`")
-    return cause + " (a seccomp filter or a security policy)", (
-        f"allow unprivileged user namespaces to the grader's Python (in a container: `{DOCKER_USER}`), or grade "
-        "as root (sudo)")
+        return (_("this host refuses to create user namespaces (unshare: {err}) in this container (Docker's default "
+                  "seccomp profile)").format(err=err),
+                _("start the container with `{docker_user}`, or grade as root in one started with `{docker_root}`").format(
+                    docker_user=DOCKER_USER, docker_root=DOCKER_ROOT))
+    return (_("this host refuses to create user namespaces (unshare: {err}) (a seccomp filter or a security "
+              "policy)").format(err=err),
+            _("allow unprivileged user namespaces to the grader's Python (in a container: `{docker_user}`), or grade "
+              "as root (sudo)").format(docker_user=DOCKER_USER))
 
 
-def _userns_without_capabilities(host: Host) -> tuple[str, str]:
+def _userns_without_capabilities(host: Host) -> tuple[Message, Message]:
     if host.container:
-        return ("user namespaces are created here but a mount inside one is refused (this container's AppArmor or "
-                "seccomp profile)", f"start the container with `{DOCKER_USER}`")
-    ubuntu = " (Ubuntu 23.10 and later: kernel.apparmor_restrict_unprivileged_userns=1)"
-    return ("user namespaces are created here but hold no capability, so the sandbox cannot mount anything"
-            + (ubuntu if host.apparmor_restrict != "0" else ""),
-            f"load the AppArmor profile {PROFILE} for the grader's Python ({LOAD_PROFILE}; docs/jupyterhub.md, "
-            "section 8), or sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or grade as root")
+        return (_("user namespaces are created here but a mount inside one is refused (this container's AppArmor or "
+                  "seccomp profile)"), _("start the container with `{docker_user}`").format(docker_user=DOCKER_USER))
+    cause = (_("user namespaces are created here but hold no capability, so the sandbox cannot mount anything "
+               "(Ubuntu 23.10 and later: kernel.apparmor_restrict_unprivileged_userns=1)")
+             if host.apparmor_restrict != "0" else
+             _("user namespaces are created here but hold no capability, so the sandbox cannot mount anything"))
+    return cause, _("load the AppArmor profile {profile} for the grader's Python ({load}; docs/jupyterhub.md, section "
+                    "8), or sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or grade as root").format(
+        profile=PROFILE, load=LOAD_PROFILE)
 
 
-def explain(cause: str, host: Host) -> tuple[str, str] | None:
-    """(the cause, the fix) for the worker's `cause` on `host`; None when there is nothing of the host to name (a
-    layer turned off by configuration)."""
+def explain(cause: str, host: Host) -> tuple[Message, Message] | None:
+    """(the cause, the fix) for the worker's `cause` on `host`, as messages (str(): English; render(lang): the graded
+    folder's language); None when there is nothing of the host to name (a layer turned off by configuration)."""
     if not sandbox_platform(host):
-        return f"the sandbox needs Linux and this is {host.platform}", ELSEWHERE
-    what, _, err = cause.partition(":")
+        return (_("the sandbox needs Linux and this is {platform}").format(platform=host.platform),
+                _("grade on Linux, in WSL2 (Windows) or in a Linux container (macOS: Docker Desktop)"))
+    what, _sep, err = cause.partition(":")
     if what == "unshare-user":
         return _userns_refused(host, err)
     if what == "mount-user":
         return _userns_without_capabilities(host)
     if what == "unshare-root" and host.sys_admin is False:
-        return ("the grader runs as root without CAP_SYS_ADMIN (a container's default), which namespaces need",
-                f"start the container with `{DOCKER_ROOT}`, or grade as an ordinary user in one started with "
-                f"`{DOCKER_USER}`")
+        return (_("the grader runs as root without CAP_SYS_ADMIN (a container's default), which namespaces need"),
+                _("start the container with `{docker_root}`, or grade as an ordinary user in one started with "
+                  "`{docker_user}`").format(docker_root=DOCKER_ROOT, docker_user=DOCKER_USER))
     if what in ("unshare-root", "mount-root"):
-        return (f"this host refuses namespaces or mounts to root ({what.split('-')[0]}: {err}; a seccomp filter or "
-                "a security policy such as a container's AppArmor profile)",
-                f"in a container, start it with `{DOCKER_ROOT}` (or `--security-opt seccomp=unconfined`)")
+        return (_("this host refuses namespaces or mounts to root ({call}: {err}; a seccomp filter or a security policy "
+                  "such as a container's AppArmor profile)").format(call=what.split("-")[0], err=err),
+                _("in a container, start it with `{docker_root}` (or `--security-opt seccomp=unconfined`)").format(
+                    docker_root=DOCKER_ROOT))
     return None

@@ -92,7 +92,8 @@ def check_title(name: str, lang: str = DEFAULT_LANGUAGE) -> str:
     if whole != name:
         return whole
     match = CHECK_PARAMS.match(name)
-    return translations(lang).gettext(match["title"]) + (match["params"] or "")
+    params = match["params"]  # " [padding mask]": its words translated too (an id such as "1-6" has no entry)
+    return translations(lang).gettext(match["title"]) + (f" [{translations(lang).gettext(params[2:-1])}]" if params else "")
 
 
 def check_names(source: str) -> list[tuple[int, str]]:
@@ -106,6 +107,30 @@ def check_names(source: str) -> list[tuple[int, str]]:
     return found
 
 
+def _strings(node) -> list[str]:
+    """The string constants of a literal list, tuple or set, or the string keys of a literal dict."""
+    items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", [])
+    return [item.value for item in items if isinstance(item, ast.Constant) and isinstance(item.value, str)]
+
+
+def check_params(source: str) -> list[tuple[int, str]]:
+    """(line, id) of each word-bearing parameter id of a hidden-check file's `pytest.mark.parametrize`: its `ids=[...]`,
+    its literal list of strings, or `list(NAME)` of a module-level literal (a check's name ends in " [id]")."""
+    tree = ast.parse(source)
+    literals = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                for target in node.targets if isinstance(target, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "parametrize"):
+            continue
+        ids = next((kw.value for kw in node.keywords if kw.arg == "ids"), None)
+        values = node.args[1] if len(node.args) > 1 else None
+        if ids is None and isinstance(values, ast.Call) and getattr(values.func, "id", "") == "list" and values.args:
+            values = literals.get(getattr(values.args[0], "id", ""))
+        found += [(node.lineno, text) for text in _strings(ids if ids is not None else values) if re.search("[A-Za-z]", text)]
+    return found
+
+
 def extract_messages(fileobj, keywords, comment_tags, options):
     """pybabel's extraction method for the grader (babel-autograder.cfg): every `_("...")`, and in a hidden
     check file (test_*.py) every check's name, which the reports show translated."""
@@ -116,6 +141,8 @@ def extract_messages(fileobj, keywords, comment_tags, options):
     if Path(getattr(fileobj, "name", "")).name.startswith("test_"):
         for line, name in check_names(source.decode("utf-8")):
             yield line, None, name, ["the name of a hidden check"]
+        for line, param in check_params(source.decode("utf-8")):
+            yield line, None, param, ["a parameter of a hidden check's name, in its brackets"]
 
 
 def catalog_path(lang: str) -> Path:

@@ -11,7 +11,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 
-from . import hosts
+from . import hosts, i18n
 
 GIB = 2**30
 
@@ -95,6 +95,7 @@ def limit_grader_memory(limit_bytes: int) -> None:
                                               hard))
 
 
+_ = i18n.message
 UNSAFE_FLAG = "--unsafe-no-sandbox"
 UNSAFE_ENV = "AUTOGRADER_UNSAFE_NO_SANDBOX"
 
@@ -108,17 +109,18 @@ def unsafe_from_env() -> bool:
 class SandboxUnavailable(Exception):
     """A layer of the sandbox could not be had on this machine and the instructor did not allow grading
     without it: no student code runs. str() is the one line every command prints; `reason`, its cause alone
-    (what `make grade` says when it grades a student's own work without the sandbox)."""
+    (what `make grade` says, in the graded folder's language, when it grades a student's own work without the
+    sandbox: a message)."""
 
-    def __init__(self, message: str, reason: str = "") -> None:
+    def __init__(self, message: str, reason: i18n.Message | str = "") -> None:
         super().__init__(message)
         self.reason = reason or message
 
 
-def reason(off: dict, cause: str = "") -> str:
+def reason(off: dict, cause: str = "") -> i18n.Message:
     """Why the sandbox cannot be had here, in a few words: the host's cause (hosts.py), else the missing layers."""
     why = hosts.explain(cause, hosts.this_host()) if cause else None
-    return why[0] if why else f"missing {', '.join(sorted(off))}"
+    return why[0] if why else _("missing {layers}").format(layers=", ".join(sorted(off)))
 
 
 def refusal(off: dict, cause: str = "") -> str:

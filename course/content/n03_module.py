@@ -14,10 +14,10 @@ HINTS = {
                     "and zero both biases.",
                     "in_proj_weight 把 q、k、v 的权重沿 dim 0 堆叠在一起。在 torch.no_grad() 下复制，\n"
                     "并把两个偏置都置零。"),
-    "parity_error": ("compare both modules in eval mode without gradients, convert the mask to key_padding_mask's\n"
-                     "convention, and put the custom module back in the mode it was in.",
-                     "在 eval 模式下、不计算梯度地比较两个模块，把掩码转换成 key_padding_mask 的约定，\n"
-                     "最后把自定义模块恢复到原来的模式。"),
+    "parity_error": ("compare both modules in eval mode without gradients and convert the mask to key_padding_mask's\n"
+                     "convention. (Putting the custom module back in the mode it was in is good manners; not graded.)",
+                     "在 eval 模式下、不计算梯度地比较两个模块，并把掩码转换成 key_padding_mask 的约定。\n"
+                     "（之后把自定义模块恢复到原来的模式是好习惯；不计分。）"),
 }
 
 

@@ -10,8 +10,10 @@ HINTS = {
                     "view may refuse, reshape copies when it must.",
                     "按相反的顺序撤销 split_heads。转置之后内存不再按顺序排列：\n"
                     "view 可能会拒绝，reshape 在必要时会复制。"),
-    "MultiHeadSelfAttention.__init__": ("reject a d_model that num_heads does not divide; one nn.Linear for q, k and v together.",
-                                        "num_heads 不能整除 d_model 时要拒绝；q、k、v 共用一个 nn.Linear。"),
+    "MultiHeadSelfAttention.__init__": ("one nn.Linear for q, k and v together. (A d_model that num_heads does not divide\n"
+                                        "cannot be cut into heads: raising a ValueError says so early; not graded.)",
+                                        "q、k、v 共用一个 nn.Linear。（num_heads 不能整除 d_model 时无法切分成多个头：\n"
+                                        "及早抛出 ValueError 能说明原因；不计分。）"),
     "MultiHeadSelfAttention.forward": ("cut the projection into q, k, v (in that order), split each into heads, scale by\n"
                                        "sqrt(head_dim); a [B, S] padding mask becomes [B, 1, 1, S]; merge the heads before W_o.",
                                        "把投影结果按 q、k、v 的顺序切开，各自拆分成多个头，用 sqrt(head_dim) 缩放；\n"

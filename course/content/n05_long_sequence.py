@@ -77,7 +77,7 @@ def cells():
 
         一个 `[B, H, S, S]` 矩阵包含 $B \cdot H \cdot S^2$ 个数，每个数占 `element_size` 字节（float32 为 4，float16 / bfloat16 为 2）：
 
-        $$\text{bytes} = B \cdot H \cdot S^2 \cdot \text{element size}$$
+        $$\text{字节数} = B \cdot H \cdot S^2 \cdot \text{每个元素的字节数}$$
 
         对 `B = 1`、`H = 16`、float16：`S = 4096` 时为 $16 \cdot 4096^2 \cdot 2$ 字节 = **512 MiB**；`S = 32768` 时为 **32 GiB**，这还只是一层的分数（你的函数之后的单元格会打印这些数）。朴素注意力在峰值时同时保留两个这样的矩阵：分数和它们的 softmax（第 4 节会测量）。序列长度翻倍，这一切都变成四倍。
         """),
@@ -352,6 +352,8 @@ def cells():
         - **嵌套张量**：一个批次中的序列各自保留自己的长度（`layout=torch.jagged`），所以根本没有需要屏蔽的填充：单元格在长度为 5 和 3 的批次上不加任何掩码运行 SDPA。
         """),
         demo("""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
         torch.manual_seed(0)
         B, H, S, head_dim = 1, 4, 1024, 32
         q, k, v = (torch.randn(B, H, S, head_dim) for _ in range(3))
@@ -377,7 +379,15 @@ def cells():
         print(f"SDPA, given a ready [B, 1, S, S] boolean mask:   peak {peak_given:5.2f} MiB (a float copy of the mask, and the output)")
         with uses_your_code():
             both, peak_both = measured(sdpa_attention, q, k, v, mask=keep, causal=True)
-            print(f"your sdpa_attention, padding mask and causal:    peak {peak_both:5.2f} MiB (it builds the mask, and SDPA copies it)")
+            built = peak_both >= B * S * S * bool_bytes / 2**20  # at least one boolean [B, 1, S, S] mask's worth
+            print(f"your sdpa_attention, padding mask and causal:    peak {peak_both:5.2f} MiB"
+                  + (" (a mask with a query axis was built)" if built else " (no mask with a query axis was built)"))
+            try:
+                with sdpa_kernel(SDPBackend.MATH):  # the backend that takes any input
+                    sdpa_attention(q, k, v, mask=keep, causal=True)
+                print("your sdpa_attention on SDPA's math backend: runs")
+            except RuntimeError as error:
+                print(f"your sdpa_attention on SDPA's math backend: RuntimeError: {error}")
             real, padded = slice(0, 900), slice(900, S)
             print(f"is_causal=True alone vs yours: real query rows differ by {(causal[:, :, real] - both[:, :, real]).abs().max().item():.1e}, "
                   f"padded query rows by {(causal[:, :, padded] - both[:, :, padded]).abs().max().item():.2f}")
@@ -571,7 +581,12 @@ DEMO_ZH = {
     'f"SDPA, given a ready [B, 1, S, S] boolean mask:   peak {': 'f"SDPA，传入现成的 [B, 1, S, S] 布尔掩码：    峰值 {',
     ':5.2f} MiB (a float copy of the mask, and the output)"': ':5.2f} MiB（掩码的一份浮点副本，以及输出）"',
     'f"your sdpa_attention, padding mask and causal:    peak {': 'f"你的 sdpa_attention，填充掩码加因果：       峰值 {',
-    ':5.2f} MiB (it builds the mask, and SDPA copies it)"': ':5.2f} MiB（它构造掩码，SDPA 再复制一份）"',
+    '" (a mask with a query axis was built)"': '"（构造了一个带查询维度的掩码）"',
+    '" (no mask with a query axis was built)"': '"（没有构造带查询维度的掩码）"',
+    "# at least one boolean [B, 1, S, S] mask's worth": "# 至少有一个 [B, 1, S, S] 布尔掩码那么大",
+    "# the backend that takes any input": "# 接受任何输入的后端",
+    '"your sdpa_attention on SDPA\'s math backend: runs"': '"你的 sdpa_attention 在 SDPA 的 math 后端上：可以运行"',
+    'f"your sdpa_attention on SDPA\'s math backend: RuntimeError: {error}"': 'f"你的 sdpa_attention 在 SDPA 的 math 后端上：RuntimeError：{error}"',
     'f"is_causal=True alone vs yours: real query rows differ by {': 'f"只用 is_causal=True 与你的相比：真实查询的行相差 {',
     '.abs().max().item():.1e}, "': '.abs().max().item():.1e}，"',
     'f"padded query rows by {': 'f"被填充查询的行相差 {',

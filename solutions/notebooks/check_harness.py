@@ -29,16 +29,15 @@ What a check wrapped by `Harness.check` does with what happens inside it:
   * any error raised inside your code: one sentence naming the error, your own line, the inputs
     when `watch` saw them, and the mistake it points to (`Harness(explain=...)`, `advice(...)`);
   * anything else: "the check of <label> could not use what your code returned (...)".
-A plain AssertionError renders as its one sentence in a notebook (IPython's `_render_traceback_`).
-`Harness(folded_warning=..., warning_note=...)` keeps one warning (torch's about `.T`) out of the output while
-a check runs and words it into the failure's sentence instead. An assignment with more checks than one file
-holds splits them by notebook: the harness lives in the file the others import (self_attention's does so).
+A plain AssertionError renders as its one sentence in a notebook (IPython's `_render_traceback_`). `Harness(
+folded_warning=..., warning_note=...)` keeps one warning (torch's about `.T`) out of the output while a check runs and
+words it into the failure's sentence. An assignment with more checks than one file holds splits them by notebook: the
+harness lives in the file the others import (self_attention's does so).
 
-Language: messages are English msgids of the gettext domain `visible_checks` (course/locale; the
-build compiles the catalog into locale/ next to this file). `use_language("zh")` switches the
-harness's messages, its checks' messages and `say` (the demos' printed text and plot labels) to
-Chinese, and gives matplotlib a CJK font when one is installed (else it stays quiet). Each Harness
-keeps its own language, so two assignments' checks loaded in one process do not interfere.
+Language: messages are English msgids of the gettext domain `visible_checks` (course/locale; the build compiles the
+catalog into locale/ next to this file). `use_language("zh")` switches the harness's messages, its checks' messages
+and `say` (the demos' printed text and plot labels) to Chinese, and gives matplotlib a CJK font when one is installed
+(else it stays quiet). Each Harness keeps its own language: two assignments' checks in one process do not interfere.
 """
 from __future__ import annotations
 
@@ -122,6 +121,7 @@ class Harness:
         self.folded_warning, self.warning_note = folded_warning, warning_note
         self.language = "en"
         self.translation = gettext.NullTranslations()
+        self.failing: dict[str, None] = {}  # the checks whose last run failed, in the order they failed (uses_your_code)
 
     # --- Language
 
@@ -282,6 +282,7 @@ class Harness:
             def run(*args, **kwargs):
                 __tracebackhide__ = True  # pytest and IPython leave this frame out
                 seen = []
+                self.failing[label] = None  # until it has run through
                 try:
                     with self.warnings_folded(seen):
                         self.run_check(label, check_function, args, kwargs)
@@ -290,6 +291,7 @@ class Harness:
                     if not note:
                         raise
                     raise plain(self.gettext("{sentence} {advice}").format(sentence=failure, advice=note)) from None
+                self.failing.pop(label, None)
 
             return run
 
@@ -340,15 +342,21 @@ class Harness:
 
     @contextlib.contextmanager
     def uses_your_code(self):
-        """`with uses_your_code():` around a demo: while a function it calls is a stub, one line instead of an error."""
+        """`with uses_your_code():` around a demo: a stub it calls, or an error while a check fails (a plot fed
+        what a broken function returned), gives one line instead of a traceback; any other error is raised."""
         try:
             yield
         except NotImplementedError as error:
-            name = self.stub_name(error)
-            if not name:
+            if not (name := self.stub_name(error)):
                 raise
             print(self.gettext("This demo needs your `{name}`, which is not implemented yet: fill it in above, "
                                "then run this cell again.").format(name=name))
+        except Exception as error:  # explained when a failed check explains it, else raised
+            if not self.failing:
+                raise
+            print(self.gettext("This demo stopped ({kind}: {text}): it uses your code, and the check of `{names}` above "
+                               "fails. Fix what that check says, then run this cell again.").format(kind=type(error).__name__,
+                  text=first_sentence(error, self.gettext("(no message)")), names="`, `".join(self.failing)))
 
     def graded_part(self, part_checks: dict[str, tuple[str, ...]], checks: dict, grade_command: str,
                     part_notebooks: dict[str, str] | None = None):

@@ -13,17 +13,20 @@ still a stub, the cell prints one line saying which, instead of stopping Run All
 
 `use_language("zh")` prints every message in Simplified Chinese (the Chinese edition's first
 cell calls it); `use_language("en")` switches back. The checks of notebooks 01 and 02 are in
-visible_checks_scores_masks.py; the machinery (one sentence per failure, your own line, the
-language) is check_harness.py's.
+visible_checks_scores_masks.py, those of 03 and 04 in visible_checks_module.py; the machinery (one sentence
+per failure, your own line, the language) is check_harness.py's.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
-from check_harness import DOMAIN, LOCALES, NotReady, close, ok, shape_of  # noqa: F401 - DOMAIN, LOCALES: for the tests
+from check_harness import DOMAIN, LOCALES, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
 from visible_checks_scores_masks import (  # the harness, and the checks of notebooks 01 and 02
     check_apply_causal_mask, check_apply_padding_mask, check_attend, check_attention_weights, check_causal_mask,
     check_make_projections, check_padding_mask, check_project_qkv, check_scaled_scores, harness,
+)
+from visible_checks_module import (  # the checks of notebooks 03 and 04
+    check_merge_heads, check_multihead, check_parity_error, check_self_attention, check_split_heads, check_to_official,
+    lengths_mask,
 )
 
 __all__ = [
@@ -38,229 +41,6 @@ __all__ = [
 
 _ = harness.gettext
 use_language, uses_your_code = harness.use_language, harness.uses_your_code
-
-
-# --------------------------------------------------------------------------- #
-# 03 module: SelfAttention, to_official, parity_error
-# --------------------------------------------------------------------------- #
-
-
-def _lengths_mask(lengths, S):
-    return torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]
-
-
-@harness.check("SelfAttention")
-def check_self_attention(SelfAttention) -> None:
-    B, S, d_model, d_k, d_v = 3, 6, 12, 8, 10
-    make = harness.watch(SelfAttention, "SelfAttention")
-    attn = make(d_model, d_k=d_k, d_v=d_v, dropout=0.0)
-    for name, (fan_in, fan_out) in {"W_q": (d_model, d_k), "W_k": (d_model, d_k), "W_v": (d_model, d_v), "W_o": (d_v, d_model)}.items():
-        layer = getattr(attn, name, None)
-        assert isinstance(layer, nn.Linear), _("SelfAttention needs a submodule {name} (nn.Linear)").format(name=name)
-        assert layer.bias is None, _("{name} should have no bias").format(name=name)
-        assert (layer.in_features, layer.out_features) == (fan_in, fan_out), _(
-            "{name} maps {fan_in} -> {fan_out}, expected {want_in} -> {want_out}"
-        ).format(name=name, fan_in=layer.in_features, fan_out=layer.out_features, want_in=fan_in, want_out=fan_out)
-    assert isinstance(getattr(attn, "dropout", None), nn.Dropout), _("SelfAttention needs self.dropout = nn.Dropout(dropout)")
-    default = make(d_model)
-    assert all(isinstance(getattr(default, n, None), nn.Linear) for n in ("W_q", "W_v")), _("SelfAttention(d_model) needs W_q and W_v too")
-    assert default.W_q.out_features == d_model and default.W_v.out_features == d_model, _("d_k and d_v default to d_model")
-    attn.eval()
-    forward = harness.watch(attn, "SelfAttention")
-    x = torch.randn(B, S, d_model)
-    out = harness.expect_shape(forward(x), [B, S, d_model], _("SelfAttention output"))
-    harness.no_nan(out, _("output"))
-    mask = _lengths_mask([6, 3, 1], S)
-    with torch.no_grad():
-        out_mask = harness.expect_tensor(forward(x, mask), _("SelfAttention output with a padding mask"))
-        if list(out_mask.shape) == [B, B, S, d_model]:
-            raise AssertionError(_(
-                "with a padding mask [B={B}, S={S}] your SelfAttention returned {got} instead of "
-                "{expected}: the mask viewed as [B, 1, 1, S] (the multi-head view) broadcasts against "
-                "single-head scores [B, S, S] to [B, B, S, S]; view it as [B, 1, S]"
-            ).format(B=B, S=S, got=shape_of(out_mask), expected=[B, S, d_model]))
-        harness.expect_shape(out_mask, [B, S, d_model], _("SelfAttention output with a padding mask"))
-        harness.no_nan(out_mask, _("output with a padding mask"))
-        x2 = x.clone()
-        x2[~mask] = 100.0  # change only the padded tokens
-        out_mask2 = harness.expect_shape(forward(x2, mask), [B, S, d_model], _("SelfAttention output with a padding mask"))
-    assert close(out_mask[mask], out_mask2[mask], 1e-4), _("real tokens still look at padded tokens: apply the padding mask to the keys")
-    with torch.no_grad():
-        out_c = harness.expect_shape(forward(x, causal=True), [B, S, d_model], _("SelfAttention output with causal=True"))
-        x3 = x.clone()
-        x3[:, 3:] = -50.0  # change only the future of positions 0..2
-        out_c3 = forward(x3, causal=True)
-    assert close(out_c[:, :3], out_c3[:, :3], 1e-4), _("with causal=True, position i must not depend on tokens after i")
-    ok(_("SelfAttention: submodules W_q, W_k, W_v, W_o, dropout; [3, 6, 12] -> [3, 6, 12]; padding and causal masks respected"))
-
-
-class _Holder(nn.Module):
-    """Just the four projections of a single-head module (no forward needed)."""
-
-    def __init__(self, d_model: int):
-        super().__init__()
-        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model, bias=False) for _ in range(4))
-        self.dropout = nn.Dropout(0.0)
-
-
-@harness.check("to_official")
-def check_to_official(to_official) -> None:
-    d_model = 8
-    holder = _Holder(d_model)
-    official = harness.watch(to_official, "to_official")(holder)
-    assert isinstance(official, nn.MultiheadAttention), _("to_official should return nn.MultiheadAttention, got {type}").format(
-        type=type(official).__name__)
-    assert official.num_heads == 1, _("use one head, got num_heads={heads}").format(heads=official.num_heads)
-    assert official.batch_first, _("create it with batch_first=True: our tensors are [B, S, d_model]")
-    assert official.in_proj_weight is not None and list(official.in_proj_weight.shape) == [3 * d_model, d_model], _(
-        "expected in_proj_weight [3 * d_model, d_model] (d_k == d_v == d_model)"
-    )
-    w = official.in_proj_weight.detach()
-    for i, name in enumerate(("W_q", "W_k", "W_v")):
-        block = w[i * d_model : (i + 1) * d_model]
-        assert torch.equal(block, getattr(holder, name).weight), _(
-            "rows {first}..{last} of in_proj_weight should hold {name}.weight (order q, k, v)"
-        ).format(first=i * d_model, last=(i + 1) * d_model - 1, name=name)
-    if official.in_proj_bias is not None:
-        assert not official.in_proj_bias.any(), _("in_proj_bias must be zero (our projections have no bias)")
-    assert torch.equal(official.out_proj.weight, holder.W_o.weight), _("out_proj.weight should hold W_o.weight")
-    if official.out_proj.bias is not None:
-        assert not official.out_proj.bias.any(), _("out_proj.bias must be zero")
-    ok(_("to_official: one head, batch_first, in_proj_weight = [W_q; W_k; W_v], out_proj = W_o, biases zero"))
-
-
-@harness.check("parity_error")
-def check_parity_error(parity_error, SelfAttention) -> None:
-    try:
-        custom = harness.watch(SelfAttention, "SelfAttention")(8, dropout=0.0)
-    except NotImplementedError:
-        raise NotReady(_("write SelfAttention first: parity_error needs a module to compare")) from None
-    parity_error = harness.watch(parity_error, "parity_error")
-    x = torch.randn(3, 5, 8)
-    mask = _lengths_mask([5, 2, 4], 5)
-    err = parity_error(custom, x)
-    float_please = _("parity_error should return a Python float (use .item()), got {type}")
-    assert isinstance(err, float), float_please.format(type=type(err).__name__)
-    err_mask = parity_error(custom, x, mask)
-    assert isinstance(err_mask, float), float_please.format(type=type(err_mask).__name__)
-    if max(err, err_mask) > 1e-4:
-        raise AssertionError(_(
-            "parity_error is {plain:.2e} without a mask and {masked:.2e} with one: a correct module gives < 1e-5. "
-            "Either SelfAttention or to_official is off, or the mask was not converted (key_padding_mask: True = ignore)"
-        ).format(plain=err, masked=err_mask))
-
-    class Broken(SelfAttention):
-        def forward(self, x, mask=None, causal=False):
-            return super().forward(x, mask, causal) + 0.5
-
-    broken = Broken(8, dropout=0.0)
-    broken.load_state_dict(custom.state_dict())
-    bad = parity_error(broken, x)
-    assert isinstance(bad, float), float_please.format(type=type(bad).__name__)
-    assert bad > 0.1, _(
-        "parity_error says {error:.2e} for a module whose output is shifted by 0.5: a parity check must be able to fail"
-    ).format(error=bad)
-    ok(_("parity_error: {plain:.1e} for your module ({masked:.1e} with padding), {broken:.2f} for a broken one").format(
-        plain=err, masked=err_mask, broken=bad))
-
-
-# --------------------------------------------------------------------------- #
-# 04 multihead
-# --------------------------------------------------------------------------- #
-
-
-@harness.check("split_heads")
-def check_split_heads(split_heads) -> None:
-    B, S, H, hd = 2, 3, 4, 5
-    x = torch.arange(B * S * H * hd, dtype=torch.float32).reshape(B, S, H * hd)
-    out = harness.expect_shape(harness.watch(split_heads, "split_heads")(x, H), [B, H, S, hd], f"split_heads([{B}, {S}, {H * hd}], num_heads={H})")
-    if torch.equal(out, x.view(B, H, S, hd)):
-        raise AssertionError(_(
-            "split_heads gives x.view(B, H, S, head_dim) with no transpose: that cuts each sequence's memory into H "
-            "consecutive pieces, so head 0 holds only features of token 0 ({values} ...). "
-            "View as [B, S, H, head_dim] first, then move the head axis forward with .transpose(1, 2)"
-        ).format(values=out[0, 0].int().flatten()[:8].tolist()))
-    if torch.equal(out, x.permute(0, 2, 1).reshape(B, H, S, hd)):
-        raise AssertionError(_(
-            "split_heads permutes before it views (x.permute(0, 2, 1) then a view or reshape to [B, H, S, head_dim]): "
-            "each row of a head then mixes numbers from different tokens. "
-            "View as [B, S, H, head_dim] first, then move the head axis forward with .transpose(1, 2)"
-        ))
-    for b in range(B):
-        for h in range(H):
-            for s in range(S):
-                want = x[b, s, h * hd : (h + 1) * hd]
-                if not torch.equal(out[b, h, s], want):
-                    raise AssertionError(_(
-                        "head {head} of token {token} holds {got}, expected features "
-                        "{first}..{last} of that token: {expected}. "
-                        "View as [B, S, H, head_dim] first, then move the head axis forward with .transpose(1, 2)"
-                    ).format(head=h, token=s, got=out[b, h, s].int().tolist(), first=h * hd, last=(h + 1) * hd - 1,
-                             expected=want.int().tolist()))
-    ok(_("split_heads: {before} -> {after}, each head gets its own block of features").format(
-        before=[B, S, H * hd], after=[B, H, S, hd]))
-
-
-@harness.check("merge_heads")
-def check_merge_heads(merge_heads) -> None:
-    merge_heads = harness.watch(merge_heads, "merge_heads")
-    B, H, S, hd = 2, 4, 3, 5
-    heads = torch.arange(B * H * S * hd, dtype=torch.float32).reshape(B, H, S, hd)
-    out = harness.expect_shape(merge_heads(heads), [B, S, H * hd], f"merge_heads([{B}, {H}, {S}, {hd}])")
-    if torch.equal(out, heads.reshape(B, S, H * hd)):
-        raise AssertionError(_(
-            "merge_heads reshapes [B, H, S, head_dim] to [B, S, H * head_dim] with no transpose: each output token then "
-            "holds pieces of several positions of one head. Move the head axis back next to head_dim first, "
-            ".transpose(1, 2), then reshape"
-        ))
-    for h in range(H):
-        assert torch.equal(out[:, :, h * hd : (h + 1) * hd], heads[:, h]), _(
-            "features {first}..{last} of each token should come from head {head}: "
-            "move the head axis back next to head_dim before reshaping"
-        ).format(first=h * hd, last=(h + 1) * hd - 1, head=h)
-    noncontig = heads.transpose(1, 2).contiguous().transpose(1, 2)  # same values, different strides
-    assert torch.equal(merge_heads(noncontig), out), _("merge_heads must also work on non-contiguous input (use reshape)")
-    ok(_("merge_heads: {before} -> {after}, the inverse of split_heads").format(before=[B, H, S, hd], after=[B, S, H * hd]))
-
-
-@harness.check("MultiHeadSelfAttention")
-def check_multihead(MultiHeadSelfAttention) -> None:
-    B, S, d_model, H = 3, 6, 12, 4
-    mha = harness.watch(MultiHeadSelfAttention, "MultiHeadSelfAttention")(d_model, H)
-    W_qkv = getattr(mha, "W_qkv", None)
-    assert isinstance(W_qkv, nn.Linear) and W_qkv.bias is None, _("needs W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)")
-    assert (W_qkv.in_features, W_qkv.out_features) == (d_model, 3 * d_model), _(
-        "{name} maps {fan_in} -> {fan_out}, expected {want_in} -> {want_out}"
-    ).format(name="W_qkv", fan_in=W_qkv.in_features, fan_out=W_qkv.out_features, want_in=d_model, want_out=3 * d_model)
-    W_o = getattr(mha, "W_o", None)
-    assert isinstance(W_o, nn.Linear) and W_o.bias is None and W_o.in_features == W_o.out_features == d_model, _(
-        "needs W_o = nn.Linear(d_model, d_model, bias=False)"
-    )
-    assert isinstance(getattr(mha, "dropout", None), nn.Dropout), _("needs self.dropout = nn.Dropout(dropout)")
-    mha.eval()
-    forward = harness.watch(mha, "MultiHeadSelfAttention")
-    x = torch.randn(B, S, d_model)
-    with torch.no_grad():
-        out = harness.expect_shape(forward(x), [B, S, d_model], _("MultiHeadSelfAttention output"))
-        harness.no_nan(out, _("output"))
-        # Q = K = 0 (uniform weights), V = x, W_o = identity: every position outputs the mean token.
-        mha.W_qkv.weight.zero_()
-        mha.W_qkv.weight[2 * d_model :] = torch.eye(d_model)
-        mha.W_o.weight.copy_(torch.eye(d_model))
-        mean = harness.expect_shape(forward(x), [B, S, d_model], _("MultiHeadSelfAttention output"))
-        assert close(mean, x.mean(dim=1, keepdim=True).expand_as(x), 1e-5), _(
-            "with Q = K = 0 every head should average the values uniformly: check the q, k, v order "
-            "of W_qkv's rows and that the softmax runs over the keys"
-        )
-        mask = _lengths_mask([6, 2, 4], S)
-        masked = harness.expect_shape(forward(x, mask), [B, S, d_model], _("MultiHeadSelfAttention output with a padding mask"))
-        for b, n in enumerate([6, 2, 4]):
-            assert close(masked[b], x[b, :n].mean(0, keepdim=True).expand(S, d_model), 1e-5), _(
-                "sample {sample} has {count} real tokens: with uniform weights its outputs should average only those"
-            ).format(sample=b, count=n)
-        causal = harness.expect_shape(forward(x, causal=True), [B, S, d_model], _("MultiHeadSelfAttention output with causal=True"))
-        assert close(causal[:, 2], x[:, :3].mean(1), 1e-5), _("with causal=True position 2 should average tokens 0, 1, 2 only")
-    ok(_("MultiHeadSelfAttention: W_qkv [36, 12], W_o [12, 12]; [3, 6, 12] -> [3, 6, 12]; padding and causal masks respected"))
 
 
 # --------------------------------------------------------------------------- #
@@ -302,22 +82,54 @@ def _mask_direction(fn, label: str) -> None:
     later = harness.expect_shape(fn(q, k2, v2, causal=True), [2, 3, 7, 4], with_causal)
     assert close(later[:, :, :4], out_c[:, :, :4], 1e-5), _("{name}: with causal=True queries 0..3 must ignore keys 4..6").format(
         name=label)
-    lengths_mask = _lengths_mask([7, 3], 7)
-    both = harness.expect_shape(fn(q, k, v, mask=lengths_mask, causal=True), [2, 3, 7, 4],
+    padded = lengths_mask([7, 3], 7)
+    both = harness.expect_shape(fn(q, k, v, mask=padded, causal=True), [2, 3, 7, 4],
                          _("{name} with a padding mask and causal=True").format(name=label))
     harness.no_nan(both, _("{name} output with mask and causal=True").format(name=label))
+    allowed = padded[:, None, None, :] & torch.ones(7, 7, dtype=torch.bool).tril()  # [B, 1, S, S]: both masks
+    want = torch.softmax((q @ k.transpose(-2, -1) / 2.0).masked_fill(~allowed, float("-inf")), dim=-1) @ v  # sqrt(4) = 2
+    if not close(both, want, 1e-5):
+        if close(both, out_c, 1e-5):
+            raise AssertionError(_(
+                "{name} with a padding mask and causal=True ignores the padding mask (is_causal=True alone): the rows "
+                "of padded queries (sample 1, queries 3..6) then read padded keys. Every row is compared: fold the "
+                "padding mask [B, 1, 1, S] and the causal mask [S, S] into one boolean mask"
+            ).format(name=label))
+        raise AssertionError(_(
+            "{name} with a padding mask and causal=True differs from attention under both masks by up to {error:.2e}: "
+            "a query i sees the real keys j <= i"
+        ).format(name=label, error=(both - want).abs().max().item()))
 
 
 @harness.check("sdpa_attention")
 def check_sdpa_attention(sdpa_attention) -> None:
     import torch.nn.functional as F
 
-    sdpa_attention = harness.watch(sdpa_attention, "sdpa_attention")
+    watched = harness.watch(sdpa_attention, "sdpa_attention")
     q, k, v = _qkv()
-    out = harness.expect_shape(sdpa_attention(q, k, v), [2, 3, 7, 4], _("sdpa_attention output"))
+    out = harness.expect_shape(watched(q, k, v), [2, 3, 7, 4], _("sdpa_attention output"))
     assert close(out, F.scaled_dot_product_attention(q, k, v), 1e-5), _("without a mask the result should be plain attention")
-    _mask_direction(sdpa_attention, "sdpa_attention")
+    _mask_direction(watched, "sdpa_attention")
     ok(_("sdpa_attention: plain, padded and causal attention through F.scaled_dot_product_attention"))
+    if note := _math_backend_note(sdpa_attention, q, k, v):
+        print(note)
+
+
+def _math_backend_note(sdpa_attention, q, k, v) -> str:
+    """A line (or '') for code that SDPA's math backend refuses: attn_mask together with is_causal=True, which the
+    CPU kernel accepts (the grader does too) but the fallback that takes any input does not."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            sdpa_attention(q, k, v, mask=lengths_mask([7, 3], 7), causal=True)
+    except RuntimeError as error:
+        if "is_causal" not in str(error):
+            return ""  # (anything else: the check above passed on the default backend)
+        return _("  note: under SDPA's math backend (the fallback that takes any input) your sdpa_attention raises "
+                 "\"{error}\": this CPU's kernel accepts attn_mask together with is_causal=True, the math backend "
+                 "does not. Folding the causal mask into attn_mask runs on every backend").format(error=str(error).strip())
+    return ""
 
 
 @harness.check("chunked_attention")

@@ -6,6 +6,7 @@ named from the student's line; torch's `.T` warning folded into the failure) and
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import torch
@@ -61,7 +62,9 @@ def dot_t_note(sentence: str) -> str:
     return _("(PyTorch also warned that `.T` on a tensor of more than two dimensions is deprecated.)")
 
 
-harness = Harness(__file__, explain=known_mistake, folded_warning=DOT_T_WARNING, warning_note=dot_t_note)
+# visible_checks_module.py (the checks of notebooks 03 and 04) is shipped code too: its frames are never the student's
+harness = Harness(__file__, os.path.join(os.path.dirname(os.path.abspath(__file__)), "visible_checks_module.py"),
+                  explain=known_mistake, folded_warning=DOT_T_WARNING, warning_note=dot_t_note)
 _ = harness.gettext
 
 
@@ -221,8 +224,9 @@ def _check_padding_case(apply_padding_mask, scores: torch.Tensor, mask: torch.Te
             "scores, [B, 1, 1, S_k] for 4-D scores"
         ).format(case=label, before=shape_of(scores), after=shape_of(out)))
     harness.expect_shape(out, scores.shape, label)
-    assert torch.equal(scores, original), _("{case}: your function changed its input in place; return a new tensor").format(
-        case=label)
+    # What the function returns is judged; filling the scores in place (masked_fill_) is fine here: the caller's
+    # scores are a temporary the mask is meant to change, so they are compared with a copy taken before the call.
+    scores = original
     keep = mask.reshape(mask.shape[0], *([1] * (scores.dim() - 2)), mask.shape[1]).expand_as(scores)
     if torch.isneginf(out[keep]).all() and not torch.isneginf(out[~keep]).any():
         raise AssertionError(_(
@@ -245,13 +249,32 @@ def check_apply_padding_mask(apply_padding_mask) -> None:
     ok(_("apply_padding_mask: -inf at padded keys for [B, S_q, S_k] and [B, H, S_q, S_k], shape unchanged"))
 
 
+def _causal_advice(error: BaseException, args) -> str:
+    """apply_causal_mask raised on non-square scores (the square ones ran first and passed): name the square mask."""
+    scores = args[0] if args else None
+    if isinstance(scores, torch.Tensor) and scores.dim() >= 2 and scores.shape[-2] != scores.shape[-1]:
+        return _square_mask_advice()
+    return ""
+
+
+def _square_mask_advice() -> str:
+    return _("Your mask is square, but scores [..., S_q, S_k] need not be: build it from both scores.shape[-2] "
+             "(the S_q queries) and scores.shape[-1] (the S_k keys), e.g. torch.ones(S_q, S_k, dtype=torch.bool).triu(1).")
+
+
 @harness.check("apply_causal_mask")
 def check_apply_causal_mask(apply_causal_mask) -> None:
-    apply_causal_mask = harness.watch(apply_causal_mask, "apply_causal_mask")
-    for shape in ([2, 5, 5], [2, 3, 5, 5]):
+    apply_causal_mask = harness.watch(apply_causal_mask, "apply_causal_mask", _causal_advice)
+    for shape in ([2, 5, 5], [2, 3, 5, 5], [2, 3, 5], [2, 5, 3]):  # square, then S_q != S_k
         scores = torch.randn(*shape)
+        S_q, S_k = shape[-2:]
         out = harness.expect_shape(apply_causal_mask(scores), shape, _("apply_causal_mask on {shape}").format(shape=shape))
-        future = torch.ones(5, 5, dtype=torch.bool).triu(1).expand(*shape)
+        future = torch.ones(S_q, S_k, dtype=torch.bool).triu(1).expand(*shape)
+        if S_q != S_k and torch.equal(torch.isneginf(out), torch.ones(S_q, S_k, dtype=torch.bool).triu(S_k - S_q + 1).expand(*shape)):
+            raise AssertionError(_(
+                "{shape}: your mask is bottom-right aligned (query i sees keys j <= i + S_k - S_q, as in decoding with "
+                "a cache): apply_causal_mask is top-left aligned, query i sees keys j <= i"
+            ).format(shape=shape))
         assert torch.isneginf(out[future]).all(), _(
             "{shape}: some query still sees a future key (key j > query i must be -inf)"
         ).format(shape=shape)
@@ -261,4 +284,4 @@ def check_apply_causal_mask(apply_causal_mask) -> None:
         ).format(shape=shape)
         assert torch.equal(out[~future], scores[~future]), _("{shape}: scores of past and present keys must stay unchanged").format(
             shape=shape)
-    ok(_("apply_causal_mask: no query sees a future key, for 3-D and 4-D scores"))
+    ok(_("apply_causal_mask: no query sees a future key, for 3-D and 4-D scores, square or not (top-left aligned)"))

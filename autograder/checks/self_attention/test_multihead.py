@@ -135,6 +135,13 @@ def mh_mistakes(w_qkv, w_o, x, mask, causal):
         out[_("the rows of W_qkv must be ordered q, k, v as in nn.MultiheadAttention.in_proj_weight; you took "
               "{taken}").format(taken=taken)] = \
             (lambda o=order: mh_variant(*args, order=o))
+    # W_qkv's output read per head as (q, k, v) blocks of head_dim (Megatron's layout) is the standard reading of these
+    # rows reordered: [H, 3, head_dim, d_model] -> [3, H, head_dim, d_model]
+    interleaved = w_qkv.view(H, 3, HEAD_DIM, D_MODEL).transpose(0, 1).reshape(3 * D_MODEL, D_MODEL)
+    out[_("you read W_qkv's output per head, as interleaved (q, k, v) blocks of head_dim (Megatron's layout); its "
+          "rows are three d_model blocks, q, then k, then v, as in nn.MultiheadAttention.in_proj_weight: "
+          ".chunk(3, dim=-1) first, then split each into heads")] = \
+        lambda: mh_variant(interleaved, w_o, x, mask, causal)
     if mask is not None:
         out[_("your padding mask hides queries, not keys: use mask[:, None, None, :] for [B, H, S, S] scores")] = \
             lambda: mh_variant(*args, on="queries")
@@ -175,6 +182,17 @@ def test_forward_matches_official_module(student, case):
 DROPOUT = 0.5
 
 
+def _eval_forward_off(student) -> bool:
+    """Whether the module's eval-mode forward(x) (no mask) already differs from nn.MultiheadAttention's."""
+    (w_qkv, w_o, x, mask, causal, load), result, step = part(student, "no mask")
+    try:
+        got = result[step]
+    except Exception:  # noqa: BLE001 - failed or raised: the forward is off (the check [no mask] says how)
+        return True
+    want = mh_variant(w_qkv, w_o, x, mask, causal)
+    return not (isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, atol=1e-4, rtol=1e-4))
+
+
 @pytest.mark.points(2)
 def test_dropout_on_attention_weights(student):
     """in train mode, MultiHeadSelfAttention(d_model, H, dropout) drops attention weights (after the softmax)"""
@@ -194,12 +212,17 @@ def test_dropout_on_attention_weights(student):
     heads = torch.stack([w_o.double()[:, h * HEAD_DIM:(h + 1) * HEAD_DIM] @ v[h * HEAD_DIM:(h + 1) * HEAD_DIM]
                          for h in range(H)], dim=1)  # [d_model, H]: u_h
     rows = got.reshape(-1, D_MODEL)
+    forward_off = _eval_forward_off(student)
     if torch.allclose(rows, heads.sum(dim=1).expand_as(rows), atol=1e-5, rtol=1e-4):
         raise expect.CheckFailure(_("in train mode with dropout={p} your output is the same as in eval mode: apply "
                                     "self.dropout to the attention weights, after the softmax").format(p=DROPOUT))
     factors = torch.linalg.lstsq(heads, rows.T).solution  # [H, B * S]
     residual = (heads @ factors - rows.T).abs().max().item()
     if residual > 1e-4 * (1 + rows.abs().max().item()):
+        if forward_off:  # the heads' contributions u_h above assume a correct forward: dropout is not to blame
+            raise expect.CheckFailure(_("in train mode with dropout={p} your output cannot be judged: already in eval mode "
+                                        "forward(x) differs from nn.MultiheadAttention (see the check [no mask]); fix "
+                                        "that first").format(p=DROPOUT))
         raise expect.CheckFailure(_("in train mode with dropout={p} your output is not what dropout on the attention "
                                     "weights gives: dropout seems to act on the values or on the output; apply "
                                     "self.dropout to the weights right after the softmax").format(p=DROPOUT))
