@@ -31,13 +31,20 @@ def _printed(show, result: GradeResult, width: int) -> str:
     return console.export_text()
 
 
+def _from_column(line: str, start: int) -> str:
+    """What a line shows from screen column `start` on (a CJK character takes two columns)."""
+    index = 0
+    while index < len(line) and cell_len(line[:index]) < start:
+        index += 1
+    return line[index:]
+
+
 def _last_column(printed: str, heading: str) -> str:
-    """The text of the table's last column ("what is wrong"), its wrapped lines joined without spaces: the cells
-    to its left hold ASCII only here, so a screen column is a character index below the heading's line."""
+    """The text of the table's last column ("what is wrong"), its wrapped lines joined without spaces."""
     lines = printed.splitlines()
     row = next(i for i, line in enumerate(lines) if heading in line)
     start = cell_len(lines[row][:lines[row].index(heading)])
-    return re.sub(r"\s", "", "".join(line[start:] for line in lines[row + 1:]))
+    return re.sub(r"\s", "", "".join(_from_column(line, start) for line in lines[row + 2:]))
 
 
 @pytest.mark.parametrize("message,lang", [(ZH, "zh"), (EN, "en")], ids=["zh", "en"])
