@@ -33,7 +33,7 @@ class _Recorder:
         self.keys.append(k.detach().clone())
         self.values.append(v.detach().clone())
         self.k, self.v = torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
-        return self.k, self.v
+        return (self.k, self.v)  # [B, H_kv, S_cached, head_dim] each
 
     def __len__(self):
         return sum(k.shape[2] for k in self.keys)

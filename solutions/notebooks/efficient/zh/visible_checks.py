@@ -147,8 +147,9 @@ def check_sliding_window_attention(sliding_window_attention) -> None:
 
 def _window_mask(S, window):
     """The right sliding_window_mask (the check's own), lent to the student's attention by _blame_the_mask."""
-    i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]  # [S, 1] queries, [1, S] keys
-    return (j <= i) & (j > i - window)
+    query, key = torch.arange(S)[:, None], torch.arange(S)[None, :]  # [S, 1] queries, [1, S] keys
+    behind = query - key  # [S, S]: how far back each key lies
+    return (behind >= 0) & (behind < window)
 
 
 def _blame_the_mask(sliding_window_attention, q, k, v, chunk, want) -> None:
