@@ -97,19 +97,19 @@ def gpt2_mistakes(state, x, key_mask, heads) -> dict:
 def bert_variant(state: dict, x: torch.Tensor, attention_mask: torch.Tensor, heads: int, *, biases: bool = True,
                  fill: str = "min", scale: bool = True) -> torch.Tensor:
     """BertSelfAttention's output; fill "min": padding gets finfo.min added (the library), "inf": -inf,
-    "none": the mask ignored, "inverted": the real keys hidden instead."""
+    "none": the mask ignored, "inverted": finfo.min added to the real keys instead."""
     def proj(name):
         return x @ state[f"{name}.weight"].T + (state[f"{name}.bias"] if biases else 0)
 
     q, k, v = (split(proj(n), heads) for n in ("query", "key", "value"))
     B, S = attention_mask.shape
     real = attention_mask.bool().view(B, 1, 1, S)
-    if fill == "min":
-        scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1)
-        scores = scores + ref.extended_attention_mask(attention_mask, scores.dtype)
-        return merge(torch.softmax(scores, dim=-1) @ v)
-    allowed = {"inf": real, "none": None, "inverted": ~real}[fill]
-    return merge(attend(q, k, v, allowed, scale))
+    if fill in ("inf", "none"):
+        return merge(attend(q, k, v, real if fill == "inf" else None, scale))
+    hidden = real if fill == "inverted" else ~real  # where finfo.min is added
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1)
+    scores = scores + torch.zeros(B, 1, 1, S, dtype=scores.dtype).masked_fill(hidden, torch.finfo(scores.dtype).min)
+    return merge(torch.softmax(scores, dim=-1) @ v)
 
 
 def bert_mistakes(state, x, attention_mask, heads) -> dict:

@@ -26,7 +26,7 @@ MASKS = {  # (mask, dtype): int and bool masks, and dtypes whose finfo.min diffe
     "int64 mask, float32": (torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]]), torch.float32),
     "bool mask, float32": (torch.tensor([[True, True, False], [True, True, True]]), torch.float32),
     "int mask, float16": (torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 0]]), torch.float16),
-    "int mask, float64": (torch.tensor([[1, 0], [1, 1], [0, 0]]), torch.float64),
+    "int mask, bfloat16": (torch.tensor([[1, 0], [1, 1], [0, 0]]), torch.bfloat16),
 }
 
 
