@@ -50,6 +50,9 @@ class Assignment:
     solutions: str  # the module of the reference solutions (the ground truth)
     gpu_part: Part | None = None  # the GPU stage's part, if the assignment has one
     warm: tuple[str, ...] = ()  # what the worker pool prepares once before forking this assignment's workers (worker/warmup.py)
+    # packages its checks import on the trusted side besides what every assignment needs (the Gradescope bundle's
+    # requirements.txt lists them; requirements.txt pins them)
+    requires: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_score != 100:
@@ -169,6 +172,7 @@ REAL_MODELS = Assignment(
     ),
     checks="real_models",
     solutions="solutions.real_models",
+    requires=("transformers",),
 )
 
 ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION, EFFICIENT, REAL_MODELS)}
