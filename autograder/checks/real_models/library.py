@@ -16,7 +16,7 @@ adapter takes whatever the library's layer passes (`hidden_states` positionally 
 """
 from __future__ import annotations
 
-import inspect
+import copy
 import os
 from collections.abc import Callable
 
@@ -234,14 +234,30 @@ def generate(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, new_tokens
     return out[:, ids.shape[1]:]
 
 
+def teacher_forced(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor,
+                   layer: Callable[..., torch.Tensor]) -> torch.Tensor:
+    """The greedy tokens [B, n] a Llama-style `model` chooses when each of its attention modules is
+    `layer(index, hidden, step=, positions=, key_mask=)` (a StudentAttention's send, the step's positions [B, S_new]
+    and the key mask over every position so far) and it is fed the prompts `ids` [B, S] (left-padded, mask True =
+    real), then `tokens` [B, n] one at a time (teacher forcing: the same inputs as the library's own run). The
+    caches are the layer's own: the model runs with use_cache=False on the new tokens only."""
+    now: dict = {}
+    driven = with_student_layers(copy.deepcopy(model), lambda index, hidden: layer(index, hidden, **now))
+    chosen, fed, key_mask = [], ids, mask
+    with torch.no_grad():
+        for step in range(tokens.shape[1]):
+            positions = positions_of(key_mask)[:, -fed.shape[1]:]  # [B, S_new]
+            now.update(step=step, positions=positions, key_mask=key_mask)
+            logits = driven(input_ids=fed, position_ids=positions, use_cache=False).logits[:, -1]
+            chosen.append(logits.argmax(-1))
+            fed = tokens[:, step:step + 1]  # [B, 1]: the library's token
+            key_mask = torch.cat([key_mask, torch.ones_like(key_mask[:, :1])], dim=1)
+    return torch.stack(chosen, dim=1)
+
+
 def positions_of(mask: torch.Tensor) -> torch.Tensor:
     """Each token's position in its sequence, as `generate` gives it to left-padded rows: [B, S] (0 on padding)."""
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-def cache_keyword(model: nn.Module) -> str:
-    """The name of the model's cache argument in the installed library (5.x: `cache`; 4.x: `past_key_values`)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 preload()  # at the checks' collection, outside every part's time limit (see the module's docstring)

@@ -108,34 +108,22 @@ def test_llama_with_your_layers_generates_the_library_greedy_tokens(student):
     reference = copy.deepcopy(model)
     recorded = library.recording(reference)
     tokens = library.generate(reference, ids, mask, NEW_TOKENS)  # [B, 16]
-    now: dict = {}
     first = []  # (step, layer, off by): the first layer output that differs
 
-    def layer_output(index, hidden):
+    def layer_output(index, hidden, step, positions, key_mask):
         job = student.job()
-        out = job.forward(layers[index], hidden, positions=now["positions"], cache=caches[index],
-                          key_mask=now["key_mask"])
+        out = job.forward(layers[index], hidden, positions=positions, cache=caches[index], key_mask=key_mask)
         [result] = student.run([job])
         got = expect.shape(result[out], hidden.shape, _("your layer {layer} at {when}").format(
-            layer=index, when=_when(now["step"])))
-        real = now["real"]
+            layer=index, when=_when(step)))
+        real = key_mask[:, -hidden.shape[1]:]  # [B, S_new]
         got = torch.where(real[..., None], got.to(hidden.dtype), torch.zeros_like(hidden))  # padded queries: zero
-        off = expect.largest_difference(got[real], recorded[2 * now["step"] + index][real])
+        off = expect.largest_difference(got[real], recorded[2 * step + index][real])
         if not first and off > TOL:
-            first.append((now["step"], index, off))
+            first.append((step, index, off))
         return got
 
-    student_model = library.with_student_layers(copy.deepcopy(model), layer_output)
-    chosen, fed, key_mask = [], ids, mask
-    with torch.no_grad():
-        for step in range(NEW_TOKENS):
-            positions = library.positions_of(key_mask)[:, -fed.shape[1]:]  # [B, S_new]
-            now.update(step=step, positions=positions, key_mask=key_mask, real=key_mask[:, -fed.shape[1]:])
-            logits = student_model(input_ids=fed, position_ids=positions, use_cache=False).logits[:, -1]
-            chosen.append(logits.argmax(-1))
-            fed = tokens[:, step:step + 1]  # the library's token, so that both models see the same inputs
-            key_mask = torch.cat([key_mask, torch.ones_like(key_mask[:, :1])], dim=1)
-    chosen = torch.stack(chosen, dim=1)
+    chosen = library.teacher_forced(model, ids, mask, tokens, layer_output)
     differs = (chosen != tokens).any(dim=0).nonzero()
     said = []
     if first:
