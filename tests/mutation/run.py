@@ -61,8 +61,8 @@ def all_mutants(only: str | None = None) -> list[Mutant]:
     """Every mutant of the references' graded definitions. A definition no part grades is a piece pasted from
     another assignment (real_models' copy of generation's DecoderAttention and its helpers): its mutants are
     that assignment's, tested there."""
-    return [m for name, (_, path) in REFERENCES.items() if only in (None, name) for m in mutants(path)
-            if parts_of(m)]
+    return [m for name, (assignment, path) in REFERENCES.items() if only in (None, name)
+            for m in mutants(path, frozenset(spec.assignment(assignment).api_names))]
 
 
 def parts_of(mutant: Mutant) -> tuple[str, ...]:
