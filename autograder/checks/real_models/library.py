@@ -216,12 +216,19 @@ def with_student_layers(model: nn.Module, send: Callable[[int, torch.Tensor], to
     return model
 
 
-def recording(model: nn.Module) -> list[torch.Tensor]:
-    """A list that collects every attention module's output, in call order, while `model` runs (forward hooks)."""
+def recording(model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(inputs, outputs): the hidden states every attention module gets and what it returns, in call order, while
+    `model` runs (forward hooks; the library passes the hidden states by position or, in Llama, by keyword)."""
+    inputs: list[torch.Tensor] = []
     outputs: list[torch.Tensor] = []
+
+    def hook(_module, args, kwargs, out):
+        inputs.append((kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]).detach().clone())
+        outputs.append(out[0].detach().clone())
+
     for parent, name in attention_modules(model):
-        getattr(parent, name).register_forward_hook(lambda _m, _a, out: outputs.append(out[0].detach().clone()))
-    return outputs
+        getattr(parent, name).register_forward_hook(hook, with_kwargs=True)
+    return inputs, outputs
 
 
 def generate(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int) -> torch.Tensor:
@@ -234,24 +241,33 @@ def generate(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, new_tokens
     return out[:, ids.shape[1]:]
 
 
+def schedule(mask: torch.Tensor, new_tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """What each step of greedy decoding from left-padded prompts (mask [B, S], True = real) gives a layer:
+    (positions [B, S_new] of the step's tokens, key_mask [B, S_k] over every position so far); the prompt first,
+    then one token at a time."""
+    out, key_mask, S_new = [], mask, mask.shape[1]
+    for _ in range(new_tokens):
+        out.append((positions_of(key_mask)[:, -S_new:], key_mask))
+        key_mask, S_new = torch.cat([key_mask, torch.ones_like(key_mask[:, :1])], dim=1), 1
+    return out
+
+
 def teacher_forced(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor,
                    layer: Callable[..., torch.Tensor]) -> torch.Tensor:
     """The greedy tokens [B, n] a Llama-style `model` chooses when each of its attention modules is
-    `layer(index, hidden, step=, positions=, key_mask=)` (a StudentAttention's send, the step's positions [B, S_new]
-    and the key mask over every position so far) and it is fed the prompts `ids` [B, S] (left-padded, mask True =
-    real), then `tokens` [B, n] one at a time (teacher forcing: the same inputs as the library's own run). The
-    caches are the layer's own: the model runs with use_cache=False on the new tokens only."""
+    `layer(index, hidden, step=, positions=, key_mask=)` (a StudentAttention's send, with the step's `schedule`) and it
+    is fed the prompts `ids` [B, S] (left-padded, mask True = real), then `tokens` [B, n] one at a time (teacher
+    forcing: the same inputs as the library's own run). The model runs with use_cache=False on the new tokens only:
+    the caches are the layer's own."""
     now: dict = {}
     driven = with_student_layers(copy.deepcopy(model), lambda index, hidden: layer(index, hidden, **now))
-    chosen, fed, key_mask = [], ids, mask
+    chosen, fed = [], ids
     with torch.no_grad():
-        for step in range(tokens.shape[1]):
-            positions = positions_of(key_mask)[:, -fed.shape[1]:]  # [B, S_new]
+        for step, (positions, key_mask) in enumerate(schedule(mask, tokens.shape[1])):
             now.update(step=step, positions=positions, key_mask=key_mask)
             logits = driven(input_ids=fed, position_ids=positions, use_cache=False).logits[:, -1]
             chosen.append(logits.argmax(-1))
             fed = tokens[:, step:step + 1]  # [B, 1]: the library's token
-            key_mask = torch.cat([key_mask, torch.ones_like(key_mask[:, :1])], dim=1)
     return torch.stack(chosen, dim=1)
 
 

@@ -6,8 +6,9 @@ The library's modules are built and run here, on the trusted side (library.py); 
 attribute names). The layer must equal the library's eager attention for several B, S and heads with left
 padding (so that padded keys come before real queries); a wrong output is compared with the classic mistakes
 (c_attn not transposed, biases dropped, not causal, ...) to name one. Last, a 2-layer GPT2LMHeadModel whose every
-attention is the student's layer (library.StudentAttention) must give the library's logits; the first layer whose
-output differs is named.
+attention is the student's layer must give the library's logits: each layer gets, in the part's one round trip, the
+hidden states the library's layer got, and the library's model is run with their outputs in place of its attention's
+(library.StudentAttention); the first layer whose output differs is named.
 """
 import copy
 
@@ -59,15 +60,21 @@ def _part(student) -> dict:
     attn = job.builtin("hf_gpt2_attention", d_model, heads)
     checks["to_hf"] = (job, {"layer": layer, "load": job.load_state_dict(layer, weights),
                              "to_hf": job.method(layer, "to_hf", attn), "value": job.state_dict(attn)}, weights)
-    # the whole model: its two layers built in the worker now, driven later
+    # the whole model: the library runs it here; each of your layers gets the hidden states the library's layer got
     B, S, heads, d_model = MODEL
     model = library.gpt2_model(d_model, heads, g)
+    ids, mask = torch.randint(1, library.VOCAB, (B, S), generator=g), right_padded(MODEL_LENGTHS, S)
+    reference = copy.deepcopy(model)
+    inputs, outputs = library.recording(reference)
+    with torch.no_grad():
+        logits = reference(input_ids=ids, attention_mask=mask.long()).logits
     job = student.job()
-    steps = {f"layer{i}": _layer(job, library.gpt2_state(block.attn), d_model, heads,
-                                 f"GPT2StyleAttention.from_hf(model.transformer.h[{i}].attn)")
-             for i, block in enumerate(model.transformer.h)}
-    ids = torch.randint(1, library.VOCAB, (B, S), generator=g)
-    checks["model"] = (job, steps, (model, ids, right_padded(MODEL_LENGTHS, S)))
+    steps = {}
+    for i, block in enumerate(model.transformer.h):
+        steps[f"layer{i}"] = _layer(job, library.gpt2_state(block.attn), d_model, heads,
+                                    f"GPT2StyleAttention.from_hf(model.transformer.h[{i}].attn)")
+        steps[i] = job.forward(steps[f"layer{i}"], inputs[i], key_mask=mask)
+    checks["model"] = (job, steps, (model, ids, mask, logits, outputs))
     return send(student, checks)
 
 
@@ -139,27 +146,17 @@ def test_to_hf_writes_conv1d_weights(student):
 def test_gpt2_model_with_your_layers_gives_the_library_logits(student):
     """a 2-layer GPT2LMHeadModel whose every attention is your layer (loaded by from_hf) gives the library's logits"""
     run = part(student)["model"]
-    model, ids, mask = run.inputs
-    layers = [run.result.remote(run.steps[f"layer{i}"]) for i in range(2)]
-    reference = copy.deepcopy(model)
-    recorded = library.recording(reference)
-    with torch.no_grad():
-        expected = reference(input_ids=ids, attention_mask=mask.long()).logits
-    first = []  # (layer, off by): the first layer whose output differs
-
-    def layer_output(index, hidden):
-        job = student.job()
-        out = job.forward(layers[index], hidden, key_mask=mask)
-        [result] = student.run([job])
-        got = expect.shape(result[out], hidden.shape, _("your layer {layer} in the model").format(layer=index))
-        got = torch.where(mask[..., None], got, torch.zeros_like(got))  # padded queries: not graded
-        off = expect.largest_difference(got[mask], recorded[index][mask])
+    model, ids, mask, expected, recorded = run.inputs
+    outs, first = [], []  # first: (layer, off by), the first layer whose output differs
+    for index, want in enumerate(recorded):
+        got = expect.shape(run.value(index), want.shape, _("your layer {layer} in the model").format(layer=index))
+        got = torch.where(mask[..., None], got.to(want.dtype), torch.zeros_like(want))  # padded queries: not graded
+        off = expect.largest_difference(got[mask], want[mask])
         if not first and off > 1e-4:
             first.append((index, off))
-        return got.to(hidden.dtype)
-
-    with torch.no_grad():
-        logits = library.with_student_layers(copy.deepcopy(model), layer_output)(
+        outs.append(got)
+    with torch.no_grad():  # the library's model with your layers' outputs in place of its attention's
+        logits = library.with_student_layers(copy.deepcopy(model), lambda index, hidden: outs[index])(
             input_ids=ids, attention_mask=mask.long()).logits
     if first:
         index, off = first[0]

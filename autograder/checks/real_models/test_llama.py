@@ -10,9 +10,10 @@ W_v permuted, kv heads tiled, positions ignored, the base not passed) to name on
 Then a 2-layer grouped-query LlamaForCausalLM whose every attention is the student's layer, each with a cache the
 grader supplies in the worker (`append` / `__len__`), fed one token at a time, must choose the library's greedy
 tokens (`generate`, with the library's own cache) for 16 new tokens from three left-padded prompts. The student's
-model is fed the library's tokens, so the first layer output and the first token that differ are named. The
-adapter zeroes the layer's outputs at padded query positions (a query that sees no key may give NaN).
-Stepwise decoding costs a round trip per layer and token (tests/test_round_trips.py says so).
+layers get, step by step, the hidden states the library's layers got while it generated (its own tokens fed back:
+teacher forcing), all in one round trip; the library's model is then run with their outputs in place of its
+attention's, so the first layer output and the first token that differ are named. The adapter zeroes the layer's
+outputs at padded query positions (a query that sees no key may give NaN).
 """
 import copy
 
@@ -33,6 +34,7 @@ LENGTHS = {3: (6, 3, 4), 2: (5, 2), 4: (7, 1, 4, 6)}  # real tokens per sample, 
 MODEL = (32, 4, 2, 500.0)  # the generating model: d_model, H, H_kv, base
 PROMPTS = (5, 3, 7)  # three prompts of different lengths, left-padded to the longest
 NEW_TOKENS = 16
+LAYERS = 2
 TOL = 1e-4
 
 
@@ -60,15 +62,23 @@ def _part(student) -> dict:
                                  (attn, x, positions, key_mask, heads, kv_heads, base))
     d_model, heads, kv_heads, base = MODEL
     model = library.llama_model(d_model, heads, kv_heads, base, g)
+    mask = left_padded(PROMPTS, max(PROMPTS))
+    ids = torch.randint(1, library.VOCAB, mask.shape, generator=g) * mask
+    reference = copy.deepcopy(model)
+    inputs, outputs = library.recording(reference)  # what each attention module got and returned, step by step
+    tokens = library.generate(reference, ids, mask, NEW_TOKENS)  # [B, 16]: the library's own greedy decoding
     job = student.job()
     steps = {}
     for i, decoder in enumerate(model.model.layers):
         steps[f"layer{i}"] = _layer(job, decoder.self_attn, d_model, heads, kv_heads, base,
                                     f"from_hf_llama(model.model.layers[{i}].self_attn, rope_base)")
         steps[f"cache{i}"] = job.builtin("recording_cache")
-    mask = left_padded(PROMPTS, max(PROMPTS))
-    ids = torch.randint(1, library.VOCAB, mask.shape, generator=g) * mask
-    checks["model"] = (job, steps, (model, ids, mask))
+    # every step of decoding in this one job: the layer gets, at each step, the hidden states the library's layer got
+    for step, (positions, key_mask) in enumerate(library.schedule(mask, NEW_TOKENS)):
+        for i in range(LAYERS):
+            steps[(step, i)] = job.forward(steps[f"layer{i}"], inputs[LAYERS * step + i], positions=positions,
+                                           cache=steps[f"cache{i}"], key_mask=key_mask)
+    checks["model"] = (job, steps, (model, ids, mask, tokens, outputs))
     return send(student, checks)
 
 
@@ -102,28 +112,21 @@ def _when(step: int) -> str:
 def test_llama_with_your_layers_generates_the_library_greedy_tokens(student):
     """a 2-layer GQA LlamaForCausalLM whose every attention is your layer, with the grader's caches, generates the library's 16 greedy tokens from three left-padded prompts"""
     run = part(student)["model"]
-    model, ids, mask = run.inputs
-    layers = [run.result.remote(run.steps[f"layer{i}"]) for i in range(2)]
-    caches = [run.result.remote(run.steps[f"cache{i}"]) for i in range(2)]
-    reference = copy.deepcopy(model)
-    recorded = library.recording(reference)
-    tokens = library.generate(reference, ids, mask, NEW_TOKENS)  # [B, 16]
-    first = []  # (step, layer, off by): the first layer output that differs
-
-    def layer_output(index, hidden, step, positions, key_mask):
-        job = student.job()
-        out = job.forward(layers[index], hidden, positions=positions, cache=caches[index], key_mask=key_mask)
-        [result] = student.run([job])
-        got = expect.shape(result[out], hidden.shape, _("your layer {layer} at {when}").format(
-            layer=index, when=_when(step)))
-        real = key_mask[:, -hidden.shape[1]:]  # [B, S_new]
-        got = torch.where(real[..., None], got.to(hidden.dtype), torch.zeros_like(hidden))  # padded queries: zero
-        off = expect.largest_difference(got[real], recorded[2 * step + index][real])
-        if not first and off > TOL:
-            first.append((step, index, off))
-        return got
-
-    chosen = library.teacher_forced(model, ids, mask, tokens, layer_output)
+    model, ids, mask, tokens, expected = run.inputs
+    outs, first = {}, []  # first: (step, layer, off by), the first layer output that differs
+    for step, (_positions, key_mask) in enumerate(library.schedule(mask, NEW_TOKENS)):
+        for i in range(LAYERS):
+            want = expected[LAYERS * step + i]
+            got = expect.shape(run.value((step, i)), want.shape, _("your layer {layer} at {when}").format(
+                layer=i, when=_when(step)))
+            real = key_mask[:, -want.shape[1]:]  # [B, S_new]
+            got = torch.where(real[..., None], got.to(want.dtype), torch.zeros_like(want))  # padded queries: zero
+            off = expect.largest_difference(got[real], want[real])
+            if not first and off > TOL:
+                first.append((step, i, off))
+            outs[(step, i)] = got
+    # the library's model with your layers' outputs in place of its attention's, fed the same tokens
+    chosen = library.teacher_forced(model, ids, mask, tokens, lambda index, hidden, step, **given: outs[(step, index)])
     differs = (chosen != tokens).any(dim=0).nonzero()
     said = []
     if first:
