@@ -4,15 +4,17 @@ The library runs here only, never in the sandboxed worker: its models are built 
 weights (nothing is downloaded: the hub is switched off before the import), with `attn_implementation="eager"`.
 It is imported with this module, which only the real_models checks import: once per grading process, when the
 checks are collected, so its seconds never count against a part's time limit, and grading any other assignment
-never pays for it. A student's layer lives in the worker;
-`StudentAttention` stands where the library's attention module was and sends it the hidden states, so that the
-library's embeddings, norms, MLPs and head run around the student's attention.
+never pays for it. A student's layer lives in the worker: `recording` keeps what the library's own attention modules
+got and returned while its model ran, the checks send those inputs to the student's layers in one batch, and
+`StudentAttention` stands where the library's attention module was and answers with the student's outputs, so that
+the library's embeddings, norms, MLPs and head run around the student's attention.
 
 The library's call signatures differ between the pins (requirements.txt: 5.x on Python 3.11+, 4.57 on 3.10): the
 attention modules are called with keywords both versions take (`attention_mask`, `position_embeddings`), the
 adapter takes whatever the library's layer passes (`hidden_states` positionally or by keyword, `cache=` in 5.x,
 `past_key_values=` in 4.x) and answers (output, weights) as both do, and the rotary base is given to the config as
-`rope_theta`, which both read. Tested on 5.25.0 (tests/test_real_models_library.py).
+`rope_theta`, which both read. Tested on 5.25.0 (tests/test_real_models_library.py) and, with the library put first
+on PYTHONPATH, on 4.57.6: the same scores for the reference and every catalogue case.
 """
 from __future__ import annotations
 
@@ -190,9 +192,10 @@ def llama_reference(attn: nn.Module, x: torch.Tensor, positions: torch.Tensor, k
 
 
 class StudentAttention(nn.Module):
-    """In a library model in place of its attention module: the hidden states go to `send(layer, x)` (the student's
-    layer in the worker, whose result `send` has checked), whatever else the library's layer passes (masks, rotary
-    embeddings, its cache: the student's layer has its own) is left; answers (output, None) as the library's does."""
+    """In a library model in place of its attention module: answers (send(layer, hidden_states), None) as the
+    library's module answers (output, weights); `send` gives the student's output for this call (checked by the
+    check). Whatever else the library's layer passes (masks, rotary embeddings, its cache: the student's layer has its
+    own) is left."""
 
     def __init__(self, layer: int, send: Callable[[int, torch.Tensor], torch.Tensor]):
         super().__init__()
