@@ -61,7 +61,7 @@ class GPT2StyleAttention(nn.Module):
         return self.W_o(out.transpose(1, 2).reshape(B, S, d_model))  # merge heads: [B, S, d_model]
 
     @classmethod
-    def from_hf(cls, attn: nn.Module) -> GPT2StyleAttention:
+    def from_hf(cls, attn: nn.Module) -> "GPT2StyleAttention":
         """A GPT2StyleAttention equal to transformers' GPT2Attention `attn` (its Conv1D weights transposed into nn.Linear)."""
         d_model = attn.c_attn.weight.shape[0]
         layer = cls(d_model, attn.num_heads)
@@ -122,7 +122,7 @@ class BertStyleSelfAttention(nn.Module):
         return out.transpose(1, 2).reshape(B, S, d_model)  # merge heads: [B, S, d_model]
 
     @classmethod
-    def from_hf(cls, attn: nn.Module) -> BertStyleSelfAttention:
+    def from_hf(cls, attn: nn.Module) -> "BertStyleSelfAttention":
         """A BertStyleSelfAttention equal to transformers' BertSelfAttention `attn` (query, key, value are nn.Linear already)."""
         layer = cls(attn.query.in_features, attn.num_attention_heads)
         with torch.no_grad():
