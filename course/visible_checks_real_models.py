@@ -65,10 +65,12 @@ def show_source(obj) -> None:
 
 def show_lines(objs, wanted: dict) -> None:
     """For each label of `wanted`, the first line of the installed source of `objs` (one object or a list, read in
-    order) that holds its piece of code (a string, or a tuple of alternatives: what different versions write), with
+    order; None is skipped) that holds its piece of code (a string, or a tuple of alternatives: what different versions write), with
     the name of the object and its line number; a piece this version of the library does not have says so."""
     sources = []
     for obj in objs if isinstance(objs, (list, tuple)) else [objs]:
+        if obj is None:  # a function this version does not have
+            continue
         lines, first = _source(obj)
         sources.append((getattr(obj, "__name__", type(obj).__name__), lines, first))
     for label, pieces in wanted.items():
@@ -161,7 +163,7 @@ def check_gpt2_attention(GPT2StyleAttention) -> None:
     layer.eval()
     torch.manual_seed(2)
     x = torch.randn(3, 5, 16)
-    key_mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2, [True] * 4 + [False]])  # right padding
+    key_mask = torch.tensor([[True] * 5, [False] * 2 + [True] * 3, [True] * 4 + [False]])  # left, right padding
     want = _gpt2_reference(attn, x, key_mask)
     with torch.no_grad():
         got = harness.expect_shape(layer(x, key_mask=key_mask), [3, 5, 16], "forward(x [3, 5, 16], key_mask [3, 5])")
@@ -177,13 +179,13 @@ def check_gpt2_attention(GPT2StyleAttention) -> None:
         with torch.no_grad():
             for name in ("W_q", "W_k", "W_v", "W_o"):
                 getattr(no_bias, name).bias.zero_()
-            assert not close(got, no_bias.eval()(x, key_mask=key_mask), 1e-6), _(
+            assert not close(got[real], no_bias.eval()(x, key_mask=key_mask)[real], 1e-6), _(
                 "your layer gives the same output with its biases set to 0: its forward drops the biases")
         sample, token = bad.nonzero()[0].tolist()
         raise AssertionError(_(
             "your layer from from_hf(GPT2Attention) differs from the library's layer by up to {gap:.3g} at real "
             "tokens (first at sample {sample}, token {token}): check c_attn's transpose and split (q, k, v), "
-            "c_proj's transpose, the causal mask and the scale 1 / sqrt(head_dim)").format(
+            "c_proj's transpose, the causal mask with key_mask and the scale 1 / sqrt(head_dim)").format(
             gap=(got - want)[real].abs().max().item(), sample=sample, token=token))
     gap = (got - want)[real].abs().max().item()
     assert close(no_mask[0], want[0], 1e-5), _(
@@ -206,8 +208,8 @@ def check_gpt2_attention(GPT2StyleAttention) -> None:
     with torch.no_grad():
         assert close(copy.eval()(x), _gpt2_reference(target, x, all_real), 1e-5), _(
             "after layer.to_hf(attn), the library's layer does not compute what your layer computes")
-    ok(_("GPT2StyleAttention: from_hf equals the library's GPT2Attention (largest difference {gap:.1e}, with right "
-          "padding); to_hf then from_hf gives your weights back").format(gap=ok_parity))
+    ok(_("GPT2StyleAttention: from_hf equals the library's GPT2Attention (largest difference {gap:.1e}, with left "
+          "and right padding); to_hf then from_hf gives your weights back").format(gap=ok_parity))
 
 
 # --------------------------------------------------------------------------- #

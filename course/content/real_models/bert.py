@@ -117,19 +117,21 @@ def cells():
         """),
         md(r"""
         The same steps as your layer, in the library's words (the cell below finds each line in the installed
-        code; the scores, the mask and the softmax happen in the file's `eager_attention_forward`):
+        code; in 5.x the scores, the mask and the softmax happen in the file's `eager_attention_forward`, in 4.x in
+        the layer's own `forward`):
         """, r"""
-        与你的层步骤相同，只是换成了库的写法（下面的单元格在已安装的代码里找出每一行；分数、掩码和 softmax 在同一文件的 `eager_attention_forward` 里）：
+        与你的层步骤相同，只是换成了库的写法（下面的单元格在已安装的代码里找出每一行；5.x 中分数、掩码和 softmax 在同一文件的 `eager_attention_forward` 里，4.x 中则在这个层自己的 `forward` 里）：
         """),
         demo("""
         from transformers.models.bert import modeling_bert
 
-        show_lines([BertSelfAttention, modeling_bert.eager_attention_forward], {
+        scores_function = getattr(modeling_bert, "eager_attention_forward", None)  # 4.x computes them in the layer
+        show_lines([BertSelfAttention, scores_function], {
             "q, split into heads": ("self.query(hidden_states).view(", "self.query(hidden_states)"),
             "the scale": ("self.scaling = self.attention_head_size**-0.5", "math.sqrt(self.attention_head_size)"),
-            "scores": "torch.matmul(query, key.transpose(",
-            "mask added": "attn_weights = attn_weights + ",
-            "softmax over the keys": "nn.functional.softmax(attn_weights, dim=-1",
+            "scores": ("torch.matmul(query, key.transpose(", "torch.matmul(query_layer, key_layer.transpose("),
+            "mask added": ("attn_weights = attn_weights + ", "attention_scores = attention_scores + attention_mask"),
+            "softmax over the keys": ("nn.functional.softmax(attn_weights, dim=-1", "softmax(attention_scores, dim=-1"),
             "merge heads": ("attn_output.reshape(*input_shape, -1)", "context_layer.view("),
         })
         """),
@@ -267,6 +269,7 @@ def cells():
 # The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
 DEMO_ZH = {
     '"q, split into heads"': '"q，拆成多头"',
+    "# 4.x computes them in the layer": "# 4.x 在层里直接计算分数",
     '"the scale"': '"缩放"',
     '"scores"': '"分数"',
     '"mask added"': '"加上掩码"',

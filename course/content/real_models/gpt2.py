@@ -297,7 +297,7 @@ def cells():
             "softmax over the keys": "nn.functional.softmax(attn_weights, dim=-1)",
             "merge heads": "attn_output.reshape(*attn_output.shape[:-2], -1)",
             "output projection": "self.c_proj(attn_output)",
-            "what the cache stores": ("update(key_states, value_states", "torch.cat((past_key, key)"),
+            "what the cache stores": ("update(key_states, value_states", "curr_past_key_value.update("),
         })
         """),
         md(r"""
@@ -319,14 +319,14 @@ def cells():
         changed = x.clone()
         changed[:, -1] += 1.0  # only the last token changes
         S = x.shape[1]
-        causal = library_mask(torch.ones(S, S, dtype=torch.bool).tril())  # [S, S]: 0 on and below the diagonal
+        causal = library_mask(torch.ones(1, 1, S, S, dtype=torch.bool).tril())  # [1, 1, S, S]: 0 on and below the diagonal
         with torch.no_grad():
             alone = (attn(changed)[0] - attn(x)[0])[:, 0].abs().max().item()
             masked = (attn(changed, attention_mask=causal)[0] - attn(x, attention_mask=causal)[0])[:, 0].abs().max().item()
         print("transformers", transformers.__version__)
         print(f"no mask given:     token 0's output moved by {alone:.2e} when the last token changed")
         print(f"causal mask given: token 0's output moved by {masked:.2e}")
-        print(causal)
+        print(causal[0, 0])
         """),
         md(r"""
         ## 6. Your layer, loaded from the library's
@@ -340,7 +340,7 @@ def cells():
         - `to_hf(attn)`: writes your weights into a library layer, in its layout; it returns `attn`.
 
         The check loads a library layer with random weights *and random biases* (the library starts its biases
-        at zero, where a forgotten bias would go unnoticed), compares the two on a batch with right padding, then
+        at zero, where a forgotten bias would go unnoticed), compares the two on a batch padded on the left and on the right, then
         writes a layer back and reads it again.
         """, r"""
         ## 6. 从库的层加载你的层
@@ -350,7 +350,7 @@ def cells():
         - `from_hf(attn)`，一个类方法：新建一个层，权重取自库里的层（`c_attn` 用你的 `split_c_attn`；`c_proj` 同样是 Conv1D）；
         - `to_hf(attn)`：把你的权重按库的布局写进库里的层，返回 `attn`。
 
-        检查会加载一个权重*和偏置*都随机的库层（库把偏置初始化为零，这时忘了偏置也看不出来），在一个右侧填充的批次上比较两者，然后把一个层写回去再读出来。
+        检查会加载一个权重*和偏置*都随机的库层（库把偏置初始化为零，这时忘了偏置也看不出来），在一个既有左侧填充又有右侧填充的批次上比较两者，然后把一个层写回去再读出来。
         """),
         recipe("GPT2StyleAttention", RECIPES),
         solution("GPT2StyleAttention", HINTS),
@@ -441,7 +441,7 @@ DEMO_ZH = {
     '"output projection"': '"输出投影"',
     '"what the cache stores"': '"缓存里存什么"',
     "# only the last token changes": "# 只改变最后一个 token",
-    "# [S, S]: 0 on and below the diagonal": "# [S, S]：对角线及其下方为 0",
+    "# [1, 1, S, S]: 0 on and below the diagonal": "# [1, 1, S, S]：对角线及其下方为 0",
     'f"no mask given:     token 0\'s output moved by {alone:.2e} when the last token changed"':
         'f"不给掩码：    最后一个 token 改变时，token 0 的输出变化了 {alone:.2e}"',
     'f"causal mask given: token 0\'s output moved by {masked:.2e}"':

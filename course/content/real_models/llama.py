@@ -326,7 +326,7 @@ def cells():
         x = torch.randn(2, 6, 32)  # [B, S, d_model]
         positions = torch.tensor([[0, 1, 2, 5, 9, 10], [3, 4, 8, 9, 11, 20]])  # [B, S], with gaps
         S = x.shape[1]
-        causal = library_mask(torch.ones(S, S, dtype=torch.bool).tril())  # [S, S], additive
+        causal = library_mask(torch.ones(1, 1, S, S, dtype=torch.bool).tril())  # [1, 1, S, S], additive
         with torch.no_grad(), uses_your_code():
             want = attn(x, position_embeddings=rotary(x, positions), attention_mask=causal)[0]
             layer = from_hf_llama(attn, rope_base).eval()
@@ -390,7 +390,7 @@ DEMO_ZH = {
     '"softmax in float32"': '"float32 下做 softmax"',
     '"output projection"': '"输出投影"',
     "# [B, S], with gaps": "# [B, S]，带间隔",
-    "# [S, S], additive": "# [S, S]，加性",
+    "# [1, 1, S, S], additive": "# [1, 1, S, S]，加性",
     "# the library's rows as they are: wrong pairs": "# 原样使用库的行：配对错了",
     'f"from_hf_llama:            off by up to {': 'f"from_hf_llama：        最多相差 {',
     'f"q_proj, k_proj copied:    off by up to {': 'f"直接复制 q_proj、k_proj：最多相差 {',
