@@ -103,9 +103,32 @@ EFFICIENT_MISTAKES: dict[str, tuple[str, list]] = {
     "unfinished": ("03_linear left as released (stubs)", ["03_linear"]),
     "missing": ("04_flex not submitted", ["04_flex"]),
 }
-MISTAKES_OF = {ASSIGNMENT: MISTAKES, "generation": GENERATION_MISTAKES, "efficient": EFFICIENT_MISTAKES}
+# The same for the fourth assignment, `real_models`.
+REAL_MODELS_MISTAKES: dict[str, tuple[str, list]] = {
+    "correct": ("the reference solution", []),
+    "c_attn_not_transposed": ("split_c_attn cuts GPT-2's Conv1D weight into columns without transposing them",
+                              [("01_gpt2", "W_q, W_k, W_v = weight.T.chunk(3, dim=0)",
+                                "W_q, W_k, W_v = weight.chunk(3, dim=1)")]),
+    "gpt2_not_causal": ("GPT2StyleAttention attends to later tokens too",
+                        [("01_gpt2", "allowed = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()",
+                          "allowed = torch.ones(S, S, dtype=torch.bool, device=x.device)")]),
+    "bert_mask_inf": ("extended_attention_mask fills padding with -inf (a row of padding gives NaN)",
+                      [("02_bert", "return (1.0 - keep) * torch.finfo(dtype).min",
+                        'return torch.zeros_like(keep).masked_fill(keep == 0, float("-inf"))')]),
+    "rope_wrong_way": ("interleaved_to_half_split does half_split_to_interleaved's reordering",
+                       [("03_llama", "w = weight.view(num_heads, head_dim // 2, 2, d_in)",
+                         "w = weight.view(num_heads, 2, head_dim // 2, d_in)")]),
+    "llama_permutes_v": ("from_hf_llama permutes v_proj's rows too",
+                         [("03_llama", "layer.W_v.weight.copy_(attn.v_proj.weight)",
+                           "layer.W_v.weight.copy_(half_split_to_interleaved(attn.v_proj.weight, H_kv))")]),
+    "unfinished": ("02_bert left as released (stubs)", ["02_bert"]),
+    "missing": ("03_llama not submitted", ["03_llama"]),
+}
+MISTAKES_OF = {ASSIGNMENT: MISTAKES, "generation": GENERATION_MISTAKES, "efficient": EFFICIENT_MISTAKES,
+               "real_models": REAL_MODELS_MISTAKES}
 # The bundled example class of each assignment: examples/class/<file>, student id -> mistake.
-CLASS_FILES = {ASSIGNMENT: "students.json", "generation": "generation.json", "efficient": "efficient.json"}
+CLASS_FILES = {ASSIGNMENT: "students.json", "generation": "generation.json", "efficient": "efficient.json",
+               "real_models": "real_models.json"}
 
 
 def repo_source(repo: Path = REPO, assignment: str = ASSIGNMENT) -> Path | None:
@@ -307,7 +330,8 @@ def collect(course: Path, students: dict[str, str], assignment: str = ASSIGNMENT
     return made
 
 
-# The bundled example class of an assignment (examples/class/students.json, generation.json, efficient.json):
+# The bundled example class of an assignment (examples/class/students.json, generation.json, efficient.json,
+# real_models.json):
 # student id -> mistake.
 def example_class(assignment: str = ASSIGNMENT) -> dict[str, str]:
     return json.loads((Path(__file__).resolve().parent / "class" / CLASS_FILES[spec.split_edition(assignment)[0]]).read_text())

@@ -2,7 +2,8 @@
 
 One catalogue per assignment: tests/catalogue/build.py builds self_attention's cases from
 solutions/attention.py, tests/catalogue/generation.py builds generation's from
-solutions/generation.py, tests/catalogue/efficient.py efficient's from solutions/efficient.py, one textual edit each. One Grader (the session's warm worker pool) grades them all.
+solutions/generation.py, tests/catalogue/efficient.py efficient's from solutions/efficient.py, tests/catalogue/real_models.py
+real_models' from solutions/real_models.py, one textual edit each. One Grader (the session's warm worker pool) grades them all.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def _load(name: str, file: str):
 build = _load("catalogue_build", "build.py")
 # assignment id -> (its catalogue module, the least numbers of wrong and correct cases it must hold)
 CATALOGUES = {"self_attention": (build, 25, 6), "generation": (_load("catalogue_generation", "generation.py"), 15, 4),
-              "efficient": (_load("catalogue_efficient", "efficient.py"), 15, 4)}
+              "efficient": (_load("catalogue_efficient", "efficient.py"), 15, 4),
+              "real_models": (_load("catalogue_real_models", "real_models.py"), 12, 3)}
 CASES = {(a, case.name): case for a, (catalogue, _, _) in CATALOGUES.items() for case in catalogue.CASES}
 WRONG = [key for key, case in CASES.items() if not case.correct]
 CORRECT = [key for key, case in CASES.items() if case.correct]

@@ -120,18 +120,26 @@ watch = ForbiddenCallWatch()
 q = torch.randn(1, 2, 4, 8)
 def flash_attention(q, k, v):  # a student's own function of that name: computes from scratch
     return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ v
+import sys, types  # a stand-in for the transformers library: its code's module names (real_models' rule)
+library = types.ModuleType("transformers.models.fake")
+exec("import torch\\ndef eager_attention_forward(q):\\n    return torch.matmul(q, q.transpose(-2, -1))", library.__dict__)
+sys.modules["transformers"], sys.modules["transformers.models.fake"] = types.ModuleType("transformers"), library
+student = {"library": library}
+exec(compile("def forward(q):\\n    return library.eager_attention_forward(q)", "<student:1>", "exec"), student)
 with watch.watching():
     flash_attention(q, q, q)
     own = sorted(watch.calls)
     flex_attention(q, q, q)
     torch.ops.aten._scaled_dot_product_attention_math(q, q, q)
-print(own, sorted(label for _, label in watch.calls))
+    student["forward"](q)
+print(own, sorted(label for _, label in watch.calls), sorted(c for c, label in watch.calls if "fake" in label))
 '''
 
 
 def test_the_watch_runs_flex_attention_and_sees_it_and_torch_ops_aten(tmp_path):
     """in a fresh process: under the watch, flex_attention still runs (it compiles even in eager mode) and is
-    recorded, as is torch.ops.aten's kernel; a student's own flash_attention is not a call of torch's"""
+    recorded, as is torch.ops.aten's kernel; a student's own flash_attention is not a call of torch's; a student's
+    function that calls the transformers library's code is recorded under the library's module and function"""
     import subprocess
     import sys
     from pathlib import Path
@@ -141,7 +149,8 @@ def test_the_watch_runs_flex_attention_and_sees_it_and_torch_ops_aten(tmp_path):
                           env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == (
-        "[] ['torch.nn.attention.flex_attention', 'torch.ops.aten._scaled_dot_product_attention_math']")
+        "[] ['torch.nn.attention.flex_attention', 'torch.ops.aten._scaled_dot_product_attention_math', "
+        "'transformers.models.fake.eager_attention_forward'] ['forward']")
 
 
 def efficient_scan(code: str) -> dict[str, set[str]]:

@@ -16,6 +16,7 @@ import pytest
 from importlib.metadata import version
 
 from autograder.commands.gradescope import TORCH_VERSION, build_bundle, requirements
+from autograder.foundation import spec
 from autograder.foundation.spec import PARTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -152,10 +153,10 @@ def test_an_efficient_bundle_grades_the_third_assignment_like_the_grader(grader,
     assert sum(t["max_score"] for t in doc["tests"]) == pytest.approx(100)
 
 
-def _pins_for(python_version: str) -> dict[str, str]:
+def _pins_for(python_version: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
     from packaging.requirements import Requirement
 
-    reqs = [Requirement(line) for line in requirements().splitlines() if line.strip()]
+    reqs = [Requirement(line) for line in requirements(extra).splitlines() if line.strip()]
     env = {"python_version": python_version, "python_full_version": f"{python_version}.0"}
     return {r.name: str(r.specifier) for r in reqs if r.marker is None or r.marker.evaluate(env)}
 
@@ -167,3 +168,12 @@ def test_the_bundles_requirements_install_on_ubuntu_2204s_python_310_numpy_2_2_6
     assert set(old) == set(new) == {"pytest", "rich", "numpy", "Babel"}
     assert tuple(int(n) for n in old["numpy"].lstrip("=").split(".")[:3]) <= (2, 2, 6)
     assert new["numpy"] == f"=={version('numpy')}"
+
+
+def test_a_real_models_bundle_installs_transformers_5_on_python_311_and_the_last_4x_on_310():
+    """real_models' checks import transformers (spec.Assignment.requires): its bundle pins the instructor's 5.x for
+    Python 3.11+ and 4.57.6 for Gradescope's 3.10, as requirements.txt does; the other assignments' bundles do not"""
+    extra = spec.assignment("real_models").requires
+    assert extra == ("transformers",) and spec.assignment("efficient").requires == ()
+    assert _pins_for("3.10", extra)["transformers"] == "==4.57.6"
+    assert _pins_for("3.11", extra)["transformers"] == f"=={version('transformers')}"

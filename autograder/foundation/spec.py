@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE
+from ..worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE, TRANSFORMERS
 
 CHECKS_ROOT = Path(__file__).resolve().parent.parent / "checks"
 
@@ -50,6 +50,9 @@ class Assignment:
     solutions: str  # the module of the reference solutions (the ground truth)
     gpu_part: Part | None = None  # the GPU stage's part, if the assignment has one
     warm: tuple[str, ...] = ()  # what the worker pool prepares once before forking this assignment's workers (worker/warmup.py)
+    # packages its checks import on the trusted side besides what every assignment needs (the Gradescope bundle's
+    # requirements.txt lists them; requirements.txt pins them)
+    requires: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_score != 100:
@@ -155,7 +158,24 @@ EFFICIENT = Assignment(
     warm=("flex",),  # create_mask and flex_attention import dynamo: once in the zygote, not in every worker
 )
 
-ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION, EFFICIENT)}
+# Your attention inside real code: GPT-2, BERT and Llama as the transformers library writes them. The library supplies
+# weights and, on the trusted side, the reference; a student's code may not call its modules or functions
+# (TRANSFORMERS: seen by the worker's watch as torch calls made from the library's code). SDPA is allowed.
+REAL_MODELS = Assignment(
+    id="real_models",
+    parts=(
+        Part("gpt2", ("split_c_attn", "GPT2StyleAttention"), 25, "01_gpt2", forbids=TRANSFORMERS),
+        Part("bert", ("extended_attention_mask", "BertStyleSelfAttention"), 25, "02_bert", forbids=TRANSFORMERS),
+        Part("rope_permutation", ("interleaved_to_half_split", "half_split_to_interleaved"), 20, "03_llama",
+             forbids=TRANSFORMERS),
+        Part("llama", ("from_hf_llama",), 30, "03_llama", forbids=TRANSFORMERS),
+    ),
+    checks="real_models",
+    solutions="solutions.real_models",
+    requires=("transformers",),
+)
+
+ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION, EFFICIENT, REAL_MODELS)}
 DEFAULT = SELF_ATTENTION
 
 

@@ -11,7 +11,7 @@ from ..foundation import i18n
 from ..foundation.failures import CheckFailure
 from ..foundation.results import CheckResult, PartResult
 from ..foundation.spec import DEFAULT_LANGUAGE, FROM_SCRATCH_FORBIDS, Part
-from ..worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE, WATCH_OFF
+from ..worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE, TRANSFORMERS, WATCH_OFF
 
 _ = i18n.message
 # What a part's forbidden torch functions (spec.Part.forbidden) ask of it, in the student's words (the start of
@@ -22,6 +22,8 @@ RULES: dict[tuple[str, ...], i18n.Message] = {
     OFFICIAL_MODULE: _("this part must compute its attention itself, not with torch's nn.MultiheadAttention"),
     FUSED_KERNEL + FLEX_ATTENTION: _("this part must build its attention itself, without torch's fused attention "
                                      "(F.scaled_dot_product_attention) or flex_attention"),
+    TRANSFORMERS: _("this part must compute with plain torch operations, not with a module or function of the "
+                    "transformers library (it supplies the weights and the reference only)"),
 }
 
 

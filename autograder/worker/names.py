@@ -25,6 +25,12 @@ FUSED_KERNEL = ("scaled_dot_product", "scaled_dot_attention", "_flash_attention"
 OFFICIAL_MODULE = ("multi_head_attention", "multiheadattention", "_transformer_encoder_layer")
 # torch.nn.attention.flex_attention.flex_attention (and the higher-order operator it runs)
 FLEX_ATTENTION = ("flex_attention",)
+# The transformers library's own code (the fourth assignment, real_models: the library supplies weights and the
+# reference, never a student's forward). Matched against the labels the watch gives a torch call made from the
+# library's code: its module and function ("transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
+# watch.library_label), never against torch's names (none holds "transformers.").
+TRANSFORMERS = ("transformers.",)
+LIBRARY = "transformers"  # the package whose code the watch names by module and function
 # What the worker reports when student code removed its watch (watch.py): forbidden in every part that forbids
 WATCH_OFF = "the grader's watch of torch calls (switched off)"
 FORBIDDEN_PATTERNS = FUSED_KERNEL + OFFICIAL_MODULE + FLEX_ATTENTION  # everything the worker watches

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import flex_attention as flex
 
+from .hflike import hf_bert_self_attention, hf_gpt2_attention, hf_llama_attention  # noqa: F401 (builtins, real_models)
+
 _sdpa = None
 _flex_attention = flex.flex_attention
 

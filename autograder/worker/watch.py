@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import standins
-from .names import STUDENT_PREFIX, WATCH_OFF, is_forbidden_name
+from .names import LIBRARY, STUDENT_PREFIX, WATCH_OFF, is_forbidden_name
 
 STANDINS_FILE = standins.__file__
 UNKNOWN_CALLER = "code"  # ("your code called ...")
@@ -71,6 +71,15 @@ def torch_label(func) -> str | None:
     if "flex_attention" in name:
         return "torch.nn.attention.flex_attention"
     return PUBLIC_LABELS.get(name, f"torch.{name}")
+
+
+def library_label(frame) -> str | None:
+    """"transformers.<module>.<function>" when the frame that made a torch call is the transformers library's code
+    (names.TRANSFORMERS), else None."""
+    module = frame.f_globals.get("__name__")
+    if isinstance(module, str) and module.startswith(LIBRARY + "."):
+        return f"{module}.{frame.f_code.co_name}"
+    return None
 
 
 def owner_qualname(code) -> str:
@@ -116,6 +125,8 @@ class _Mode(TorchFunctionMode):
         # (not while torch.compile traces, as flex_attention does even in eager mode: dynamo cannot trace the
         # frame walk. A forbidden call inside student code run through torch.compile(backend="eager") was
         # still seen in a test, once the compiled function ran.)
+        if label is None and LIBRARY in sys.modules:  # (only once something imported the library)
+            label = library_label(sys._getframe(1))
         if label is not None and not torch.compiler.is_compiling():
             self.watch.record(label, sys._getframe(1))
         return func(*args, **(kwargs or {}))

@@ -1,0 +1,170 @@
+"""Hidden checks for part gpt2 (assignment real_models): split_c_attn and GPT2StyleAttention, against transformers'
+GPT2Attention and GPT2LMHeadModel.
+
+The library's modules are built and run here, on the trusted side (library.py); the student's `from_hf` and
+`to_hf` get the worker's copies of GPT2Attention (autograder/worker/hflike.py: the library's weights, its
+attribute names). The layer must equal the library's eager attention for several B, S and heads with left
+padding (so that padded keys come before real queries); a wrong output is compared with the classic mistakes
+(c_attn not transposed, biases dropped, not causal, ...) to name one. Last, a 2-layer GPT2LMHeadModel whose every
+attention is the student's layer (library.StudentAttention) must give the library's logits; the first layer whose
+output differs is named.
+"""
+import copy
+
+import pytest
+import torch
+
+from autograder.foundation import i18n
+from autograder.checks import expect
+from autograder.checks.cases import seeded, send, smallest_failure
+from autograder.checks.real_models import library
+from autograder.checks.real_models.common import gpt2_mistakes, left_padded, right_padded
+from solutions import real_models as ref
+
+_ = i18n.message
+
+SHAPES = ((2, 5, 3, 24), (3, 7, 2, 16), (4, 4, 4, 32))  # (B, S, H, d_model): B, S, H all different
+LENGTHS = {2: (5, 3), 3: (7, 2, 5), 4: (4, 1, 3, 2)}  # real tokens per sample, left-padded, by B
+SPLIT_D = 12
+MODEL = (3, 6, 2, 16)  # the whole model: B, S, heads, d_model
+MODEL_LENGTHS = (6, 4, 2)  # right-padded prompts
+TOL = 1e-5
+
+
+def _layer(job, attn_state, d_model, heads, label):
+    attn = job.builtin("hf_gpt2_attention", d_model, heads, attn_state)
+    cls = job.fetch("GPT2StyleAttention")
+    return job.wrap(job.method(cls, "from_hf", attn), label)
+
+
+def _part(student) -> dict:
+    checks = {}
+    g = seeded()
+    weight, bias = torch.randn(SPLIT_D, 3 * SPLIT_D, generator=g), torch.randn(3 * SPLIT_D, generator=g)
+    job = student.job()
+    checks["split"] = (job, {"value": job.call("split_c_attn", weight, bias)}, (weight, bias))
+    for B, S, heads, d_model in SHAPES:
+        attn = library.gpt2_attention(d_model, heads, g)
+        x, key_mask = torch.randn(B, S, d_model, generator=g), left_padded(LENGTHS[B], S)
+        job = student.job()
+        layer = _layer(job, library.gpt2_state(attn), d_model, heads, "GPT2StyleAttention.from_hf(attn)")
+        checks[("parity", B)] = (job, {"layer": layer, "value": job.forward(layer, x, key_mask=key_mask)},
+                                 (attn, x, key_mask, heads))
+    # to_hf: the checks' weights into a zeroed GPT2Attention
+    d_model, heads = 16, 4
+    weights = {f"W_{n}.{kind}": torch.randn(*((d_model, d_model) if kind == "weight" else (d_model,)), generator=g)
+               for n in "qkvo" for kind in ("weight", "bias")}
+    job = student.job()
+    layer = job.new("GPT2StyleAttention", d_model, heads)
+    attn = job.builtin("hf_gpt2_attention", d_model, heads)
+    checks["to_hf"] = (job, {"layer": layer, "load": job.load_state_dict(layer, weights),
+                             "to_hf": job.method(layer, "to_hf", attn), "value": job.state_dict(attn)}, weights)
+    # the whole model: its two layers built in the worker now, driven later
+    B, S, heads, d_model = MODEL
+    model = library.gpt2_model(d_model, heads, g)
+    job = student.job()
+    steps = {f"layer{i}": _layer(job, library.gpt2_state(block.attn), d_model, heads,
+                                 f"GPT2StyleAttention.from_hf(model.transformer.h[{i}].attn)")
+             for i, block in enumerate(model.transformer.h)}
+    ids = torch.randint(1, library.VOCAB, (B, S), generator=g)
+    checks["model"] = (job, steps, (model, ids, right_padded(MODEL_LENGTHS, S)))
+    return send(student, checks)
+
+
+def part(student) -> dict:
+    return student.once("real_models gpt2", lambda: _part(student))
+
+
+@pytest.mark.points(3)
+def test_split_c_attn_transposes_and_splits_q_k_v(student):
+    """split_c_attn(weight [d, 3d], bias [3d]) gives W_q, W_k, W_v in nn.Linear layout [d, d] and their biases"""
+    run = part(student)["split"]
+    weight, bias = run.inputs
+    got = run.value()
+    if not isinstance(got, (tuple, list)) or len(got) != 6:
+        raise expect.CheckFailure(_("split_c_attn should return six tensors (W_q, W_k, W_v, b_q, b_k, b_v), got "
+                                    "{kind}").format(kind=type(got).__name__))
+    expected = ref.split_c_attn(weight, bias)
+    d = SPLIT_D
+    untransposed = [weight[:, i * d:(i + 1) * d] for i in range(3)]
+    for name, value, want, wrong in zip(("W_q", "W_k", "W_v"), got[:3], expected[:3], untransposed):
+        expect.close(value, want, f"split_c_attn(...)[{name}]", mistakes={
+            _("c_attn's weight was not transposed: a Conv1D stores [in, out] (y = x @ weight), nn.Linear [out, in] "
+              "(y = x @ weight.T)"): wrong})
+    for name, value, want in zip(("b_q", "b_k", "b_v"), got[3:], expected[3:]):
+        if value is None:
+            raise expect.CheckFailure(_("split_c_attn returned None for {name}: GPT-2's c_attn has a bias, split it "
+                                        "like the weight").format(name=name))
+        expect.close(value, want, f"split_c_attn(...)[{name}]")
+
+
+@pytest.mark.points(8)
+def test_from_hf_equals_the_library_gpt2_attention(student):
+    """GPT2StyleAttention.from_hf(attn)(x, key_mask) equals the library's GPT2Attention (eager) for several B, S, heads, left padding"""
+    runs = part(student)
+
+    def check(B):
+        attn, x, key_mask, heads = runs[("parity", B)].inputs
+        got = expect.shape(runs[("parity", B)].value(), x.shape, "GPT2StyleAttention.from_hf(attn)(x, key_mask)")
+        expected = library.gpt2_reference(attn, x, key_mask)
+        real = key_mask  # outputs at padded query positions are not graded
+        mistakes = {hint: (lambda f=f: f()[real]) for hint, f in
+                    gpt2_mistakes(library.gpt2_state(attn), x, key_mask, heads).items()}
+        expect.close(got[real], expected[real], "the output at real tokens", atol=TOL, mistakes=mistakes)
+
+    smallest_failure([(f"B={B}, S={S}, H={H}, d_model={d}", B) for B, S, H, d in sorted(SHAPES, key=lambda s: s[1])],
+                     check)
+
+
+@pytest.mark.points(4)
+def test_to_hf_writes_conv1d_weights(student):
+    """layer.to_hf(attn) writes the layer's weights into GPT2Attention in Conv1D layout (c_attn [d, 3d], c_proj [d, d]) with the biases"""
+    run = part(student)["to_hf"]
+    w = run.inputs
+    run.value("to_hf")
+    state = run.value()
+    qkv = torch.cat([w["W_q.weight"], w["W_k.weight"], w["W_v.weight"]], dim=0)  # [3 d, d]
+    expect.close(state["c_attn.weight"], qkv.T, "attn.c_attn.weight after to_hf", atol=0, rtol=0, mistakes={
+        _("each of W_q, W_k, W_v went in without its transpose: a Conv1D wants [in, out]"):
+            torch.cat([w["W_q.weight"], w["W_k.weight"], w["W_v.weight"]], dim=1)})
+    expect.close(state["c_attn.bias"], torch.cat([w["W_q.bias"], w["W_k.bias"], w["W_v.bias"]]),
+                 "attn.c_attn.bias after to_hf", atol=0, rtol=0, mistakes={
+                     _("the biases were not written (GPT-2's c_attn has a bias)"): torch.zeros(qkv.shape[0])})
+    expect.close(state["c_proj.weight"], w["W_o.weight"].T, "attn.c_proj.weight after to_hf", atol=0, rtol=0,
+                 mistakes={_("c_proj.weight was not transposed (Conv1D [in, out])"): w["W_o.weight"]})
+    expect.close(state["c_proj.bias"], w["W_o.bias"], "attn.c_proj.bias after to_hf", atol=0, rtol=0)
+
+
+@pytest.mark.points(10)
+def test_gpt2_model_with_your_layers_gives_the_library_logits(student):
+    """a 2-layer GPT2LMHeadModel whose every attention is your layer (loaded by from_hf) gives the library's logits"""
+    run = part(student)["model"]
+    model, ids, mask = run.inputs
+    layers = [run.result.remote(run.steps[f"layer{i}"]) for i in range(2)]
+    reference = copy.deepcopy(model)
+    recorded = library.recording(reference)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask.long()).logits
+    first = []  # (layer, off by): the first layer whose output differs
+
+    def layer_output(index, hidden):
+        job = student.job()
+        out = job.forward(layers[index], hidden, key_mask=mask)
+        [result] = student.run([job])
+        got = expect.shape(result[out], hidden.shape, _("your layer {layer} in the model").format(layer=index))
+        got = torch.where(mask[..., None], got, torch.zeros_like(got))  # padded queries: not graded
+        off = expect.largest_difference(got[mask], recorded[index][mask])
+        if not first and off > 1e-4:
+            first.append((index, off))
+        return got.to(hidden.dtype)
+
+    with torch.no_grad():
+        logits = library.with_student_layers(copy.deepcopy(model), layer_output)(
+            input_ids=ids, attention_mask=mask.long()).logits
+    if first:
+        index, off = first[0]
+        raise expect.CheckFailure(_("in the 2-layer GPT2LMHeadModel, the attention of layer {layer} (counting from 0) "
+                                    "is the first to differ from the library's: off by up to {off:.3g} on the same "
+                                    "input").format(layer=index, off=off))
+    expect.close(logits[mask], expected[mask], "the logits of the model with your layers", atol=1e-4)
+

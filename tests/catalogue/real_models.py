@@ -1,0 +1,167 @@
+"""The mistake catalogue of the fourth assignment, `real_models`: textual edits of solutions/real_models.py.
+
+Same rules as tests/catalogue/build.py (whose Case, edits and writer this file reuses): each case changes the
+reference in one intended way, declares the parts it must lose, and every other part must keep full marks. The
+mistakes are the ones met when a layer written from scratch meets the library's code: GPT-2's Conv1D weight not
+transposed, biases dropped, BERT's padding filled with -inf, the RoPE permutation applied the wrong way, over the
+whole matrix or to W_v, key/value heads tiled, positions ignored, rope_base not passed. (A forward that calls the library's own code is
+not a case here: importing the library in the worker takes 6 to 20 seconds; tests/test_forbidden_scan.py checks
+that the watch names such a call.)
+
+    .venv/bin/python tests/catalogue/real_models.py          # (re)write tests/catalogue/submissions/real_models/*.py
+    .venv/bin/python tests/catalogue/real_models.py --table  # grade them all and print the result table
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+REFERENCE = ROOT / "solutions" / "real_models.py"
+OUT = HERE / "submissions" / "real_models"
+GENERATOR = "tests/catalogue/real_models.py"
+
+
+def _load_build():
+    name = "catalogue_build"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "build.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+build = _load_build()
+Case = build.Case
+
+GPT2_MASKED = """        scores = scores.masked_fill(~allowed, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S, head_dim]"""
+
+CASES: tuple = (
+    # ------------------------------------------------------------------ wrong: gpt2
+    Case("gpt2_c_attn_not_transposed", "split_c_attn cuts the Conv1D weight into columns without transposing them",
+         (("split_c_attn", "W_q, W_k, W_v = weight.T.chunk(3, dim=0)", "W_q, W_k, W_v = weight.chunk(3, dim=1)"),),
+         lose=("gpt2",), says="not transposed"),
+    Case("gpt2_biases_dropped", "from_hf copies the weights and leaves the biases at zero",
+         (("GPT2StyleAttention", "                linear.bias.copy_(b)", "                linear.bias.zero_()"),
+          ("GPT2StyleAttention", "layer.W_o.bias.copy_(attn.c_proj.bias)", "layer.W_o.bias.zero_()")),
+         lose=("gpt2",), says="biases were dropped"),
+    Case("gpt2_not_causal", "GPT2StyleAttention attends to every real key, later ones too",
+         (("GPT2StyleAttention", "allowed = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()",
+           "allowed = torch.ones(S, S, dtype=torch.bool, device=x.device)"),),
+         lose=("gpt2",), says="not causal"),
+    Case("gpt2_to_hf_proj_not_transposed", "to_hf copies W_o into the Conv1D c_proj without transposing it",
+         (("GPT2StyleAttention", "attn.c_proj.weight.copy_(self.W_o.weight.T)", "attn.c_proj.weight.copy_(self.W_o.weight)"),),
+         lose=("gpt2",), says="c_proj.weight was not transposed"),
+    # ------------------------------------------------------------------ wrong: bert
+    Case("bert_mask_inf", "extended_attention_mask fills padding with -inf, not finfo(dtype).min",
+         (("extended_attention_mask", "return (1.0 - keep) * torch.finfo(dtype).min",
+           "return torch.zeros_like(keep).masked_fill(keep == 0, float(\"-inf\"))"),),
+         lose=("bert",), says="-inf"),
+    Case("bert_forward_inf", "BertStyleSelfAttention masks padding with masked_fill(-inf) (the helper is right)",
+         (("BertStyleSelfAttention", "scores = scores + extended_attention_mask(attention_mask, scores.dtype)",
+           "scores = scores.masked_fill(attention_mask[:, None, None, :] == 0, float(\"-inf\"))"),),
+         lose=("bert",), says="NaN"),
+    Case("bert_biases_dropped", "BertStyleSelfAttention.from_hf copies the weights, not the biases",
+         (("BertStyleSelfAttention", "                mine.bias.copy_(theirs.bias)", "                mine.bias.zero_()"),),
+         lose=("bert",), says="biases"),
+    Case("bert_mask_inverted", "extended_attention_mask puts finfo.min on the real tokens",
+         (("extended_attention_mask", "return (1.0 - keep) * torch.finfo(dtype).min",
+           "return keep * torch.finfo(dtype).min"),),
+         lose=("bert",), says="inverted"),
+    # ------------------------------------------------------------------ wrong: rope_permutation
+    Case("rope_wrong_way", "interleaved_to_half_split does half_split_to_interleaved's reordering",
+         (("interleaved_to_half_split", "w = weight.view(num_heads, head_dim // 2, 2, d_in)",
+           "w = weight.view(num_heads, 2, head_dim // 2, d_in)"),),
+         lose=("rope_permutation",), says="wrong way"),
+    Case("rope_whole_matrix", "interleaved_to_half_split reorders the rows of the whole matrix as if it were one head",
+         (("interleaved_to_half_split", "w = weight.view(num_heads, head_dim // 2, 2, d_in)",
+           "w = weight.view(1, out_features // 2, 2, d_in)"),),
+         lose=("rope_permutation",), says="one head"),
+    # ------------------------------------------------------------------ wrong: llama
+    Case("llama_no_permutation", "from_hf_llama loads q_proj and k_proj as they are",
+         (("from_hf_llama", "layer.W_q.weight.copy_(half_split_to_interleaved(attn.q_proj.weight, H))",
+           "layer.W_q.weight.copy_(attn.q_proj.weight)"),
+          ("from_hf_llama", "layer.W_k.weight.copy_(half_split_to_interleaved(attn.k_proj.weight, H_kv))",
+           "layer.W_k.weight.copy_(attn.k_proj.weight)")),
+         lose=("llama",), says="without the permutation"),
+    Case("llama_wrong_way", "from_hf_llama permutes q_proj and k_proj with interleaved_to_half_split",
+         (("from_hf_llama", "layer.W_q.weight.copy_(half_split_to_interleaved(attn.q_proj.weight, H))",
+           "layer.W_q.weight.copy_(interleaved_to_half_split(attn.q_proj.weight, H))"),
+          ("from_hf_llama", "layer.W_k.weight.copy_(half_split_to_interleaved(attn.k_proj.weight, H_kv))",
+           "layer.W_k.weight.copy_(interleaved_to_half_split(attn.k_proj.weight, H_kv))")),
+         lose=("llama",), says="wrong way"),
+    Case("llama_permutes_v", "from_hf_llama permutes v_proj's rows too",
+         (("from_hf_llama", "layer.W_v.weight.copy_(attn.v_proj.weight)",
+           "layer.W_v.weight.copy_(half_split_to_interleaved(attn.v_proj.weight, H_kv))"),),
+         lose=("llama",), says="W_v was permuted"),
+    Case("llama_kv_tiled", "the pasted repeat_kv tiles the key/value heads (kv0, kv1, kv0, kv1, ...)",
+         (("repeat_kv", "x = x[:, :, None].expand(B, H_kv, n_rep, S, head_dim)",
+           "x = x[:, None].expand(B, n_rep, H_kv, S, head_dim)"),),
+         lose=("llama",), says="tiled"),
+    Case("llama_ignores_positions", "the pasted DecoderAttention numbers the new tokens after the cache, whatever "
+         "positions says", (("DecoderAttention", "        if positions is None:\n",
+                             "        if True:  # positions ignored\n"),),
+         lose=("llama",), says="positions were ignored"),
+    Case("llama_base_not_passed", "from_hf_llama builds the layer without rope_base (10000)",
+         (("from_hf_llama", "layer = DecoderAttention(config.hidden_size, H, H_kv, rope_base=rope_base)",
+           "layer = DecoderAttention(config.hidden_size, H, H_kv)"),),
+         lose=("llama",), says="rope_base"),
+    # ------------------------------------------------------------------ correct variants
+    Case("ok_gpt2_sdpa", "GPT2StyleAttention with F.scaled_dot_product_attention and a boolean mask (SDPA is allowed)",
+         (("GPT2StyleAttention", GPT2_MASKED,
+           "        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)"),)),
+    Case("ok_split_by_columns", "split_c_attn splits the Conv1D weight's columns, then transposes each piece",
+         (("split_c_attn", "W_q, W_k, W_v = weight.T.chunk(3, dim=0)",
+           "W_q, W_k, W_v = (w.T for w in weight.split(weight.shape[0], dim=1))"),)),
+    Case("ok_rope_index", "the permutation written as an index of rows (evens then odds in each head)",
+         (("interleaved_to_half_split", None,
+           "def interleaved_to_half_split(weight, num_heads):\n"
+           "    out_features, d_in = weight.shape\n"
+           "    head_dim = out_features // num_heads\n"
+           "    order = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])\n"
+           "    return weight.view(num_heads, head_dim, d_in)[:, order].reshape(out_features, d_in)\n"),
+          ("half_split_to_interleaved", None,
+           "def half_split_to_interleaved(weight, num_heads):\n"
+           "    out_features, d_in = weight.shape\n"
+           "    head_dim = out_features // num_heads\n"
+           "    order = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])\n"
+           "    back = torch.argsort(order)\n"
+           "    return weight.view(num_heads, head_dim, d_in)[:, back].reshape(out_features, d_in)\n"))),
+    Case("ok_bert_sdpa", "BertStyleSelfAttention hands the additive mask to F.scaled_dot_product_attention",
+         (("BertStyleSelfAttention", "        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # [B, H, S, S]\n"
+           "        if attention_mask is not None:\n"
+           "            scores = scores + extended_attention_mask(attention_mask, scores.dtype)  # + [B, 1, 1, S]: finite\n"
+           "        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S, head_dim]",
+           "        additive = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)\n"
+           "        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive)"),)),
+)
+
+
+def write() -> list[Path]:
+    return build.write(CASES, REFERENCE, OUT, GENERATOR)
+
+
+def sources() -> dict[str, str]:
+    return build.sources(CASES, REFERENCE, GENERATOR)
+
+
+def main(argv: list[str]) -> None:
+    paths = write()
+    print(f"wrote {len(paths)} cases to {OUT.relative_to(ROOT)}")
+    if "--table" in argv:
+        sys.path.insert(0, str(ROOT))
+        from autograder.grading.grade import Grader
+        from autograder.foundation.spec import REAL_MODELS
+
+        with Grader() as grader:
+            results = {path.stem: grader.grade(path, assignment=REAL_MODELS) for path in paths}
+            results["reference"] = grader.grade(REFERENCE, assignment=REAL_MODELS)
+        print(build.table(results, REAL_MODELS.parts, CASES))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
