@@ -25,7 +25,7 @@ from visible_checks_real_models_llama import llama_checks  # notebook 03's check
 __all__ = [
     "check_split_c_attn", "check_gpt2_attention",
     "check_extended_attention_mask", "check_bert_self_attention",
-    "check_rope_permutation", "check_from_hf_llama",
+    "check_interleaved_to_half_split", "check_rope_permutation", "check_from_hf_llama",
     "show_source", "show_lines", "library_mask",
     "graded_part", "uses_your_code", "use_language",
 ]
@@ -299,7 +299,8 @@ def check_bert_self_attention(BertStyleSelfAttention) -> None:
 # 03 llama (its checks live in visible_checks_real_models_llama.py, built on this harness)
 # --------------------------------------------------------------------------- #
 
-check_rope_permutation, check_from_hf_llama = llama_checks(harness, close, ok, library_mask)
+check_interleaved_to_half_split, check_rope_permutation, check_from_hf_llama = llama_checks(
+    harness, close, ok, library_mask)
 
 
 # --------------------------------------------------------------------------- #
@@ -311,7 +312,8 @@ PART_CHECKS = {
     "gpt2": ("check_split_c_attn(split_c_attn)", "check_gpt2_attention(GPT2StyleAttention)"),
     "bert": ("check_extended_attention_mask(extended_attention_mask)",
              "check_bert_self_attention(BertStyleSelfAttention)"),
-    "rope_permutation": ("check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved)",),
+    "rope_permutation": ("check_interleaved_to_half_split(interleaved_to_half_split)",
+                         "check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved)"),
     "llama": ("check_from_hf_llama(from_hf_llama)",),
 }
 

@@ -1,20 +1,20 @@
 """Notebook 03 of `real_models`: Llama's attention, its half-split RoPE and the row permutation of W_q and W_k."""
-from course.cells import Cell, check, demo, graded_cell, md, recipe, setup, solution, solution_source
+from course.cells import REPO, Cell, check, demo, graded_cell, md, recipe, setup, solution, solution_source
 from course.content.generation import decoder
 from course.content.written import written_cells
 
 NAME = "03_llama"
 
 # generation's pieces that from_hf_llama's layer needs (stubs in the release: paste your own from `generation`)
-PIECES = ("apply_rope", "decode_causal_mask", "repeat_kv", "KVCache", "DecoderAttention")
+PIECES = ("apply_rope", "decode_causal_mask", "repeat_kv", "DecoderAttention")
+# the layer's pieces as this assignment's reference writes them (generation's reference holds them too)
+REFERENCE = REPO / "solutions" / "real_models.py"
 _PASTE = ("paste your own from the `generation` assignment (its 04_decoder notebook holds all of them).",
           "把你在 `generation` 作业里写好的版本粘贴过来（它的 04_decoder notebook 里全都有）。")
 
 HINTS = {
-    **{name: _PASTE for name in ("apply_rope", "decode_causal_mask", "repeat_kv", "KVCache.__init__",
-                                 "DecoderAttention.__init__", "DecoderAttention.forward")},
-    "KVCache.append": ("as in generation.", "与 generation 中相同。"),
-    "KVCache.__len__": ("as in generation.", "与 generation 中相同。"),
+    **{name: _PASTE for name in ("apply_rope", "decode_causal_mask", "repeat_kv", "DecoderAttention.__init__",
+                                 "DecoderAttention.forward")},
     "interleaved_to_half_split": (
         "each head is a block of head_dim rows; inside it, row 2i + j (pair i, member j) moves to row\n"
         "j * head_dim / 2 + i. A view that names (pair, member) and a transpose of the two do it.",
@@ -79,7 +79,7 @@ def layer_cell() -> Cell:
             "schema_version": 3}
 
     def source(lang):
-        return "\n\n\n".join(solution_source(name, HINTS, lang) for name in (*PIECES, "from_hf_llama"))
+        return "\n\n\n".join(solution_source(name, HINTS, lang, REFERENCE) for name in (*PIECES, "from_hf_llama"))
 
     return Cell("code", source("en"), role="solution", nbgrader=meta, zh=source("zh"))
 
@@ -181,14 +181,16 @@ def cells():
         `W_q` 按它的 `num_heads` 个头处理，`W_k` 按它的 `num_key_value_heads` 个头处理。`W_v` 和 `W_o` 不动：值从来不旋转。不同头的行永远不会混在一起。
         """),
         md(r"""
-        Now the permutation, both ways, for a projection `[num_heads * head_dim, d_in]`: the check feeds rows
-        numbered 0 to 15 (two heads of 8), runs the round trip, and compares the scores $q \cdot k$ after RoPE on
-        Meta's weights with neighbour pairs against those on your converted weights with the library's pairs.
+        Now the permutation, both ways, for a projection `[num_heads * head_dim, d_in]`. The first check feeds rows
+        numbered 0 to 15 (two heads of 8) and reads their new order; the second runs the round trip and compares the
+        scores $q \cdot k$ after RoPE on Meta's weights with neighbour pairs against those on your converted weights
+        with the library's pairs.
         """, r"""
-        现在来写双向的置换，作用于投影 `[num_heads * head_dim, d_in]`：检查会输入编号为 0 到 15 的行（两个头，各 8 行），跑一遍往返，再比较两种分数 $q \cdot k$：Meta 的权重配相邻配对的 RoPE，以及你转换后的权重配库的配对。
+        现在来写双向的置换，作用于投影 `[num_heads * head_dim, d_in]`。第一个检查输入编号为 0 到 15 的行（两个头，各 8 行），读出它们的新顺序；第二个检查跑一遍往返，再比较两种分数 $q \cdot k$：Meta 的权重配相邻配对的 RoPE，以及你转换后的权重配库的配对。
         """),
         recipe("interleaved_to_half_split", RECIPES),
         solution("interleaved_to_half_split", HINTS),
+        check("check_interleaved_to_half_split(interleaved_to_half_split)", "check_interleaved_to_half_split"),
         solution("half_split_to_interleaved", HINTS),
         check("check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved)", "check_rope_permutation"),
         graded_cell("rope_permutation"),
@@ -251,9 +253,11 @@ def cells():
         layer rerun on the whole sequence at every step.
 
         The solution cell starts with the pieces your layer is made of in `generation` (`apply_rope` on neighbour
-        pairs, `decode_causal_mask`, `repeat_kv`, `KVCache`, `DecoderAttention`): paste yours over the stubs, or
-        write them again; `from_hf_llama` comes last. These pieces were graded in `generation`; here they count only
-        through what `from_hf_llama`'s layer computes.
+        pairs, `decode_causal_mask`, `repeat_kv`, `DecoderAttention`): paste yours over the stubs, or write them
+        again; `from_hf_llama` comes last. The cache is not among them: the checks and the grader hand your layer a
+        cache of their own (`append` and `len`, as your `KVCache`), and pass `positions`, `cache` and `key_mask` by
+        name, so the order of `forward`'s arguments in your `generation` version does not matter. These pieces were
+        graded in `generation`; here they count only through what `from_hf_llama`'s layer computes.
         """, r"""
         ## 4. 从库的层加载你的层
 
@@ -261,7 +265,7 @@ def cells():
 
         检查会在*带间隔*的位置上（RoPE 只依赖 $m - n$：一个忽略了传入位置的层，能通过任何位置整体平移的测试）和左侧填充的情况下比较你的层与 `LlamaAttention`，然后用 KV 缓存贪心解码几个 token，与每一步都在整个序列上重新运行的库层对比。
 
-        solution 单元格开头是 `generation` 里组成你这一层的各个部件（相邻配对的 `apply_rope`、`decode_causal_mask`、`repeat_kv`、`KVCache`、`DecoderAttention`）：把你自己的版本粘贴到这些桩代码上，或者重新写一遍；`from_hf_llama` 在最后。这些部件已经在 `generation` 里评过分；在这里，它们只通过 `from_hf_llama` 返回的层算出的结果来体现。
+        solution 单元格开头是 `generation` 里组成你这一层的各个部件（相邻配对的 `apply_rope`、`decode_causal_mask`、`repeat_kv`、`DecoderAttention`）：把你自己的版本粘贴到这些桩代码上，或者重新写一遍；`from_hf_llama` 在最后。缓存不在其中：检查和自动评分器会给你的层一个它们自己的缓存（有 `append` 和 `len`，和你的 `KVCache` 一样），并且按参数名传入 `positions`、`cache` 和 `key_mask`，所以你在 `generation` 里写的 `forward` 参数顺序不影响结果。这些部件已经在 `generation` 里评过分；在这里，它们只通过 `from_hf_llama` 返回的层算出的结果来体现。
         """),
         recipe("from_hf_llama", RECIPES),
         layer_cell(),

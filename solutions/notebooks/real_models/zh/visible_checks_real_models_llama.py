@@ -80,11 +80,12 @@ def llama_reference(attn, rotary, x, positions, key_mask, library_mask):
 
 
 def llama_checks(harness, close, ok, library_mask):
-    """The two checks of notebook 03 on the assignment's harness: (check_rope_permutation, check_from_hf_llama)."""
+    """The checks of notebook 03 on the assignment's harness: (check_interleaved_to_half_split, check_rope_permutation,
+    check_from_hf_llama)."""
     _ = harness.gettext
 
-    @harness.check("rope_permutation")
-    def check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved) -> None:
+    @harness.check("interleaved_to_half_split")
+    def check_interleaved_to_half_split(interleaved_to_half_split) -> None:
         H, head_dim, d_in = 2, 8, 3
         rows = torch.arange(H * head_dim, dtype=torch.float32)[:, None].repeat(1, d_in)  # row r is filled with r
         out = harness.expect_shape(interleaved_to_half_split(rows, H), [H * head_dim, d_in],
@@ -100,6 +101,11 @@ def llama_checks(harness, close, ok, library_mask):
                                    "reordered on its own (view it as [num_heads, head_dim / 2, 2, d_in])"))
         assert got == want, _("interleaved_to_half_split put the rows of [16, 3] (2 heads) in the order {got}, "
                               "expected {want}").format(got=got, want=want)
+        ok(_("interleaved_to_half_split: the rows of each head of [16, 3] (2 heads) in the order 0, 2, 4, 6, 1, 3, 5, "
+              "7: Meta's neighbours 2i, 2i + 1 become the library's partners i, i + head_dim / 2"))
+
+    @harness.check("rope_permutation")
+    def check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved) -> None:
         torch.manual_seed(6)
         weight = torch.randn(3 * 8, 5)  # 3 heads of head_dim 8
         round_trip = half_split_to_interleaved(interleaved_to_half_split(weight, 3), 3)
@@ -124,8 +130,8 @@ def llama_checks(harness, close, ok, library_mask):
             "with 4 query heads and 2 key/value heads, the scores q.k with the library's RoPE on converted weights "
             "differ from Meta's by {gap:.2g} (relative): convert W_q with num_heads=4 and W_k with num_heads=2"
         ).format(gap=gap)
-        ok(_("rope_permutation: the rows of each head reordered (0, 2, 4, 6, 1, 3, 5, 7), the inverse undoes it, and "
-              "q.k after RoPE is the same both ways (relative difference {gap:.0e})").format(gap=gap))
+        ok(_("rope_permutation: each conversion undoes the other, and q.k after RoPE is the same both ways with 4 "
+              "query heads and 2 key/value heads (relative difference {gap:.0e})").format(gap=gap))
 
     @harness.check("from_hf_llama")
     def check_from_hf_llama(from_hf_llama) -> None:
@@ -186,4 +192,4 @@ def llama_checks(harness, close, ok, library_mask):
                 mine = layer(embed[want][:, None], positions=where, cache=cache, key_mask=mask)
         return new_tokens
 
-    return check_rope_permutation, check_from_hf_llama
+    return check_interleaved_to_half_split, check_rope_permutation, check_from_hf_llama
