@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import unicodedata
 
 import torch
 import torch.nn as nn
@@ -57,9 +58,25 @@ def _source(obj) -> tuple[list[str], int]:
         return inspect.getsourcelines(wrapped)
 
 
+def _library_version() -> str:
+    try:
+        import transformers
+    except ImportError:  # pragma: no cover - the notebooks need it
+        return "?"
+    return transformers.__version__
+
+
+def _width(text: str) -> int:
+    """The columns `text` takes on screen: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
 def show_source(obj) -> None:
     """The installed library's source of a class or function, with the line numbers of its file."""
     lines, first = _source(obj)
+    name = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    print(_("{name} as installed (transformers {version}), with the line numbers of its file:").format(
+        name=name, version=_library_version()))
     for number, line in enumerate(lines, start=first):
         print(f"{number:>5}  {line.rstrip()}")
 
@@ -78,7 +95,8 @@ def show_lines(objs, wanted: dict) -> None:
         pieces = (pieces,) if isinstance(pieces, str) else pieces
         found = next((f"{name}:{first + n:<5} {line.strip()}" for piece in pieces for name, lines, first in sources
                       for n, line in enumerate(lines) if piece in line), None)
-        print(f"{label:<30} {found}" if found else f"{label:<30} " + _("(not in this version of the library)"))
+        pad = " " * max(1, 31 - _width(label))  # the lines' second column lines up in Chinese too
+        print(label + pad + (found or _("(not in this version of the library)")))
 
 
 def library_mask(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -110,6 +110,7 @@ def cells():
                             intermediate_size=2 * d_model, vocab_size=50, attention_probs_dropout_prob=0.0,
                             attn_implementation="eager")
         print("transformers", transformers.__version__)
+        print("BERT's attention block, built from the configuration:")
         print(BertAttention(config))
         """),
         demo("""
@@ -268,6 +269,7 @@ def cells():
 
 # The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
 DEMO_ZH = {
+    '"BERT\'s attention block, built from the configuration:"': '"由配置构造出的 BERT 注意力块："',
     '"q, split into heads"': '"q，拆成多头"',
     "# 4.x computes them in the layer": "# 4.x 在层里直接计算分数",
     '"the scale"': '"缩放"',

@@ -160,6 +160,7 @@ def cells():
                             bos_token_id=0, eos_token_id=0, attn_implementation="eager")
         attn = GPT2Attention(config, layer_idx=0).eval()
         print("transformers", transformers.__version__)
+        print("the library's layer, built from the configuration:")
         print(attn)
         for name, parameter in attn.named_parameters():
             print(f"{name:<14} {list(parameter.shape)}")
@@ -420,6 +421,7 @@ def cells():
 
 # The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
 DEMO_ZH = {
+    '"the library\'s layer, built from the configuration:"': '"由配置构造出的库的层："',
     "# the q block, [d_model, d_model]: square, so the wrong layout still runs":
         "# q 块，[d_model, d_model]：是方阵，所以布局错了也照样能运行",
     '"Conv1D weight:"': '"Conv1D 的权重："',

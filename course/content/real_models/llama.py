@@ -303,10 +303,10 @@ def cells():
             converted = library_scores(interleaved_to_half_split(W_q, H), interleaved_to_half_split(W_k, H_kv))
             backwards = library_scores(half_split_to_interleaved(W_q, H), half_split_to_interleaved(W_k, H_kv))
             unconverted = library_scores(W_q, W_k)
-            print(f"largest |score|:                       {meta.abs().max().item():.3f}")
-            print(f"converted W_q, W_k:      off by up to {(converted - meta).abs().max().item():.1e}")
-            print(f"converted the wrong way: off by up to {(backwards - meta).abs().max().item():.3f}")
-            print(f"not converted:           off by up to {(unconverted - meta).abs().max().item():.3f}")
+            print(f"largest |score| {meta.abs().max().item():.3f}")
+            print(f"converted W_q, W_k -> off by up to {(converted - meta).abs().max().item():.1e}")
+            print(f"converted the wrong way -> off by up to {(backwards - meta).abs().max().item():.3f}")
+            print(f"not converted -> off by up to {(unconverted - meta).abs().max().item():.3f}")
             weights = torch.softmax(meta / math.sqrt(head_dim), dim=-1)  # [B, H, S, S]
 
 
@@ -337,9 +337,9 @@ def cells():
             plain = from_hf_llama(attn, rope_base).eval()
             plain.W_q.weight.copy_(attn.q_proj.weight)  # the library's rows as they are: wrong pairs
             plain.W_k.weight.copy_(attn.k_proj.weight)
-            print(f"from_hf_llama:            off by up to {(layer(x, positions=positions) - want).abs().max().item():.1e}")
-            print(f"q_proj, k_proj copied:    off by up to {(plain(x, positions=positions) - want).abs().max().item():.3f}")
-            print(f"largest |output|:                     {want.abs().max().item():.3f}")
+            print(f"from_hf_llama -> off by up to {(layer(x, positions=positions) - want).abs().max().item():.1e}")
+            print(f"q_proj, k_proj copied -> off by up to {(plain(x, positions=positions) - want).abs().max().item():.3f}")
+            print(f"largest |output| {want.abs().max().item():.3f}")
         """),
         *written_cells("written_permute_values"),
         graded_cell("llama"),
@@ -378,10 +378,10 @@ DEMO_ZH = {
     "# weights of a trained model's size: scores of a few units": "# 与训练好的模型量级相当的权重：分数只有几个单位",
     "# half-split pairs, as LlamaAttention rotates them": "# 前后半配对，和 LlamaAttention 的旋转方式一样",
     "# neighbour pairs, Meta's weights": "# 相邻配对，Meta 的权重",
-    'f"largest |score|:                       {': 'f"最大 |分数|：                  {',
-    'f"converted W_q, W_k:      off by up to {': 'f"转换后的 W_q、W_k：  最多相差 {',
-    'f"converted the wrong way: off by up to {': 'f"反向转换：          最多相差 {',
-    'f"not converted:           off by up to {': 'f"不转换：            最多相差 {',
+    'f"largest |score| {': 'f"最大 |分数| {',
+    'f"converted W_q, W_k -> off by up to {': 'f"转换后的 W_q、W_k -> 最多相差 {',
+    'f"converted the wrong way -> off by up to {': 'f"反向转换 -> 最多相差 {',
+    'f"not converted -> off by up to {': 'f"不转换 -> 最多相差 {',
     "# the weighted values, heads merged, W_o: [B, S, d_model]": "# 加权后的值，合并各头，再乘 W_o：[B, S, d_model]",
     'f"W_v permuted as well: the output moves by up to {': 'f"把 W_v 也置换：输出最多变化 {',
     '"split into heads (q)"': '"拆成多头（q）"',
@@ -396,7 +396,7 @@ DEMO_ZH = {
     "# [B, S], with gaps": "# [B, S]，带间隔",
     "# [1, 1, S, S], additive": "# [1, 1, S, S]，加性",
     "# the library's rows as they are: wrong pairs": "# 原样使用库的行：配对错了",
-    'f"from_hf_llama:            off by up to {': 'f"from_hf_llama：        最多相差 {',
-    'f"q_proj, k_proj copied:    off by up to {': 'f"直接复制 q_proj、k_proj：最多相差 {',
-    'f"largest |output|:                     {': 'f"最大 |输出|：                   {',
+    'f"from_hf_llama -> off by up to {': 'f"from_hf_llama -> 最多相差 {',
+    'f"q_proj, k_proj copied -> off by up to {': 'f"直接复制 q_proj、k_proj -> 最多相差 {',
+    'f"largest |output| {': 'f"最大 |输出| {',
 }
