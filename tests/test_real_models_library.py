@@ -7,14 +7,27 @@ put first on PYTHONPATH. No sandbox here: the layers run in this process.
 from __future__ import annotations
 
 import copy
+import importlib
 
+import pytest
 import torch
 
-from autograder.checks.real_models import common, library
 from solutions import real_models as ref
 
 
-def test_the_gpt2_re_computation_equals_the_library():
+@pytest.fixture(scope="module")
+def library():
+    """The checks' trusted side, imported here, not at collection: importing it imports the library (seconds), which
+    every pytest-xdist worker would otherwise pay while it collects."""
+    return importlib.import_module("autograder.checks.real_models.library")
+
+
+@pytest.fixture(scope="module")
+def common(library):
+    return importlib.import_module("autograder.checks.real_models.common")
+
+
+def test_the_gpt2_re_computation_equals_the_library(library, common):
     g = torch.Generator().manual_seed(1)
     attn = library.gpt2_attention(16, 2, g)
     x, key_mask = torch.randn(3, 5, 16, generator=g), common.left_padded((5, 2, 3), 5)
@@ -22,7 +35,7 @@ def test_the_gpt2_re_computation_equals_the_library():
     assert torch.allclose(got[key_mask], library.gpt2_reference(attn, x, key_mask)[key_mask], atol=1e-5)
 
 
-def test_the_bert_re_computation_equals_the_library_even_on_a_sample_of_padding_only():
+def test_the_bert_re_computation_equals_the_library_even_on_a_sample_of_padding_only(library, common):
     g = torch.Generator().manual_seed(2)
     attn = library.bert_self_attention(16, 4, g)
     x, mask = torch.randn(3, 4, 16, generator=g), torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
@@ -31,7 +44,7 @@ def test_the_bert_re_computation_equals_the_library_even_on_a_sample_of_padding_
     assert torch.allclose(common.bert_variant(library.bert_state(attn), x, mask, 4), expected, atol=1e-5)
 
 
-def test_the_llama_re_computation_equals_the_library_at_positions_with_gaps():
+def test_the_llama_re_computation_equals_the_library_at_positions_with_gaps(library, common):
     g = torch.Generator().manual_seed(3)
     attn = library.llama_attention(32, 4, 2, 500.0, g)
     key_mask = common.left_padded((6, 3), 6)
@@ -41,7 +54,7 @@ def test_the_llama_re_computation_equals_the_library_at_positions_with_gaps():
     assert torch.allclose(got[key_mask], expected[key_mask], atol=1e-5)
 
 
-def test_the_half_split_rotation_is_the_librarys():
+def test_the_half_split_rotation_is_the_librarys(common):
     from transformers.models.llama.modeling_llama import rotate_half
 
     x, positions = torch.randn(2, 5, 8, dtype=torch.float64), torch.tensor([0, 1, 7, 100, 2000])
@@ -50,7 +63,7 @@ def test_the_half_split_rotation_is_the_librarys():
     assert torch.allclose(common.half_split_rope(x, positions, 500.0), x * emb.cos() + rotate_half(x) * emb.sin())
 
 
-def test_the_reference_layer_in_the_adapter_generates_the_librarys_greedy_tokens():
+def test_the_reference_layer_in_the_adapter_generates_the_librarys_greedy_tokens(library, common):
     """a Llama whose attention modules are the reference's DecoderAttention (from_hf_llama) behind StudentAttention,
     fed one token at a time with a cache per layer, chooses the tokens the library's generate chooses"""
     g = torch.Generator().manual_seed(4)

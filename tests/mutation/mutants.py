@@ -179,13 +179,14 @@ def _changed_lines(old: str, new: str) -> tuple[str, str] | None:
     return " / ".join(removed), " / ".join(added)
 
 
-def mutants(path: Path) -> list[Mutant]:
-    """Every mutant of the reference at `path` that differs from it as code, in source order, keys unique."""
+def mutants(path: Path, scopes: frozenset[str] | None = None) -> list[Mutant]:
+    """Every mutant of the reference at `path` that differs from it as code, in source order, keys unique; with
+    `scopes`, of those top-level definitions only."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     original = ast.unparse(tree)
     out: dict[str, Mutant] = {}
     for i, top in enumerate(tree.body):
-        if not isinstance(top, ast.FunctionDef | ast.ClassDef):
+        if not isinstance(top, ast.FunctionDef | ast.ClassDef) or (scopes is not None and top.name not in scopes):
             continue
         skip = _skipped(top)
         for op, new_top in _variants(top, None, skip):

@@ -33,7 +33,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 REFERENCES = {"attention": ("self_attention", ROOT / "solutions" / "attention.py"),
               "generation": ("generation", ROOT / "solutions" / "generation.py"),
-              "efficient": ("efficient", ROOT / "solutions" / "efficient.py")}
+              "efficient": ("efficient", ROOT / "solutions" / "efficient.py"),
+              "real_models": ("real_models", ROOT / "solutions" / "real_models.py")}
 EQUIVALENT = HERE / "equivalent.toml"
 
 
@@ -57,7 +58,11 @@ def equivalents(path: Path = EQUIVALENT) -> dict[str, str]:
 
 
 def all_mutants(only: str | None = None) -> list[Mutant]:
-    return [m for name, (_, path) in REFERENCES.items() if only in (None, name) for m in mutants(path)]
+    """Every mutant of the references' graded definitions. A definition no part grades is a piece pasted from
+    another assignment (real_models' copy of generation's DecoderAttention and its helpers): its mutants are
+    that assignment's, tested there."""
+    return [m for name, (assignment, path) in REFERENCES.items() if only in (None, name)
+            for m in mutants(path, frozenset(spec.assignment(assignment).api_names))]
 
 
 def parts_of(mutant: Mutant) -> tuple[str, ...]:
