@@ -357,6 +357,16 @@ def cells():
         solution("GPT2StyleAttention", HINTS),
         check("check_gpt2_attention(GPT2StyleAttention)", "check_gpt2_attention"),
         md(r"""
+        Your `forward` as you wrote it, to read beside the library's lines of section 4: the same steps, one
+        `nn.Linear` where the library has a third of `c_attn`, your mask where it adds `attention_mask`.
+        """, r"""
+        你写的 `forward`，和第 4 节里库的那些代码行对照着读：步骤相同，库用 `c_attn` 的三分之一的地方，你用一个 `nn.Linear`；库加上 `attention_mask` 的地方，你用自己的掩码。
+        """),
+        demo("""
+        print("your GPT2StyleAttention.forward:")
+        print(inspect.getsource(GPT2StyleAttention.forward))
+        """),
+        md(r"""
         ## 7. Your layer inside the whole model
 
         The last cell replaces the attention of *both* blocks of a tiny `GPT2LMHeadModel` by your layer (a
@@ -421,6 +431,7 @@ def cells():
 
 # The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
 DEMO_ZH = {
+    '"your GPT2StyleAttention.forward:"': '"你的 GPT2StyleAttention.forward："',
     '"the library\'s layer, built from the configuration:"': '"由配置构造出的库的层："',
     "# the q block, [d_model, d_model]: square, so the wrong layout still runs":
         "# q 块，[d_model, d_model]：是方阵，所以布局错了也照样能运行",

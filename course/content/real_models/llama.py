@@ -271,6 +271,19 @@ def cells():
         layer_cell(),
         check("check_from_hf_llama(from_hf_llama)", "check_from_hf_llama"),
         md(r"""
+        Your layer's `forward`, to read beside the library's `LlamaAttention.forward` of section 3: the rotation
+        where it calls `apply_rotary_pos_emb`, your cache where it calls `update`, your `repeat_kv` where its
+        `eager_attention_forward` calls its own.
+        """, r"""
+        你的层的 `forward`，和第 3 节里库的 `LlamaAttention.forward` 对照着读：库调用 `apply_rotary_pos_emb` 的地方是你的旋转，库调用 `update` 的地方是你的缓存，库的 `eager_attention_forward` 调用它自己的 `repeat_kv` 的地方是你的 `repeat_kv`。
+        """),
+        demo("""
+        import inspect
+
+        print("your DecoderAttention.forward:")
+        print(inspect.getsource(DecoderAttention.forward))
+        """),
+        md(r"""
         With your functions, the cell takes Meta-layout weights of one layer (4 query heads, 2 key/value heads)
         and computes the scores after RoPE at positions with gaps: Meta's way (your `apply_rope`), and the
         library's way (its `apply_rotary_pos_emb`) on weights converted correctly, the wrong way, or not at all.
@@ -370,6 +383,7 @@ def cells():
 
 # The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
 DEMO_ZH = {
+    '"your DecoderAttention.forward:"': '"你的 DecoderAttention.forward："',
     '"angles m * theta_i"': '"角度 m * theta_i"',
     '"angles -> head_dim"': '"角度 -> head_dim"',
     '"  cos at position 1:"': '"  位置 1 的 cos："',
