@@ -161,7 +161,8 @@ def check_split_c_attn(split_c_attn) -> None:
         if torch.equal(W, weight[:, i * d:(i + 1) * d]):
             raise AssertionError(_("{name} is a slice of the Conv1D weight as it is stored ([in, out]); nn.Linear "
                                    "keeps [out, in]: transpose it").format(name=name))
-        assert close(x @ W.T + b, want, 1e-6), _(
+        exact = torch.equal(W, weight[:, i * d:(i + 1) * d].T) and torch.equal(b, bias[i * d:(i + 1) * d])
+        assert exact and close(x @ W.T + b, want, 1e-6), _(
             "{name}: nn.Linear with your weight and bias (x @ {name}.T + b) differs from columns {lo}:{hi} of "
             "c_attn (x @ weight[:, {lo}:{hi}] + bias[{lo}:{hi}]): the columns of c_attn are q, then k, then v"
         ).format(name=name, lo=i * d, hi=(i + 1) * d)
