@@ -138,14 +138,14 @@ def cells():
         md(r"""
         ## 1. A real model, built from a configuration
 
-        `from_pretrained("gpt2")` would download 500 MB. We do not need trained weights to compare two
+        `from_pretrained("gpt2")` would download the trained weights. We do not need them to compare two
         implementations: the same *code* with random weights is enough. A configuration object holds the
         sizes; the model class builds every layer from it. `attn_implementation="eager"` asks for the plain
         PyTorch attention (the library can also send it to fused kernels), which is what you will compare with.
         """, r"""
         ## 1. 由配置构造的真实模型
 
-        `from_pretrained("gpt2")` 会下载 500 MB。比较两份实现并不需要训练好的权重：同样的*代码*配上随机权重就够了。配置对象保存各种尺寸，模型类据此构造出每一层。`attn_implementation="eager"` 要求使用朴素的 PyTorch 注意力实现（库也可以把它交给融合算子），你要对照的正是这一种。
+        `from_pretrained("gpt2")` 会下载训练好的权重。比较两份实现并不需要它们：同样的*代码*配上随机权重就够了。配置对象保存各种尺寸，模型类据此构造出每一层。`attn_implementation="eager"` 要求使用朴素的 PyTorch 注意力实现（库也可以把它交给融合算子），你要对照的正是这一种。
         """),
         demo("""
         import inspect
@@ -172,7 +172,7 @@ def cells():
 
         ## 2. Conv1D: a linear layer stored the other way round
 
-        GPT-2's original code (OpenAI, TensorFlow) wrote its linear layers as "1-D convolutions" of width 1,
+        GPT-2's original code (OpenAI's, in TensorFlow) wrote its linear layers as "1-D convolutions" of width 1,
         whose kernels are stored `[in, out]`. The library kept that layout so that the original checkpoints load
         unchanged. The layer computes $y = x W + b$ with $W$ of shape `[in, out]`; `nn.Linear` computes
         $y = x W^\top + b$ with $W$ of shape `[out, in]`. Same maths, transposed storage. Here is the class:
