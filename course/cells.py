@@ -141,9 +141,10 @@ def graded(part_id: str, points: float) -> Cell:
 # --------------------------------------------------------------------------- #
 
 
-def _reference_node(name: str) -> tuple[list[str], ast.FunctionDef | ast.ClassDef]:
-    """The lines of the reference that defines `name` at its top level, and that definition."""
-    for path in REFERENCES:
+def _reference_node(name: str, reference: Path | None = None) -> tuple[list[str], ast.FunctionDef | ast.ClassDef]:
+    """The lines of the reference that defines `name` at its top level, and that definition (`reference`, when
+    given, is read first: an assignment whose reference repeats another's pieces, as real_models repeats generation's)."""
+    for path in ([reference] if reference else []) + [p for p in REFERENCES if p != reference]:
         text = path.read_text()
         for node in ast.parse(text).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
@@ -203,10 +204,12 @@ def _function_lines(lines: list[str], fn: ast.FunctionDef, hint: str | None, lan
     return out
 
 
-def solution_source(name: str, hints: dict[str, str | Hint] | None = None, lang: str = "en") -> str:
-    """Source of a solution cell for the top-level function or class `name` (its hints in `lang`)."""
+def solution_source(name: str, hints: dict[str, str | Hint] | None = None, lang: str = "en",
+                    reference: Path | None = None) -> str:
+    """Source of a solution cell for the top-level function or class `name` (its hints in `lang`; `reference`: the
+    reference file read first, see _reference_node)."""
     hints = {key: hint_text(value, lang) for key, value in (hints or {}).items()}
-    lines, node = _reference_node(name)
+    lines, node = _reference_node(name, reference)
     if isinstance(node, ast.FunctionDef):
         return "\n".join(_function_lines(lines, node, hints.get(name), lang))
     # a class: keep everything outside the methods, hide each method body

@@ -12,6 +12,7 @@ ASSIGNMENT_QUESTIONS = {
     "self_attention": ("written_scale_prediction", "written_scale_sqrt", "written_padding_keys"),
     "generation": ("written_decode_alignment", "written_rotated_keys", "written_left_padding"),
     "efficient": ("written_online_rescale", "written_memory_prediction", "written_recompute"),
+    "real_models": ("written_conv1d_axis", "written_double_mask", "written_permute_values"),
 }
 
 QUESTIONS = {q.grade_id: q for q in (
@@ -286,6 +287,98 @@ QUESTIONS = {q.grade_id: q for q in (
               "只讲了内存（2 分），没有讲 `lse` 的作用或重算的代价；只讲了 `lse` 和代价、没讲内存，也是 2 分。"),
         none=("no answer, or a reason that is not about memory (for example: recomputing is more accurate).",
               "没有作答，或理由与内存无关（例如“重算更精确”）。"),
+    ),
+    # ------------------------------------------------------------------ real_models
+    Written(
+        "written_conv1d_axis", 4,
+        question=(
+            """A classmate writes `W_q, W_k, W_v = attn.c_attn.weight.chunk(3, dim=0)` and then copies each piece into
+            an `nn.Linear(d_model, d_model)` without a transpose. Using the shapes the cell printed above
+            (`d_model = 16`), say what each of their two mistakes does: which axis of the Conv1D weight holds the
+            inputs and which the outputs, what `chunk(3, dim=0)` cuts, and why the missing transpose alone would raise
+            no error. Three sentences.""",
+            """一位同学写了 `W_q, W_k, W_v = attn.c_attn.weight.chunk(3, dim=0)`，然后把每一块不经转置地复制进一个
+            `nn.Linear(d_model, d_model)`。结合上面单元格打印的形状（`d_model = 16`），说明他的两个错误各自造成了什么：
+            Conv1D 权重的哪一维是输入、哪一维是输出，`chunk(3, dim=0)` 切开的是什么，以及为什么单单漏掉转置不会报错。
+            写三句话。"""),
+        answer=(
+            """Conv1D stores `[in, out]` = `[16, 48]`: rows are the 16 input features, columns the 48 outputs (q, k, v
+            side by side), so `chunk(3, dim=0)` cuts the *inputs* into pieces of shapes `[6, 48]`, `[6, 48]`,
+            `[4, 48]`, each mixing the q, k and v outputs of a few inputs; the split belongs on the columns
+            (`dim=1`). Each correct block `[16, 16]` must then be transposed, because `nn.Linear` stores
+            `[out, in]` and computes `x @ W.T`. The blocks are square, so an untransposed copy has the right shape,
+            loads and runs without any error, and silently computes `x @ W.T` instead of `x @ W` (the cell printed
+            how far off that is).""",
+            """Conv1D 按 `[in, out]` = `[16, 48]` 存放：行是 16 个输入特征，列是 48 个输出（q、k、v 并排），所以
+            `chunk(3, dim=0)` 切开的是*输入*，得到形状为 `[6, 48]`、`[6, 48]`、`[4, 48]` 的三块，每块都混着若干输入对应的
+            q、k、v 输出；应该沿列（`dim=1`）拆分。正确拆出的每个 `[16, 16]` 块还要转置，因为 `nn.Linear` 存的是
+            `[out, in]`，计算的是 `x @ W.T`。这些块都是方阵，所以不转置的复制形状也对，加载和运行都不会报错，只是悄悄地
+            算成了 `x @ W.T` 而不是 `x @ W`（单元格打印了差多少）。"""),
+        full=("states that rows are inputs and columns outputs (q, k, v as column blocks), that `chunk(3, dim=0)` "
+              "cuts the inputs (shapes `[6, 48]`, `[6, 48]`, `[4, 48]` or an equivalent statement), and that the "
+              "blocks are square so the missing transpose still runs.",
+              "说出行是输入、列是输出（q、k、v 是列块），`chunk(3, dim=0)` 切的是输入（形状 `[6, 48]`、`[6, 48]`、"
+              "`[4, 48]` 或等价的表述），并指出各块是方阵，所以漏掉转置照样能运行。"),
+        half=("two of these three points.", "上述三点答对两点。"),
+        none=("no answer, or at most one of the three points.", "没有作答，或最多答对一点。"),
+    ),
+    Written(
+        "written_double_mask", 3,
+        question=(
+            """*Predict, then check with the cell above.* A model adds a causal mask and a padding mask to the same
+            float32 scores, each built like BERT's (`0` or `finfo.min`). What value does a score get where both masks
+            hide its key, and what do the weights of a query become whose keys are all hidden by both? How does
+            combining the two masks *before* adding them avoid it? Two or three sentences.""",
+            """*先预测，再用上面的单元格验证。* 一个模型把因果掩码和填充掩码都加到同一组 float32 分数上，两个掩码都按
+            BERT 的方式构造（`0` 或 `finfo.min`）。一个键被两个掩码同时屏蔽时，它的分数变成多少？如果一个查询的所有键
+            都被两个掩码同时屏蔽，它的权重会变成什么？先把两个掩码合并*再*相加，为什么能避免这个问题？写两三句话。"""),
+        answer=(
+            """`finfo.min + finfo.min` overflows float32 and gives `-inf`, as the cell printed. A query whose every key
+            is hidden by both masks then has a row of `-inf` only, and the softmax returns NaN for it (as with a
+            `-inf` mask), which spreads to later layers. Combining the masks as booleans first (allowed = causal AND
+            real) and adding `finfo.min` once where not allowed keeps every score finite, so such a row gets equal
+            weights instead.""",
+            """`finfo.min + finfo.min` 超出 float32 的范围，得到 `-inf`，和单元格打印的一样。于是一个所有键都被两个掩码
+            屏蔽的查询，那一行全是 `-inf`，softmax 对它返回 NaN（和 `-inf` 掩码一样），NaN 还会扩散到后面的层。先把两个
+            掩码按布尔值合并（允许 = 因果 且 真实），再在不允许的位置只加一次 `finfo.min`，每个分数都保持有限，这样的行
+            得到的是相等的权重。"""),
+        full=("`-inf` (overflow), NaN weights for the fully hidden row, and combining before adding (one `finfo.min` "
+              "per score) keeps it finite.",
+              "答出 `-inf`（溢出）、整行被屏蔽时权重为 NaN，以及先合并再相加（每个分数只加一次 `finfo.min`）能保持有限。"),
+        half=("`-inf` and NaN without the fix, or the fix without saying that the sum overflows to `-inf`.",
+              "答出 `-inf` 和 NaN 但没有给出解决办法；或给出了解决办法，却没有说出相加会溢出成 `-inf`。"),
+        none=("no answer, or a claim that the sum stays finite (for example `2 * finfo.min` as a valid number).",
+              "没有作答，或认为相加后仍是有限数（例如把 `2 * finfo.min` 当作一个合法的数）。"),
+    ),
+    Written(
+        "written_permute_values", 3,
+        question=(
+            """The conversion of Meta's checkpoints permutes the rows of `W_q` and `W_k` but leaves `W_v` and `W_o`
+            alone. Explain why the permutation of `W_q` and `W_k` changes no score $q \\cdot k$, and why permuting the
+            rows of `W_v` alone would change the layer's output (the demo above printed both). Two or three
+            sentences.""",
+            """Meta 的 checkpoint 转换时置换了 `W_q` 和 `W_k` 的行，却不动 `W_v` 和 `W_o`。解释为什么置换 `W_q` 和 `W_k`
+            不会改变任何分数 $q \\cdot k$，以及为什么只置换 `W_v` 的行会改变这一层的输出（上面的演示把两者都打印了）。
+            写两三句话。"""),
+        answer=(
+            """Permuting the rows of `W_q` and `W_k` in the same way inside each head reorders the features of every
+            query and key alike, and a dot product is a sum over features, so it does not depend on their order; the
+            permutation only makes the library's half-split RoPE turn the same pairs that Meta's neighbour RoPE turned,
+            so the scores after RoPE are unchanged. The values are not rotated and are not compared with anything:
+            their features go straight into `W_o`, whose columns expect them in the original order, so permuting `W_v`
+            alone feeds `W_o` scrambled features and the output changes (it would take the same permutation of
+            `W_o`'s columns to undo it).""",
+            """在每个头内部按同样的方式置换 `W_q` 和 `W_k` 的行，就是对每个查询和键的特征做同样的重排，而点积是对各特征
+            求和，与特征的顺序无关；置换的作用只是让库的前后半配对 RoPE 转动的正好是 Meta 相邻配对 RoPE 转动的那些对，所以
+            RoPE 之后的分数不变。值不旋转，也不和任何东西做点积：它的特征直接进入 `W_o`，而 `W_o` 的列是按原来的顺序
+            对应这些特征的，所以只置换 `W_v` 会把打乱的特征喂给 `W_o`，输出就变了（要复原，得对 `W_o` 的列做同样的置换）。"""),
+        full=("the dot product is a sum over features, unchanged by one common reordering of q and k (the pairs RoPE "
+              "turns stay matched); the values feed `W_o`, whose columns expect the original order, so permuting "
+              "`W_v` alone changes the output.",
+              "答出点积是对特征求和，q 和 k 同样重排不改变它（RoPE 转动的对仍然对应）；值进入 `W_o`，`W_o` 的列按原顺序"
+              "对应，所以只置换 `W_v` 会改变输出。"),
+        half=("one of the two explanations.", "两个解释中答对一个。"),
+        none=("no answer, or a claim that the values are rotated too.", "没有作答，或认为值也被旋转。"),
     ),
 )}
 

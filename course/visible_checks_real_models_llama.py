@@ -1,0 +1,194 @@
+"""The visible checks of notebook 03_llama (`real_models`): the row permutation of W_q and W_k, and your decoder
+layer loaded from the library's LlamaAttention.
+
+visible_checks.py (course/visible_checks_real_models.py) builds them on its harness with `llama_checks`, so that
+they speak the notebook's language; they live here to keep each file short. The permutation check computes RoPE
+both ways itself (neighbour pairs, as Meta's checkpoints and this course; half-split pairs, as the library's
+`rotate_half`), in float64. The layer check compares your layer with the library's LlamaAttention and its rotary
+embedding at positions with gaps and with left padding, then generates a few tokens greedily with a KV cache of the
+check's own (a random embedding, the attention layer, a random output matrix), against the library's layer run on
+the whole sequence at every step.
+"""
+from __future__ import annotations
+
+import torch
+
+ROPE_BASE = 500.0  # not the default 10000, so that a layer that ignores rope_base is caught
+
+
+class _Cache:
+    """The check's own KV cache: `append(k, v)` returns everything so far; `len()` counts positions."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def append(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[2]
+
+
+def _angles(positions: torch.Tensor, head_dim: int, base: float) -> torch.Tensor:
+    i = torch.arange(head_dim // 2, dtype=torch.float64)
+    return positions.double()[..., None] * base ** (-2 * i / head_dim)  # [..., S, head_dim / 2]
+
+
+def rope_neighbours(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """RoPE on the pairs (x[2i], x[2i+1]) (Meta's checkpoints, this course's apply_rope), in float64."""
+    angle = _angles(positions, x.shape[-1], base)
+    cos, sin = angle.cos(), angle.sin()
+    a, b = x[..., 0::2].double(), x[..., 1::2].double()
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+def rope_halves(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """RoPE on the pairs (x[i], x[i + head_dim/2]) (the library's rotate_half), in float64."""
+    angle = _angles(positions, x.shape[-1], base)
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # rotate_half
+    return x.double() * cos + rotated.double() * sin
+
+
+def tiny_llama(hidden_size=32, num_heads=4, num_kv_heads=2, rope_base=ROPE_BASE, seed=0):
+    """The library's LlamaAttention of a tiny config (eager, grouped-query) and its rotary embedding, random weights."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(hidden_size=hidden_size, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+                         num_hidden_layers=1, intermediate_size=2 * hidden_size, vocab_size=50,
+                         rope_theta=rope_base, attn_implementation="eager")
+    attn = LlamaAttention(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for parameter in attn.parameters():
+            parameter.normal_(0.0, 0.3)
+    return attn, LlamaRotaryEmbedding(config)
+
+
+def llama_reference(attn, rotary, x, positions, key_mask, library_mask):
+    """The library's layer on the whole sequence: its rotary embedding at `positions` [B, S], causal and padding mask."""
+    S = x.shape[1]
+    allowed = torch.ones(S, S, dtype=torch.bool).tril() & key_mask[:, None, None, :]  # [B, 1, S, S]
+    with torch.no_grad():
+        cos, sin = rotary(x, positions)
+        return attn(x, position_embeddings=(cos, sin), attention_mask=library_mask(allowed))[0]
+
+
+def llama_checks(harness, close, ok, library_mask):
+    """The checks of notebook 03 on the assignment's harness: (check_interleaved_to_half_split, check_rope_permutation,
+    check_from_hf_llama)."""
+    _ = harness.gettext
+
+    @harness.check("interleaved_to_half_split")
+    def check_interleaved_to_half_split(interleaved_to_half_split) -> None:
+        H, head_dim, d_in = 2, 8, 3
+        rows = torch.arange(H * head_dim, dtype=torch.float32)[:, None].repeat(1, d_in)  # row r is filled with r
+        out = harness.expect_shape(interleaved_to_half_split(rows, H), [H * head_dim, d_in],
+                                   "interleaved_to_half_split(weight [16, 3], num_heads=2)")
+        got = out[:, 0].long().tolist()
+        want = [h * head_dim + r for h in range(H) for r in (0, 2, 4, 6, 1, 3, 5, 7)]
+        back = [h * head_dim + r for h in range(H) for r in (0, 4, 1, 5, 2, 6, 3, 7)]
+        if got == back:
+            raise AssertionError(_("interleaved_to_half_split went the other way: the library's row j of a head (j < "
+                                   "head_dim / 2) is Meta's row 2j, and row head_dim / 2 + j is Meta's row 2j + 1"))
+        if got == list(range(0, 16, 2)) + list(range(1, 16, 2)):
+            raise AssertionError(_("the rows were reordered across the whole matrix: each head of head_dim rows is "
+                                   "reordered on its own (view it as [num_heads, head_dim / 2, 2, d_in])"))
+        assert got == want, _("interleaved_to_half_split put the rows of [16, 3] (2 heads) in the order {got}, "
+                              "expected {want}").format(got=got, want=want)
+        ok(_("interleaved_to_half_split: the rows of each head of [16, 3] (2 heads) in the order 0, 2, 4, 6, 1, 3, 5, "
+              "7: Meta's neighbours 2i, 2i + 1 become the library's partners i, i + head_dim / 2"))
+
+    @harness.check("rope_permutation")
+    def check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved) -> None:
+        torch.manual_seed(6)
+        weight = torch.randn(3 * 8, 5)  # 3 heads of head_dim 8
+        round_trip = half_split_to_interleaved(interleaved_to_half_split(weight, 3), 3)
+        assert torch.equal(round_trip, weight), _(
+            "half_split_to_interleaved(interleaved_to_half_split(w)) should give w back exactly")
+        assert torch.equal(interleaved_to_half_split(half_split_to_interleaved(weight, 3), 3), weight), _(
+            "interleaved_to_half_split(half_split_to_interleaved(w)) should give w back exactly")
+        # q.k after RoPE: Meta's weights with neighbour pairs equal the converted weights with half-split pairs
+        H, H_kv, head_dim, d_model = 4, 2, 8, 12
+        W_q, W_k = torch.randn(H * head_dim, d_model), torch.randn(H_kv * head_dim, d_model)
+        x, positions = torch.randn(5, d_model), torch.tensor([0, 3, 4, 40, 41])
+
+        def scores(W_q, W_k, rope):
+            q = (x @ W_q.T).view(5, H, head_dim).transpose(0, 1)  # [H, S, head_dim]
+            k = (x @ W_k.T).view(5, H_kv, head_dim).transpose(0, 1).repeat_interleave(H // H_kv, 0)  # [H, S, head_dim]
+            return rope(q, positions, ROPE_BASE) @ rope(k, positions, ROPE_BASE).transpose(-2, -1)  # [H, S, S]
+
+        meta = scores(W_q, W_k, rope_neighbours)
+        library = scores(interleaved_to_half_split(W_q, H), interleaved_to_half_split(W_k, H_kv), rope_halves)
+        gap = ((library - meta).abs().max() / meta.abs().max()).item()
+        assert gap < 1e-5, _(
+            "with 4 query heads and 2 key/value heads, the scores q.k with the library's RoPE on converted weights "
+            "differ from Meta's by {gap:.2g} (relative): convert W_q with num_heads=4 and W_k with num_heads=2"
+        ).format(gap=gap)
+        ok(_("rope_permutation: each conversion undoes the other, and q.k after RoPE is the same both ways with 4 "
+              "query heads and 2 key/value heads (relative difference {gap:.0e})").format(gap=gap))
+
+    @harness.check("from_hf_llama")
+    def check_from_hf_llama(from_hf_llama) -> None:
+        attn, rotary = tiny_llama()
+        layer = from_hf_llama(attn, ROPE_BASE)
+        assert hasattr(layer, "eval") and callable(layer), _("from_hf_llama should return your layer (an nn.Module)")
+        layer.eval()
+        torch.manual_seed(7)
+        x = torch.randn(2, 6, 32)
+        positions = torch.tensor([[0, 1, 2, 5, 9, 10], [0, 0, 0, 1, 4, 5]])  # gaps; sample 1 left-padded
+        key_mask = torch.tensor([[True] * 6, [False, False, True, True, True, True]])
+        want = llama_reference(attn, rotary, x, positions, key_mask, library_mask)
+        with torch.no_grad():
+            got = harness.expect_shape(layer(x, positions=positions, key_mask=key_mask), [2, 6, 32],
+                                       "layer(x [2, 6, 32], positions=[2, 6], key_mask=[2, 6])")
+        gap = (got - want)[key_mask].abs().max().item()
+        if gap > 1e-5:
+            shifted = llama_reference(attn, rotary, x, torch.arange(6).expand(2, 6), key_mask, library_mask)
+            assert not close(got[0], shifted[0], 1e-5), _(
+                "your layer gives what the library gives at positions 0..5, not at the positions it was given "
+                "(0, 1, 2, 5, 9, 10): pass `positions` on to RoPE")
+            raise AssertionError(_(
+                "your layer from from_hf_llama differs from the library's LlamaAttention by up to {gap:.3g} at real "
+                "tokens (positions with gaps, left padding): W_q and W_k go back to neighbour pairs with "
+                "half_split_to_interleaved, per head (num_heads for W_q, num_key_value_heads for W_k); W_v and W_o "
+                "are copied unchanged; RoPE with rope_base={base:g}").format(gap=gap, base=ROPE_BASE))
+        steps = _greedy(layer, attn, rotary, library_mask)
+        ok(_("from_hf_llama: equals the library's LlamaAttention at positions with gaps and with left padding "
+              "(largest difference {gap:.1e}); greedy decoding with a KV cache gives the library's {n} tokens for "
+              "3 left-padded prompts").format(gap=gap, n=steps))
+
+    def _greedy(layer, attn, rotary, library_mask, new_tokens=5):
+        """A one-layer model (a random embedding, the attention, a random output matrix) decodes `new_tokens` greedily:
+        your layer with a KV cache, the library's layer on the whole sequence at every step."""
+        torch.manual_seed(8)
+        vocab = 20
+        embed, unembed = torch.randn(vocab, 32), torch.randn(32, vocab)
+        tokens = torch.tensor([[0, 0, 3, 7, 1], [4, 9, 2, 2, 8], [0, 0, 0, 5, 6]])  # 0 = padding on the left
+        mask = tokens != 0  # [B, S]
+        cache = _Cache()
+        with torch.no_grad():
+            mine = layer(embed[tokens], positions=(mask.cumsum(1) - 1).clamp(min=0), cache=cache, key_mask=mask)
+            for step in range(new_tokens):
+                positions = (mask.cumsum(1) - 1).clamp(min=0)  # [B, S]: real tokens count from 0
+                theirs = llama_reference(attn, rotary, embed[tokens], positions, mask, library_mask)
+                want = (theirs[:, -1] @ unembed).argmax(-1)  # [B]
+                got = (mine[:, -1] @ unembed).argmax(-1)
+                if not torch.equal(got, want):
+                    sample = (got != want).nonzero()[0].item()
+                    raise AssertionError(_(
+                        "greedy decoding with your layer and a KV cache gives token {got} at new token {step} of prompt "
+                        "{sample}, the library's layer gives {want}: after the prompt, feed one token at a time with "
+                        "positions [B, 1] (each prompt's own next position) and key_mask covering everything "
+                        "cached").format(got=got[sample].item(), step=step, sample=sample, want=want[sample].item()))
+                tokens = torch.cat([tokens, want[:, None]], dim=1)
+                mask = torch.cat([mask, torch.ones(3, 1, dtype=torch.bool)], dim=1)
+                where = positions[:, -1:] + 1  # [B, 1]
+                mine = layer(embed[want][:, None], positions=where, cache=cache, key_mask=mask)
+        return new_tokens
+
+    return check_interleaved_to_half_split, check_rope_permutation, check_from_hf_llama

@@ -1,0 +1,147 @@
+"""The `real_models` notebooks, without running them: the committed solved notebooks (both editions) passed every
+visible check, in the edition's language; and the visible checks name the classic mistakes of issue 48 in one
+sentence each, on the reference with one mistake put in (the library's tiny layers built in-process, as the checks
+build them: no notebook runs here, and nothing is downloaded).
+"""
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course.build import REPO, TARGET_BY_ID
+from course.content import real_models
+from solutions import real_models as R
+from tests import release_import
+from tests.notebook_outputs import code_cells, stream_text
+
+pytest.importorskip("transformers")
+
+CHINESE = re.compile(r"[\u4e00-\u9fff]")
+NOTEBOOKS = [m.NAME for m in real_models.MODULES]
+
+
+@pytest.mark.parametrize("edition", ["real_models", "real_models_zh"])
+def test_the_committed_solved_notebooks_passed_every_visible_check_in_their_language(edition):
+    target = TARGET_BY_ID[edition]
+    for name in NOTEBOOKS:
+        checks = list(code_cells(nbformat.read(REPO / target.solved / f"{name}.ipynb", as_version=4), "check"))
+        assert checks
+        for cell in checks:
+            text = stream_text(cell)
+            assert text.startswith("✓"), f"{edition} {name} {cell.id}: {text!r}"
+            assert bool(CHINESE.search(text)) == (target.lang == "zh"), text
+
+
+@pytest.fixture(scope="module")
+def vc():
+    return release_import.load(REPO / "course", "visible_checks_real_models_under_test", "visible_checks_real_models.py")
+
+
+def _failure(check, *args) -> str:
+    with pytest.raises(AssertionError) as failure:
+        check(*args)
+    return str(failure.value)
+
+
+# --- gpt2
+
+
+class GPT2NoBias(R.GPT2StyleAttention):
+    """forward drops every bias (F.linear with the weights only)."""
+
+    def forward(self, x, key_mask=None):
+        B, S, d = x.shape
+        H, hd = self.num_heads, d // self.num_heads
+        q, k, v = (F.linear(x, W.weight).view(B, S, H, hd).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        allowed = torch.ones(S, S, dtype=torch.bool).tril()
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]
+        out = torch.softmax((q @ k.transpose(-2, -1) / hd ** 0.5).masked_fill(~allowed, float("-inf")), -1) @ v
+        return F.linear(out.transpose(1, 2).reshape(B, S, d), self.W_o.weight)
+
+
+class GPT2KeyMaskIgnored(R.GPT2StyleAttention):
+    def forward(self, x, key_mask=None):
+        return super().forward(x)
+
+
+class BertMinusInf(R.BertStyleSelfAttention):
+    """padding filled with -inf: NaN on a sample of padding only."""
+
+    def forward(self, x, attention_mask=None):
+        B, S, d = x.shape
+        H, hd = self.num_heads, d // self.num_heads
+        q, k, v = (W(x).view(B, S, H, hd).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        scores = q @ k.transpose(-2, -1) / hd ** 0.5
+        if attention_mask is not None:
+            scores = scores.masked_fill(~attention_mask.bool()[:, None, None, :], float("-inf"))
+        return (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, S, d)
+
+
+def _llama_w_v_permuted_too(attn, rope_base):
+    layer = R.from_hf_llama(attn, rope_base)
+    with torch.no_grad():
+        layer.W_v.weight.copy_(R.half_split_to_interleaved(attn.v_proj.weight, attn.config.num_key_value_heads))
+    return layer
+
+
+def _llama_permuted_the_wrong_way(attn, rope_base):
+    layer = R.from_hf_llama(attn, rope_base)
+    H, H_kv = attn.config.num_attention_heads, attn.config.num_key_value_heads
+    with torch.no_grad():
+        layer.W_q.weight.copy_(R.interleaved_to_half_split(attn.q_proj.weight, H))
+        layer.W_k.weight.copy_(R.interleaved_to_half_split(attn.k_proj.weight, H_kv))
+    return layer
+
+
+class _PositionsIgnored(R.DecoderAttention):
+    def forward(self, x, positions=None, cache=None, key_mask=None):
+        return super().forward(x, positions=None, cache=cache, key_mask=key_mask)
+
+
+def _llama_positions_ignored(attn, rope_base):
+    layer = R.from_hf_llama(attn, rope_base)
+    layer.__class__ = _PositionsIgnored
+    return layer
+
+
+MISTAKES = {
+    "c_attn not transposed": ("check_split_c_attn", (lambda w, b: (*w.chunk(3, dim=1), *b.chunk(3)),),
+                              "transpose it"),
+    "biases dropped": ("check_gpt2_attention", (GPT2NoBias,), "drops the biases"),
+    "key_mask ignored": ("check_gpt2_attention", (GPT2KeyMaskIgnored,), "key_mask"),
+    "-inf in the mask": ("check_extended_attention_mask",
+                         (lambda m, dt: torch.zeros(m.shape[0], 1, 1, m.shape[1], dtype=dt).masked_fill(
+                             ~m.bool()[:, None, None, :], float("-inf")),), "holds -inf"),
+    "-inf in the layer": ("check_bert_self_attention", (BertMinusInf,), "do not fill -inf"),
+    "permutation the wrong way": ("check_interleaved_to_half_split", (R.half_split_to_interleaved,), "other way"),
+    "permutation across heads": ("check_interleaved_to_half_split",
+                                 (lambda w, n: R.interleaved_to_half_split(w, 1),), "on its own"),
+    "W_v permuted too": ("check_from_hf_llama", (_llama_w_v_permuted_too,), "W_v and W_o are copied unchanged"),
+    "W_q, W_k permuted the wrong way": ("check_from_hf_llama", (_llama_permuted_the_wrong_way,),
+                                        "half_split_to_interleaved"),
+    "positions ignored": ("check_from_hf_llama", (_llama_positions_ignored,), "pass `positions` on to RoPE"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_a_visible_check_names_each_classic_mistake_in_one_sentence(vc, mistake):
+    check, args, words = MISTAKES[mistake]
+    sentence = _failure(getattr(vc, check), *args)
+    assert words in sentence and "\n" not in sentence, sentence
+
+
+def test_the_reference_passes_every_visible_check(vc, capsys):
+    vc.check_split_c_attn(R.split_c_attn)
+    vc.check_gpt2_attention(R.GPT2StyleAttention)
+    vc.check_extended_attention_mask(R.extended_attention_mask)
+    vc.check_bert_self_attention(R.BertStyleSelfAttention)
+    vc.check_interleaved_to_half_split(R.interleaved_to_half_split)
+    vc.check_rope_permutation(R.interleaved_to_half_split, R.half_split_to_interleaved)
+    vc.check_from_hf_llama(R.from_hf_llama)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 7 and all(line.startswith("✓") for line in lines), lines
