@@ -138,7 +138,15 @@ def shared_pool(private_tmp):
 
 @pytest.fixture
 def class_pool(private_tmp):
-    """A pool of its own, for a test that kills or closes part of it."""
+    """A pool of its own, for a test that closes it."""
+    with started_pool(private_tmp) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def spoiled_pool(private_tmp):
+    """A pool that the tests below each break in a part of their own, in file order (a grading process killed, then
+    the seed): neither part is the other's."""
     with started_pool(private_tmp) as started:
         yield started
 
@@ -176,10 +184,10 @@ def test_the_seed_never_holds_the_instructors_environment_that_its_grading_proce
     assert SECRET.encode() not in memory, "the instructor's environment reached the seed, which every worker copies"
 
 
-def test_a_forked_grading_process_that_dies_is_reported_with_the_signal_that_killed_it(class_pool):
+def test_a_forked_grading_process_that_dies_is_reported_with_the_signal_that_killed_it(spoiled_pool):
     from autograder.commands import classpool
 
-    grading, _ = class_pool
+    grading, _ = spoiled_pool
     proc = grading.procs[0]
     os.kill(proc.proc.pid, signal.SIGSEGV)
     with pytest.raises(EOFError):
@@ -216,10 +224,10 @@ def test_a_grading_process_is_given_its_next_submission_before_the_last_ones_res
     assert busy_while_recording[:3] == [2, 2, 2], busy_while_recording
 
 
-def test_a_grading_process_asked_of_a_seed_that_has_ended_says_so_instead_of_a_broken_pipe(class_pool):
+def test_a_grading_process_asked_of_a_seed_that_has_ended_says_so_instead_of_a_broken_pipe(spoiled_pool):
     from autograder.commands import classpool
 
-    grading, _ = class_pool
+    grading, _ = spoiled_pool
     control, seed = grading.seed
     seed.kill()
     seed.wait()
