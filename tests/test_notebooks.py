@@ -551,7 +551,18 @@ def test_visible_check_failures_render_in_ipython_without_the_frames_of_the_chec
     assert callable(getattr(info.value, "_render_traceback_", None)), "IPython shows a failure through _render_traceback_"
 
 
-def test_uses_your_code_prints_one_line_for_a_stub_and_lets_other_errors_through(vc, capsys):
+@pytest.fixture
+def no_failed_check(vc):
+    """The harness as in a fresh kernel: no check has failed yet (earlier tests here ran failing checks)."""
+    failing = vc.harness.failing
+    before = dict(failing)
+    failing.clear()
+    yield failing
+    failing.clear()
+    failing.update(before)
+
+
+def test_uses_your_code_prints_one_line_for_a_stub_and_lets_other_errors_through(vc, no_failed_check, capsys):
     with vc.uses_your_code():
         _stub(torch.zeros(1))
         raise AssertionError("never reached")
@@ -565,3 +576,10 @@ def test_uses_your_code_prints_one_line_for_a_stub_and_lets_other_errors_through
         print("ran")
     assert capsys.readouterr().out == "ran\n"
 
+
+def test_uses_your_code_turns_a_demos_error_into_one_line_naming_the_check_that_fails(vc, no_failed_check, capsys):
+    no_failed_check["check_attend"] = None
+    with vc.uses_your_code():
+        raise ValueError("x and y must have the same first dimension")
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "check_attend" in out and "x and y must have the same first dimension" in out, out

@@ -33,22 +33,50 @@ class Verdict:
     broken: tuple[str, ...] = ()  # did not return within the probe's time, or ended the worker
 
 
-def lending(student, owner: str, part, reference, probes: dict) -> None:
+def lending(student, owner: str, part, reference, probes: dict, judged=None) -> None:
     """From now on in `part`, every job starts by putting stand-ins for the student's wrong and missing pieces in
     the namespace of `owner` (Student.job); the first time, the student's own pieces are probed and the note is
-    said. Nothing is lent when `owner` is not defined (its checks say so)."""
-    student.once(f"lent {part.id}", lambda: _start(student, owner, part, reference, probes), every_mode=True)
+    said. Nothing is lent when `owner` is not defined (its checks say so). A part that grades the pieces itself
+    (a borrow of its own helper) passes `judged`, a function returning their Verdict from what its checks already
+    received: no probe is sent then."""
+    student.once(f"lent {part.id}", lambda: _start(student, owner, part, reference, probes, judged), every_mode=True)
 
 
-def _start(student, owner: str, part, reference, probes: dict) -> None:
+def judged_from(outcomes: dict, reference) -> Verdict:
+    """The Verdict on pieces from calls a part's checks already made: {name: [(call, outcome), ...]}."""
+    wrong, broken = [], []
+    for name, calls in outcomes.items():
+        kinds = {_called(outcome, getattr(reference, name)(*call.args, **call.kwargs)) for call, outcome in calls}
+        if kinds & {"stopped", "ended"}:
+            broken.append(name)
+        elif "wrong" in kinds:
+            wrong.append(name)
+    return Verdict(tuple(wrong), tuple(broken))
+
+
+def _called(outcome, expected) -> str:
+    try:
+        got = outcome.value
+    except MissingName:
+        return "missing"
+    except PartStopped:
+        return "stopped"
+    except WorkerEnded:
+        return "ended"
+    except CheckFailure:
+        return "wrong"
+    return "right" if expect.same(got, expected) else "wrong"
+
+
+def _start(student, owner: str, part, reference, probes: dict, judged=None) -> None:
     session = student.session
     if not session.defines(owner):
         return
     namespace = session.namespace_for(owner)
     defined = session.load_report.get(namespace, {}).get("defined", ())
     mine = {n: probes[n] for n in part.borrows if n in probes and n in defined}
-    verdict = student.once(f"lent probes {namespace} {sorted(mine)}",
-                           lambda: probe(student, owner, part, mine, reference), every_mode=True)
+    verdict = judged() if judged is not None else student.once(
+        f"lent probes {namespace} {sorted(mine)}", lambda: probe(student, owner, part, mine, reference), every_mode=True)
     missing = tuple(n for n in part.borrows if n not in defined)
     student.lending[part.id] = Lending(owner, tuple(part.borrows), verdict.wrong, verdict.broken, missing)
     session.lenders[part.id] = Lender(reference, frozenset(part.borrows)).answer

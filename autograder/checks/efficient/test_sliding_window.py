@@ -44,14 +44,17 @@ MASK_CALLS = Cases("efficient sliding_window mask", {
 })
 
 PART = spec.EFFICIENT.part("sliding_window")
-# the student's own mask, probed before the attention is graded (checks/lent.py): a wrong one is lent the grader's
-PROBES = {"sliding_window_mask": [((9, 4), {}), ((5, 9), {}), ((13, 1), {})]}
 
 
 def lend_the_mask(student) -> None:
     """From now on in this part, the attention runs with the grader's sliding_window_mask in place of a wrong one
-    (Part.borrows): an off-by-one mask that the attention reuses costs the mask's checks, not the attention's."""
-    lent.lending(student, "sliding_window_attention", PART, ref, PROBES)
+    (Part.borrows): an off-by-one mask that the attention reuses costs the mask's checks, not the attention's. The
+    mask's own checks already called it (MASK_CALLS): their results are the verdict, no probe is sent."""
+    def judged():
+        calls = [MASK_CALLS.get(student, key) for key in ["mask", *(("mask sweep", case) for case in MASK_SWEEP)]]
+        return lent.judged_from({"sliding_window_mask": calls}, ref)
+
+    lent.lending(student, "sliding_window_attention", PART, ref, {}, judged=judged)
 
 
 # The attention's calls but the measured one, in the order of the checks below: one round trip.
