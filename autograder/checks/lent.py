@@ -46,26 +46,13 @@ def judged_from(outcomes: dict, reference) -> Verdict:
     """The Verdict on pieces from calls a part's checks already made: {name: [(call, outcome), ...]}."""
     wrong, broken = [], []
     for name, calls in outcomes.items():
-        kinds = {_called(outcome, getattr(reference, name)(*call.args, **call.kwargs)) for call, outcome in calls}
+        kinds = {_compared(lambda o=outcome: [o.value], [getattr(reference, name)(*call.args, **call.kwargs)])
+                 for call, outcome in calls}
         if kinds & {"stopped", "ended"}:
             broken.append(name)
         elif "wrong" in kinds:
             wrong.append(name)
     return Verdict(tuple(wrong), tuple(broken))
-
-
-def _called(outcome, expected) -> str:
-    try:
-        got = outcome.value
-    except MissingName:
-        return "missing"
-    except PartStopped:
-        return "stopped"
-    except WorkerEnded:
-        return "ended"
-    except CheckFailure:
-        return "wrong"
-    return "right" if expect.same(got, expected) else "wrong"
 
 
 def _start(student, owner: str, part, reference, probes: dict, judged=None) -> None:
@@ -126,8 +113,14 @@ def probe(student, owner: str, part, probes: dict, reference) -> Verdict:
 
 def _outcome(result, steps, calls, reference, name: str) -> str:
     """"right", "wrong", "stopped" (no answer in time, or not run), "ended" (ended the worker) or "missing"."""
+    return _compared(lambda: [result[step] for step in steps],
+                     lambda: [getattr(reference, name)(*args, **kwargs) for args, kwargs in calls])
+
+
+def _compared(got, expected) -> str:
+    """What the student's results (`got()`) say against the reference's (`expected`, or a function giving them)."""
     try:
-        got = [result[step] for step in steps]
+        values = got()
     except MissingName:
         return "missing"
     except PartStopped:
@@ -136,8 +129,8 @@ def _outcome(result, steps, calls, reference, name: str) -> str:
         return "ended"
     except CheckFailure:
         return "wrong"
-    expected = [getattr(reference, name)(*args, **kwargs) for args, kwargs in calls]
-    return "right" if all(expect.same(g, e) for g, e in zip(got, expected)) else "wrong"
+    wanted = expected() if callable(expected) else expected
+    return "right" if all(expect.same(g, e) for g, e in zip(values, wanted)) else "wrong"
 
 
 def say(student, owner: str, verdict: Verdict, copies: str | None = None, same_part: bool = False) -> None:
