@@ -283,6 +283,7 @@ class Cached(nn.Module):
     """A from-scratch CachedSelfAttention; `mask` names how it masks the new queries (the contract: bottom-right)."""
 
     mask = "bottom-right"  # "is_causal=True", "is_causal=S_new > 1", "none after the prompt", "by positions"
+    divide_by = "head_dim"  # what the scores are scaled by: "head_dim" (the contract), "d_model", "num_heads", "nothing"
 
     def __init__(self, d_model, num_heads):
         super().__init__()
@@ -309,7 +310,8 @@ class Cached(nn.Module):
             allowed = decode_causal_mask(S_new, S_k)  # [S_new, S_k]
             if self.mask == "none after the prompt" and cached:
                 allowed = torch.ones_like(allowed)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+            size = {"head_dim": q.shape[-1], "d_model": d, "num_heads": self.num_heads, "nothing": 1}[self.divide_by]
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=1 / math.sqrt(size))
         return self.W_o(out.transpose(1, 2).reshape(B, S_new, d))
 
 
@@ -325,6 +327,17 @@ def test_check_cached_self_attention_names_a_top_left_or_missing_mask_after_a_pr
     with pytest.raises(AssertionError) as info:
         vc.check_cached_self_attention(type("Mistake", (Cached,), {"mask": mask}), KVCache)
     assert CACHED_MISTAKES[mask] in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+WRONG_SCALES = {"d_model": "you scaled by sqrt(d_model) = sqrt(24)", "num_heads": "you scaled by sqrt(num_heads)",
+                "nothing": "you did not scale the scores"}
+
+
+@pytest.mark.parametrize("divide_by", sorted(WRONG_SCALES))
+def test_check_cached_self_attention_names_a_scale_other_than_sqrt_head_dim(vc, divide_by):
+    with pytest.raises(AssertionError) as info:
+        vc.check_cached_self_attention(type("Mistake", (Cached,), {"divide_by": divide_by}), KVCache)
+    assert WRONG_SCALES[divide_by] in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 
 @pytest.mark.parametrize("mask", ["bottom-right", "by positions"])

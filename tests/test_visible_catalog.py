@@ -197,12 +197,16 @@ WRONG = [
     ("generation", "repeat_kv_tiled", "check_repeat_kv", ("repeat_kv",)),
     ("generation", "cross_ignores_d_context", "check_cross_attention", ("CrossAttention",)),
     ("generation", "cached_hf_is_causal_q_len", "check_cached_self_attention", ("CachedSelfAttention", "KVCache")),
+    ("generation", "cached_scale_d_model", "check_cached_self_attention", ("CachedSelfAttention", "KVCache")),
+    ("generation", "cached_scale_by_heads", "check_cached_self_attention", ("CachedSelfAttention", "KVCache")),
     ("generation", "decoder_caches_unrotated_keys_when_cached", "check_decoder_attention", ("DecoderAttention",)),
 ]
 
 
 # The cause each of these failures names (English, Chinese): issue 47's visible checks that passed what the grader charges
 NAMED = {
+    "cached_scale_d_model": ("you scaled by sqrt(d_model) = sqrt(24)", "你除以的是 sqrt(d_model) = sqrt(24)"),
+    "cached_scale_by_heads": ("you scaled by sqrt(num_heads) = sqrt(4)", "你除以的是 sqrt(num_heads) = sqrt(4)"),
     "module_scale_d_model": ("divided by sqrt(d_model) = sqrt(12); divide them by sqrt(d_k) = sqrt(8)", "sqrt(d_k) = sqrt(8)"),
     "multihead_scale_d_model": ("divided by sqrt(d_model) = sqrt(12); divide them by sqrt(head_dim) = sqrt(3)",
                                 "sqrt(head_dim) = sqrt(3)"),

@@ -24,14 +24,9 @@ import torch.nn as nn
 from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
 from visible_checks_decoder import decoder_checks  # notebook 04's check, built on this harness
 
-__all__ = [
-    "check_sinusoidal_positions", "check_apply_rope",
-    "check_decode_causal_mask", "check_kv_cache", "check_cached_self_attention", "check_kv_cache_bytes",
-    "check_repeat_kv",
-    "check_cross_attention",
-    "check_decoder_attention",
-    "graded_part", "uses_your_code", "use_language",
-]
+__all__ = ["check_sinusoidal_positions", "check_apply_rope", "check_decode_causal_mask", "check_kv_cache",
+           "check_cached_self_attention", "check_kv_cache_bytes", "check_repeat_kv", "check_cross_attention",
+           "check_decoder_attention", "graded_part", "uses_your_code", "use_language"]
 
 harness = Harness(__file__, os.path.join(os.path.dirname(os.path.abspath(__file__)), "visible_checks_decoder.py"))
 _ = harness.gettext
@@ -210,6 +205,8 @@ def check_cached_self_attention(CachedSelfAttention, KVCache) -> None:
         changed[:, 3:] = 7.0
         assert close(module(changed)[:, :3], full[:, :3], 1e-5), _(
             "without a cache, forward must be causal: outputs 0..2 changed when only tokens 3 and 4 did")
+    _scaled_by_head_dim(CachedSelfAttention)
+    with torch.no_grad():
         try:
             cache = KVCache()
             len(cache)
@@ -242,10 +239,30 @@ def check_cached_self_attention(CachedSelfAttention, KVCache) -> None:
           "once, equal the full pass (largest difference {gap:.1e})").format(gap=max(gap, (chunked - full).abs().max().item())))
 
 
-def _cached_outputs(module, x: torch.Tensor, chunks, heads: int, align: str) -> torch.Tensor:
+def _scaled_by_head_dim(CachedSelfAttention) -> None:
+    """A layer of 24 = 4 heads x 6 (so that sqrt(head_dim), sqrt(num_heads) and sqrt(d_model) all differ), without a
+    cache, against attention computed from its own W_qkv and W_o: a scale other than sqrt(head_dim) is named."""
+    module, x = CachedSelfAttention(24, 4), torch.randn(2, 5, 24)
+    _linear(module, "W_qkv", 24, 72, "CachedSelfAttention")
+    _linear(module, "W_o", 24, 24, "CachedSelfAttention")
+    with torch.no_grad():
+        got = harness.expect_shape(module.eval()(x), [2, 5, 24], "CachedSelfAttention(24, 4)(x [2, 5, 24])").double()
+    for scale, mistake in ((math.sqrt(24), _("you scaled by sqrt(d_model) = sqrt(24)")),
+                           (math.sqrt(4), _("you scaled by sqrt(num_heads) = sqrt(4)")),
+                           (1.0, _("you did not scale the scores"))):
+        assert not close(got, _cached_outputs(module, x, (5,), 4, "bottom_right", scale=scale), 1e-4), _(
+            "CachedSelfAttention(24, 4): {mistake}: scale each head's scores q k^T by 1 / sqrt(head_dim) = 1 / sqrt(6)"
+        ).format(mistake=mistake)
+    gap = (got - _cached_outputs(module, x, (5,), 4, "bottom_right")).abs().max().item()
+    assert gap < 1e-4, _(
+        "CachedSelfAttention(24, 4) without a cache differs by up to {gap:.3g} from causal attention computed from its "
+        "own W_qkv (rows: q, then k, then v; each split into heads of head_dim = 6) and W_o").format(gap=gap)
+
+
+def _cached_outputs(module, x: torch.Tensor, chunks, heads: int, align: str, scale: float | None = None) -> torch.Tensor:
     """CachedSelfAttention's outputs for x [B, S, d_model] fed in `chunks`, from its own W_qkv (rows q, k, v) and W_o,
     in float64, each chunk's causal mask aligned `align`: "bottom_right" (the contract), "top_left" (is_causal=True:
-    tril() of [S_new, S_k]) or "none" once the cache holds positions."""
+    tril() of [S_new, S_k]) or "none" once the cache holds positions; scores divided by `scale` (sqrt(head_dim))."""
     B, S, d = x.shape
     qkv = x.double() @ module.W_qkv.weight.double().T  # [B, S, 3 * d_model]
     q, k, v = (t.view(B, S, heads, d // heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))  # [B, H, S, head_dim]
@@ -254,7 +271,7 @@ def _cached_outputs(module, x: torch.Tensor, chunks, heads: int, align: str) -> 
         stop = start + n
         shift = {"bottom_right": start, "top_left": 0, "none": stop if start else 0}[align]
         allowed = torch.ones(n, stop, dtype=torch.bool).tril(shift)  # [S_new, S_k]
-        scores = q[:, :, start:stop] @ k[:, :, :stop].transpose(-2, -1) / math.sqrt(d // heads)
+        scores = q[:, :, start:stop] @ k[:, :, :stop].transpose(-2, -1) / (scale or math.sqrt(d // heads))
         out = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v[:, :, :stop]  # [B, H, n, hd]
         outs.append(out.transpose(1, 2).reshape(B, n, d))
         start = stop
