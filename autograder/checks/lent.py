@@ -46,13 +46,17 @@ def judged_from(outcomes: dict, reference) -> Verdict:
     """The Verdict on pieces from calls a part's checks already made: {name: [(call, outcome), ...]}."""
     wrong, broken = [], []
     for name, calls in outcomes.items():
-        kinds = {_compared(lambda o=outcome: [o.value], [getattr(reference, name)(*call.args, **call.kwargs)])
-                 for call, outcome in calls}
+        kinds = {_compared(lambda o=outcome: [o.value], _answer(reference, name, call)) for call, outcome in calls}
         if kinds & {"stopped", "ended"}:
             broken.append(name)
         elif "wrong" in kinds:
             wrong.append(name)
     return Verdict(tuple(wrong), tuple(broken))
+
+
+def _answer(reference, name: str, call):
+    """The reference's result for one call of the piece `name`, when asked (a list, as the probe compares them)."""
+    return lambda: [getattr(reference, name)(*call.args, **call.kwargs)]
 
 
 def _start(student, owner: str, part, reference, probes: dict, judged=None) -> None:
@@ -118,7 +122,7 @@ def _outcome(result, steps, calls, reference, name: str) -> str:
 
 
 def _compared(got, expected) -> str:
-    """What the student's results (`got()`) say against the reference's (`expected`, or a function giving them)."""
+    """What the student's results (`got()`) say against the reference's (`expected()`, asked only if they came)."""
     try:
         values = got()
     except MissingName:
@@ -129,8 +133,7 @@ def _compared(got, expected) -> str:
         return "ended"
     except CheckFailure:
         return "wrong"
-    wanted = expected() if callable(expected) else expected
-    return "right" if all(expect.same(g, e) for g, e in zip(values, wanted)) else "wrong"
+    return "right" if all(expect.same(g, e) for g, e in zip(values, expected())) else "wrong"
 
 
 def say(student, owner: str, verdict: Verdict, copies: str | None = None, same_part: bool = False) -> None:

@@ -29,8 +29,8 @@ FLEX_ATTENTION = ("flex_attention",)
 # reference, never a student's forward). Matched against the labels the watch gives a torch call made from the
 # library's code: its module and function ("transformers.models.gpt2.modeling_gpt2.eager_attention_forward",
 # watch.library_label), never against torch's names (none holds "transformers.").
-TRANSFORMERS = ("transformers.",)
 LIBRARY = "transformers"  # the package whose code the watch names by module and function
+TRANSFORMERS = (LIBRARY + ".",)
 # What the worker reports when student code removed its watch (watch.py): forbidden in every part that forbids
 WATCH_OFF = "the grader's watch of torch calls (switched off)"
 FORBIDDEN_PATTERNS = FUSED_KERNEL + OFFICIAL_MODULE + FLEX_ATTENTION  # everything the worker watches
