@@ -18,8 +18,6 @@ from solutions import real_models as R
 from tests import release_import
 from tests.notebook_outputs import code_cells, stream_text
 
-pytest.importorskip("transformers")
-
 CHINESE = re.compile(r"[\u4e00-\u9fff]")
 NOTEBOOKS = [m.NAME for m in real_models.MODULES]
 
