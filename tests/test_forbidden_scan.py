@@ -221,7 +221,7 @@ def test_code_that_reaches_into_the_graders_modules_is_named_with_its_part(prelu
 
 
 def test_a_students_own_names_and_text_about_the_grader_are_not_a_reach():
-    code = attend_body("note = 'the autograder checks this'", "autograder_ready = True\n") + \
+    code = attend_body("note = 'the autograder checks this (autograder.py)'", "autograder_ready = True\n") + \
         "\ndef attention_weights(scores):\n    return autograder_ready\n"
     assert grader_reach(code) == {}
 

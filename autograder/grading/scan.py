@@ -9,6 +9,7 @@ gets a note, not a loss (the contract's "What from scratch means").
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -161,7 +162,8 @@ def _grader_bindings(trees) -> dict[str, str]:
 
 
 def _is_grader(name: str) -> bool:
-    return name.strip() == GRADER or name.strip().startswith(GRADER + ".")
+    """Does `name` name the grader's package or one of its modules ("autograder", "autograder.worker.x")?"""
+    return re.fullmatch(GRADER + r"(\.[A-Za-z_]\w*)*", name.strip()) is not None
 
 
 def _grader_module(node: ast.AST, bound: dict[str, str]) -> str | None:
