@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import json
 import random
 import re
@@ -35,18 +36,25 @@ CORPUS = {"annotated_transformer": "self_attention", "d2l": "self_attention", "m
 REWRITES = ("ok_einsum", "ok_where_masks", "ok_reshape_permute", "ok_long_variants")
 
 
-def solution_cells(path: Path) -> list[str]:
+@functools.lru_cache(maxsize=None)
+def solution_cells(path: Path) -> tuple[str, ...]:
     nb = json.loads(path.read_text(encoding="utf-8"))
-    return ["".join(c["source"]) for c in nb["cells"]
-            if c["cell_type"] == "code" and (c.get("metadata") or {}).get("nbgrader", {}).get("solution")]
+    return tuple("".join(c["source"]) for c in nb["cells"]
+                 if c["cell_type"] == "code" and (c.get("metadata") or {}).get("nbgrader", {}).get("solution"))
 
 
+@functools.lru_cache(maxsize=None)
 def released(assignment: str, notebook: str) -> tuple[str, ...]:
     return read_notebook(ROOT / "assignments" / assignment / notebook).cells
 
 
 def notebooks(assignment: str) -> list[str]:
     return sorted(p.name for p in (ROOT / "source" / assignment).glob("*.ipynb"))
+
+
+@functools.lru_cache(maxsize=None)
+def notebook_base(assignment: str, notebook: str):
+    return base_of(released(assignment, notebook))
 
 
 def prints(cells, base, numbers=None):
@@ -90,7 +98,7 @@ COPIED = [(a, nb, edit) for a in ASSIGNMENTS for nb in notebooks(a) for edit in 
 @pytest.mark.parametrize("assignment,notebook,edit", COPIED, ids=[f"{a}/{n}/{e}" for a, n, e in COPIED])
 def test_a_copy_with_trivial_edits_is_flagged_with_its_cells(assignment, notebook, edit):
     original = solution_cells(ROOT / "source" / assignment / notebook)
-    base = base_of(released(assignment, notebook))
+    base = notebook_base(assignment, notebook)
     theirs = prints(original, base)
     if not [c for c in theirs if len(c.prints) >= MIN_CELL]:
         pytest.fail(f"{assignment}/{notebook}: no solution cell of {MIN_CELL} fingerprints: nothing to compare")
@@ -112,6 +120,7 @@ def top_level_cells(path: Path) -> list[str]:
             if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
 
 
+@functools.lru_cache(maxsize=None)
 def assignment_base(assignment: str):
     return base_of(tuple(c for nb in notebooks(assignment) for c in released(assignment, nb)))
 
