@@ -40,12 +40,14 @@ INNER = ["tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_seed.py",
 # nbgrader as the user from the first assignment's instructor notebooks and the course's configuration.
 LINKS = ["tests/test_submitted_links.py", "tests/test_hostile_class.py",
          "tests/test_feedback_limits.py"]  # (each feedback page rendered in a child under a deadline and RLIMIT_DATA)
-# The browser tests of formgrader and the feedback pages (Debian's Chromium installed first, as root, if missing).
-BROWSER = ["tests/browser/test_feedback_page_in_chromium.py", "tests/browser/test_formgrader_hostile_answer.py"]
 COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/runcache.py",
-          "tests/browser", "course",
           "tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_seed.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py",
           "pyproject.toml", *LINKS, "source/self_attention", "nbgrader_config.py"]
+
+# The browser tests of formgrader and the feedback pages (Debian's Chromium installed first, as root, if missing),
+# and what they need beside the above (course.lab serves formgrader).
+BROWSER = ["tests/browser/test_feedback_page_in_chromium.py", "tests/browser/test_formgrader_hostile_answer.py"]
+COPIED += ["tests/browser", "course"]
 
 
 def _ensure_user() -> None:
