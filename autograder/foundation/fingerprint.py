@@ -111,15 +111,17 @@ class NotebookPrints:
     bits: int = 0
 
 
-# Each fingerprint's bit in this process, in the order first seen: a set of fingerprints as an int, whose `&` and
-# bit_count() compare two notebooks in about a microsecond (a frozenset's `&` builds a set: tens of microseconds, and
-# a class of 200 makes 40,000 comparisons per notebook).
-_BIT: dict[int, int] = {}
+# Each fingerprint's bit in this process, per released notebook (what its students' notebooks are compared under), in
+# the order first seen: a set of fingerprints as an int, whose `&` and bit_count() compare two notebooks in about a
+# microsecond (a frozenset's `&` builds a set: tens of microseconds, and a class of 200 makes 40,000 comparisons per
+# notebook). Per release, so that an int holds the bits of one notebook's class, not of every notebook's.
+_BITS: dict[Base, dict[int, int]] = {}
 
 
-def bits_of(prints: frozenset[int]) -> int:
-    """The fingerprints `prints` as an int with their bits set."""
-    positions = [_BIT.setdefault(p, len(_BIT)) for p in prints]
+def bits_of(prints: frozenset[int], base: Base) -> int:
+    """The fingerprints `prints` (of a notebook released as `base`) as an int with their bits set."""
+    bit = _BITS.setdefault(base, {})
+    positions = [bit.setdefault(p, len(bit)) for p in prints]
     if not positions:
         return 0
     out = bytearray(max(positions) // 8 + 1)
@@ -134,7 +136,7 @@ def cell_prints(cells: tuple[str, ...], numbers: tuple[int, ...], base: Base) ->
     for index, code in enumerate(cells):
         tokens = normalized(code, base.given)
         own = prints_of(tokens) - base.prints
-        out.append(CellPrints(numbers[index] if index < len(numbers) else index + 1, tokens, own, bits_of(own)))
+        out.append(CellPrints(numbers[index] if index < len(numbers) else index + 1, tokens, own, bits_of(own, base)))
     return tuple(out)
 
 
