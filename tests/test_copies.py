@@ -225,14 +225,14 @@ def test_comparing_a_class_of_200_is_cheap_and_finds_only_the_copy(tmp_path):
             cells[i] = [renamed(commented(spaced(c))) for c in cells[3]]
         folders[i] = tmp_path / "submitted" / f"s{i:03}" / "a"
         write_notebook(folders[i] / "03_module.ipynb", cells[i])
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()  # (CPU time: the shared machine's load apart)
     found = {}
     for i, folder in folders.items():
         others = tuple(f for j, f in folders.items() if j != i)
         source = read_notebook(folder / "03_module.ipynb", inside=folder)
         found[i] = copies.same_as(source, Originals("a", None, release.parent, others))
-    seconds = time.perf_counter() - started
-    print(f"200 students compared pairwise in {seconds:.2f} s")
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    print(f"200 students compared pairwise in {cpu:.2f} s of CPU ({seconds:.2f} s)")
     assert {i: [f.student for f in v] for i, v in found.items() if v} == {3: ["s007"], 7: ["s003"]}
     assert found[7][0].similarity >= ALIKE and found[7][0].cells == ((1, 1), (2, 2))
-    assert seconds < 30, f"comparing a class of 200 took {seconds:.1f} s (grading one student takes seconds)"
+    assert cpu < 10, f"comparing a class of 200 took {cpu:.1f} s of CPU (grading one student takes seconds)"
