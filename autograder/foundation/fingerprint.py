@@ -11,6 +11,7 @@ the student's). A string is one token whatever it says (a docstring reworded is 
 from __future__ import annotations
 
 import builtins
+import functools
 import io
 import keyword
 import tokenize
@@ -111,16 +112,19 @@ class NotebookPrints:
     bits: int = 0
 
 
-# Each fingerprint's bit in this process, per released notebook (what its students' notebooks are compared under), in
-# the order first seen: a set of fingerprints as an int, whose `&` and bit_count() compare two notebooks in about a
-# microsecond (a frozenset's `&` builds a set: tens of microseconds, and a class of 200 makes 40,000 comparisons per
-# notebook). Per release, so that an int holds the bits of one notebook's class, not of every notebook's.
-_BITS: dict[Base, dict[int, int]] = {}
+# Each fingerprint's bit, per released notebook (what its students' notebooks are compared under): a set of
+# fingerprints as an int, whose `&` and bit_count() compare two notebooks in about a microsecond (a frozenset's `&`
+# builds a set: tens of microseconds, and a class of 200 makes 40,000 comparisons per notebook). A memo like the
+# caches of copies.py: the bits are numbered in the order first seen, and no count depends on that order.
+@functools.cache  # (never evicted: a notebook's bits and another's must be numbered alike; one per release)
+def bit_numbers(base: Base) -> dict[int, int]:
+    """The numbering of the fingerprints of the notebooks released as `base` (filled in as they come)."""
+    return {}
 
 
 def bits_of(prints: frozenset[int], base: Base) -> int:
     """The fingerprints `prints` (of a notebook released as `base`) as an int with their bits set."""
-    bit = _BITS.setdefault(base, {})
+    bit = bit_numbers(base)
     positions = [bit.setdefault(p, len(bit)) for p in prints]
     if not positions:
         return 0
