@@ -327,8 +327,9 @@ class AutograderPreprocessor(NbGraderPreprocessor):
                     print(f"error: {exc}", file=sys.stderr, flush=True)
                     raise SystemExit(2) from None
         if twins := tuple(resources.get(SAME_AS_KEY) or ()):
-            self.log.warning("autograder: %s is byte for byte the same file as %s submitted: graded as usual, flagged "
-                             "for your review", f"{name}.ipynb", ", ".join(twins))
+            self.log.warning("autograder: %s is much the same code as the notebooks %s submitted: graded as usual, "
+                             "flagged for your review", f"{name}.ipynb",
+                             ", ".join(f"{t.student} ({100 * t.similarity:.0f}%)" for t in twins))
             parts = {pid: flag_twins(p, f"{name}.ipynb", twins, lang) for pid, p in parts.items()}
         self.log.info("autograder: %s scored %s", name,
                       ", ".join(f"{pid} {p.score:g}/{p.max_score:g}" for pid, p in parts.items()) or "nothing")

@@ -73,7 +73,8 @@ def browser_scheme(url: str) -> str:
     return urlsplit(re.sub(r"[\t\n\r]", "", url).lstrip("".join(map(chr, range(33))))).scheme.lower()
 
 
-def assert_nothing_live(text: str) -> None:
+def assert_inert(text: str) -> None:
+    """No element or attribute of `text` (a page or a piece of one) can run code."""
     page = Page(text)
     tags = [tag for tag, _ in page.elements]
     for tag in ("script", "iframe", "svg", "object", "embed", "frame", "base", "form", "link"):
@@ -87,6 +88,12 @@ def assert_nothing_live(text: str) -> None:
                 assert scheme in ("", "http", "https", "mailto") or (
                     tag == "img" and attrs[name].startswith(("data:image/png;base64,", "data:image/jpeg;base64,"))), \
                     (tag, attrs)
+
+
+def assert_nothing_live(text: str) -> None:
+    """`text`, a whole page, is inert and carries one policy that forbids scripts, first in its head."""
+    assert_inert(text)
+    page = Page(text)
     metas = [(i, attrs) for i, (tag, attrs) in enumerate(page.elements) if tag == "meta"]
     policy = [(i, attrs) for i, attrs in metas if attrs.get("http-equiv", "").lower() == "content-security-policy"]
     assert len(policy) == 1, metas
@@ -167,6 +174,51 @@ def test_the_exporter_drops_a_link_that_becomes_a_script_only_after_the_files_pr
     assert_nothing_live(page)
     hrefs = [a.get("href") for t, a in Page(page).elements if t == "a" and a.get("href")]
     assert "notes.txt" in hrefs and all(browser_scheme(h) in ("", "http", "https") for h in hrefs), hrefs
+
+
+# More of what the issues' attackers tried: toggles, entity-encoded and nested schemes, SVG and MathML, forms.
+MORE = ('<details open ontoggle="alert(40)"><summary>s</summary></details>'
+        '<a href="&#106;avascript:alert(41)">l</a><a href="files/files/files/javascript:alert(42)">n</a>'
+        '<a href="/files/files/javascript:alert(43)">m</a><img src="files/files/javascript:alert(44)" alt=i>'
+        '[md](files/files/javascript:alert(45)) <svg><a xlink:href="javascript:alert(46)">s</a></svg>'
+        '<math><mi xlink:href="javascript:alert(47)">x</mi></math><form action="javascript:alert(48)"><button '
+        'formaction="javascript:alert(49)">b</button></form><a href="files/files/notes.txt">nested honest</a>'
+        '&lt;script&gt; &amp;lt;b&amp;gt; <b>bold</b>\n')
+CORPUS = (MARKDOWN, FILES_LINKS, HTML_OUTPUT, STUDENT_PAGE, MORE, *(v for o in hostile_outputs()
+                                                                  for v in o["data"].values()))
+
+
+@pytest.mark.parametrize("index", range(len(CORPUS)))
+def test_cleaning_is_a_fixed_point_over_the_payload_corpus_and_leaves_it_inert(index):
+    """Each cleaning run twice changes nothing the second time; and however many times a template strips the
+    `files/` prefix afterwards (stock strip_files_prefix), nothing becomes live (`files/files/javascript:...` left
+    `files/javascript:...` after one pass, live after a second strip)."""
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+    from nbconvert.filters.strings import strip_files_prefix as stock_strip
+
+    from autograder.commands import pageclean
+
+    for text in (CORPUS[index], markdown2html_mistune(CORPUS[index])):
+        for clean in (pageclean.clean_html, pageclean.strip_files_prefix, pageclean.defuse):
+            once = clean(text)
+            assert clean(once) == once, (clean.__name__, text[:80])
+        page = pageclean.strip_files_prefix(pageclean.clean_html(text))
+        for _ in range(4):
+            page = stock_strip(page)
+            assert_inert(page)
+
+
+def test_cleaning_a_cleaned_notebook_changes_nothing():
+    from autograder.commands import pageclean
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell(MARKDOWN + FILES_LINKS + MORE))
+    code = nbformat.v4.new_code_cell("1", metadata={"nbgrader": {"grade_id": 'a"><script>alert(18)</script>',
+                                                                 "solution": True, "grade": False}})
+    code.outputs = [nbformat.from_dict(o) for o in hostile_outputs()]
+    nb.cells += [code, nbformat.v4.new_raw_cell("<script>alert('raw')</script>" + MORE)]
+    once = pageclean.clean_notebook(nb)
+    assert pageclean.clean_notebook(once) == once
 
 
 def test_a_students_own_html_is_never_copied_into_autograded_or_feedback_nor_linked_by_the_class_report(feedback):

@@ -32,7 +32,8 @@ ATTACKS = {"flood": ("01_scores", "json_flood"), "keyring": ("01_scores", "keyri
            "kernel": ("01_scores", "kernel_surface"), "inodes": ("01_scores", "tmp_inodes"),
            "gc": ("03_module", "watch_off_gc")}
 FILES = {"linker": "every notebook a link to source/", "copycat": "02_masks copied from source/",
-         "huge": "01_scores of two million empty lists"}
+         "huge": "01_scores of two million empty lists",
+         "spacer": "03_module: ada's, one more space after a `return` and one comment line (issue 52)"}
 
 # Runs grade-class as a child subreaper: whatever the run leaves behind is re-parented here and counted.
 REAPER = textwrap.dedent(r"""
@@ -90,6 +91,11 @@ def hostile_class(private_tmp):
         nb.symlink_to(source / nb.name)
     copied = folder / "copycat" / ASSIGNMENT / "02_masks.ipynb"
     copied.write_bytes((source / "02_masks.ipynb").read_bytes())
+    spaced = json.loads((folder / "ada" / ASSIGNMENT / "03_module.ipynb").read_text())
+    cell = next(c for c in spaced["cells"] if c["cell_type"] == "code" and "return " in "".join(c["source"])
+                and (c.get("metadata") or {}).get("nbgrader", {}).get("solution"))
+    cell["source"] = "# my own work\n" + "".join(cell["source"]).replace("return ", "return  ", 1)
+    (folder / "spacer" / ASSIGNMENT / "03_module.ipynb").write_text(json.dumps(spaced))
     huge = folder / "huge" / ASSIGNMENT / "01_scores.ipynb"
     nb = json.loads(huge.read_text())
     nb["metadata"]["extra"] = [[] for _ in range(2_000_000)]
@@ -154,6 +160,20 @@ def test_links_and_copies_score_0_with_the_reason(hostile_class):
     masks = [p for p in POINTS if NOTEBOOK[p] == "02_masks"]
     assert all(copycat[p]["score"] == 0 for p in masks) and "source" in text_of(copycat[masks[0]])
     assert all(copycat[p]["score"] == POINTS[p] for p in POINTS if NOTEBOOK[p] != "02_masks"), copycat
+
+
+def test_a_copy_with_one_more_space_and_a_comment_keeps_its_points_and_is_flagged_naming_the_original(hostile_class):
+    course = hostile_class[0]
+    spacer, ada = report(course, "spacer"), report(course, "ada")
+    for pid in (p for p in POINTS if NOTEBOOK[p] == "03_module"):
+        assert spacer[pid]["score"] == ada[pid]["score"] == POINTS[pid], (pid, spacer[pid])
+        assert any("100% the same code as ada's" in why and "~" in why for why in spacer[pid].get("review", ())), \
+            spacer[pid]
+        assert any("much the same code as another student's" in n for n in spacer[pid].get("notes", ())), spacer[pid]
+        assert "ada" not in " ".join(spacer[pid].get("notes", ())), "the student's note names nobody"
+        assert any("the same code as spacer's" in why for why in ada[pid].get("review", ())), ada[pid]
+    table = (course / "autograder_reports" / ASSIGNMENT / "class_report.html").read_text().split("<table id=review>")[1]
+    assert "spacer" in table.split("</table>")[0] and "the same code as ada" in table.split("</table>")[0]
 
 
 def test_a_reply_flood_and_a_huge_notebook_score_0_with_the_reason(hostile_class):

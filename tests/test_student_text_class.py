@@ -15,7 +15,7 @@ order, after every attack:
                    that would save grades through formgrader's API, a `files/javascript:` link that the template's
                    rewrite made live); 02_masks.html (a policy that passes the script check, a refresh to another
                    site) in place of 02_masks.ipynb
-    twin1, twin2   the same one-line answers typed into their own copies: byte for byte the same notebooks
+    twin1, twin2   the same written answers typed into their own copies: byte for byte the same notebooks
     yara, zed      honest (zed: no scaling)
 
 Claims: every command exits 0 and grades every student; each honest student scores exactly what they score alone;

@@ -11,11 +11,15 @@ keyring, io_uring, perf events, userfaultfd and user namespaces; millions of fil
 image (no secret of the instructor's environment, no shared mapping, no capability), and a grading process's
 memory limit, which its workers must not inherit. Apart: the submitted-files suite (tests/test_submitted_links.py:
 links out of a submission and copies refused by grade, grade-class, nbgrader collect and autograde), the hostile
-class and the feedback pages' limits (tests/test_feedback_limits.py), in a course the user builds.
+class and the feedback pages' limits (tests/test_feedback_limits.py), in a course the user builds. And the browser
+tests of formgrader and the feedback pages (tests/browser/): Chromium, run by the user, in its own sandbox (no
+`--no-sandbox`, which only root needs), opens a hostile written answer in formgrader served by the user's lab, and a
+feedback page with a student's scripts.
 """
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -40,6 +44,11 @@ LINKS = ["tests/test_submitted_links.py", "tests/test_hostile_class.py",
 COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/runcache.py",
           "tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_seed.py", "tests/test_hfshell.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py",
           "pyproject.toml", *LINKS, "source/self_attention", "nbgrader_config.py"]
+
+# The browser tests of formgrader and the feedback pages (Debian's Chromium installed first, as root, if missing),
+# and what they need beside the above (course.lab serves formgrader).
+BROWSER = ["tests/browser/test_feedback_page_in_chromium.py", "tests/browser/test_formgrader_hostile_answer.py"]
+COPIED += ["tests/browser", "course"]
 
 
 def _ensure_user() -> None:
@@ -97,6 +106,8 @@ def run_as_user(tests: list[str], timeout: float) -> subprocess.CompletedProcess
     home = Path(tempfile.mkdtemp(prefix="autograder-unprivileged-"))
     try:
         _copy(home / "repo")
+        (home / "repo" / "build").mkdir()
+        (home / "repo" / "build").chmod(0o777)  # (the browser tests' screenshots and logs)
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
         pytest_argv = ["sh", "-c", 'echo "ran as uid $(id -u)"; exec "$@"', "sh",
                        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *tests]
@@ -128,8 +139,37 @@ def test_the_sandbox_and_hostile_suites_pass_as_an_ordinary_user(inner_run):
     assert_passed_as_an_ordinary_user(inner_run)
 
 
-def test_linked_and_copied_notebooks_score_0_as_an_ordinary_user_too():
+@pytest.fixture(scope="module")
+def pages_run():
+    """LINKS and BROWSER in one run as the user: one course built, one grader warmed for both (a run of their own
+    would build and warm them again)."""
+    from tests.browser.conftest import ensure_tools
+
+    ensure_tools()  # (as root: Debian's Chromium, its driver and the fonts, before the user needs them)
+    return run_as_user(["-vv", *LINKS, *BROWSER], 900)  # (-q -vv: one line per test, its outcome)
+
+
+OUTCOME = re.compile(r"^(tests/\S+?)::(.*) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+def assert_files_passed_as_an_ordinary_user(proc: subprocess.CompletedProcess, files: list[str]) -> None:
+    """Every test of `files` (lines of a `pytest -v` run's output) ran and passed, as a user other than root."""
+    out = proc.stdout + proc.stderr
+    uid = int(out.split("ran as uid ", 1)[1].split()[0])
+    assert uid != 0, "the inner suite ran as root"
+    ran = {(m[1], m[2]): m[3] for m in map(OUTCOME.match, proc.stdout.splitlines()) if m and m[1] in files}
+    assert {file for file, _ in ran} == set(files), (sorted(ran), out[-3000:])
+    assert set(ran.values()) == {"PASSED"}, ({t: o for t, o in ran.items() if o != "PASSED"}, out[-3000:])
+
+
+def test_linked_and_copied_notebooks_score_0_as_an_ordinary_user_too(pages_run):
     """tests/test_submitted_links.py (grade, grade-class, nbgrader collect and autograde), the class with a hostile
     student of each kind (tests/test_hostile_class.py) and the feedback pages' deadline and memory limit
     (tests/test_feedback_limits.py) as a hub's instructor."""
-    assert_passed_as_an_ordinary_user(run_as_user(LINKS, 600))
+    assert_files_passed_as_an_ordinary_user(pages_run, LINKS)
+
+
+def test_the_browser_tests_of_formgrader_and_the_feedback_pages_pass_as_an_ordinary_user(pages_run):
+    """tests/browser/'s formgrader (a hostile written answer, graded in the user's lab) and feedback page tests,
+    with Chromium started by the user in its own sandbox."""
+    assert_files_passed_as_an_ordinary_user(pages_run, BROWSER)

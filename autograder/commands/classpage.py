@@ -44,14 +44,14 @@ HEADINGS = {
     "score distribution per part": _("score distribution per part"),
     "most common failing checks": _("most common failing checks"),
     "every student": _("every student"),
-    "to review": _("to review by hand: code that mentions a function its part may not call, and notebooks byte for "
-                   "byte the same as another student's"),
+    "to review": _("to review by hand: code that mentions a function its part may not call, and notebooks much the "
+                   "same code as another student's"),
     "review why": _("these parts kept their points: the grader's watch did not see the calls they mention (it runs "
-                    "next to the student's code, which can switch it off: docs/security.md), and two students who "
-                    "type the same short answers save the same bytes; read the code"),
+                    "next to the student's code, which can switch it off: docs/security.md), and two students can "
+                    "write alike code without copying (the cells named are the ones to compare); read the code"),
     "why": _("why"),
-    "nothing to review": _("no part mentions a function it may not call, and no notebook is byte for byte the same "
-                           "as another student's"),
+    "nothing to review": _("no part mentions a function it may not call, and no notebook is much the same code as "
+                           "another student's"),
     "written": _("written (by hand)"),
     "to grade": _("to grade"),
 }

@@ -63,11 +63,11 @@ class Student:
 @dataclass(frozen=True)
 class ReviewFlag:
     """A part to review by hand (PartResult.review): its code mentions a torch function it may not call and the
-    watch did not see the call (the watch cannot prove it never ran), or its notebook is byte for byte the same file
-    as other students' (copies.py: that proves nothing by itself). It kept its points."""
+    watch did not see the call (the watch cannot prove it never ran), or its notebook is much the same code as
+    other students' (copies.py: that proves nothing by itself). It kept its points."""
     student: str
     part: str
-    why: tuple[str, ...]  # "SelfAttention (scaled_dot_product_attention)", "01_scores.ipynb: byte for byte ...", ...
+    why: tuple[str, ...]  # "SelfAttention (scaled_dot_product_attention)", "01_scores.ipynb: 97% the same code ...", ...
     score: float
 
 

@@ -7,7 +7,7 @@ reads that copy back. `TolerantNotebookExporter` makes every check on the submit
 bounds of extract.parse_json (MAX_NOTEBOOK_VALUES counted on what the student submitted, as `python -m autograder
 grade` counts them), the solution markers, a copy of another's work. nbgrader's own copy is not counted again (it
 holds more values than the file it was made from); the autograding pass names, in the resources, the other students
-who submitted byte for byte the same file (copies.same_as: graded as usual, flagged for the instructor's review by
+whose notebook is much the same code (copies.same_as: graded as usual, flagged for the instructor's review by
 the AutograderPreprocessor). `gradable(nb)` is what the grading process is given of the notebook: only what extract
 reads, so that it never holds more values than the submitted file either.
 """
@@ -28,7 +28,7 @@ from .duplicates import COPY_KEY
 
 
 UNREADABLE_KEY = "autograder_unreadable"  # notebook metadata: why the submitted file could not be read
-SAME_AS_KEY = "autograder_same_as"  # the resources: the other students who submitted the same bytes
+SAME_AS_KEY = "autograder_same_as"  # the resources: the other students whose notebook is much like it
 
 
 class TolerantNotebookExporter(NotebookExporter):
@@ -87,8 +87,8 @@ class TolerantNotebookExporter(NotebookExporter):
         originals = self.originals(resources)
         return why_copied(source, originals) if originals else None
 
-    def twins(self, name: str, resources: dict) -> tuple[str, ...]:
-        """The other students who submitted byte for byte the same notebook `name` as this student (copies.same_as)."""
+    def twins(self, name: str, resources: dict) -> tuple:
+        """The other students whose notebook `name` is much the same code as this student's (copies.same_as)."""
         info, coursedir = resources.get("nbgrader") or {}, getattr(self.parent, "coursedir", None)
         originals = self.originals(resources)
         if originals is None or not info.get("student"):

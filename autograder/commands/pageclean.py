@@ -9,7 +9,11 @@ Two passes, because the templates rewrite HTML after the exporter's filters ran 
 * `defuse`: the last word on HTML that nothing rewrites any more: every event-handler attribute dropped, and every
   URL attribute (href, src, srcset, action, formaction, xlink:href, ...) whose scheme is not http, https,
   mailto or none (an inline PNG/JPEG/GIF for an image), read as a browser reads it: character references
-  decoded, tabs and newlines removed, leading spaces and control characters ignored.
+  decoded, tabs and newlines removed, leading spaces and control characters ignored, and every `files/` prefix
+  that a template's rewrite strips (`files/files/javascript:...` is a script to be: it is dropped at once).
+
+Cleaning is a fixed point: cleaning a cleaned piece changes nothing (tests/test_feedback_page.py runs it twice over
+the payload corpus), so that no later rewrite, however many times it strips a prefix, makes a link live.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import copy
 import re
 
 import bleach
-from bs4 import BeautifulSoup
+from bs4 import BeautifulSoup, Doctype, NavigableString
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from nbconvert.filters.strings import strip_files_prefix as stock_strip_files_prefix
 
@@ -39,11 +43,15 @@ GRADE_ID = re.compile(r"[A-Za-z0-9_-]+\Z")  # what nbgrader accepts as a grade_i
 SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 URL_IGNORED = re.compile(r"[\t\n\r]")  # a browser removes them anywhere in a URL
 URL_LEADING = "".join(map(chr, range(0x21)))  # ... and C0 controls and spaces before it
+FILES_PREFIXES = re.compile(r"(?:/?files/)+")  # what the templates' strip_files_prefix strips, once per rewrite
 
 
 def url_scheme(value: str) -> str:
-    """The scheme a browser reads in a URL attribute's (decoded) value, lower case; "" for a relative URL."""
-    match = SCHEME.match(URL_IGNORED.sub("", value).lstrip(URL_LEADING))
+    """The scheme a browser reads in a URL attribute's (decoded) value, lower case, once every `files/` prefix is
+    stripped (as many rewrites as there may be); "" for a relative URL."""
+    url = URL_IGNORED.sub("", value).lstrip(URL_LEADING)
+    prefix = FILES_PREFIXES.match(url)
+    match = SCHEME.match(url[prefix.end() if prefix else 0:].lstrip(URL_LEADING))
     return match.group(1).lower() if match else ""
 
 
@@ -85,6 +93,9 @@ def defuse(text: str) -> str:
     """HTML with no event handler and no URL that can run code (the final pass, after every rewrite)."""
     soup = BeautifulSoup(text, features="html.parser")
     defuse_soup(soup)
+    for doctype in soup.find_all(string=lambda node: isinstance(node, Doctype)):  # (its own line ends it: no second)
+        if isinstance(doctype.next_sibling, NavigableString) and not doctype.next_sibling.strip():
+            doctype.next_sibling.extract()
     return str(soup)
 
 
@@ -107,9 +118,12 @@ def clean_html(text: str) -> str:
 
 
 def strip_files_prefix(text: str) -> str:
-    """The templates' `strip_files_prefix` filter (the last rewrite of a markdown cell's HTML), then cleaned: the
-    `href="files/javascript:..."` that it would turn into a live link is dropped."""
-    return clean_html(stock_strip_files_prefix(text))
+    """The templates' `strip_files_prefix` filter (the last rewrite of a markdown cell's HTML) until it strips nothing
+    more (`files/files/x` is `x`: a second pass changes nothing), then cleaned: the `href="files/javascript:..."`
+    that it would turn into a live link is dropped."""
+    while (stripped := stock_strip_files_prefix(text)) != text:
+        text = stripped
+    return clean_html(text)
 
 
 def clean_output(output: dict) -> dict:

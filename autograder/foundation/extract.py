@@ -37,7 +37,7 @@ class Source:
     graded_ids: frozenset[str] = frozenset()  # the grade_ids of the notebook's nbgrader graded cells
     lang: str | None = None  # the edition's language its metadata names (metadata.course.lang), if any
     digest: str = ""  # sha256 of the bytes read (copies.py compares it with the source's and other students')
-    same_as: tuple[str, ...] = ()  # the other students who submitted these same bytes (copies.compare_copies)
+    same_as: tuple = ()  # fingerprint.Likeness: the other students whose notebook is much like it (copies.py)
     # where each of `cells` sits in the notebook, counting every cell from the top (1-based, what a student counts);
     # empty for a .py file, whose chunks are numbered in order
     numbers: tuple[int, ...] = ()

@@ -24,11 +24,17 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "build" / "browser-test"
 DEBIAN_PACKAGES = {"chromium": "chromium", "chromium-driver": "chromedriver"}  # package -> program
 DEBIAN_FONTS = {"fonts-wqy-microhei": Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")}  # Chinese pages
-CHROMIUM_FLAGS = (  # headless, as root, on a network that refuses Chromium's background connections
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+CHROMIUM_FLAGS = (  # headless, on a network that refuses Chromium's background connections
+    "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--disable-dev-shm-usage", "--window-size=1400,1000",
 )
+
+
+def chromium_flags() -> tuple[str, ...]:
+    """CHROMIUM_FLAGS, and `--no-sandbox` as root only (Chromium will not start its sandbox as root): as an ordinary
+    user, Chromium runs in its own sandbox (tests/test_unprivileged.py runs the browser tests so)."""
+    return CHROMIUM_FLAGS + (("--no-sandbox",) if os.geteuid() == 0 else ())
 
 
 def _run_quietly(argv: list[str], what: str) -> None:
@@ -137,7 +143,7 @@ def start_chromium(profile: Path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for flag in CHROMIUM_FLAGS:
+    for flag in chromium_flags():
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
     service = Service(executable_path=shutil.which("chromedriver"), log_output=str(ARTIFACTS / "chromedriver.log"))
