@@ -385,6 +385,10 @@ CASES: tuple[Case, ...] = (
             key_pos = torch.arange(S, device=q.device)[None, :]  # [1, S]
             scores = scores.masked_fill(key_pos > query_pos, float("-inf"))""",
            """            scores = scores.masked_fill(future[start:stop], float("-inf"))"""))),
+    Case("parity_error_signed", "parity_error returns the largest signed difference, without .abs(): a module that "
+         "is off downwards only looks equal",
+         (("parity_error", "return (ours - theirs).abs().max().item()", "return (ours - theirs).max().item()"),),
+         lose=("official_parity",), says="the largest absolute difference"),
     Case("ok_nanogpt_flash_off", "nanoGPT's fallback: `if self.flash:` F.scaled_dot_product_attention, else the "
          "manual attention; the flag is off, so the fused kernel never runs (a note, no loss)",
          (("MultiHeadSelfAttention", "self.num_heads = num_heads",

@@ -235,6 +235,10 @@ CASES: tuple = (
         # 1. queries from x, keys and values from the context, split into heads"""),),
          zero=("cross_attention",), says="nn.MultiheadAttention"),
     # ------------------------------------------------------------------ wrong: decoder (the joints)
+    Case("decoder_needs_num_kv_heads", "DecoderAttention(d_model, num_heads) without num_kv_heads raises: the "
+         "contract's default None is never turned into num_heads",
+         (("DecoderAttention", "        num_kv_heads = num_kv_heads or num_heads\n", ""),),
+         lose=("decoder",), says="DecoderAttention raised TypeError"),
     Case("decoder_new_token_at_zero", "DecoderAttention rotates the new tokens from position 0, whatever is cached",
          (("DecoderAttention", "start = 0 if cache is None else len(cache)", "start = 0"),),
          lose=("decoder",), says="rotated from position 0"),
