@@ -45,6 +45,14 @@ CASES: tuple = (
     Case("gpt2_c_attn_not_transposed", "split_c_attn cuts the Conv1D weight into columns without transposing them",
          (("split_c_attn", "W_q, W_k, W_v = weight.T.chunk(3, dim=0)", "W_q, W_k, W_v = weight.chunk(3, dim=1)"),),
          lose=("gpt2",), says="not transposed"),
+    Case("gpt2_causal_only_with_key_mask", "GPT2StyleAttention applies its causal mask only when a key_mask is given",
+         (("GPT2StyleAttention", """        allowed = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()  # [S, S]: key j <= query i
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]  # [B, 1, S, S]""",
+           """        allowed = torch.ones(S, S, dtype=torch.bool, device=x.device)  # [S, S]
+        if key_mask is not None:
+            allowed = allowed.tril() & key_mask[:, None, None, :]  # [B, 1, S, S]"""),),
+         lose=("gpt2",), says="without key_mask: the output at real tokens"),
     Case("gpt2_biases_dropped", "from_hf copies the weights and leaves the biases at zero",
          (("GPT2StyleAttention", "                linear.bias.copy_(b)", "                linear.bias.zero_()"),
           ("GPT2StyleAttention", "layer.W_o.bias.copy_(attn.c_proj.bias)", "layer.W_o.bias.zero_()")),
@@ -111,6 +119,12 @@ CASES: tuple = (
            "layer = DecoderAttention(config.hidden_size, H, H_kv)"),),
          lose=("llama",), says="rope_base"),
     # ------------------------------------------------------------------ correct variants
+    Case("ok_gpt2_attention_dropout", "GPT2StyleAttention with the library's attention dropout (attn_pdrop 0.1): "
+         "graded in eval mode, as the library's reference is",
+         (("GPT2StyleAttention", "        self.W_o = nn.Linear(d_model, d_model)\n",
+           "        self.W_o = nn.Linear(d_model, d_model)\n        self.attn_dropout = nn.Dropout(0.1)  # GPT-2's attn_pdrop\n"),
+          ("GPT2StyleAttention", "        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S, head_dim]",
+           "        out = self.attn_dropout(torch.softmax(scores, dim=-1)) @ v  # [B, H, S, head_dim]"))),
     Case("ok_gpt2_sdpa", "GPT2StyleAttention with F.scaled_dot_product_attention and a boolean mask (SDPA is allowed)",
          (("GPT2StyleAttention", GPT2_MASKED,
            "        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)"),)),
