@@ -119,6 +119,10 @@ CASES: tuple = (
            "layer = DecoderAttention(config.hidden_size, H, H_kv)"),),
          lose=("llama",), says="rope_base"),
     # ------------------------------------------------------------------ correct variants
+    Case("bert_minus_ten_thousand", "extended_attention_mask adds -10000.0 for padding (google-research BERT, "
+         "transformers before 4.x), not finfo(dtype).min",
+         (("extended_attention_mask", "return (1.0 - keep) * torch.finfo(dtype).min", "return (1.0 - keep) * -10000.0"),),
+         lose=("bert",), says="the convention of google-research BERT"),
     Case("ok_gpt2_attention_dropout", "GPT2StyleAttention with the library's attention dropout (attn_pdrop 0.1): "
          "graded in eval mode, as the library's reference is",
          (("GPT2StyleAttention", "        self.W_o = nn.Linear(d_model, d_model)\n",
