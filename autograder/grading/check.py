@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from ..foundation.failures import raised_in_standin
 from ..foundation.results import PartResult
 from .scoring import CheckRecord, failure_message, score_part
 from ..sandbox.session import Session
@@ -214,7 +215,8 @@ class Checks:
                 if not record.passed and student.retried(check.part):  # lending never lowers a score
                     with student.own_pieces():
                         again = self._run_one(check, given, wide, per_submission, lang)
-                    record = again if again.passed else record
+                    # a check failing both ways reports its own failure, not an error raised in a stand-in
+                    record = again if again.passed or record.in_standin else record
                 records[check.part].append(record)
                 seconds[check.part] += time.perf_counter() - started
         return [score_part(p, records.get(p.id, []), session, seconds.get(p.id, 0.0), lang)
@@ -232,7 +234,7 @@ class Checks:
                         values[name] = self._set_up(name, values, wide, per_check, per_submission)
                 check.function(**{name: values[name] for name in check.argnames})
             except Exception as exc:  # noqa: BLE001 - as pytest: any exception fails the check
-                return CheckRecord(check.name, check.weight, False, failure_message(exc, lang))
+                return CheckRecord(check.name, check.weight, False, failure_message(exc, lang), raised_in_standin(exc))
             finally:
                 with contextlib.suppress(Exception):  # (pytest reports a teardown error apart; the check stands)
                     per_check.close()
