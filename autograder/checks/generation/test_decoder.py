@@ -260,12 +260,14 @@ def _add(job, steps, inputs, key, w, x, chunks, kv_heads, cached=True, heads=H, 
 
 PART = spec.GENERATION.part("decoder")
 # the student's own pieces next to DecoderAttention, probed before the part is graded (checks/lent.py)
-PROBES = {
+PROBES = {  # at the shapes DecoderAttention calls them with: H query heads, H_kv < H key heads, one new token
     "apply_rope": [((torch.randn(2, 3, 4, 8, generator=seeded(7)), torch.tensor([0, 3, 1, 7])), {}),
                    ((torch.randn(2, 3, 4, 8, generator=seeded(8)), torch.tensor([[0, 1, 2, 3], [2, 3, 4, 5]])),
-                    {"base": SMALL_BASE})],
+                    {"base": SMALL_BASE}),
+                   ((torch.randn(2, 1, 1, 8, generator=seeded(10)), torch.tensor([[6], [9]])), {})],
     "decode_causal_mask": [((3, 5), {}), ((1, 4), {}), ((4, 4), {})],
-    "repeat_kv": [((torch.randn(2, 2, 3, 4, generator=seeded(9)), 3), {})],
+    "repeat_kv": [((torch.randn(2, 2, 3, 4, generator=seeded(9)), 3), {}),
+                  ((torch.randn(2, 4, 1, 4, generator=seeded(11)), 1), {})],
 }
 
 
