@@ -30,12 +30,15 @@ from pathlib import Path
 
 import pytest
 
+from ..foundation import i18n
 from ..foundation.failures import raised_in_standin
 from ..foundation.results import PartResult
 from .scoring import CheckRecord, failure_message, score_part
 from ..sandbox.session import Session
 from ..foundation.spec import CHECKS_ROOT, DEFAULT_LANGUAGE, Assignment, Part
 from ..sandbox.student import Student
+
+_ = i18n.message
 
 REPO_ROOT = str(CHECKS_ROOT.parent.parent)
 if REPO_ROOT not in sys.path:  # the checks import the reference solutions
@@ -217,10 +220,29 @@ class Checks:
                         again = self._run_one(check, given, wide, per_submission, lang)
                     # a check failing both ways reports its own failure, not an error raised in a stand-in
                     record = again if again.passed or record.in_standin else record
+                if not record.passed and student.witnessed(check.part):
+                    record = self._witnessed(check, record, student, given, wide, per_submission, lang)
                 records[check.part].append(record)
                 seconds[check.part] += time.perf_counter() - started
         return [score_part(p, records.get(p.id, []), session, seconds.get(p.id, 0.0), lang)
                 for p in self.parts]
+
+    def _witnessed(self, check: Check, record: CheckRecord, student: Student, given: dict, wide: dict,
+                   per_submission: contextlib.ExitStack, lang: str) -> CheckRecord:
+        """A failed check of a part that borrows pieces, run again with the grader's pieces, the student's own
+        beside them as witnesses (Student.witnessing): when it passes so, and some of the student's pieces gave other
+        results on the part's inputs, the failure lies in those pieces, which their own parts grade: the check
+        passes here and the part's note names them. Otherwise the first failure stands."""
+        with student.witnessing():
+            again = self._run_one(check, given, wide, per_submission, lang)
+        differed = sorted(student.lenders[check.part].differed)
+        if not again.passed or not differed:
+            return record
+        student.note(_("on the inputs of this part's checks, your {names} gave other results than the reference's: "
+                       "the checks that failed with yours were graded with the grader's {names} in their place (each "
+                       "piece is graded in its own part, so that its mistake costs points there only)").format(
+            names=", ".join(differed)))
+        return again
 
     def _run_one(self, check: Check, given: dict, wide: dict, per_submission: contextlib.ExitStack,
                  lang: str) -> CheckRecord:

@@ -158,13 +158,15 @@ class Job:
         return self._add({"kind": "call", "ns": ns, "target": name, **self._arguments(args, kwargs),
                           "measure": measure, "seed": seed}, name, kind)
 
-    def lend(self, owner: str, names, standins=()) -> Step:
+    def lend(self, owner: str, names, standins=(), witness=()) -> Step:
         """In the namespace that defines `owner`, stand-ins for `standins` (each call answered by the trusted side
         with the reference's result: runtime.Worker.handle_lend) and the student's own versions of the other `names`:
-        the rest of the job runs the part's code on those pieces. Its value: the stand-ins that replaced a function
-        of the student."""
+        the rest of the job runs the part's code on those pieces. The stand-ins for `witness` also run the student's
+        own piece and send its result along (the trusted side notes which differ). Its value: the stand-ins that
+        replaced a function of the student."""
         ns = self._namespace(owner)
-        return self._add({"kind": "lend", "ns": ns, "names": list(names), "standins": list(standins)}, owner)
+        return self._add({"kind": "lend", "ns": ns, "names": list(names), "standins": list(standins),
+                          "witness": list(witness)}, owner)
 
     def builtin(self, name: str, *args, seed: int = 0) -> Step:
         """A grader-built object in the worker (autograder/worker/standins.py), torch seeded with `seed` first: its

@@ -151,9 +151,14 @@ class Worker:
         student's own versions of the other names of `req["names"]` back: a stand-in's every call is answered by the
         trusted side (borrowed.py), so that a mistake in a piece is charged only in the part that owns it, and no
         code of the grader is ever here. The reply names the stand-ins that replaced a function of the student."""
-        lent = {name: borrowed.standin(name, self.ask) for name in req.get("standins", ())}
         own = self.own.setdefault(req["ns"], {})
-        return {"value": borrowed.lend(self.namespaces[req["ns"]], own, req["names"], lent)}
+        namespace = self.namespaces[req["ns"]]
+        for name in req["names"]:
+            own.setdefault(name, namespace.get(name, borrowed.MISSING))
+        witnesses = set(req.get("witness", ())) & {n for n, f in own.items() if f is not borrowed.MISSING}
+        lent = {name: borrowed.standin(name, self.ask, own[name] if name in witnesses else None)
+                for name in req.get("standins", ())}
+        return {"value": borrowed.lend(namespace, own, req["names"], lent)}
 
     def handle_describe(self, req):
         obj = self.object_of(req)
