@@ -232,8 +232,12 @@ class Checks:
         """A failed check of a part that borrows pieces, run again with the grader's pieces, the student's own
         beside them as witnesses (Student.witnessing): when it passes so, and some of the student's pieces gave other
         results on the part's inputs, the failure lies in those pieces, which their own parts grade: the check
-        passes here and the part's note names them. Otherwise the first failure stands."""
-        with student.witnessing():
+        passes here and the part's note names them. Otherwise the first failure stands. Run aside (Session.aside):
+        it costs the part neither time nor a restart."""
+        session = student.session
+        if session.part is None or session.part.stopped:  # (a part out of time is not run again)
+            return record
+        with student.witnessing(), session.aside(session.limits.part_seconds):  # (not the part's time)
             again = self._run_one(check, given, wide, per_submission, lang)
         differed = sorted(student.lenders[check.part].differed)
         if not again.passed or not differed:
