@@ -123,6 +123,15 @@ CASES: tuple = (
          "transformers before 4.x), not finfo(dtype).min",
          (("extended_attention_mask", "return (1.0 - keep) * torch.finfo(dtype).min", "return (1.0 - keep) * -10000.0"),),
          lose=("bert",), says="the convention of google-research BERT"),
+    Case("ok_from_hf_reads_the_librarys_attributes", "from_hf reads the library module's own attributes and config, as "
+         "code written against the library does (attn.scale_attn_weights, attn.embed_dim, attn.config.n_head, "
+         "attn.all_head_size, attn.attention_head_size)",
+         (("GPT2StyleAttention", "        layer = cls(d_model, attn.num_heads)\n",
+           "        if not attn.scale_attn_weights or attn.scale_attn_by_inverse_layer_idx or attn.reorder_and_upcast_attn:\n"
+           "            raise ValueError(\"only GPT-2's default scaling is supported\")\n"
+           "        layer = cls(attn.embed_dim, attn.config.n_head)\n"),
+          ("BertStyleSelfAttention", "layer = cls(attn.query.in_features, attn.num_attention_heads)",
+           "layer = cls(attn.attention_head_size * attn.num_attention_heads, attn.all_head_size // attn.attention_head_size)"))),
     Case("ok_gpt2_attention_dropout", "GPT2StyleAttention with the library's attention dropout (attn_pdrop 0.1): "
          "graded in eval mode, as the library's reference is",
          (("GPT2StyleAttention", "        self.W_o = nn.Linear(d_model, d_model)\n",
