@@ -46,11 +46,27 @@ class MissingName(CheckFailure):
 
 
 class StudentRaised(CheckFailure):
-    """The student's code raised; `kind` is the exception's type name (e.g. "NotImplementedError")."""
+    """The student's code raised; `kind` is the exception's type name (e.g. "NotImplementedError"); `in_standin`:
+    the error came from a call of a grader's stand-in that the reference could not answer (a call the student's
+    own piece takes and the reference's does not, e.g. Mistral's repeat_kv(keys, values, repeats))."""
 
-    def __init__(self, message, kind: str):
+    def __init__(self, message, kind: str, in_standin: bool = False):
         super().__init__(message)
         self.kind = kind
+        self.in_standin = in_standin
+
+
+STANDIN_ERROR = "the grader's "  # how autograder/worker/borrowed.py begins an error that a stand-in's call raised
+
+
+def raised_in_standin(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling, is an error of a grader's stand-in."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, StudentRaised) and exc.in_standin:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 class WorkerEnded(CheckFailure):
@@ -64,6 +80,8 @@ class PartStopped(CheckFailure):
 # what torch.compile's dynamo and inductor raise when compiling fails (torch._dynamo.exc, torch._inductor.exc)
 COMPILE_ERRORS = ("BackendCompilerFailed", "CppCompileError", "InductorError", "InternalTorchDynamoError",
                   "TorchRuntimeError", "Unsupported")
+
+GRADER_LACKS = "GraderLacks"  # autograder/worker/hflike.py: a name of the library's module its copy could not provide
 
 
 def worker_text(text):
@@ -81,6 +99,10 @@ def student_error(what: str, err: dict) -> StudentRaised:
     kind, message, where = err.get("type", "Error"), worker_text(err.get("message", "")), err.get("where", "")
     if kind == "NotImplementedError":
         return StudentRaised(_("{what} is not implemented yet (it raises NotImplementedError)").format(what=what), kind)
+    if kind == GRADER_LACKS:
+        return StudentRaised(_("{what} read {name} of the library's module, which the grader could not provide in its "
+                               "copy of that module: not a mistake of yours (tell your instructor)").format(
+            what=what, name=message), kind)
     at = _(" at {where}").format(where=where) if where else ""
     if kind in COMPILE_ERRORS:
         return StudentRaised(_("{what} failed while torch.compile compiled it ({kind}: {message}){at}; the grader runs "
@@ -91,4 +113,4 @@ def student_error(what: str, err: dict) -> StudentRaised:
         return StudentRaised(_("{what} called exit() ({message}){at}; a function must return its result").format(
             what=what, message=message, at=at), kind)
     return StudentRaised(_("{what} raised {kind}: {message}{at}").format(what=what, kind=kind, message=message, at=at),
-                         kind)
+                         kind, in_standin=str(message).startswith(STANDIN_ERROR))
