@@ -14,6 +14,8 @@ from types import SimpleNamespace
 
 import torch.nn as nn
 
+from .hflike import LibraryConfig
+
 LIBRARY = "transformers"
 
 
@@ -88,3 +90,8 @@ class AttentionModule(nn.Module):
 def hf_attention_module(heads: int, kv_heads: int, head_dim: int, layer_idx: int = 0, training: bool = False,
                         dropout: float = 0.0, name: str = "course") -> AttentionModule:
     return AttentionModule(heads, kv_heads, head_dim, layer_idx, dropout, name).train(training)
+
+
+def hf_config(description: dict) -> LibraryConfig:
+    """The library's config as a reader sees it (lookalike.describe_config on the trusted side): rope_inv_freq's input."""
+    return LibraryConfig(description)
