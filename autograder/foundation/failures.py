@@ -6,9 +6,19 @@ into the check's message.
 """
 from __future__ import annotations
 
+import re
+
 from . import i18n
+from ..worker import hfshell
 
 _ = i18n.message
+
+# hfshell.RULE, what the worker's `transformers` shell raises for anything but a registration (tests/test_hfshell.py
+# keeps the two equal): the student reads it in the submission's language
+LIBRARY_ABSENT = _("{name} is not available: the transformers library does not run in the grader's sandbox, a graded "
+                   "forward is plain torch (only AttentionInterface, AttentionMaskInterface and masking_utils' "
+                   "eager_mask, sdpa_mask and flex_attention_mask are there, to register your attention)")
+_RULE = re.compile(re.escape(hfshell.RULE).replace(re.escape("{name}"), r"(?P<name>[\w.]{1,200})"))
 
 
 class CheckFailure(AssertionError):
@@ -47,9 +57,16 @@ COMPILE_ERRORS = ("BackendCompilerFailed", "CppCompileError", "InductorError", "
 GRADER_LACKS = "GraderLacks"  # autograder/worker/hflike.py: a name of the library's module its copy could not provide
 
 
+def worker_text(text):
+    """A message the worker reported, as the student reads it: the `transformers` shell's rule in the submission's
+    language (LIBRARY_ABSENT), anything else as it is."""
+    match = _RULE.fullmatch(text) if isinstance(text, str) else None
+    return LIBRARY_ABSENT.format(name=match["name"]) if match else text
+
+
 def student_error(what: str, err: dict) -> StudentRaised:
     """The failure for an error that the worker reported from the student's code."""
-    kind, message, where = err.get("type", "Error"), err.get("message", ""), err.get("where", "")
+    kind, message, where = err.get("type", "Error"), worker_text(err.get("message", "")), err.get("where", "")
     if kind == "NotImplementedError":
         return StudentRaised(_("{what} is not implemented yet (it raises NotImplementedError)").format(what=what), kind)
     if kind == GRADER_LACKS:

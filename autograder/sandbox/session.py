@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..foundation import i18n, spec
 from ..foundation.extract import Source
-from ..foundation.failures import CheckFailure, PartStopped, WorkerEnded, student_error
+from ..foundation.failures import CheckFailure, PartStopped, WorkerEnded, student_error, worker_text
 from ..foundation.limits import Limits
 from .lender import refusal
 from .pool import SandboxFailed, WorkerGone, WorkerTimeout, Zygote, start_worker
@@ -135,13 +135,13 @@ class Session:
             for err in info.get("errors", ()):
                 where = f" ({err['where']})" if err.get("where") else ""
                 notes.append(_("{source}: cell {cell} raised {kind}: {error}{where}").format(
-                    source=src, cell=err["cell"], kind=err["type"], error=err["message"], where=where))
+                    source=src, cell=err["cell"], kind=err["type"], error=worker_text(err["message"]), where=where))
         return notes
 
     def load_hint(self):
         """" (a cell failed to run: ...)" after a missing name, when a cell failed; else ""."""
         errors = [_("{source}, cell {cell}: {kind}: {error}").format(source=src, cell=e["cell"], kind=e["type"],
-                                                                     error=e["message"])
+                                                                     error=worker_text(e["message"]))
                   for src, info in self.load_report.items() for e in info.get("errors", ())]
         return _(" (a cell failed to run: {error})").format(error=errors[0]) if errors else ""
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import flex_attention as flex
 
-from . import borrowed, compiled, protocol, standins, wire
+from . import borrowed, compiled, hfshell, protocol, standins, wire
 from .meter import LiveMemoryMeter
 from .names import STUDENT_PREFIX
 from .watch import ForbiddenCallWatch
@@ -81,6 +81,7 @@ class Worker:
         self.ask = borrowed.asker(sock)
         self.codec = wire.WorkerCodec()
         self.objects = self.codec.objects  # what the trusted side names by a handle
+        hfshell.install()  # `transformers` is the grader's shell here, never the library (hfshell.py)
         self.watch = ForbiddenCallWatch()
         standins.use_originals(self.watch.original)
         # FlexAttention untraced (its debugging mode: the mods run under vmap, not dynamo): the same numbers,
