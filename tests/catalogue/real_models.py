@@ -151,7 +151,7 @@ CASES: tuple = (
          (("course_attention", "scale = D ** -0.5 if scaling is None else scaling", "scale = D ** -0.5"),),
          lose=("attention_interface",), says="scaling"),
     Case("iface_heads_tiled", "course_attention tiles the key/value heads (repeat) instead of grouping them",
-         (("course_attention", "key, value = repeat_kv(key, H // H_kv), repeat_kv(value, H // H_kv)",
+         (("course_attention", "key, value = key.repeat_interleave(H // H_kv, dim=1), value.repeat_interleave(H // H_kv, dim=1)",
            "key, value = key.repeat(1, H // H_kv, 1, 1), value.repeat(1, H // H_kv, 1, 1)"),),
          lose=("attention_interface",), says="tiled"),
     # ------------------------------------------------------------------ correct variants

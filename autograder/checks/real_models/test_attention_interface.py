@@ -223,8 +223,8 @@ def test_course_attention_drops_weights_in_training_mode(student):
                                     "module.training))").format(p=p))
     share = float(dropped.float().mean())
     if abs(share - p) > 0.1:
-        raise expect.CheckFailure(_("with dropout={p} in training mode about {p:.0%} of the weights are dropped (0); "
-                                    "{share:.0%} of yours are").format(p=p, share=share))
+        raise expect.CheckFailure(_("with dropout={p} in training mode about {expected} of the weights are dropped "
+                                    "(0); {share} of yours are").format(p=p, expected=f"{p:.0%}", share=f"{share:.0%}"))
     if not bool((kept | dropped).all()):
         off = expect.largest_difference(got_w[~dropped], (weights / (1 - p))[~dropped])
         raise expect.CheckFailure(_("with dropout={p} in training mode the weights not dropped must be softmax's "
@@ -272,10 +272,13 @@ def _answers(run, calls) -> tuple[list, str | None]:
 
 def _why(call, got: torch.Tensor, real: torch.Tensor, off: float) -> str:
     masked = bool((call.eager_mask != 0).any())
-    for hint, variant in alone_mistakes(call.query, call.key, call.value, call.mask, call.scaling).items():
-        if expect.same(got[real], variant()[real], 1e-4, 1e-3):
-            return _("your function's output at layer {layer} is off by up to {off:.3g}: {hint}").format(
-                layer=call.layer, off=off, hint=hint)
+    if not (call.mask is None and masked):
+        expected = call.expected[real]
+        for hint, variant in alone_mistakes(call.query, call.key, call.value, call.mask, call.scaling).items():
+            produced = variant()[real]
+            if not expect.same(produced, expected, 1e-4, 1e-3) and expect.same(got[real], produced, 1e-4, 1e-3):
+                return _("your function's output at layer {layer} is off by up to {off:.3g}: {hint}").format(
+                    layer=call.layer, off=off, hint=hint)
     if call.mask is None and masked:
         return _("your function received attention_mask=None on a causal batch (layer {layer}) and gave output off "
                  "by up to {off:.3g}: register the mask function that always gives the mask (the library's eager_mask) "
