@@ -31,6 +31,18 @@ def test_the_registration_is_read_as_the_student_left_it(shell, mask):
         shell.AttentionMaskInterface.register("mine", masks[mask])
     assert hfseam.hf_registration("mine") == {"name": "mine", "attention": True, "mask": mask}
     assert hfseam.hf_registered_attention("mine") is _attention
+    if mask == "custom":
+        assert hfseam.hf_registered_mask("mine") is masks["custom"]
+    else:
+        with pytest.raises(LookupError):
+            hfseam.hf_registered_mask("mine")
+
+
+def test_the_causal_mask_function_is_the_library_one():
+    from transformers.masking_utils import causal_mask_function
+
+    q, kv = torch.arange(5)[:, None], torch.arange(7)[None, :]
+    assert torch.equal(hfseam.hf_causal_mask_function()(0, 0, q, kv), causal_mask_function(0, 0, q, kv))
 
 
 def test_a_name_without_a_function_reads_as_unregistered(shell):

@@ -21,7 +21,8 @@ import torch.nn as nn
 from torch.nn.attention import flex_attention as flex
 
 from .hflike import hf_bert_self_attention, hf_gpt2_attention, hf_llama_attention  # noqa: F401 (builtins, real_models)
-from .hfseam import hf_attention_module, hf_config, hf_registered_attention, hf_registration  # noqa: F401 (builtins, real_models)
+from .hfseam import (hf_attention_module, hf_causal_mask_function, hf_config, hf_registered_attention,  # noqa: F401
+                     hf_registered_mask, hf_registration)  # (builtins, real_models)
 from .hfshell import registered_attention, registered_mask, registered_mask_function  # noqa: F401 (builtins)
 
 _sdpa = None

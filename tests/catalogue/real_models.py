@@ -184,6 +184,21 @@ CASES: tuple = (
            "            scores = scores + mask  # additive: 0 where allowed, finfo.min elsewhere\n",
            "        allowed = mask if mask.dtype == torch.bool else mask == 0\n"
            "        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)\n"),)),
+    Case("ok_iface_own_mask_function", "register_course_attention registers a mask function of the student's own "
+         "(the float additive mask, causal and padded, from the arguments either pin passes)",
+         (("register_course_attention", "    from transformers.masking_utils import eager_mask  # noqa: PLC0415\n\n", ""),
+          ("register_course_attention", "    AttentionMaskInterface.register(name, eager_mask)\n",
+           "    def course_mask(batch_size, kv_length, kv_offset=0, mask_function=None, attention_mask=None,\n"
+           "                    dtype=torch.float32, cache_position=None, q_length=None, q_offset=0, **kwargs):\n"
+           "        if cache_position is None:  # 5.x passes q_length and q_offset, 4.x cache_position\n"
+           "            cache_position = torch.arange(q_offset, q_offset + q_length)\n"
+           "        q_idx = cache_position[:, None]\n"
+           "        kv_idx = torch.arange(kv_offset, kv_offset + kv_length)[None, :]\n"
+           "        allowed = mask_function(0, 0, q_idx, kv_idx)[None, None].expand(batch_size, 1, -1, -1)\n"
+           "        if attention_mask is not None:\n"
+           "            allowed = allowed & attention_mask[:, None, None, kv_offset:kv_offset + kv_length].bool()\n"
+           "        return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)\n\n"
+           "    AttentionMaskInterface.register(name, course_mask)\n"))),
     Case("ok_bert_sdpa", "BertStyleSelfAttention hands the additive mask to F.scaled_dot_product_attention",
          (("BertStyleSelfAttention", "        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # [B, H, S, S]\n"
            "        if attention_mask is not None:\n"
