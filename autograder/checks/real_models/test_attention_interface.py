@@ -299,8 +299,8 @@ def _why(call, got: torch.Tensor, real: torch.Tensor, off: float) -> str:
     given = ref.course_attention(_Eval(), call.query, call.key, call.value, call.mask, scaling=call.scaling)[0]
     if not expect.same(given[real], expected, 1e-4, 1e-3):
         if call.mask is None:
-            return _("your function received attention_mask=None on a causal batch (layer {layer}) and gave output off "
-                     "by up to {off:.3g}: register the mask function that always gives the mask (the library's "
+            return _("your function received attention_mask=None on a causal batch: its output at layer {layer} is off "
+                     "by up to {off:.3g}; register the mask function that always gives the mask (the library's "
                      "eager_mask) with AttentionMaskInterface under the same name; registered alone, or with sdpa_mask "
                      "(which leaves causality to SDPA's is_causal), the function gets None").format(
                 layer=call.layer, off=off)
