@@ -35,11 +35,27 @@ class MissingName(CheckFailure):
 
 
 class StudentRaised(CheckFailure):
-    """The student's code raised; `kind` is the exception's type name (e.g. "NotImplementedError")."""
+    """The student's code raised; `kind` is the exception's type name (e.g. "NotImplementedError"); `in_standin`:
+    the error came from a call of a grader's stand-in that the reference could not answer (a call the student's
+    own piece takes and the reference's does not, e.g. Mistral's repeat_kv(keys, values, repeats))."""
 
-    def __init__(self, message, kind: str):
+    def __init__(self, message, kind: str, in_standin: bool = False):
         super().__init__(message)
         self.kind = kind
+        self.in_standin = in_standin
+
+
+STANDIN_ERROR = "the grader's "  # how autograder/worker/borrowed.py begins an error that a stand-in's call raised
+
+
+def raised_in_standin(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling, is an error of a grader's stand-in."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, StudentRaised) and exc.in_standin:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 class WorkerEnded(CheckFailure):
@@ -83,4 +99,4 @@ def student_error(what: str, err: dict) -> StudentRaised:
         return StudentRaised(_("{what} called exit() ({message}){at}; a function must return its result").format(
             what=what, message=message, at=at), kind)
     return StudentRaised(_("{what} raised {kind}: {message}{at}").format(what=what, kind=kind, message=message, at=at),
-                         kind)
+                         kind, in_standin=str(message).startswith(STANDIN_ERROR))

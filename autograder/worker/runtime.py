@@ -136,9 +136,6 @@ class Worker:
             target = self.lookup(req["ns"], req["target"])
         args = self.codec.decode(req.get("args", []))
         kwargs = self.codec.decode(req.get("kwargs", {}))
-        seed = req.get("seed")
-        if seed is not None:  # the CPU generator, all the worker uses: torch.manual_seed also queues a seed for
-            torch.default_generator.manual_seed(seed)  # each accelerator not started, 0.1 ms with a stack each
         if req.get("measure"):
             release_free_heap()
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
@@ -155,9 +152,14 @@ class Worker:
         student's own versions of the other names of `req["names"]` back: a stand-in's every call is answered by the
         trusted side (borrowed.py), so that a mistake in a piece is charged only in the part that owns it, and no
         code of the grader is ever here. The reply names the stand-ins that replaced a function of the student."""
-        lent = {name: borrowed.standin(name, self.ask) for name in req.get("standins", ())}
         own = self.own.setdefault(req["ns"], {})
-        return {"value": borrowed.lend(self.namespaces[req["ns"]], own, req["names"], lent)}
+        namespace = self.namespaces[req["ns"]]
+        for name in req["names"]:
+            own.setdefault(name, namespace.get(name, borrowed.MISSING))
+        witnesses = set(req.get("witness", ())) & {n for n, f in own.items() if f is not borrowed.MISSING}
+        lent = {name: borrowed.standin(name, self.ask, own[name] if name in witnesses else None)
+                for name in req.get("standins", ())}
+        return {"value": borrowed.lend(namespace, own, req["names"], lent)}
 
     def handle_describe(self, req):
         obj = self.object_of(req)
@@ -275,6 +277,9 @@ class Worker:
         self.codec.results.append(None)
         with self.capture() as out:
             try:
+                seed = req.get("seed")  # a job's first step, a module the grader builds, a student's class built
+                if seed is not None:  # the CPU generator, all the worker uses: torch.manual_seed also queues a seed
+                    torch.default_generator.manual_seed(seed)  # for each accelerator not started, 0.1 ms each
                 if req.get("kind") == "load":
                     reply = {"value": self.load(req["sources"])}
                 else:

@@ -47,6 +47,14 @@ CASES: tuple = (
     Case("gpt2_c_attn_not_transposed", "split_c_attn cuts the Conv1D weight into columns without transposing them",
          (("split_c_attn", "W_q, W_k, W_v = weight.T.chunk(3, dim=0)", "W_q, W_k, W_v = weight.chunk(3, dim=1)"),),
          lose=("gpt2",), says="not transposed"),
+    Case("gpt2_causal_only_with_key_mask", "GPT2StyleAttention applies its causal mask only when a key_mask is given",
+         (("GPT2StyleAttention", """        allowed = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()  # [S, S]: key j <= query i
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]  # [B, 1, S, S]""",
+           """        allowed = torch.ones(S, S, dtype=torch.bool, device=x.device)  # [S, S]
+        if key_mask is not None:
+            allowed = allowed.tril() & key_mask[:, None, None, :]  # [B, 1, S, S]"""),),
+         lose=("gpt2",), says="without key_mask: the output at real tokens"),
     Case("gpt2_biases_dropped", "from_hf copies the weights and leaves the biases at zero",
          (("GPT2StyleAttention", "                linear.bias.copy_(b)", "                linear.bias.zero_()"),
           ("GPT2StyleAttention", "layer.W_o.bias.copy_(attn.c_proj.bias)", "layer.W_o.bias.zero_()")),
@@ -155,6 +163,25 @@ CASES: tuple = (
            "key, value = key.repeat(1, H // H_kv, 1, 1), value.repeat(1, H // H_kv, 1, 1)"),),
          lose=("attention_interface",), says="tiled"),
     # ------------------------------------------------------------------ correct variants
+    Case("bert_minus_ten_thousand", "extended_attention_mask adds -10000.0 for padding (google-research BERT, "
+         "transformers before 4.x), not finfo(dtype).min",
+         (("extended_attention_mask", "return (1.0 - keep) * torch.finfo(dtype).min", "return (1.0 - keep) * -10000.0"),),
+         lose=("bert",), says="the convention of google-research BERT"),
+    Case("ok_from_hf_reads_the_librarys_attributes", "from_hf reads the library module's own attributes and config, as "
+         "code written against the library does (attn.scale_attn_weights, attn.embed_dim, attn.config.n_head, "
+         "attn.all_head_size, attn.attention_head_size)",
+         (("GPT2StyleAttention", "        layer = cls(d_model, attn.num_heads)\n",
+           "        if not attn.scale_attn_weights or attn.scale_attn_by_inverse_layer_idx or attn.reorder_and_upcast_attn:\n"
+           "            raise ValueError(\"only GPT-2's default scaling is supported\")\n"
+           "        layer = cls(attn.embed_dim, attn.config.n_head)\n"),
+          ("BertStyleSelfAttention", "layer = cls(attn.query.in_features, attn.num_attention_heads)",
+           "layer = cls(attn.attention_head_size * attn.num_attention_heads, attn.all_head_size // attn.attention_head_size)"))),
+    Case("ok_gpt2_attention_dropout", "GPT2StyleAttention with the library's attention dropout (attn_pdrop 0.1): "
+         "graded in eval mode, as the library's reference is",
+         (("GPT2StyleAttention", "        self.W_o = nn.Linear(d_model, d_model)\n",
+           "        self.W_o = nn.Linear(d_model, d_model)\n        self.attn_dropout = nn.Dropout(0.1)  # GPT-2's attn_pdrop\n"),
+          ("GPT2StyleAttention", "        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S, head_dim]",
+           "        out = self.attn_dropout(torch.softmax(scores, dim=-1)) @ v  # [B, H, S, head_dim]"))),
     Case("ok_gpt2_sdpa", "GPT2StyleAttention with F.scaled_dot_product_attention and a boolean mask (SDPA is allowed)",
          (("GPT2StyleAttention", GPT2_MASKED,
            "        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)"),)),

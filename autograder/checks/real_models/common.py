@@ -94,11 +94,20 @@ def gpt2_mistakes(state, x, key_mask, heads) -> dict:
 
 # --------------------------------------------------------------------------- BERT
 
+OLD_BERT_FILL = -10000.0  # google-research BERT's and transformers' (before 4.x) additive mask for padding
+OLD_BERT_CONVENTION = _(
+    "padding got -10000.0, the convention of google-research BERT and of transformers before 4.x, which "
+    "finfo(dtype).min replaced: -10000 hides a padded key only while the real scores stay far above it, and in a "
+    "sample of padding only it shifts every score alike (the softmax keeps their differences), where finfo.min swamps "
+    "every score (uniform weights); finfo.min, the lowest finite number of the dtype, hides padding whatever the "
+    "scores and the dtype")
+
 
 def bert_variant(state: dict, x: torch.Tensor, attention_mask: torch.Tensor, heads: int, *, biases: bool = True,
                  fill: str = "min", scale: bool = True) -> torch.Tensor:
     """BertSelfAttention's output; fill "min": padding gets finfo.min added (the library), "inf": -inf,
-    "none": the mask ignored, "inverted": finfo.min added to the real keys instead."""
+    "none": the mask ignored, "inverted": finfo.min added to the real keys instead, "ten_thousand": -10000.0 added
+    (google-research BERT, transformers before 4.x)."""
     def proj(name):
         return x @ state[f"{name}.weight"].T + (state[f"{name}.bias"] if biases else 0)
 
@@ -109,7 +118,8 @@ def bert_variant(state: dict, x: torch.Tensor, attention_mask: torch.Tensor, hea
         return merge(attend(q, k, v, real if fill == "inf" else None, scale))
     hidden = real if fill == "inverted" else ~real  # where finfo.min is added
     scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1)
-    scores = scores + torch.zeros(B, 1, 1, S, dtype=scores.dtype).masked_fill(hidden, torch.finfo(scores.dtype).min)
+    low = OLD_BERT_FILL if fill == "ten_thousand" else torch.finfo(scores.dtype).min
+    scores = scores + torch.zeros(B, 1, 1, S, dtype=scores.dtype).masked_fill(hidden, low)
     return merge(torch.softmax(scores, dim=-1) @ v)
 
 
@@ -124,6 +134,7 @@ def bert_mistakes(state, x, attention_mask, heads) -> dict:
         _("attention_mask was ignored: padded keys must get no weight"): v(fill="none"),
         _("the mask is inverted: 1 marks a real token, 0 padding"): v(fill="inverted"),
         _("the scores were not divided by sqrt(head_dim)"): v(scale=False),
+        OLD_BERT_CONVENTION: v(fill="ten_thousand"),
     }
 
 
@@ -138,6 +149,7 @@ def extended_mask_mistakes(attention_mask: torch.Tensor, dtype: torch.dtype) -> 
             lambda: torch.zeros(B, 1, 1, S, dtype=dtype).masked_fill(real, low),
         _("finfo.min was taken in float32, not in the dtype asked for (in float16 it is -inf)"):
             lambda: ((1 - real.float()) * torch.finfo(torch.float32).min).to(dtype),
+        OLD_BERT_CONVENTION: lambda: ((1.0 - real.to(dtype)) * OLD_BERT_FILL).to(dtype),
     }
 
 
