@@ -136,3 +136,20 @@ def test_in_the_worker_the_library_is_absent_on_every_route_and_a_registration_i
     assert all(listing == [] for listing in seen["files"].values()), seen["files"]
     assert seen["modules"] == ["transformers", "transformers.masking_utils"]
     assert [result[k] for k in kinds] == ["sdpa", None]
+
+
+def test_solution_cells_that_import_transformers_at_the_top_still_grade(tmp_path):
+    """A notebook's solution cells may start with `import transformers` (the released notebooks' habit): the shell
+    makes the import succeed, so the layers below it are graded as before; only using the library's code fails."""
+    reference = (kit.REPO / "solutions" / "real_models.py").read_text()
+    header = "import transformers\nfrom transformers import AttentionInterface\nfrom transformers.masking_utils import sdpa_mask\n"
+    course = kit.make_course()
+    honest = kit.grade(kit.write_submission(course, "plain", reference, "real_models"), part_ids=["rope_permutation"],
+                       assignment="real_models")[0]
+    future = "from __future__ import annotations\n"
+    headed_code = reference.replace(future, future + header, 1)
+    assert header in headed_code
+    headed = kit.grade(kit.write_submission(course, "headed", headed_code, "real_models"),
+                       part_ids=["rope_permutation"], assignment="real_models")[0]
+    assert headed.part("rope_permutation").score == honest.part("rope_permutation").score > 0
+    assert not any("transformers" in note for note in headed.notes), headed.notes

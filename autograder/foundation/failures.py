@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from . import i18n
-from ..worker import hfshell
+from ..worker import hfshell, rules
 
 _ = i18n.message
 
@@ -18,7 +18,18 @@ _ = i18n.message
 LIBRARY_ABSENT = _("{name} is not available: the transformers library does not run in the grader's sandbox, a graded "
                    "forward is plain torch (only AttentionInterface, AttentionMaskInterface and masking_utils' "
                    "eager_mask, sdpa_mask and flex_attention_mask are there, to register your attention)")
-_RULE = re.compile(re.escape(hfshell.RULE).replace(re.escape("{name}"), r"(?P<name>[\w.]{1,200})"))
+# rules.NOT_THE_GRADERS_CALL: a grader's helper that computes attention, called by the student's code
+NOT_THE_GRADERS_CALL = _("the grader's {name} runs only inside the grader's own checks, never for your code: compute "
+                         "the attention yourself")
+# what the trusted side answers the grader's stand-in SelfAttention outside the part that hands it out (session.py)
+STANDIN_ELSEWHERE = _("the grader's stand-in SelfAttention computes only where the grader hands it to your code "
+                      "(to_official, parity_error): your code ran it itself, which earns nothing")
+_NAME = r"(?P<name>[\w.]{1,200})"
+# a worker's text -> the message it is: the pattern its English text matches
+_WORKER_TEXTS = ((re.compile(re.escape(hfshell.RULE).replace(re.escape("{name}"), _NAME)), LIBRARY_ABSENT),
+                 (re.compile(re.escape(rules.NOT_THE_GRADERS_CALL).replace(re.escape("{name}"), _NAME)),
+                  NOT_THE_GRADERS_CALL),
+                 (re.compile(re.escape(f"the grader's {rules.STANDIN_FORWARD}: {STANDIN_ELSEWHERE.msgid}")), STANDIN_ELSEWHERE))
 
 
 class CheckFailure(AssertionError):
@@ -74,10 +85,13 @@ GRADER_LACKS = "GraderLacks"  # autograder/worker/hflike.py: a name of the libra
 
 
 def worker_text(text):
-    """A message the worker reported, as the student reads it: the `transformers` shell's rule in the submission's
-    language (LIBRARY_ABSENT), anything else as it is."""
-    match = _RULE.fullmatch(text) if isinstance(text, str) else None
-    return LIBRARY_ABSENT.format(name=match["name"]) if match else text
+    """A message the worker reported, as the student reads it: the grader's own rules (the `transformers` shell's,
+    its helpers' refusals) in the submission's language, anything else as it is."""
+    for pattern, message in _WORKER_TEXTS if isinstance(text, str) else ():
+        match = pattern.fullmatch(text)
+        if match:
+            return message.format(**match.groupdict())
+    return text
 
 
 def student_error(what: str, err: dict) -> StudentRaised:

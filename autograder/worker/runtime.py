@@ -83,10 +83,11 @@ class Worker:
         self.objects = self.codec.objects  # what the trusted side names by a handle
         hfshell.install()  # `transformers` is the grader's shell here, never the library (hfshell.py)
         self.watch = ForbiddenCallWatch()
-        standins.use_originals(self.watch.original)
+        self.grader_calls = standins.GraderCalls()  # on only while the grader's own call of a builtin runs
+        self.builtins = standins.builtins(self.ask, self.grader_calls)
         # FlexAttention untraced (its debugging mode: the mods run under vmap, not dynamo): the same numbers,
         # without seconds of tracing for each new mod. Graded code never needs the traced path (the flex part's
-        # functions return mods); standins.flex_attend(traced=True) still takes it.
+        # functions return mods); the builtin flex_attend(traced=True) still takes it.
         flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
         compiled.install(torch)  # a student's torch.compile runs the same code eagerly (compiled.py)
         steady_heap()
@@ -131,7 +132,7 @@ class Worker:
             if req["target"] != "__call__":
                 target = getattr(target, req["target"])
         elif req.get("builtin"):
-            target = getattr(standins, req["target"])
+            target = self.builtins[req["target"]]
         else:
             target = self.lookup(req["ns"], req["target"])
         args = self.codec.decode(req.get("args", []))
@@ -139,8 +140,10 @@ class Worker:
         if req.get("measure"):
             release_free_heap()
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
+        grader = self.grader_calls.mark() if req.get("builtin") else contextlib.nullcontext()
         with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext(), self.watch.watching():
-            value = target if req.get("fetch") else target(*args, **kwargs)  # fetch: the object itself
+            with grader:  # (the grader's own call: its helpers may run; a student's function never enters it)
+                value = target if req.get("fetch") else target(*args, **kwargs)  # fetch: the object itself
         self.codec.results[-1] = value  # what later steps of a batched job may refer to
         result = {"value": self.codec.encode(value)}
         if req.get("measure"):
