@@ -24,6 +24,8 @@ import torch.nn as nn
 from torch.nn.attention import flex_attention as flex
 
 from .hflike import hf_bert_self_attention, hf_gpt2_attention, hf_llama_attention
+from .hfseam import (hf_attention_module, hf_causal_mask_function, hf_config, hf_registered_attention,
+                     hf_registered_mask, hf_registration)
 from .hfshell import registered_attention, registered_mask, registered_mask_function
 from .rules import NOT_THE_GRADERS_CALL, STANDIN_FORWARD
 
@@ -179,4 +181,7 @@ def builtins(ask, calls: GraderCalls) -> dict:
             "recording_cache": recording_cache, "autograd_function_gradients": autograd_function_gradients,
             "hf_gpt2_attention": hf_gpt2_attention, "hf_bert_self_attention": hf_bert_self_attention,
             "hf_llama_attention": hf_llama_attention, "registered_attention": registered_attention,
-            "registered_mask": registered_mask, "registered_mask_function": registered_mask_function}
+            "registered_mask": registered_mask, "registered_mask_function": registered_mask_function,
+            "hf_registration": hf_registration, "hf_registered_attention": hf_registered_attention,
+            "hf_registered_mask": hf_registered_mask, "hf_attention_module": hf_attention_module,
+            "hf_causal_mask_function": hf_causal_mask_function, "hf_config": hf_config}

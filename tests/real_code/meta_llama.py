@@ -3,8 +3,8 @@
 # repeat_kv, Attention.__init__ and forward, the mask of Transformer.forward (Llama 2);
 # commit 8580eb9a896bdb82d376b7040d18a2e7b402b10f
 # License: the Llama 2 Community License Agreement (a few adapted lines for testing, with this attribution).
-# Provides (real_models): from_hf_llama, which reads the library's LlamaAttention as transformers' conversion script
-# maps Meta's params (max_seq_len is config.max_position_embeddings, n_heads, n_kv_heads, dim) and undoes its
+# Provides (real_models): from_hf_llama(attn, rope_base=None, inv_freq=None) (the second edition), which reads the
+# library's LlamaAttention as transformers' conversion script maps Meta's params (max_seq_len is config.max_position_embeddings, n_heads, n_kv_heads, dim) and undoes its
 # permutation of wq and wk with half_split_to_interleaved. The math is the source's; adaptations are marked ADAPTED.
 import math
 
@@ -13,8 +13,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0):
-    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0, freqs=None):
+    # ADAPTED: the frequencies may be given (the library's inv_freq: Llama 3.1's apply_scaling already applied)
+    if freqs is None:
+        freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
     t = torch.arange(end, device=freqs.device)  # type: ignore
     freqs = torch.outer(t, freqs).float()  # type: ignore
     freqs_cis = torch.polar(torch.ones_like(freqs), freqs)  # complex64
@@ -56,13 +58,13 @@ class Attention(nn.Module):
     # ADAPTED: Attention(args: ModelArgs) takes the params one by one; no model parallelism (model_parallel_size 1,
     # nn.Linear for ColumnParallelLinear and RowParallelLinear); the cache is the caller's (append / __len__), not
     # cache_k and cache_v of max_batch_size x max_seq_len
-    def __init__(self, dim, n_heads, n_kv_heads, max_seq_len, rope_theta):
+    def __init__(self, dim, n_heads, n_kv_heads, max_seq_len, rope_theta, head_dim=None, freqs=None):
         super().__init__()
         self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.n_local_heads = n_heads
         self.n_local_kv_heads = self.n_kv_heads
         self.n_rep = self.n_local_heads // self.n_local_kv_heads
-        self.head_dim = dim // n_heads
+        self.head_dim = head_dim or dim // n_heads  # ADAPTED: a head_dim of its own (the config's field)
 
         self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
         self.wk = nn.Linear(dim, self.n_kv_heads * self.head_dim, bias=False)
@@ -70,7 +72,7 @@ class Attention(nn.Module):
         self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
 
         # ADAPTED: Transformer.__init__'s freqs_cis, kept by the layer, with the base given (Llama 3's rope_theta)
-        self.freqs_cis = precompute_freqs_cis(self.head_dim, max_seq_len * 2, rope_theta)
+        self.freqs_cis = precompute_freqs_cis(self.head_dim, max_seq_len * 2, rope_theta, freqs)
 
     def forward(self, x, positions=None, cache=None, key_mask=None):
         # ADAPTED: (x, start_pos, freqs_cis, mask) -> the course's (x, positions, cache, key_mask)
@@ -117,12 +119,12 @@ class Attention(nn.Module):
         return self.wo(output)
 
 
-def from_hf_llama(attn, rope_base):
+def from_hf_llama(attn, rope_base=None, inv_freq=None):
     # ADAPTED: transformers' convert_llama_weights_to_hf.py run backwards: Meta's params from the library's config
     # (max_seq_len -> max_position_embeddings, n_heads, n_kv_heads, dim), wq and wk unpermuted
     config = attn.config
     layer = Attention(config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
-                      config.max_position_embeddings, rope_base)
+                      config.max_position_embeddings, rope_base or 10000.0, attn.head_dim, inv_freq)
     with torch.no_grad():
         layer.wq.weight.copy_(half_split_to_interleaved(attn.q_proj.weight, config.num_attention_heads))  # noqa: F821
         layer.wk.weight.copy_(half_split_to_interleaved(attn.k_proj.weight, config.num_key_value_heads))  # noqa: F821
