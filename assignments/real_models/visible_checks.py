@@ -42,11 +42,12 @@ use_language, uses_your_code = harness.use_language, harness.uses_your_code
 # --------------------------------------------------------------------------- #
 
 
-def _source(obj) -> tuple[list[str], int]:
-    """The source lines of a class or function of the library and its first line number (a function that the
-    library wraps in a module of its own is read through the function it wraps)."""
+def _unwrapped(obj):
+    """The class or function whose source `obj` shows: itself, or the function the library wraps in a module of its
+    own (a hub-kernel decorator turns `apply_rotary_pos_emb` into an instance of a class named `Func`)."""
     try:
-        return inspect.getsourcelines(obj)
+        inspect.getsourcelines(obj)
+        return obj
     except TypeError:
         wrapped = getattr(obj, "__wrapped__", None)
         if wrapped is None:
@@ -55,7 +56,13 @@ def _source(obj) -> tuple[list[str], int]:
             wrapped = next((v for v in closure.values() if inspect.isfunction(v)), None)
         if wrapped is None:
             raise
-        return inspect.getsourcelines(wrapped)
+        return wrapped
+
+
+def _source(obj) -> tuple[list[str], int]:
+    """The source lines of a class or function of the library and its first line number (a function that the
+    library wraps in a module of its own is read through the function it wraps)."""
+    return inspect.getsourcelines(_unwrapped(obj))
 
 
 def _library_version() -> str:
@@ -73,8 +80,9 @@ def _width(text: str) -> int:
 
 def show_source(obj) -> None:
     """The installed library's source of a class or function, with the line numbers of its file."""
-    lines, first = _source(obj)
-    name = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    shown = _unwrapped(obj)
+    lines, first = inspect.getsourcelines(shown)
+    name = f"{getattr(shown, '__module__', '')}.{getattr(shown, '__qualname__', type(shown).__name__)}"
     print(_("{name} as installed (transformers {version}), with the line numbers of its file:").format(
         name=name, version=_library_version()))
     for number, line in enumerate(lines, start=first):
