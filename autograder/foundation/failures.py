@@ -44,12 +44,18 @@ class PartStopped(CheckFailure):
 COMPILE_ERRORS = ("BackendCompilerFailed", "CppCompileError", "InductorError", "InternalTorchDynamoError",
                   "TorchRuntimeError", "Unsupported")
 
+GRADER_LACKS = "GraderLacks"  # autograder/worker/hflike.py: a name of the library's module its copy could not provide
+
 
 def student_error(what: str, err: dict) -> StudentRaised:
     """The failure for an error that the worker reported from the student's code."""
     kind, message, where = err.get("type", "Error"), err.get("message", ""), err.get("where", "")
     if kind == "NotImplementedError":
         return StudentRaised(_("{what} is not implemented yet (it raises NotImplementedError)").format(what=what), kind)
+    if kind == GRADER_LACKS:
+        return StudentRaised(_("{what} read {name} of the library's module, which the grader could not provide in its "
+                               "copy of that module: not a mistake of yours (tell your instructor)").format(
+            what=what, name=message), kind)
     at = _(" at {where}").format(where=where) if where else ""
     if kind in COMPILE_ERRORS:
         return StudentRaised(_("{what} failed while torch.compile compiled it ({kind}: {message}){at}; the grader runs "

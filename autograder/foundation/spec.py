@@ -161,17 +161,23 @@ EFFICIENT = Assignment(
     warm=("flex",),  # create_mask and flex_attention import dynamo: once in the zygote, not in every worker
 )
 
+# the RoPE permutations of part rope_permutation that from_hf_llama calls (graded there, lent to llama)
+CONVERSIONS = ("interleaved_to_half_split", "half_split_to_interleaved")
+
 # Your attention inside real code: GPT-2, BERT and Llama as the transformers library writes them. The library supplies
 # weights and, on the trusted side, the reference; a student's code may not call its modules or functions
 # (TRANSFORMERS: seen by the worker's watch as torch calls made from the library's code). SDPA is allowed.
 REAL_MODELS = Assignment(
     id="real_models",
     parts=(
-        Part("gpt2", ("split_c_attn", "GPT2StyleAttention"), 25, "01_gpt2", forbids=TRANSFORMERS),
-        Part("bert", ("extended_attention_mask", "BertStyleSelfAttention"), 25, "02_bert", forbids=TRANSFORMERS),
-        Part("rope_permutation", ("interleaved_to_half_split", "half_split_to_interleaved"), 20, "03_llama",
+        Part("gpt2", ("split_c_attn", "GPT2StyleAttention"), 20, "01_gpt2", forbids=TRANSFORMERS),
+        Part("bert", ("extended_attention_mask", "BertStyleSelfAttention"), 20, "02_bert", forbids=TRANSFORMERS),
+        Part("rope_permutation", ("interleaved_to_half_split", "half_split_to_interleaved", "rope_inv_freq"), 15,
+             "03_llama", forbids=TRANSFORMERS),
+        # a wrong conversion costs rope_permutation only: llama is graded with the reference's answers for it (lent)
+        Part("llama", ("from_hf_llama",), 25, "03_llama", forbids=TRANSFORMERS, borrows=CONVERSIONS),
+        Part("attention_interface", ("course_attention", "register_course_attention"), 20, "04_interface",
              forbids=TRANSFORMERS),
-        Part("llama", ("from_hf_llama",), 30, "03_llama", forbids=TRANSFORMERS),
     ),
     checks="real_models",
     solutions="solutions.real_models",

@@ -21,6 +21,7 @@ import torch.nn as nn
 from torch.nn.attention import flex_attention as flex
 
 from .hflike import hf_bert_self_attention, hf_gpt2_attention, hf_llama_attention  # noqa: F401 (builtins, real_models)
+from .hfseam import hf_attention_module, hf_registered_attention, hf_registration  # noqa: F401 (builtins, real_models)
 
 _sdpa = None
 _flex_attention = flex.flex_attention

@@ -94,6 +94,16 @@ def gpt2_model(d_model: int, heads: int, g: torch.Generator) -> nn.Module:
     return _refill(_seeded(lambda: lib.GPT2LMHeadModel(config), 0), g, 0.3)
 
 
+def model_from_config(class_name: str, config, g: torch.Generator, implementation: str) -> nn.Module:
+    """The library's `class_name` (GPT2LMHeadModel, LlamaForCausalLM) from its own copy of `config` (`_from_config`
+    writes the implementation into the config it is given) with `attn_implementation=implementation`, weights from
+    `g` (None: torch's seeded initialisation, for weights loaded afterwards)."""
+    lib = transformers()
+    build = getattr(lib, class_name)._from_config
+    model = _seeded(lambda: build(copy.deepcopy(config), attn_implementation=implementation), 0)
+    return model if g is None else _refill(model, g, 0.3)
+
+
 def gpt2_state(attn: nn.Module) -> dict:
     """What the worker's GPT2Attention holds (autograder/worker/hflike.py): the Conv1D weights and biases."""
     return {k: attn.state_dict()[k].clone() for k in ("c_attn.weight", "c_attn.bias", "c_proj.weight", "c_proj.bias")}

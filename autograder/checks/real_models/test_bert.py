@@ -13,7 +13,7 @@ import torch
 from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded, send, smallest_failure
-from autograder.checks.real_models import library
+from autograder.checks.real_models import library, lookalike
 from autograder.checks.real_models.common import bert_mistakes, extended_mask_mistakes
 from solutions import real_models as ref
 
@@ -31,9 +31,11 @@ MASKS = {  # (mask, dtype): int and bool masks, and dtypes whose finfo.min diffe
 
 
 def _layer(job, attn, d_model, heads):
-    built = job.builtin("hf_bert_self_attention", d_model, heads, library.bert_state(attn))
-    return job.wrap(job.method(job.fetch("BertStyleSelfAttention"), "from_hf", built),
-                    "BertStyleSelfAttention.from_hf(attn)")
+    built = job.builtin("hf_bert_self_attention", lookalike.describe(attn), library.bert_state(attn))
+    layer = job.wrap(job.method(job.fetch("BertStyleSelfAttention"), "from_hf", built),
+                     "BertStyleSelfAttention.from_hf(attn)")
+    job.eval(layer)  # as the library's reference is
+    return layer
 
 
 def _part(student) -> dict:

@@ -18,7 +18,7 @@ import torch
 from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded, send, smallest_failure
-from autograder.checks.real_models import library
+from autograder.checks.real_models import library, lookalike
 from autograder.checks.real_models.common import gpt2_mistakes, left_padded, right_padded
 from solutions import real_models as ref
 
@@ -32,10 +32,12 @@ MODEL_LENGTHS = (6, 4, 2)  # right-padded prompts
 TOL = 1e-5
 
 
-def _layer(job, attn_state, d_model, heads, label):
-    attn = job.builtin("hf_gpt2_attention", d_model, heads, attn_state)
-    cls = job.fetch("GPT2StyleAttention")
-    return job.wrap(job.method(cls, "from_hf", attn), label)
+def _layer(job, attn, label):
+    """The student's layer from the worker's copy of `attn`, in eval mode as the library's reference is."""
+    built = job.builtin("hf_gpt2_attention", lookalike.describe(attn), library.gpt2_state(attn))
+    layer = job.wrap(job.method(job.fetch("GPT2StyleAttention"), "from_hf", built), label)
+    job.eval(layer)
+    return layer
 
 
 def _part(student) -> dict:
@@ -48,7 +50,7 @@ def _part(student) -> dict:
         attn = library.gpt2_attention(d_model, heads, g)
         x, key_mask = torch.randn(B, S, d_model, generator=g), left_padded(LENGTHS[B], S)
         job = student.job()
-        layer = _layer(job, library.gpt2_state(attn), d_model, heads, "GPT2StyleAttention.from_hf(attn)")
+        layer = _layer(job, attn, "GPT2StyleAttention.from_hf(attn)")
         checks[("parity", B)] = (job, {"layer": layer, "value": job.forward(layer, x, key_mask=key_mask)},
                                  (attn, x, key_mask, heads))
     # to_hf: the checks' weights into a zeroed GPT2Attention
@@ -57,7 +59,8 @@ def _part(student) -> dict:
                for n in "qkvo" for kind in ("weight", "bias")}
     job = student.job()
     layer = job.new("GPT2StyleAttention", d_model, heads)
-    attn = job.builtin("hf_gpt2_attention", d_model, heads)
+    blank = library.gpt2_attention(d_model, heads, torch.Generator().manual_seed(0))  # described only: zeros there
+    attn = job.builtin("hf_gpt2_attention", lookalike.describe(blank))
     checks["to_hf"] = (job, {"layer": layer, "load": job.load_state_dict(layer, weights),
                              "to_hf": job.method(layer, "to_hf", attn), "value": job.state_dict(attn)}, weights)
     # the whole model: the library runs it here; each of your layers gets the hidden states the library's layer got
@@ -71,8 +74,7 @@ def _part(student) -> dict:
     job = student.job()
     steps = {}
     for i, block in enumerate(model.transformer.h):
-        steps[f"layer{i}"] = _layer(job, library.gpt2_state(block.attn), d_model, heads,
-                                    f"GPT2StyleAttention.from_hf(model.transformer.h[{i}].attn)")
+        steps[f"layer{i}"] = _layer(job, block.attn, f"GPT2StyleAttention.from_hf(model.transformer.h[{i}].attn)")
         steps[i] = job.forward(steps[f"layer{i}"], inputs[i], key_mask=mask)
     checks["model"] = (job, steps, (model, ids, mask, logits, outputs))
     return send(student, checks)

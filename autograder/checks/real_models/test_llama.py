@@ -23,7 +23,7 @@ import torch
 from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded, send, smallest_failure
-from autograder.checks.real_models import library
+from autograder.checks.real_models import library, lookalike
 from autograder.checks.real_models.common import left_padded, llama_mistakes
 
 _ = i18n.message
@@ -45,8 +45,10 @@ def gapped_positions(key_mask: torch.Tensor, g: torch.Generator) -> torch.Tensor
 
 
 def _layer(job, attn, d_model, heads, kv_heads, base, label):
-    built = job.builtin("hf_llama_attention", d_model, heads, kv_heads, base, library.llama_state(attn))
-    return job.wrap(job.call("from_hf_llama", built, base), label)
+    built = job.builtin("hf_llama_attention", lookalike.describe(attn), library.llama_state(attn))
+    layer = job.wrap(job.call("from_hf_llama", built, base), label)
+    job.eval(layer)  # as the library's reference is
+    return layer
 
 
 def _part(student) -> dict:
