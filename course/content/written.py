@@ -12,7 +12,7 @@ ASSIGNMENT_QUESTIONS = {
     "self_attention": ("written_scale_prediction", "written_scale_sqrt", "written_padding_keys"),
     "generation": ("written_decode_alignment", "written_rotated_keys", "written_left_padding"),
     "efficient": ("written_online_rescale", "written_memory_prediction", "written_recompute"),
-    "real_models": ("written_conv1d_axis", "written_double_mask", "written_permute_values"),
+    "real_models": ("written_conv1d_axis", "written_double_mask", "written_permute_values", "written_mask_function"),
 }
 
 QUESTIONS = {q.grade_id: q for q in (
@@ -391,6 +391,45 @@ QUESTIONS = {q.grade_id: q for q in (
         half=("one of the two explanations, in any words.", "两个解释中答对一个，用什么措辞都行。"),
         none=("no answer, neither explanation, or a claim that the values are rotated too.",
               "没有作答，两个解释都不对，或认为值也被旋转。"),
+    ),
+    Written(
+        "written_mask_function", 3,
+        question=(
+            """The cell above registered your `course_attention` alone, with SDPA's mask function, and with the one
+            `register_course_attention` chose, and printed how far each is from eager. Explain why a registered
+            attention function needs a mask function registered under the same name: what does the model hand your
+            function without one, on a padded batch and on a batch without padding? Why is SDPA's mask function wrong
+            for a function like yours on the second batch, and what does the eager mask function guarantee? Two or
+            three sentences.""",
+            """上面的单元格把你的 `course_attention` 单独注册、配 SDPA 的掩码函数注册、配 `register_course_attention`
+            选的那个掩码函数注册，并打印了每种情况与 eager 相差多少。解释为什么注册的注意力函数需要以同一个名字注册一个
+            掩码函数：没有它时，模型在有填充的批次上和没有填充的批次上分别交给你的函数什么？为什么在第二种批次上 SDPA 的
+            掩码函数对你这样的函数是错的？eager 的掩码函数保证了什么？写两三句话。"""),
+        answer=(
+            """The model builds the mask with the mask function registered under the kernel's name; with none, it hands
+            the function `attention_mask=None` on every batch, and a function that reads `None` as "every key" (as
+            `eager_attention_forward` does) lets padded keys and future tokens in: wrong on both batches, silently.
+            SDPA's mask function returns `None` for a causal batch without padding because `scaled_dot_product_attention`
+            then runs with `is_causal=True`; your function gets no such flag, so it attends to the future there. The
+            eager mask function always hands over the float `[B, 1, S_q, S_k]` mask with causality and padding in it,
+            so the function only has to add it, and the logits equal eager's.""",
+            """模型用在算子名字下注册的掩码函数来构造掩码；没有掩码函数时，它在每个批次上都把 `attention_mask=None`
+            交给你的函数，而一个把 `None` 理解为"所有键都可见"的函数（`eager_attention_forward` 就是这样）会把填充的键和
+            未来的词元都放进来：两种批次上都悄悄算错。SDPA 的掩码函数在没有填充的因果批次上返回 `None`，因为那时
+            `scaled_dot_product_attention` 以 `is_causal=True` 运行；你的函数拿不到这样的标志，于是在那里看到了未来。
+            eager 的掩码函数总是交出包含因果性和填充的浮点 `[B, 1, S_q, S_k]` 掩码，函数只要把它加上，logits 就与
+            eager 的一致。"""),
+        full=("three points, in any words: without a mask function the function receives `None` (both batches wrong: "
+              "padding and the future visible); SDPA's mask function gives `None` on an unpadded causal batch, meant "
+              "for `is_causal`, which the function never sees; the eager mask function always gives the full additive "
+              "mask (causality and padding), so the results equal eager's.",
+              "三点，用什么措辞都行：没有掩码函数时函数收到 `None`（两种批次都错：填充和未来都可见）；SDPA 的掩码函数在"
+              "没有填充的因果批次上给出 `None`，本意是交给 `is_causal`，而函数看不到它；eager 的掩码函数总是给出完整的"
+              "加性掩码（因果性和填充），所以结果与 eager 一致。"),
+        half=("two of the three points, in any words.", "三点中答对两点，用什么措辞都行。"),
+        none=("no answer, at most one of the three points, or a claim that the model builds the causal mask for any "
+              "function by itself.",
+              "没有作答，最多答对一点，或认为模型会为任何函数自己构造好因果掩码。"),
     ),
 )}
 

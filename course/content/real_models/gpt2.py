@@ -87,7 +87,8 @@ def cells():
         over base classes, helper functions and modules with unfamiliar names. This assignment opens three of
         them as the Hugging Face `transformers` library writes them, GPT-2 (this notebook), BERT (`02_bert`) and
         Llama (`03_llama`), reads their code next to yours, moves their weights into your layers and back, and
-        proves that both compute the same numbers.
+        proves that both compute the same numbers; the last notebook (`04_interface`) plugs your own attention
+        function into the library's dispatch (`attn_implementation`).
 
         | part | functions | what it does |
         |---|---|---|
@@ -101,7 +102,7 @@ def cells():
         """, r"""
         # 01 · GPT-2：把你的注意力放进库的代码里
 
-        这是第四个作业 **真实模型里的注意力** 的第一个 notebook。你已经能从零写出注意力；可一旦打开真实的 Transformer 代码，查询、键和值就散落在各种基类、辅助函数和名字陌生的模块里。这个作业按 Hugging Face `transformers` 库的写法打开其中三个模型：GPT-2（本 notebook）、BERT（`02_bert`）和 Llama（`03_llama`），把它们的代码和你的代码对照着读，把它们的权重搬进你的层再搬回去，并证明两边算出的数在 1e-5 以内一致。
+        这是第四个作业 **真实模型里的注意力** 的第一个 notebook。你已经能从零写出注意力；可一旦打开真实的 Transformer 代码，查询、键和值就散落在各种基类、辅助函数和名字陌生的模块里。这个作业按 Hugging Face `transformers` 库的写法打开其中三个模型：GPT-2（本 notebook）、BERT（`02_bert`）和 Llama（`03_llama`），把它们的代码和你的代码对照着读，把它们的权重搬进你的层再搬回去，并证明两边算出的数在 1e-5 以内一致；最后一个 notebook（`04_interface`）把你自己的注意力函数接入库的分派机制（`attn_implementation`）。
 
         | 评分部分 | 函数 | 作用 |
         |---|---|---|
