@@ -55,7 +55,7 @@ def notebook_text(path: Path) -> str:
 
 
 @pytest.mark.parametrize("edition", list(EDITIONS))
-def test_every_edition_has_its_three_written_questions_worth_ten_points_in_its_own_language(edition):
+def test_every_edition_has_its_written_questions_worth_ten_points_in_its_own_language(edition):
     target = EDITIONS[edition]
     notebooks = source_notebooks(target)
     cells = [(nb, c) for nb in notebooks.values() for c in answer_cells(nb)]

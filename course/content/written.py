@@ -290,7 +290,7 @@ QUESTIONS = {q.grade_id: q for q in (
     ),
     # ------------------------------------------------------------------ real_models
     Written(
-        "written_conv1d_axis", 4,
+        "written_conv1d_axis", 3,
         question=(
             """A classmate writes `W_q, W_k, W_v = attn.c_attn.weight.chunk(3, dim=0)` and then copies each piece into
             an `nn.Linear(d_model, d_model)` without a transpose. Using the shapes the cell printed above
@@ -326,7 +326,7 @@ QUESTIONS = {q.grade_id: q for q in (
               "没有作答，或三点中最多答对一点：只答对一点不得分。"),
     ),
     Written(
-        "written_double_mask", 3,
+        "written_double_mask", 2,
         question=(
             """*Predict, then check with the cell above.* A layer adds the padding mask its model hands it to the
             float32 scores, then adds its own `extended_attention_mask` of the same padding again (the same mask
@@ -362,7 +362,7 @@ QUESTIONS = {q.grade_id: q for q in (
               "没有作答，最多答对一点，或认为相加后仍是有限数（例如把 `2 * finfo.min` 当作一个合法的 float32 数）。"),
     ),
     Written(
-        "written_permute_values", 3,
+        "written_permute_values", 2,
         question=(
             """The conversion of Meta's checkpoints permutes the rows of `W_q` and `W_k` but leaves `W_v` and `W_o`
             alone. Explain why the permutation of `W_q` and `W_k` changes no score $q \\cdot k$, and why permuting the
