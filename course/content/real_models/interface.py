@@ -421,6 +421,7 @@ def cells():
             with torch.no_grad(), uses_your_code():
                 first, second = gpt2(tokens).logits, gpt2(tokens).logits
             print(f"{mode:<5} {calls[0]}; {calls[1]}; two runs equal: {torch.equal(first, second)}")
+        print()
         print("head_dim ** -0.5 =", 4 ** -0.5, " divided by 2 for layer 1:", 4 ** -0.5 / 2)
         """),
         md(r"""
@@ -471,7 +472,7 @@ DEMO_ZH = {
     '"the reference built with eager now runs:"': '"用 eager 构造的参考模型现在运行的是："',
     '"one configuration object for both:"': '"两者共用同一个配置对象："',
     '"with a copy of the configuration, the reference runs:"': '"用配置的副本构造，参考模型运行的是："',
-    '  (hidden_size 32, 4 heads)': '（hidden_size 32，4 个头）',
+    '  (hidden_size 32, 4 heads)': '  （hidden_size 32，4 个头）',
     '"positions counted by the model"': '"由模型数出的位置"',
     '"positions in generate()"': '"generate() 里的位置"',
     "; two runs equal: {": "；两次运行结果相同：{",

@@ -469,6 +469,8 @@ DEMO_ZH = {
     "# 4.x: rope_theta and rope_scaling": "# 4.x：rope_theta 和 rope_scaling",
     '"inv_freq / base^(-2i/d):"': '"inv_freq / base^(-2i/d)："',
     '"pair i"': '"第 i 对"',
+    'label="base^(-2i/d)"': 'label="普通频率 base^(-2i/d)"',
+    'label="llama3"': 'label="llama3 的频率"',
     '"frequency"': '"频率"',
     '"your DecoderAttention.forward:"': '"你的 DecoderAttention.forward："',
     '"angles m * theta_i"': '"角度 m * theta_i"',
