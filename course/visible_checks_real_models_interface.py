@@ -121,8 +121,11 @@ def interface_checks(harness, close, ok):
 
     @harness.check("register_course_attention")
     def check_register_course_attention(register_course_attention) -> None:
-        from transformers import AttentionInterface, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+        from transformers import (AttentionInterface, AttentionMaskInterface, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                                  LlamaForCausalLM)
 
+        for registry in (AttentionInterface, AttentionMaskInterface):  # what an earlier run registered does not count
+            registry._global_mapping.pop("course_check", None)
         name = register_course_attention("course_check")
         assert name == "course_check", _("register_course_attention(name) should return name")
         assert "course_check" in AttentionInterface._global_mapping, _(
