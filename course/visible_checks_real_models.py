@@ -21,13 +21,13 @@ import torch
 import torch.nn as nn
 from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
 from visible_checks_real_models_interface import interface_checks  # the second edition's new pieces
-from visible_checks_real_models_llama import llama_checks  # notebook 03's checks, built on this harness
+from visible_checks_real_models_llama import llama_checks, llama_reference  # notebook 03's checks, built on this harness
 
 __all__ = [
     "check_split_c_attn", "check_gpt2_attention",
     "check_extended_attention_mask", "check_bert_self_attention",
     "check_interleaved_to_half_split", "check_rope_permutation", "check_from_hf_llama",
-    "check_rope_inv_freq", "check_course_attention", "check_register_course_attention",
+    "check_rope_inv_freq", "check_course_attention", "check_register_course_attention", "check_from_hf_llama_current",
     "show_source", "show_lines", "library_mask",
     "graded_part", "uses_your_code", "use_language",
 ]
@@ -331,7 +331,8 @@ def check_bert_self_attention(BertStyleSelfAttention) -> None:
 check_interleaved_to_half_split, check_rope_permutation, check_from_hf_llama = llama_checks(
     harness, close, ok, library_mask)
 # rope_inv_freq (03) and 04's course_attention, register_course_attention: visible_checks_real_models_interface.py
-check_course_attention, check_register_course_attention, check_rope_inv_freq = interface_checks(harness, close, ok)
+(check_course_attention, check_register_course_attention, check_rope_inv_freq,
+ check_from_hf_llama_current) = interface_checks(harness, close, ok, library_mask, llama_reference)
 
 
 # --------------------------------------------------------------------------- #
@@ -346,7 +347,7 @@ PART_CHECKS = {
     "rope_permutation": ("check_interleaved_to_half_split(interleaved_to_half_split)",
                          "check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved)",
                          "check_rope_inv_freq(rope_inv_freq)"),
-    "llama": ("check_from_hf_llama(from_hf_llama)",),
+    "llama": ("check_from_hf_llama(from_hf_llama)", "check_from_hf_llama_current(from_hf_llama)"),
     "attention_interface": ("check_course_attention(course_attention)",
                             "check_register_course_attention(register_course_attention)"),
 }

@@ -43,15 +43,15 @@ def _llama3_config(LlamaConfig, base, factor, original, head_dim):
     scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": original}
     sizes = dict(hidden_size=24, num_attention_heads=3, num_key_value_heads=1, head_dim=head_dim, num_hidden_layers=1,
-                 intermediate_size=32, vocab_size=40)
+                 intermediate_size=32, vocab_size=40, attn_implementation="eager")
     if hasattr(LlamaConfig(), "rope_parameters"):
         return LlamaConfig(**sizes, rope_parameters={**scaling, "rope_theta": base})
     return LlamaConfig(**sizes, rope_theta=base, rope_scaling=scaling)
 
 
-def interface_checks(harness, close, ok):
+def interface_checks(harness, close, ok, library_mask, llama_reference):
     """The new pieces' checks on the assignment's harness: (check_course_attention, check_register_course_attention,
-    check_rope_inv_freq)."""
+    check_rope_inv_freq, check_from_hf_llama_current)."""
     _ = harness.gettext
 
     def call(course_attention, module, query, key, value, mask, **kwargs):
@@ -184,4 +184,36 @@ def interface_checks(harness, close, ok):
         ok(_("rope_inv_freq: the library's frequencies for a default configuration and two llama3 ones (head_dim "
              "8 derived, 16 and 12 set in the configuration)"))
 
-    return check_course_attention, check_register_course_attention, check_rope_inv_freq
+    @harness.check("from_hf_llama")
+    def check_from_hf_llama_current(from_hf_llama) -> None:
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+        config = _llama3_config(LlamaConfig, 500000.0, 8.0, 64, head_dim=12)  # 3 heads of 12 on hidden_size 24
+        torch.manual_seed(8)
+        attn = LlamaAttention(config, layer_idx=0).eval()
+        with torch.no_grad():
+            for parameter in attn.parameters():
+                parameter.normal_(0.0, 0.3)
+        rotary = LlamaRotaryEmbedding(config)
+        layer = from_hf_llama(attn, inv_freq=rotary.inv_freq.clone())
+        assert hasattr(layer, "eval") and callable(layer), _("from_hf_llama should return your layer (an nn.Module)")
+        layer.eval()
+        x = torch.randn(2, 6, 24)
+        positions = torch.tensor([[0, 1, 2, 30, 70, 120], [0, 0, 0, 1, 40, 90]])  # across llama3's thresholds
+        key_mask = torch.tensor([[True] * 6, [False, False, True, True, True, True]])
+        want = llama_reference(attn, rotary, x, positions, key_mask, library_mask)
+        with torch.no_grad():
+            got = harness.expect_shape(layer(x, positions=positions, key_mask=key_mask), [2, 6, 24],
+                                       "layer(x [2, 6, 24], positions=[2, 6], key_mask=[2, 6])")
+        gap = (got - want)[key_mask].abs().max().item()
+        assert gap <= 1e-5, _(
+            "on a Llama 3.1-style layer (hidden_size 24, 3 heads of head_dim 12, 1 kv head, rope_type llama3), your "
+            "layer from from_hf_llama(attn, inv_freq=...) differs from the library's by up to {gap:.3g} at real "
+            "tokens: take head_dim from the module (W_q [36, 24], W_o [24, 36], not d_model / H) and rotate with "
+            "the inv_freq given, not with a base").format(gap=gap)
+        ok(_("from_hf_llama: a Llama 3.1-style layer (head_dim 12 set apart from hidden_size 24 / 3 heads, llama3 "
+             "frequencies passed as inv_freq) equals the library's at positions up to 120 (largest difference "
+             "{gap:.1e})").format(gap=gap))
+
+    return check_course_attention, check_register_course_attention, check_rope_inv_freq, check_from_hf_llama_current

@@ -59,7 +59,8 @@ def test_the_reference_passes_the_second_editions_visible_checks(vc, capsys):
     vc.check_course_attention(R.course_attention)
     vc.check_register_course_attention(R.register_course_attention)
     vc.check_rope_inv_freq(R.rope_inv_freq)
-    assert capsys.readouterr().out.count("✓") == 3
+    vc.check_from_hf_llama_current(R.from_hf_llama)
+    assert capsys.readouterr().out.count("✓") == 4
 
 
 @pytest.mark.parametrize("mistake", list(ATTENTION_MISTAKES))
@@ -98,3 +99,19 @@ def test_check_rope_inv_freq_catches_head_dim_taken_as_hidden_size_over_heads(vc
         return R.rope_inv_freq(config)
 
     assert "rope_inv_freq" in _failure(vc.check_rope_inv_freq, derived)
+
+
+def test_check_from_hf_llama_current_names_inv_freq_ignored(vc):
+    def with_a_base(attn, rope_base=None, inv_freq=None):
+        return R.from_hf_llama(attn, rope_base=500000.0)
+
+    assert "rotate with the inv_freq given" in _failure(vc.check_from_hf_llama_current, with_a_base)
+
+
+def test_check_from_hf_llama_current_stops_a_layer_that_derives_head_dim(vc):
+    def derived(attn, rope_base=None, inv_freq=None):
+        config = attn.config
+        return R.DecoderAttention(config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
+                                  inv_freq=inv_freq)  # head_dim = 24 // 3 = 8, not the module's 12
+
+    assert "head_dim" in _failure(vc.check_from_hf_llama_current, derived)

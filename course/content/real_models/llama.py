@@ -353,6 +353,14 @@ def cells():
         layer_cell(),
         check("check_from_hf_llama(from_hf_llama)", "check_from_hf_llama"),
         md(r"""
+        The next check loads a layer as current Llamas are configured: `head_dim` 12 set apart from
+        `hidden_size / num_heads` (24 / 3 = 8), one key/value head, and Llama 3.1's frequencies, passed as `inv_freq`
+        (the library's own, so that this check does not depend on your `rope_inv_freq`).
+        """, r"""
+        下一个检查按现在的 Llama 的配置方式加载一层：`head_dim` 设为 12，不等于 `hidden_size / num_heads`（24 / 3 = 8），只有一个键/值头，并把 Llama 3.1 的频率作为 `inv_freq` 传入（用的是库自己的频率，所以这个检查不依赖你的 `rope_inv_freq`）。
+        """),
+        check("check_from_hf_llama_current(from_hf_llama)", "check_from_hf_llama_current"),
+        md(r"""
         Your layer's `forward`, to read beside the library's `LlamaAttention.forward` of section 3: the rotation
         where it calls `apply_rotary_pos_emb`, your cache where it calls `update`, your `repeat_kv` where its
         `eager_attention_forward` calls its own.
