@@ -296,7 +296,8 @@ def course_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     H), attention_mask None (every key), bool [B, 1, S_q, S_k] (True = attend) or float additive (0 / finfo.min)
     -> (output [B, S_q, H, D], the layout the library reshapes; weights [B, H, S_q, S_k], after dropout)."""
     H, H_kv, D = query.shape[1], key.shape[1], query.shape[-1]
-    key, value = repeat_kv(key, H // H_kv), repeat_kv(value, H // H_kv)  # [B, H, S_k, D]: grouped heads
+    # grouped heads: kv head h serves query heads h * H / H_kv ... (h + 1) * H / H_kv - 1 -> [B, H, S_k, D]
+    key, value = key.repeat_interleave(H // H_kv, dim=1), value.repeat_interleave(H // H_kv, dim=1)
     scale = D ** -0.5 if scaling is None else scaling
     scores = query @ key.transpose(-2, -1) * scale  # [B, H, S_q, S_k]
     if attention_mask is not None:

@@ -16,7 +16,6 @@ MAX_LINES = 400
 GLOBALS_ALLOWED = {
     "autograder.sandbox.prestart": {"_started"},  # the zygote started before torch is imported, taken once
     "autograder.nbgrader_plugin": {"_CHILD"},  # nbgrader's process's grading process (classworker)
-    "autograder.worker.standins": {"_sdpa", "_flex_attention"},  # the worker's unwatched fused kernel and flex_attention
 }
 MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "clear", "remove", "discard"}
 

@@ -123,6 +123,14 @@ def test_every_failed_check_says_why(graded, key):
     assert any(case.says in message for message in said), f"{name}: no message mentions {case.says!r}: {said}"
 
 
+def test_a_check_failing_with_and_without_stand_ins_reports_its_own_failure(graded):
+    """Mistral's repeat_kv(keys, values, repeats) makes the grader's stand-in refuse the call: the decoder's checks,
+    which fail with the student's own repeat_kv too (no scale), say so, not "the grader's repeat_kv: ..." """
+    part = graded(("generation", "repeat_kv_mistral_pair_unscaled")).part("decoder")
+    messages = [c.message for c in part.checks if not c.passed]
+    assert messages and not any("the grader's repeat_kv" in m for m in messages), messages
+
+
 def test_forbidden_call_is_named(graded):
     """a from-scratch part that calls the fused kernel scores 0 and says which of the student's functions called it"""
     for name in ("module_calls_sdpa", "module_calls_sdpa_hidden", "module_calls_sdpa_unwrapped"):

@@ -197,3 +197,41 @@ def test_efficient_flex_part_may_call_flex_attention():
             return lambda score, b, h, q_idx, kv_idx: cap * torch.tanh(score / cap)
         ''')
     assert found == {}
+
+
+def grader_reach(code: str) -> dict[str, set[tuple[str, str]]]:
+    from autograder.grading.scan import grader_reach_in_source
+
+    source = Source("submission", "submission.py", (textwrap.dedent(code),))
+    return grader_reach_in_source(Extracted("submission.py", (source,)))
+
+
+@pytest.mark.parametrize("prelude, line, reached", [
+    ("import autograder.worker.standins as s\n", "s.StandInSelfAttention.forward(weights, V)",
+     ("attend", "autograder.worker.standins")),
+    ("from autograder.worker import standins\n", "standins.flex_attend(weights, V, V)",
+     ("attend", "autograder.worker.standins")),
+    ("import sys\n", "sys.modules['autograder.worker.standins']", ("attend", "autograder.worker.standins")),
+    ("import sys\n_grader = sys.modules.get('autograder' + '.worker.runtime')\n", "_grader.Worker",
+     ("_grader", "autograder")),  # (in the helper the part's function uses)
+    ("", "import autograder.worker.watch", ("attend", "autograder.worker.watch")),
+])
+def test_code_that_reaches_into_the_graders_modules_is_named_with_its_part(prelude, line, reached):
+    assert grader_reach(attend_body(line, prelude)) == {"scaled_scores": {reached}}
+
+
+def test_a_students_own_names_and_text_about_the_grader_are_not_a_reach():
+    code = attend_body("note = 'the autograder checks this (autograder.py)'", "autograder_ready = True\n") + \
+        "\ndef attention_weights(scores):\n    return autograder_ready\n"
+    assert grader_reach(code) == {}
+
+
+def test_a_reach_is_flagged_for_review_with_a_note_and_costs_nothing_by_itself():
+    from autograder.foundation.results import CheckResult, PartResult
+    from autograder.grading.scan import note_grader_reach
+
+    part = PartResult("module", 20, (CheckResult("forward", True, 20, 20, ""),))
+    noted = note_grader_reach(part, {("SelfAttention", "autograder.worker.standins")})
+    assert noted.score == part.score and noted.review == ("SelfAttention (autograder.worker.standins)",)
+    assert "reaches into the grader's own modules" in noted.notes[-1]
+    assert "评分器自己的模块" in note_grader_reach(part, {("SelfAttention", "autograder")}, "zh").notes[-1]

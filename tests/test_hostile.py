@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 import _kit as kit
 
+from autograder.foundation import spec
 from autograder.foundation.spec import PARTS
 
 ALL = [p.id for p in PARTS]
@@ -38,16 +39,17 @@ def reference(course):
     return kit.baseline(course, kit.REFERENCE, SUBSET)
 
 
-def attack(course, name, part_ids, limits=None, known_limit=()):
-    """Grade tests/hostile/<name>.py and assert the invariants every attack must respect (the parts in
-    `known_limit` may earn more than the honest twin: a limit docs/security.md states, tested on its own)."""
+def attack(course, name, part_ids, limits=None, known_limit=(), assignment="self_attention"):
+    """Grade tests/hostile/<name>.py (a case of `assignment`) and assert the invariants every attack must respect
+    (the parts in `known_limit` may earn more than the honest twin: a limit docs/security.md states, tested on its
+    own)."""
     kit.PWNED.unlink(missing_ok=True)
-    code, honest_code = kit.case_sources(name, course)
-    honest = kit.baseline(course, honest_code, part_ids)
-    path = kit.write_submission(course, name, code)
+    code, honest_code = kit.case_sources(name, course, assignment)
+    honest = kit.baseline(course, honest_code, part_ids, assignment)
+    path = kit.write_submission(course, name, code, assignment)
     before = kit.snapshot(*kit.protected_trees(course))
     limits = limits or kit.LIMITS
-    result, seconds = kit.grade(path, limits, part_ids)
+    result, seconds = kit.grade(path, limits, part_ids, assignment)
     for part in result.parts:
         if part.id not in known_limit:
             assert part.score <= honest.part(part.id).score + 1e-9, (name, part.id, part.checks)
@@ -282,3 +284,53 @@ def test_a_search_of_the_worker_finds_no_code_of_the_lent_pieces(course):
     leaked = sorted(line for line in lines if len(line) > 12 and line in text)
     assert not leaked, leaked
     assert result.part("module").score < honest.part("module").score
+
+
+def test_the_librarys_source_copied_in_at_load_time_finds_no_library_and_earns_nothing(course):
+    """`exec(inspect.getsource(modeling_llama.repeat_kv), globals())` (or the library's file read from the disk)
+    compiled the library's code under the student's name: llama 30/30. The worker has no library: the files are
+    covered, `transformers` is the grader's shell, the import fails at once with the rule (issue 52, item 2)."""
+    result, honest = attack(course, "llama_copied_source", ["llama"], assignment="real_models")
+    assert honest.part("llama").score == spec.REAL_MODELS.part("llama").points
+    assert result.part("llama").score == 0, kit.messages(result, "llama")
+    text = kit.messages(result, "llama")
+    assert "raised ImportError: transformers.models is not available: the transformers library does not run in the " \
+           "grader's sandbox" in text, text
+
+
+def test_a_self_attention_that_runs_the_graders_stand_in_earns_nothing_and_is_told_why(course):
+    """The stand-in SelfAttention that to_official and parity_error receive was a correct attention in the worker:
+    a forward that returned `StandInSelfAttention.forward(self, x, mask, causal)` scored module 20/20. Its forward is
+    now the trusted side's, answered only in official_parity (issue 52, item 1): the forward earns what a forward
+    not written earns, and every check of it names the refusal."""
+    result, honest = attack(course, "module_launders_standin", ["module"])
+    laundered_earns_nothing(result, honest, "module", "SelfAttention.forward raised TypeError: the grader's stand-in "
+                            "SelfAttention computes only where the grader hands it to your code")
+
+
+def test_a_multihead_attention_that_runs_the_graders_flex_attend_earns_nothing_and_is_told_why(course):
+    """flex_attend ran the unwatched flex_attention for any caller: multihead 13.24/15. It now exists only among
+    the worker's builtins and runs only inside the grader's own call (issue 52, item 1)."""
+    result, honest = attack(course, "multihead_launders_flex", ["multihead"])
+    laundered_earns_nothing(result, honest, "multihead", "MultiHeadSelfAttention.forward raised RuntimeError: the "
+                            "grader's flex_attend runs only inside the grader's own checks, never for your code")
+
+
+def test_flash_and_sliding_window_through_the_graders_flex_attend_earn_nothing_and_are_told_why(course):
+    result, honest = attack(course, "efficient_launders_flex", ["flash", "sliding_window"], assignment="efficient")
+    for part, function in (("flash", "flash_attention"), ("sliding_window", "sliding_window_attention")):
+        laundered_earns_nothing(result, honest, part, f"{function} raised RuntimeError: the grader's flex_attend runs "
+                                                      "only inside the grader's own checks")
+
+
+def laundered_earns_nothing(result, honest, part_id: str, cause: str) -> None:
+    """The part scores what its honest twin (the laundering function not written) scores, and below full marks; every
+    check the twin failed fails with `cause` named."""
+    part = result.part(part_id)
+    assert part.score == honest.part(part_id).score < part.max_score, (part.score, kit.messages(result, part_id))
+    failed = [c for c in honest.part(part_id).checks if not c.passed]
+    assert failed, "the twin without the function must fail some check"
+    for check in failed:
+        got = next(c for c in part.checks if c.name == check.name)
+        assert not got.passed and cause in str(got.message), (check.name, got.message)
+    assert any("(autograder" in where for where in part.review), part.review  # the reach, for the instructor

@@ -159,3 +159,30 @@ def test_a_piece_that_never_returns_costs_the_borrowing_part_neither_time_nor_po
     notes = " ".join(module.notes)
     assert "did not return in time or ended the grading process: scaled_scores (" in notes, notes
     assert "gave wrong results" not in notes, notes
+
+
+def test_a_piece_wrong_only_on_the_borrowing_parts_inputs_costs_its_own_part_only(grader, private_tmp):
+    """scaled_scores wrong only on per-head inputs of 5 positions passes its probes; MultiHeadSelfAttention, which
+    calls it on exactly those, fails with it: its failed checks run again with the grader's pieces, the student's own
+    beside them as witnesses, and pass, the note naming scaled_scores; scaled_scores' own part charges the mistake"""
+    import importlib.util
+    import sys
+
+    if "catalogue_build" not in sys.modules:  # (its dataclasses look their module up there)
+        spec_ = importlib.util.spec_from_file_location("catalogue_build", ROOT / "tests" / "catalogue" / "build.py")
+        sys.modules["catalogue_build"] = importlib.util.module_from_spec(spec_)
+        spec_.loader.exec_module(sys.modules["catalogue_build"])
+    build = sys.modules["catalogue_build"]
+    code = (ROOT / "solutions" / "attention.py").read_text(encoding="utf-8")
+    code = build.apply_edit(code, "scaled_scores", "return Q @ K.transpose(-2, -1) / math.sqrt(d_k)",
+                            "scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)\n"
+                            "    return scores * 1.5 if Q.dim() == 4 and Q.shape[-2] == 5 else scores")
+    code = build.apply_edit(code, "MultiHeadSelfAttention", "scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])",
+                            "scores = scaled_scores(Q, K)")
+    path = private_tmp / "witness.py"
+    path.write_text(code, encoding="utf-8")
+    result = grader.grade(path, part_ids=["scaled_scores", "multihead"], assignment=spec.SELF_ATTENTION)
+    multihead = result.part("multihead")
+    assert multihead.score == multihead.max_score, [c.message for c in multihead.checks if not c.passed]
+    assert any("your scaled_scores gave other results" in n for n in multihead.notes), multihead.notes
+    assert result.part("scaled_scores").score < result.part("scaled_scores").max_score

@@ -1,7 +1,7 @@
 """A corpus of real implementations, graded: faithful public code earns full marks, and every difference is named.
 
 Each file of tests/real_code/ adapts one public implementation (nanoGPT, minGPT, the Annotated Transformer,
-d2l, timm, Hugging Face's Llama, Meta's Llama 3, nanochat) to the course contract: the math is the source's,
+d2l, timm, Hugging Face's Llama, Meta's Llama 3, nanochat, transformers 4.10's GPT-2, Meta's Llama 2) to the course contract: the math is the source's,
 only names, argument order, mask convention and shapes are adapted (each adaptation marked ADAPTED), and its
 header records the repository, file and commit. A file provides some of the API names of some parts; the
 reference solution provides the rest of its assignment, and only the parts the file covers are graded. Where the
@@ -20,7 +20,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "real_code"
-REFERENCES = {"self_attention": ROOT / "solutions" / "attention.py", "generation": ROOT / "solutions" / "generation.py"}
+REFERENCES = {"self_attention": ROOT / "solutions" / "attention.py", "generation": ROOT / "solutions" / "generation.py",
+              "real_models": ROOT / "solutions" / "real_models.py"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ SOURCES = (
         ("positions", "the half-split pairing (x[i], x[i + head_dim/2]) of rotate_half code, where the contract pairs "
                       "neighbours (x[2i], x[2i + 1]), as in x[..., 0::2] with x[..., 1::2]; the other rotation "
                       "direction"),)),
+    # issue 53: the library's own older code, reading the module's attributes and config as its authors did
+    Source("hf_gpt2_410.py", "real_models", full=("gpt2",)),
+    Source("meta_llama.py", "real_models", full=("llama",)),
 )
 
 

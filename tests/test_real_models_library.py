@@ -44,14 +44,50 @@ def test_the_bert_re_computation_equals_the_library_even_on_a_sample_of_padding_
     assert torch.allclose(common.bert_variant(library.bert_state(attn), x, mask, 4), expected, atol=1e-5)
 
 
-def test_the_llama_re_computation_equals_the_library_at_positions_with_gaps(library, common):
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize("extra", [{}, {"rope_scaling": LLAMA3}, {"head_dim": 16}], ids=["default", "llama3", "head_dim"])
+def test_the_llama_re_computation_equals_the_library_at_positions_with_gaps(library, common, extra):
     g = torch.Generator().manual_seed(3)
-    attn = library.llama_attention(32, 4, 2, 500.0, g)
+    attn = library.llama_attention(32, 4, 2, 500.0, g, **extra)
     key_mask = common.left_padded((6, 3), 6)
     x, positions = torch.randn(2, 6, 32, generator=g), torch.tensor([[0, 2, 3, 9, 10, 40], [0, 0, 0, 5, 6, 9]])
-    got = common.llama_variant(library.llama_state(attn), x, positions, key_mask, 4, 2, 500.0)
+    inv_freq = library.inv_freq(attn.config)
+    got = common.llama_variant(library.llama_state(attn), x, positions, key_mask, 4, 2, inv_freq)
     expected = library.llama_reference(attn, x, positions, key_mask)
     assert torch.allclose(got[key_mask], expected[key_mask], atol=1e-5)
+    assert torch.allclose(ref.from_hf_llama(attn, inv_freq=inv_freq)(x, positions, key_mask=key_mask)[key_mask],
+                          expected[key_mask], atol=1e-5)
+
+
+@pytest.mark.parametrize("base, head_dim, llama3", [(500000.0, 16, LLAMA3), (10000.0, 32, {**LLAMA3, "factor": 4.0}),
+                                                    (500.0, 8, None)])
+def test_the_frequency_re_computation_and_the_reference_equal_the_library(library, common, base, head_dim, llama3):
+    extra = {"head_dim": head_dim} if llama3 is None else {"head_dim": head_dim, "rope_scaling": llama3}
+    config = library.llama_config(32, 4, 4, base, **extra)
+    expected = library.inv_freq(config)
+    params = {"rope_theta": base, **(llama3 or {})}
+    assert torch.allclose(common.inv_freq_variant(params, head_dim), expected, rtol=1e-6, atol=0)
+    assert torch.allclose(ref.rope_inv_freq(config), expected, rtol=1e-6, atol=0)
+
+
+def test_the_step_by_step_re_computation_equals_the_library_while_it_generates(library, common):
+    """llama_steps without keywords gives, at every step of generate(), what the library's attention module gave"""
+    g = torch.Generator().manual_seed(5)
+    model = library.llama_model(32, 4, 2, 500.0, g)
+    mask = common.left_padded((5, 3, 7), 7)
+    ids = torch.randint(1, library.VOCAB, mask.shape, generator=g) * mask
+    reference = copy.deepcopy(model)
+    inputs, outputs = library.recording(reference)
+    library.generate(reference, ids, mask, 4)
+    schedule = library.schedule(mask, 4)
+    attn = model.model.layers[0].self_attn
+    got = common.llama_steps(library.llama_state(attn), inputs[0::2], schedule, 4, 2, library.inv_freq(attn.config))
+    for out, want, (_positions, key_mask) in zip(got, outputs[0::2], schedule):
+        real = key_mask[:, -want.shape[1]:]
+        assert torch.allclose(out[real], want[real], atol=1e-5)
 
 
 def test_the_half_split_rotation_is_the_librarys(common):
@@ -71,7 +107,7 @@ def test_the_reference_layer_in_the_adapter_generates_the_librarys_greedy_tokens
     mask = common.left_padded((5, 3, 7), 7)
     ids = torch.randint(1, library.VOCAB, mask.shape, generator=g) * mask
     tokens = library.generate(copy.deepcopy(model), ids, mask, 8)
-    layers = [ref.from_hf_llama(decoder.self_attn, 500.0) for decoder in model.model.layers]
+    layers = [ref.from_hf_llama(decoder.self_attn, 500.0) for decoder in model.model.layers]  # by its base, still
     caches = [_Cache() for _ in layers]
 
     def layer(index, hidden, step, positions, key_mask):

@@ -30,6 +30,7 @@ from tests.runcache import machine_wide
 REPO = Path(__file__).resolve().parent.parent
 USER = "autograder-test"
 INNER = ["tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_seed.py",  # the whole sandbox, hostile and seed suites
+         "tests/test_hfshell.py",  # the worker's view of the venv without transformers, its shell in place
          "tests/test_worker_image.py::test_a_worker_of_grade_holds_no_secret_no_shared_memory_and_no_capability",
          "tests/test_trusted_memory.py::test_a_grading_process_caps_its_own_memory_and_its_workers_do_not_inherit_it"]
 # The submitted-files suite (links, copies) with grade, grade-class and nbgrader: a course of its own, built by
@@ -37,7 +38,7 @@ INNER = ["tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_seed.py",
 LINKS = ["tests/test_submitted_links.py", "tests/test_hostile_class.py",
          "tests/test_feedback_limits.py"]  # (each feedback page rendered in a child under a deadline and RLIMIT_DATA)
 COPIED = ["autograder", "solutions", "examples", "tests/hostile", "tests/conftest.py", "tests/runcache.py",
-          "tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_seed.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py",
+          "tests/test_sandbox.py", "tests/test_hostile.py", "tests/test_seed.py", "tests/test_hfshell.py", "tests/test_worker_image.py", "tests/test_trusted_memory.py",
           "pyproject.toml", *LINKS, "source/self_attention", "nbgrader_config.py"]
 
 

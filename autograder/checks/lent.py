@@ -70,7 +70,9 @@ def _start(student, owner: str, part, reference, probes: dict, judged=None) -> N
         f"lent probes {namespace} {sorted(mine)}", lambda: probe(student, owner, part, mine, reference), every_mode=True)
     missing = tuple(n for n in part.borrows if n not in defined)
     student.lending[part.id] = Lending(owner, tuple(part.borrows), verdict.wrong, verdict.broken, missing)
-    session.lenders[part.id] = Lender(reference, frozenset(part.borrows)).answer
+    lender = Lender(reference, frozenset(part.borrows))
+    session.lenders[part.id] = lender.answer
+    student.lenders[part.id] = lender
     bad = verdict.wrong + verdict.broken
     say(student, owner, verdict, copies_in(session, namespace, bad), same_part=bool(bad) and set(bad) <= set(part.names))
 

@@ -30,11 +30,15 @@ from pathlib import Path
 
 import pytest
 
+from ..foundation import i18n
+from ..foundation.failures import raised_in_standin
 from ..foundation.results import PartResult
 from .scoring import CheckRecord, failure_message, score_part
 from ..sandbox.session import Session
 from ..foundation.spec import CHECKS_ROOT, DEFAULT_LANGUAGE, Assignment, Part
 from ..sandbox.student import Student
+
+_ = i18n.message
 
 REPO_ROOT = str(CHECKS_ROOT.parent.parent)
 if REPO_ROOT not in sys.path:  # the checks import the reference solutions
@@ -214,11 +218,35 @@ class Checks:
                 if not record.passed and student.retried(check.part):  # lending never lowers a score
                     with student.own_pieces():
                         again = self._run_one(check, given, wide, per_submission, lang)
-                    record = again if again.passed else record
+                    # a check failing both ways reports its own failure, not an error raised in a stand-in
+                    record = again if again.passed or record.in_standin else record
+                if not record.passed and student.witnessed(check.part):
+                    record = self._witnessed(check, record, student, given, wide, per_submission, lang)
                 records[check.part].append(record)
                 seconds[check.part] += time.perf_counter() - started
         return [score_part(p, records.get(p.id, []), session, seconds.get(p.id, 0.0), lang)
                 for p in self.parts]
+
+    def _witnessed(self, check: Check, record: CheckRecord, student: Student, given: dict, wide: dict,
+                   per_submission: contextlib.ExitStack, lang: str) -> CheckRecord:
+        """A failed check of a part that borrows pieces, run again with the grader's pieces, the student's own
+        beside them as witnesses (Student.witnessing): when it passes so, and some of the student's pieces gave other
+        results on the part's inputs, the failure lies in those pieces, which their own parts grade: the check
+        passes here and the part's note names them. Otherwise the first failure stands. Run aside (Session.aside):
+        it costs the part neither time nor a restart."""
+        session = student.session
+        if session.part is None or session.part.stopped:  # (a part out of time is not run again)
+            return record
+        with student.witnessing(), session.aside(session.limits.part_seconds):  # (not the part's time)
+            again = self._run_one(check, given, wide, per_submission, lang)
+        differed = sorted(student.lenders[check.part].differed)
+        if not again.passed or not differed:
+            return record
+        student.note(_("on the inputs of this part's checks, your {names} gave other results than the reference's: "
+                       "the checks that failed with yours were graded with the grader's {names} in their place (each "
+                       "piece is graded in its own part, so that its mistake costs points there only)").format(
+            names=", ".join(differed)))
+        return again
 
     def _run_one(self, check: Check, given: dict, wide: dict, per_submission: contextlib.ExitStack,
                  lang: str) -> CheckRecord:
@@ -232,7 +260,7 @@ class Checks:
                         values[name] = self._set_up(name, values, wide, per_check, per_submission)
                 check.function(**{name: values[name] for name in check.argnames})
             except Exception as exc:  # noqa: BLE001 - as pytest: any exception fails the check
-                return CheckRecord(check.name, check.weight, False, failure_message(exc, lang))
+                return CheckRecord(check.name, check.weight, False, failure_message(exc, lang), raised_in_standin(exc))
             finally:
                 with contextlib.suppress(Exception):  # (pytest reports a teardown error apart; the check stands)
                     per_check.close()

@@ -17,7 +17,7 @@ from .gpu import stage as gpu_stage
 from ..foundation.limits import Limits
 from ..sandbox.pool import Zygote
 from ..foundation.results import GradeResult
-from .scan import mentions_in_source, note_mentions
+from .scan import grader_reach_in_source, mentions_in_source, note_grader_reach, note_mentions
 from .scoring import unreadable, zeros
 from ..sandbox.session import Session
 
@@ -98,6 +98,8 @@ class Grader:
             mentioned = mentions_in_source(extracted, parts)  # a note where the code that mentions them never ran
             results = [note_mentions(p, mentioned.get(p.id, set()), p.id in session.parts and
                                      bool(session.parts[p.id].calls), lang) for p in results]
+            reached = grader_reach_in_source(extracted, parts)
+            results = [note_grader_reach(p, reached.get(p.id, set()), lang) for p in results]
         # a part whose own notebook could not be read scores 0 with the reason (never another notebook's code)
         broken = {s.name: i18n.render(s.error, lang) for s in extracted.sources if s.error}
         results = [zeros([part], broken[part.notebook])[0] if part.notebook in broken else r

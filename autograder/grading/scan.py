@@ -9,6 +9,7 @@ gets a note, not a loss (the contract's "What from scratch means").
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -21,6 +22,7 @@ from ..worker.names import is_forbidden_name
 _ = i18n.message
 
 TORCH_ROOTS = frozenset({"torch", "nn", "F"})  # the worker's preamble binds these in every namespace
+GRADER = "autograder"  # the grader's package: code that reaches into it is flagged (grader_reach_in_source)
 
 
 def _parsed(cell: str) -> ast.Module | None:
@@ -80,44 +82,101 @@ def mentions_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.par
     """Static look at the student's code: which parts mention a torch function they may not call, and where
     ({part: {(the student's definition, torch's name)}}).
 
-    For each part that forbids torch functions (spec.Part.forbidden), the definitions of its names
-    and of every helper they refer to (transitively) are searched for them, public or private. A
-    helper of the student's own is followed, never flagged for its name: a from-scratch function
-    may well be called scaled_dot_product_attention.
+    For each part that forbids torch functions (spec.Part.forbidden), the definitions of its names and of every
+    helper they refer to (transitively) are searched for them, public or private. A helper of the student's own is
+    followed, never flagged for its name: a from-scratch function may well be called scaled_dot_product_attention.
     """
     found: dict[str, set[tuple[str, str]]] = {}
     for source in extracted.sources:
         trees = [_parsed(cell) for cell in source.cells]  # (each cell parsed once)
         roots, imported = _torch_bindings(trees)
-        defs: dict[str, ast.AST] = {}
-        for tree in trees:
-            for node in tree.body if tree else ():
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    defs[node.name] = node
-                elif isinstance(node, ast.Assign):
-                    for target in node.targets:
-                        if isinstance(target, ast.Name):
-                            defs[target.id] = node
+        defs = _definitions(trees)
         imported = {k: v for k, v in imported.items() if k not in defs}  # redefined by the student: their own
-        for part in parts:
-            if not part.forbidden:
-                continue
-            seen, todo = set(), [n for n in part.names if n in defs]
-            while todo:
-                name = todo.pop()
-                if name in seen:
-                    continue
-                seen.add(name)
-                for node in ast.walk(defs[name]):
-                    use = _forbidden_use(node, roots, imported, defs, part.forbidden)
-                    if use:
-                        found.setdefault(part.id, set()).add((name, use))
-                    else:
-                        ident = node.id if isinstance(node, ast.Name) else node.attr if isinstance(
-                            node, ast.Attribute) else None
-                        if ident in defs and ident not in seen:
-                            todo.append(ident)  # a helper of the student's: look inside it
+        for part in (p for p in parts if p.forbidden):
+            for name, node in _part_nodes(defs, part.names):
+                use = _forbidden_use(node, roots, imported, defs, part.forbidden)
+                if use:
+                    found.setdefault(part.id, set()).add((name, use))
     return found
+
+
+def grader_reach_in_source(extracted: Extracted, parts: Iterable[Part] = DEFAULT.parts) -> dict[str, set[tuple[str, str]]]:
+    """Which parts' code reaches into the grader's own modules ({part: {(the student's definition, the module)}}):
+    a module imported from `autograder` and used there, or a string that names one (`sys.modules["autograder..."]`).
+    Nothing of the grader's in the worker does graded work (worker/standins.py); this is for the instructor's eyes."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for source in extracted.sources:
+        trees = [_parsed(cell) for cell in source.cells]
+        bound = _grader_bindings(trees)
+        defs = _definitions(trees)
+        for part in parts:
+            for name, node in _part_nodes(defs, part.names):
+                reached = _grader_module(node, {k: v for k, v in bound.items() if k not in defs})
+                if reached:
+                    found.setdefault(part.id, set()).add((name, reached))
+    return found
+
+
+def _definitions(trees) -> dict[str, ast.AST]:
+    """The top-level functions, classes and assigned names of the source, by name (the last one wins)."""
+    defs: dict[str, ast.AST] = {}
+    for tree in trees:
+        for node in tree.body if tree else ():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defs[node.name] = node
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        defs[target.id] = node
+    return defs
+
+
+def _part_nodes(defs: dict[str, ast.AST], names):
+    """(definition, node) for every node of the definitions of `names` and of every helper they refer to."""
+    seen, todo = set(), [n for n in names if n in defs]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(defs[name]):
+            yield name, node
+            ident = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if ident in defs and ident not in seen:
+                todo.append(ident)  # a helper of the student's: look inside it
+
+
+def _grader_bindings(trees) -> dict[str, str]:
+    """{local name: the grader's module} bound by the source's imports from `autograder`."""
+    bound = {}
+    for tree in trees:
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if _is_grader(alias.name):
+                        bound[alias.asname or alias.name.split(".")[0]] = alias.name
+            elif isinstance(node, ast.ImportFrom) and not node.level and _is_grader(node.module or ""):
+                for alias in node.names:
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return bound
+
+
+def _is_grader(name: str) -> bool:
+    """Does `name` name the grader's package or one of its modules ("autograder", "autograder.worker.x")?"""
+    return re.fullmatch(GRADER + r"(\.[A-Za-z_]\w*)*", name.strip()) is not None
+
+
+def _grader_module(node: ast.AST, bound: dict[str, str]) -> str | None:
+    """The grader's module `node` reaches: a name bound to one, an import of one, or a string naming one."""
+    if isinstance(node, ast.Name) and node.id in bound:
+        return bound[node.id]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and _is_grader(node.value):
+        return node.value.strip()[:80]
+    if isinstance(node, ast.Import):
+        return next((a.name for a in node.names if _is_grader(a.name)), None)
+    if isinstance(node, ast.ImportFrom) and not node.level and _is_grader(node.module or ""):
+        return node.module
+    return None
 
 
 def note_mentions(part: PartResult, mentioned: set[tuple[str, str]], called: bool,
@@ -132,4 +191,15 @@ def note_mentions(part: PartResult, mentioned: set[tuple[str, str]], called: boo
     note = _("your code mentions a function this part may not call: {where}; the grader's watch did not see it "
              "called while the part was graded, so it costs no points here, and this part is flagged for your "
              "instructor's review (calling it here earns nothing)").format(where=", ".join(where)).render(lang)
+    return replace(part, notes=part.notes + (note,), review=part.review + where)
+
+
+def note_grader_reach(part: PartResult, reached: set[tuple[str, str]], lang: str = DEFAULT_LANGUAGE) -> PartResult:
+    """A part whose code reaches into the grader's own modules: no loss by itself (what the grader keeps in the
+    worker does no graded work), a note, and the reach in `review` for the instructor (the class report lists it)."""
+    if not reached:
+        return part
+    where = tuple(f"{name} ({module})" for name, module in sorted(reached))
+    note = _("your code reaches into the grader's own modules: {where}; nothing of the grader's computes your "
+             "answers, and this part is flagged for your instructor's review").format(where=", ".join(where)).render(lang)
     return replace(part, notes=part.notes + (note,), review=part.review + where)

@@ -40,6 +40,7 @@ class CheckRecord:
     weight: float  # @pytest.mark.points(n); 1 without the marker
     passed: bool
     message: str  # for the student; "" when it passed
+    in_standin: bool = False  # it failed on an error raised inside a grader's stand-in (failures.raised_in_standin)
 
 
 def failure_message(exc: BaseException, lang: str = DEFAULT_LANGUAGE) -> str:

@@ -29,6 +29,8 @@ from ..worker import wire
 
 _ = i18n.message
 
+JOB_SEED = 0  # the seed of torch's generator in the worker before each job's first step
+
 
 @dataclass(frozen=True)
 class Call:
@@ -87,6 +89,8 @@ class Job:
         self.unsendable: tuple[int, CheckFailure] | None = None  # (step, why): e.g. a name the code lacks
 
     def _add(self, message: dict, what: str, kind: str = "value") -> Step:
+        if not self.steps and message.get("seed") is None:  # every job starts from the same random numbers,
+            message = {**message, "seed": JOB_SEED}  # whatever the worker ran before it (issue 53)
         self.steps.append(Queued(message, what, kind))
         return Step(self, len(self.steps) - 1, what)
 
@@ -154,17 +158,21 @@ class Job:
         return self._add({"kind": "call", "ns": ns, "target": name, **self._arguments(args, kwargs),
                           "measure": measure, "seed": seed}, name, kind)
 
-    def lend(self, owner: str, names, standins=()) -> Step:
+    def lend(self, owner: str, names, standins=(), witness=()) -> Step:
         """In the namespace that defines `owner`, stand-ins for `standins` (each call answered by the trusted side
         with the reference's result: runtime.Worker.handle_lend) and the student's own versions of the other `names`:
-        the rest of the job runs the part's code on those pieces. Its value: the stand-ins that replaced a function
-        of the student."""
+        the rest of the job runs the part's code on those pieces. The stand-ins for `witness` also run the student's
+        own piece and send its result along (the trusted side notes which differ). Its value: the stand-ins that
+        replaced a function of the student."""
         ns = self._namespace(owner)
-        return self._add({"kind": "lend", "ns": ns, "names": list(names), "standins": list(standins)}, owner)
+        return self._add({"kind": "lend", "ns": ns, "names": list(names), "standins": list(standins),
+                          "witness": list(witness)}, owner)
 
-    def builtin(self, name: str, *args) -> Step:
-        """A grader-built object in the worker (autograder/worker/standins.py)."""
-        return self._add({"kind": "call", "builtin": True, "target": name, **self._arguments(args, {})}, name, "object")
+    def builtin(self, name: str, *args, seed: int = 0) -> Step:
+        """A grader-built object in the worker (autograder/worker/standins.py), torch seeded with `seed` first: its
+        random weights never depend on what the worker ran before."""
+        return self._add({"kind": "call", "builtin": True, "target": name, **self._arguments(args, {}), "seed": seed},
+                         name, "object")
 
     def builtin_value(self, name: str, *args, label: str | None = None, **kwargs) -> Step:
         """A grader function of the worker (autograder/worker/standins.py) applied to values and to what

@@ -28,6 +28,9 @@ class Lender:
     # (name, the arguments' shapes, dtypes and plain values) -> the elements of an oversized result, 0 if none: the
     # dry run costs about a millisecond, and a part calls its pieces on the same shapes again and again
     oversized: dict = field(default_factory=dict, compare=False, repr=False)
+    # the pieces whose student's version, run next to a witness stand-in, gave another result than the reference's
+    # on the same arguments (cleared by the caller before the checks it asks about)
+    differed: set = field(default_factory=set, compare=False, repr=False)
 
     def answer(self, message: dict) -> dict:
         """The answer to one "piece" message: {"ok": True, "value": ...} or {"ok": False, "type", "error"}."""
@@ -50,11 +53,37 @@ class Lender:
                                          "a call here needs")
         try:
             with torch.no_grad():
-                return {"ok": True, "value": wire.encode(function(*args, **kwargs))}
+                value = function(*args, **kwargs)
+            if "own" in message and not same_answer(message["own"], value):
+                self.differed.add(name)
+            return {"ok": True, "value": wire.encode(value)}
         except Exception as exc:  # noqa: BLE001 - the student's arguments made the reference raise: say so
             kind = type(exc).__name__
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
             return refusal(kind if kind in ANSWERED_ERRORS else "RuntimeError", wire.clean_text(first, 300))
+
+
+def same_answer(own, expected, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    """Whether what the student's piece returned (`own`, as the worker sent it) is the reference's `expected`:
+    tensors of the same shape close to each other (NaN meeting NaN, -inf meeting -inf), plain values equal."""
+    try:
+        got = wire.decode_reply(own, "cpu")
+    except wire.Refused:
+        return False
+    return _same(got, expected, atol, rtol)
+
+
+def _same(got, expected, atol: float, rtol: float) -> bool:
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return False
+        if got.dtype == torch.bool or expected.dtype == torch.bool:
+            return got.dtype == expected.dtype and bool(torch.equal(got, expected))
+        return bool(torch.allclose(got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=True))
+    if isinstance(expected, (list, tuple)):
+        return isinstance(got, (list, tuple)) and len(got) == len(expected) and \
+            all(_same(g, e, atol, rtol) for g, e in zip(got, expected))
+    return got == expected
 
 
 def dry_run(function, args: list, kwargs: dict) -> int:

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 from ..foundation import i18n, spec
 from ..foundation.extract import Source
-from ..foundation.failures import CheckFailure, PartStopped, WorkerEnded, student_error
+from ..foundation.failures import (STANDIN_ELSEWHERE, CheckFailure, PartStopped, WorkerEnded, student_error,
+                                   worker_text)
 from ..foundation.limits import Limits
 from .lender import refusal
 from .pool import SandboxFailed, WorkerGone, WorkerTimeout, Zygote, start_worker
 from .resident import ResidentPeak
 from ..worker.names import WATCH_OFF, is_forbidden_name
-from ..worker import protocol, wire
+from ..worker import protocol, rules, wire
 from ..worker.sandbox import SandboxConfig, private_paths
 
 _ = i18n.message
@@ -61,6 +62,9 @@ class Session:
         self.lent: frozenset[str] = frozenset()  # the names the worker holds stand-ins for ("lend" requests)
         # part id -> what answers the calls of that part's stand-ins (lender.Lender.answer; checks/lent.py sets it)
         self.lenders: dict[str, Callable[[dict], dict]] = {}
+        # part id -> what answers the calls of the grader's objects made for that part (the stand-in SelfAttention's
+        # forward, rules.STANDIN_FORWARD: checks/self_attention/standin.py sets it); any other part is refused
+        self.grader_objects: dict[str, Callable[[dict], dict]] = {}
 
     # ------------------------------------------------------------ worker life
     def _ensure_worker(self):
@@ -108,8 +112,13 @@ class Session:
 
     def answer_piece(self, message: dict) -> dict:
         """The trusted side's answer to a stand-in's call (worker/borrowed.py): the reference's result, from the
-        lender of the part being graded; refused where that part lends nothing."""
-        answer = self.lenders.get(self.part.id) if self.part is not None else None
+        lender of the part being graded; refused where that part lends nothing. The grader's stand-in SelfAttention
+        (rules.STANDIN_FORWARD) is answered only in the part that registered it."""
+        part = self.part.id if self.part is not None else None
+        if message.get("name") == rules.STANDIN_FORWARD:
+            answer = self.grader_objects.get(part)
+            return answer(message) if answer is not None else refusal("TypeError", STANDIN_ELSEWHERE.msgid)
+        answer = self.lenders.get(part)
         return answer(message) if answer is not None else refusal("TypeError", "nothing is lent to this part")
 
     def start(self) -> None:
@@ -135,13 +144,13 @@ class Session:
             for err in info.get("errors", ()):
                 where = f" ({err['where']})" if err.get("where") else ""
                 notes.append(_("{source}: cell {cell} raised {kind}: {error}{where}").format(
-                    source=src, cell=err["cell"], kind=err["type"], error=err["message"], where=where))
+                    source=src, cell=err["cell"], kind=err["type"], error=worker_text(err["message"]), where=where))
         return notes
 
     def load_hint(self):
         """" (a cell failed to run: ...)" after a missing name, when a cell failed; else ""."""
         errors = [_("{source}, cell {cell}: {kind}: {error}").format(source=src, cell=e["cell"], kind=e["type"],
-                                                                     error=e["message"])
+                                                                     error=worker_text(e["message"]))
                   for src, info in self.load_report.items() for e in info.get("errors", ())]
         return _(" (a cell failed to run: {error})").format(error=errors[0]) if errors else ""
 

@@ -40,8 +40,17 @@ class Lending:
     broken: tuple[str, ...] = ()  # ... that did not return or ended the worker
     missing: tuple[str, ...] = ()  # ... that the student's code does not define
 
-    def standins(self, own: bool) -> tuple[str, ...]:
+    def standins(self, own: bool, witness: bool = False) -> tuple[str, ...]:
+        """The names the grader stands in for: with `witness`, every one (the student's own, defined and not broken,
+        as witnesses: `witnessed`)."""
+        if witness:
+            return self.names
         return tuple(n for n in self.names if n in self.broken + self.missing or (not own and n in self.wrong))
+
+    @property
+    def witnessed(self) -> tuple[str, ...]:
+        """The student's pieces that a witness stand-in runs next to the reference's (neither missing nor broken)."""
+        return tuple(n for n in self.names if n not in self.broken + self.missing)
 
     @property
     def retried(self) -> bool:
@@ -67,12 +76,15 @@ class Student:
         # part id -> its Lending: every job of that part starts by lending stand-ins (checks/lent.py, `lending`)
         self.lending: dict[str, Lending] = {}
         self.own = False  # the checks now run with the student's own pieces (`own_pieces`)
+        self.witness = False  # ... with witnesses of the student's pieces (`witnessing`)
+        self.lenders: dict = {}  # part id -> its Lender (sandbox/lender.py): which pieces differed as witnesses
 
     def once(self, key: str, compute: Callable[[], object], every_mode: bool = False):
         """compute() the first time, then what it returned (or the failure it raised) again: for the
         checks of one part that share a batch. Kept for this submission only, and apart for the checks run again
         with the student's own pieces (`own_pieces`) unless `every_mode`."""
-        key = f"own pieces: {key}" if self.own and not every_mode else key
+        if not every_mode and (self.own or self.witness):
+            key = f"{'witnesses' if self.witness else 'own pieces'}: {key}"
         if key not in self._kept:
             try:
                 self._kept[key] = (True, compute())
@@ -96,13 +108,31 @@ class Student:
         part = self.session.part
         lending = self.lending.get(part.id) if lend and part is not None else None
         if lending and self.session.defines(lending.owner):
-            job.lend(lending.owner, lending.names, lending.standins(self.own))
+            job.lend(lending.owner, lending.names, lending.standins(self.own, self.witness),
+                     lending.witnessed if self.witness else ())
         return job
 
     def retried(self, part_id: str) -> bool:
         """Whether a failed check of `part_id` is run again with the student's own pieces (Lending.retried)."""
         lending = self.lending.get(part_id)
         return lending is not None and lending.retried and self.session.defines(lending.owner)
+
+    def witnessed(self, part_id: str) -> tuple[str, ...]:
+        """The student's pieces that a failed check of `part_id` can be run again with as witnesses (checks/lent.py)."""
+        lending = self.lending.get(part_id)
+        if lending is None or part_id not in self.lenders or not self.session.defines(lending.owner):
+            return ()
+        return lending.witnessed
+
+    @contextlib.contextmanager
+    def witnessing(self):
+        """The checks run inside with every piece the grader's, each call also run on the student's own piece and
+        compared there (the part's Lender keeps the names that differed)."""
+        self.witness = True
+        try:
+            yield
+        finally:
+            self.witness = False
 
     @contextlib.contextmanager
     def own_pieces(self):

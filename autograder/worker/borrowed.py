@@ -19,12 +19,18 @@ ERRORS = {"TypeError": TypeError, "ValueError": ValueError, "IndexError": IndexE
 
 
 def asker(sock) -> Callable:
-    """ask(name, args, kwargs): the trusted side's answer for the lent function `name` on these arguments."""
+    """ask(name, args, kwargs[, own]): the trusted side's answer for the lent function `name` on these arguments;
+    `own`, what the student's own piece returned on them (a witness, `standin`), is sent along to be compared."""
 
-    def ask(name: str, args: tuple, kwargs: dict):
+    def ask(name: str, args: tuple, kwargs: dict, own=MISSING):
         codec = wire.WorkerCodec()  # (its own: nothing of the request's handles or results)
-        protocol.send(sock, {"kind": PIECE, "name": name, "args": codec.encode(list(args)),
-                             "kwargs": codec.encode(dict(kwargs))})
+        message = {"kind": PIECE, "name": name, "args": codec.encode(list(args)), "kwargs": codec.encode(dict(kwargs))}
+        if own is not MISSING:
+            try:
+                message["own"] = codec.encode(own)
+            except Exception:  # noqa: BLE001 - what the student's piece returned cannot travel: it differs
+                message["own"] = {wire.TENSOR: None, "layout": "unsendable"}
+        protocol.send(sock, message)
         answer = protocol.recv(sock, capped=False)
         if not isinstance(answer, dict) or not answer.get("ok"):
             error = answer.get("error", "") if isinstance(answer, dict) else ""
@@ -35,11 +41,19 @@ def asker(sock) -> Callable:
     return ask
 
 
-def standin(name: str, ask: Callable) -> Callable:
-    """A function named `name` whose every call is answered by the trusted side."""
+def standin(name: str, ask: Callable, own: Callable | None = None) -> Callable:
+    """A function named `name` whose every call is answered by the trusted side. With `own` (the student's piece),
+    a witness: each call runs the student's piece first and sends what it returned along, so that the trusted side
+    learns which pieces differ on a check's own inputs; the answer is still the reference's."""
 
     def piece(*args, **kwargs):
-        return ask(name, args, kwargs)
+        if own is None:
+            return ask(name, args, kwargs)
+        try:
+            mine = own(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - the student's piece raised on these inputs: it differs
+            mine = None
+        return ask(name, args, kwargs, mine)
 
     piece.__name__ = piece.__qualname__ = name
     piece.__doc__ = f"The grader's {name}: computed outside this process."

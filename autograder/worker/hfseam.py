@@ -14,6 +14,8 @@ from types import SimpleNamespace
 
 import torch.nn as nn
 
+from .hflike import LibraryConfig
+
 LIBRARY = "transformers"
 
 
@@ -67,6 +69,24 @@ def hf_registered_attention(name: str):
     return fn
 
 
+def hf_registered_mask(name: str):
+    """The mask function of the student's own registered under `name` (it stays here; each call is their code)."""
+    shell = _shell()
+    fn = shell.registered_mask_function(name) if shell is not None else None
+    if fn is None:
+        raise LookupError(f"no mask function of your own is registered under {name!r}")
+    return fn
+
+
+def causal_mask_function(batch_idx, head_idx, q_idx, kv_idx):
+    """The library's causal mask_function, as a mask function receives it: key kv_idx seen by query q_idx."""
+    return kv_idx <= q_idx
+
+
+def hf_causal_mask_function():
+    return causal_mask_function
+
+
 class AttentionModule(nn.Module):
     """The `module` argument of a registered attention function: the attributes the library's LlamaAttention and
     GPT2Attention carry for it (heads, head_dim, scaling, dropout, is_causal, layer_idx, config); no weights."""
@@ -88,3 +108,8 @@ class AttentionModule(nn.Module):
 def hf_attention_module(heads: int, kv_heads: int, head_dim: int, layer_idx: int = 0, training: bool = False,
                         dropout: float = 0.0, name: str = "course") -> AttentionModule:
     return AttentionModule(heads, kv_heads, head_dim, layer_idx, dropout, name).train(training)
+
+
+def hf_config(description: dict) -> LibraryConfig:
+    """The library's config as a reader sees it (lookalike.describe_config on the trusted side): rope_inv_freq's input."""
+    return LibraryConfig(description)

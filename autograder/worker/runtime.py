@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import flex_attention as flex
 
-from . import borrowed, compiled, protocol, standins, wire
+from . import borrowed, compiled, hfshell, protocol, standins, wire
 from .meter import LiveMemoryMeter
 from .names import STUDENT_PREFIX
 from .watch import ForbiddenCallWatch
@@ -81,11 +81,13 @@ class Worker:
         self.ask = borrowed.asker(sock)
         self.codec = wire.WorkerCodec()
         self.objects = self.codec.objects  # what the trusted side names by a handle
+        hfshell.install()  # `transformers` is the grader's shell here, never the library (hfshell.py)
         self.watch = ForbiddenCallWatch()
-        standins.use_originals(self.watch.original)
+        self.grader_calls = standins.GraderCalls()  # on only while the grader's own call of a builtin runs
+        self.builtins = standins.builtins(self.ask, self.grader_calls)
         # FlexAttention untraced (its debugging mode: the mods run under vmap, not dynamo): the same numbers,
         # without seconds of tracing for each new mod. Graded code never needs the traced path (the flex part's
-        # functions return mods); standins.flex_attend(traced=True) still takes it.
+        # functions return mods); the builtin flex_attend(traced=True) still takes it.
         flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
         compiled.install(torch)  # a student's torch.compile runs the same code eagerly (compiled.py)
         steady_heap()
@@ -130,19 +132,18 @@ class Worker:
             if req["target"] != "__call__":
                 target = getattr(target, req["target"])
         elif req.get("builtin"):
-            target = getattr(standins, req["target"])
+            target = self.builtins[req["target"]]
         else:
             target = self.lookup(req["ns"], req["target"])
         args = self.codec.decode(req.get("args", []))
         kwargs = self.codec.decode(req.get("kwargs", {}))
-        seed = req.get("seed")
-        if seed is not None:  # the CPU generator, all the worker uses: torch.manual_seed also queues a seed for
-            torch.default_generator.manual_seed(seed)  # each accelerator not started, 0.1 ms with a stack each
         if req.get("measure"):
             release_free_heap()
         meter = LiveMemoryMeter() if req.get("measure") else contextlib.nullcontext()
+        grader = self.grader_calls.mark() if req.get("builtin") else contextlib.nullcontext()
         with meter, torch.no_grad() if req.get("no_grad", True) else contextlib.nullcontext(), self.watch.watching():
-            value = target if req.get("fetch") else target(*args, **kwargs)  # fetch: the object itself
+            with grader:  # (the grader's own call: its helpers may run; a student's function never enters it)
+                value = target if req.get("fetch") else target(*args, **kwargs)  # fetch: the object itself
         self.codec.results[-1] = value  # what later steps of a batched job may refer to
         result = {"value": self.codec.encode(value)}
         if req.get("measure"):
@@ -154,9 +155,14 @@ class Worker:
         student's own versions of the other names of `req["names"]` back: a stand-in's every call is answered by the
         trusted side (borrowed.py), so that a mistake in a piece is charged only in the part that owns it, and no
         code of the grader is ever here. The reply names the stand-ins that replaced a function of the student."""
-        lent = {name: borrowed.standin(name, self.ask) for name in req.get("standins", ())}
         own = self.own.setdefault(req["ns"], {})
-        return {"value": borrowed.lend(self.namespaces[req["ns"]], own, req["names"], lent)}
+        namespace = self.namespaces[req["ns"]]
+        for name in req["names"]:
+            own.setdefault(name, namespace.get(name, borrowed.MISSING))
+        witnesses = set(req.get("witness", ())) & {n for n, f in own.items() if f is not borrowed.MISSING}
+        lent = {name: borrowed.standin(name, self.ask, own[name] if name in witnesses else None)
+                for name in req.get("standins", ())}
+        return {"value": borrowed.lend(namespace, own, req["names"], lent)}
 
     def handle_describe(self, req):
         obj = self.object_of(req)
@@ -274,6 +280,9 @@ class Worker:
         self.codec.results.append(None)
         with self.capture() as out:
             try:
+                seed = req.get("seed")  # a job's first step, a module the grader builds, a student's class built
+                if seed is not None:  # the CPU generator, all the worker uses: torch.manual_seed also queues a seed
+                    torch.default_generator.manual_seed(seed)  # for each accelerator not started, 0.1 ms each
                 if req.get("kind") == "load":
                     reply = {"value": self.load(req["sources"])}
                 else:

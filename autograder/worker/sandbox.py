@@ -35,7 +35,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 
-from . import privileges, seccomp
+from . import hfshell, privileges, seccomp
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -200,6 +200,18 @@ def _cover(paths: list[str], keep: list[str], tmp_bytes: int) -> list[str]:
     return failed
 
 
+def _cover_inside(paths) -> list[str]:
+    """Cover folders inside what `_cover` bound back, read-only: the transformers library and its Hugging Face
+    packages in the venv (hfshell.py). One no longer there is under a cover already."""
+    failed = []
+    for path in (p for p in paths if os.path.isdir(p)):
+        try:
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,nr_inodes=8,mode=555")
+        except OSError as exc:
+            failed.append(f"{path} ({exc.strerror})")
+    return failed
+
+
 def _close_fds(keep: int) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -321,6 +333,7 @@ def _setup_filesystem(cfg: SandboxConfig, prot: Protections, created: str) -> No
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         hidden = _default_hidden() + [p for p in cfg.hide if os.path.exists(p)]
         failed = _cover(hidden, _needed_paths() + [p for p in cfg.expose if os.path.isdir(p)], cfg.tmp_bytes)
+        failed += _cover_inside(hfshell.LIBRARY_PATHS)
         if created == "user":
             failed += _read_only_rest(("/tmp", "/proc"))
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)

@@ -1,43 +1,59 @@
-"""What the grader builds inside the worker: modules for the parts that take a module as input, and
-FlexAttention run on the student's mask_mod and score_mod functions.
+"""What the grader builds inside the worker for its checks: modules for the parts that take a module as input,
+FlexAttention run on the student's mask_mod and score_mod functions, caches, the real_models look-alikes.
 
-`to_official` and `parity_error` receive a `SelfAttention`. Their score must not depend
-on the student's own `SelfAttention` (that is the `module` part), so the grader hands
-them this stand-in: the same submodules (W_q, W_k, W_v, W_o, dropout), a correct
-forward, and deliberately broken variants that a parity check must catch.
-Nothing here is secret: it is ordinary attention, written with torch's fused kernel.
+Nothing here does a student's graded work, and no frame is trusted because of the file it lives in (the watch
+records every call, whoever's code made it):
 
-The `flex` part's functions return functions (FlexAttention's mods), which cannot leave the
-worker: the checks hand them back to `flex_mask` (create_mask) and `flex_attend`
-(flex_attention), which run here and return tensors.
+* the stand-in SelfAttention (`to_official` and `parity_error` receive it, so that their score does not depend on
+  the student's own `SelfAttention`) holds the submodules and weights only: its forward is computed by the
+  trusted side (autograder/checks/self_attention/standin.py) over the worker's socket, which answers only in the
+  part whose checks hand it out. A student's `SelfAttention.forward` that runs it gets a refusal;
+* `flex_attend` (built per worker in `builtins`, no module-level function) calls torch's flex_attention through
+  the watch, and only while the grader's own call of a builtin runs (`GraderCalls`, marked by runtime.Worker
+  around that call): for a student's function it refuses.
+
+The builtins a request may name are built per worker (`builtins`): the trusted side's `job.builtin(name, ...)`.
 """
 from __future__ import annotations
 
-import math
+import contextlib
 import warnings
 
 import torch
 import torch.nn as nn
 from torch.nn.attention import flex_attention as flex
 
-from .hflike import hf_bert_self_attention, hf_gpt2_attention, hf_llama_attention  # noqa: F401 (builtins, real_models)
-from .hfseam import hf_attention_module, hf_registered_attention, hf_registration  # noqa: F401 (builtins, real_models)
+from .hflike import hf_bert_self_attention, hf_gpt2_attention, hf_llama_attention
+from .hfseam import (hf_attention_module, hf_causal_mask_function, hf_config, hf_registered_attention,
+                     hf_registered_mask, hf_registration)
+from .hfshell import registered_attention, registered_mask, registered_mask_function
+from .rules import NOT_THE_GRADERS_CALL, STANDIN_FORWARD
 
-_sdpa = None
-_flex_attention = flex.flex_attention
 
 
-def use_originals(original) -> None:
-    """Take the unwatched fused kernel and flex_attention, so stand-ins never count as the student's calls."""
-    global _sdpa, _flex_attention
-    _sdpa = original(torch.nn.functional, "scaled_dot_product_attention")
-    _flex_attention = original(flex, "flex_attention")
+class GraderCalls:
+    """Whether the worker is answering the grader's own call of a builtin (runtime.Worker.handle_call), not a call
+    of the student's code: what a grader's helper that computes attention checks before it runs."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    @contextlib.contextmanager
+    def mark(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
 
 
 class StandInSelfAttention(nn.Module):
+    """A SelfAttention's submodules (W_q, W_k, W_v, W_o, dropout) with a `variant`: correct, or deliberately
+    broken as a parity check must catch. Its forward sends the weights and inputs to the trusted side."""
+
     VARIANTS = ("correct", "no_scale", "softmax_over_queries", "ignores_mask", "no_output_projection")
 
-    def __init__(self, d_model: int, variant: str = "correct", dropout: float = 0.0):
+    def __init__(self, d_model: int, variant: str, dropout: float, ask):
         super().__init__()
         if variant not in self.VARIANTS:
             raise ValueError(f"unknown variant {variant}")
@@ -47,31 +63,16 @@ class StandInSelfAttention(nn.Module):
         self.W_v = nn.Linear(d_model, d_model, bias=False)
         self.W_o = nn.Linear(d_model, d_model, bias=False)
         self.dropout = nn.Dropout(dropout)
+        self.ask = ask
 
     def forward(self, x, mask=None, causal=False):
-        Q, K, V = self.W_q(x), self.W_k(x), self.W_v(x)  # [B, S, d]
-        if self.variant == "correct" and not self.training:
-            allowed = None if mask is None else mask[:, None, :]  # [B, 1, S]
-            out = _sdpa(Q, K, V, attn_mask=allowed, is_causal=causal and mask is None)
-            if causal and mask is not None:
-                S = x.shape[1]
-                allowed = allowed & torch.ones(S, S, dtype=torch.bool, device=x.device).tril()
-                out = _sdpa(Q, K, V, attn_mask=allowed)
-            return self.W_o(out)
-        scale = 1.0 if self.variant == "no_scale" else 1 / math.sqrt(Q.shape[-1])
-        scores = Q @ K.transpose(-2, -1) * scale  # [B, S, S]
-        if mask is not None and self.variant != "ignores_mask":
-            scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
-        if causal:
-            S = x.shape[1]
-            scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-        dim = -2 if self.variant == "softmax_over_queries" else -1
-        out = self.dropout(torch.softmax(scores, dim=dim)) @ V
-        return out if self.variant == "no_output_projection" else self.W_o(out)
+        weights = [layer.weight.detach() for layer in (self.W_q, self.W_k, self.W_v, self.W_o)]
+        return self.ask(STANDIN_FORWARD, (self.variant, bool(self.training), float(self.dropout.p), *weights, x,
+                                          mask, bool(causal)), {})
 
 
-def attention_standin(d_model: int, variant: str = "correct", dropout: float = 0.0) -> StandInSelfAttention:
-    return StandInSelfAttention(d_model, variant, dropout)
+def attention_standin(ask, d_model: int, variant: str = "correct", dropout: float = 0.0) -> StandInSelfAttention:
+    return StandInSelfAttention(d_model, variant, dropout, ask)
 
 
 def linear(d_in: int, d_out: int, bias: bool = False) -> nn.Linear:
@@ -112,25 +113,6 @@ def flex_mask(mask_mod, B: int | None, H: int | None, S_q: int, S_k: int) -> tor
     return flex.create_mask(mask_mod, B, H, S_q, S_k, device="cpu")
 
 
-def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod=None, mask_mod=None,
-                traced: bool = False) -> torch.Tensor:
-    """flex_attention(q, k, v) with a student's score_mod and/or mask_mod (through a BlockMask), eager on the CPU.
-
-    Untraced unless `traced` (the worker's setting, runtime.Worker): the mods run under vmap as flex_attention's
-    debugging mode runs them, in a tenth of a second; traced, as the notebook runs it (dynamo traces the mods
-    first, importing the module that defines them), each new mod costs seconds."""
-    B, H, S_q, S_k = q.shape[0], q.shape[1], q.shape[-2], k.shape[-2]
-    block_mask = None if mask_mod is None else flex.create_block_mask(mask_mod, B, H, S_q, S_k, device="cpu")
-    untraced = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
-    flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced and not traced
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "called without torch.compile()": eager is what the course runs
-            return _flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
-    finally:
-        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced
-
-
 def storage_bytes(tensors) -> int:
     """Bytes of the distinct storages behind `tensors` (a view of a counted storage adds nothing)."""
     seen: dict[int, int] = {}
@@ -164,3 +146,42 @@ def autograd_function_gradients(function, q: torch.Tensor, k: torch.Tensor, v: t
         packed.clear()
         out.backward(grad_out)
     return out.detach(), *(leaf.grad for leaf in leaves), saved
+
+
+def builtins(ask, calls: GraderCalls) -> dict:
+    """What a request may name as the grader's builtin (runtime.Worker.handle_call), for one worker: `ask` answers
+    the stand-in's forward from the trusted side, `calls` says whether the grader's own call runs now. flex_attend
+    exists only here (no module-level function computes attention for whoever calls it)."""
+
+    def standin(*args, **kwargs):
+        return attention_standin(ask, *args, **kwargs)
+
+    def flex_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod=None, mask_mod=None,
+                    traced: bool = False) -> torch.Tensor:
+        """flex_attention(q, k, v) with a student's score_mod and/or mask_mod (through a BlockMask), eager on the
+        CPU, through the watch (torch's own function: what it sees is recorded); only inside the grader's call.
+
+        Untraced unless `traced` (the worker's setting, runtime.Worker): the mods run under vmap as flex_attention's
+        debugging mode runs them, in a tenth of a second; traced, as the notebook runs it (dynamo traces the mods
+        first, importing the module that defines them), each new mod costs seconds."""
+        if not calls.depth:
+            raise RuntimeError(NOT_THE_GRADERS_CALL.format(name="flex_attend"))
+        B, H, S_q, S_k = q.shape[0], q.shape[1], q.shape[-2], k.shape[-2]
+        block_mask = None if mask_mod is None else flex.create_block_mask(mask_mod, B, H, S_q, S_k, device="cpu")
+        untraced = flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced and not traced
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "called without torch.compile()": eager is what the course runs
+                return flex.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+        finally:
+            flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = untraced
+
+    return {"attention_standin": standin, "flex_attend": flex_attend, "flex_mask": flex_mask, "linear": linear,
+            "recording_cache": recording_cache, "autograd_function_gradients": autograd_function_gradients,
+            "hf_gpt2_attention": hf_gpt2_attention, "hf_bert_self_attention": hf_bert_self_attention,
+            "hf_llama_attention": hf_llama_attention, "registered_attention": registered_attention,
+            "registered_mask": registered_mask, "registered_mask_function": registered_mask_function,
+            "hf_registration": hf_registration, "hf_registered_attention": hf_registered_attention,
+            "hf_registered_mask": hf_registered_mask, "hf_attention_module": hf_attention_module,
+            "hf_causal_mask_function": hf_causal_mask_function, "hf_config": hf_config}

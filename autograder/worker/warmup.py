@@ -21,7 +21,7 @@ def _flex() -> None:
         warnings.simplefilter("ignore")
         flex.create_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, 1, 1, 4, 4, device="cpu")
         block_mask = flex.create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, 1, 1, 4, 4, device="cpu")
-        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True  # untraced, as the checks run it (standins.flex_attend)
+        flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True  # untraced, as the checks run it (the builtin flex_attend)
         try:
             flex.flex_attention(q, q, q, score_mod=lambda score, b, h, q_idx, kv_idx: score * 0.5,
                                 block_mask=block_mask)

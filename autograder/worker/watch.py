@@ -15,9 +15,10 @@ decides what a call costs (session.py, scoring.py). Three layers, so that no che
    removed them is reported as a forbidden call of its own ("the grader's watch switched off").
 
 Each call is attributed to the innermost frame of the student's code on the stack (its qualified
-name, e.g. "SelfAttention.forward"); calls made by the grader's stand-ins (standins.py) are not
-the student's and are not recorded. A call from code compiled under another file name is still
-recorded, as made by "code" (the message: "your code called ...").
+name, e.g. "SelfAttention.forward"). No frame is trusted because of the file it lives in: a call that
+no student frame made (the grader's own builtin call, code compiled under another file name) is
+recorded as made by "code" (the message: "your code called ..."), and costs what it costs in the part
+(the grader's helpers call a watched function only in parts that allow it: standins.py).
 """
 from __future__ import annotations
 
@@ -32,10 +33,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from . import standins
 from .names import LIBRARY, STUDENT_PREFIX, WATCH_OFF, is_forbidden_name
 
-STANDINS_FILE = standins.__file__
 UNKNOWN_CALLER = "code"  # ("your code called ...")
 
 
@@ -96,13 +95,11 @@ def qualname_by_referrers(code) -> str:
     return owners[0].__qualname__ if owners else code.co_name
 
 
-def student_caller(frame) -> str | None:
-    """The qualified name of the innermost student function on the stack from `frame` outwards; None when
-    a grader's stand-in made the call."""
+def student_caller(frame) -> str:
+    """The qualified name of the innermost student function on the stack from `frame` outwards (UNKNOWN_CALLER
+    when there is none)."""
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename == STANDINS_FILE:
-            return None
         if filename.startswith(STUDENT_PREFIX):
             return owner_qualname(frame.f_code)
         frame = frame.f_back
@@ -138,7 +135,6 @@ class ForbiddenCallWatch:
     def __init__(self) -> None:
         self.calls: set[tuple[str, str]] = set()
         self.labels: dict = {}  # torch function -> its label or None (torch_label, cached: the mode sees every call)
-        self.originals = {}
         self.wrapped = {}
         self.inside = threading.local()  # depth of watched wrappers: what they call is theirs, not recorded twice
         # One wrapper per function: F.scaled_dot_product_attention and torch._C._nn's are the same builtin,
@@ -151,7 +147,6 @@ class ForbiddenCallWatch:
                 setattr(owner, attr, wrapped)
             except (AttributeError, TypeError, RuntimeError):
                 continue  # not in this build of torch, or not replaceable
-            self.originals[(owner, attr)] = original
             self.wrapped[(owner, attr)] = wrapped
         self._cover_threads()
 
@@ -166,9 +161,7 @@ class ForbiddenCallWatch:
     def record(self, label: str, frame) -> None:
         if getattr(self.inside, "depth", 0):
             return
-        caller = student_caller(frame)
-        if caller is not None:
-            self.calls.add((caller, label))
+        self.calls.add((student_caller(frame), label))
 
     def _wrap(self, original, label):
         watch = self
@@ -184,10 +177,6 @@ class ForbiddenCallWatch:
         watched.__wrapped__ = original
         watched.__name__ = getattr(original, "__name__", label)
         return watched
-
-    def original(self, owner, attr):
-        """The unwatched function (one the watch sees through its torch function mode alone is never wrapped)."""
-        return self.originals.get((owner, attr)) or getattr(owner, attr)
 
     def intact(self) -> bool:
         """Are the wrappers still where they were put?"""

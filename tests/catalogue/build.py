@@ -385,6 +385,17 @@ CASES: tuple[Case, ...] = (
             key_pos = torch.arange(S, device=q.device)[None, :]  # [1, S]
             scores = scores.masked_fill(key_pos > query_pos, float("-inf"))""",
            """            scores = scores.masked_fill(future[start:stop], float("-inf"))"""))),
+    Case("scaled_scores_transpose_1_2", "scaled_scores transposes K with K.transpose(1, 2): right for [B, S, d_k], "
+         "wrong for per-head [B, H, S, d_k]; MultiHeadSelfAttention calls it per head (the mistake costs scaled_scores "
+         "only)",
+         (("scaled_scores", "return Q @ K.transpose(-2, -1) / math.sqrt(d_k)", "return Q @ K.transpose(1, 2) / math.sqrt(d_k)"),
+          ("MultiHeadSelfAttention", "scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])",
+           "scores = scaled_scores(Q, K)  # the student's own piece, per head")),
+         lose=("scaled_scores",), says="transpose K with K.transpose(-2, -1)"),
+    Case("parity_error_signed", "parity_error returns the largest signed difference, without .abs(): a module that "
+         "is off downwards only looks equal",
+         (("parity_error", "return (ours - theirs).abs().max().item()", "return (ours - theirs).max().item()"),),
+         lose=("official_parity",), says="the largest absolute difference"),
     Case("ok_nanogpt_flash_off", "nanoGPT's fallback: `if self.flash:` F.scaled_dot_product_attention, else the "
          "manual attention; the flag is off, so the fused kernel never runs (a note, no loss)",
          (("MultiHeadSelfAttention", "self.num_heads = num_heads",

@@ -157,6 +157,18 @@ CASES: tuple = (
           ("DecoderAttention", "k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)",
            "k, v = repeat_kv(k, v, H // H_kv)")),
          lose=("kv_cache",), says="repeat_kv"),
+    Case("repeat_kv_mistral_pair_unscaled", "Mistral's repeat_kv(keys, values, repeats), which DecoderAttention calls "
+         "so, and DecoderAttention does not scale its scores: the decoder's checks report the missing scale, never an "
+         "error of the grader's repeat_kv",
+         (_fn("repeat_kv", "def repeat_kv(keys, values, repeats, dim=1):\n"
+              "    \"\"\"Both tensors with each head repeated `repeats` times in place along `dim`.\"\"\"\n"
+              "    keys = torch.repeat_interleave(keys, repeats=repeats, dim=dim)\n"
+              "    values = torch.repeat_interleave(values, repeats=repeats, dim=dim)\n"
+              "    return keys, values\n"),
+          ("DecoderAttention", "k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)",
+           "k, v = repeat_kv(k, v, H // H_kv)"),
+          ("DecoderAttention", "scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)", "scores = q @ k.transpose(-2, -1)")),
+         lose=("kv_cache", "decoder"), says="sqrt"),
     Case("cache_on_head_axis", "KVCache.append concatenates along the head axis",
          (("KVCache", "self.k = torch.cat([self.k, k], dim=-2)", "self.k = torch.cat([self.k, k], dim=1)"),
           ("KVCache", "self.v = torch.cat([self.v, v], dim=-2)", "self.v = torch.cat([self.v, v], dim=1)")),
@@ -235,6 +247,10 @@ CASES: tuple = (
         # 1. queries from x, keys and values from the context, split into heads"""),),
          zero=("cross_attention",), says="nn.MultiheadAttention"),
     # ------------------------------------------------------------------ wrong: decoder (the joints)
+    Case("decoder_needs_num_kv_heads", "DecoderAttention(d_model, num_heads) without num_kv_heads raises: the "
+         "contract's default None is never turned into num_heads",
+         (("DecoderAttention", "        num_kv_heads = num_kv_heads or num_heads\n", ""),),
+         lose=("decoder",), says="DecoderAttention raised TypeError"),
     Case("decoder_new_token_at_zero", "DecoderAttention rotates the new tokens from position 0, whatever is cached",
          (("DecoderAttention", "start = 0 if cache is None else len(cache)", "start = 0"),),
          lose=("decoder",), says="rotated from position 0"),

@@ -4,7 +4,9 @@ Same rules as tests/catalogue/build.py (whose Case, edits and writer this file r
 reference in one intended way, declares the parts it must lose, and every other part must keep full marks. The
 mistakes are the ones met when a layer written from scratch meets the library's code: GPT-2's Conv1D weight not
 transposed, biases dropped, BERT's padding filled with -inf, the RoPE permutation applied the wrong way, over the
-whole matrix or to W_v, key/value heads tiled, positions ignored, rope_base not passed. (A forward that calls the library's own code is
+whole matrix or to W_v, key/value heads tiled, positions ignored, the frequencies not used, head_dim
+taken as hidden_size / num_heads, Llama 3.1's frequency bands wrong, and a registered attention without the mask
+function it needs, its output in the wrong layout, the scaling ignored. (A forward that calls the library's own code is
 not a case here: importing the library in the worker takes 6 to 20 seconds; tests/test_forbidden_scan.py checks
 that the watch names such a call.)
 
@@ -45,6 +47,14 @@ CASES: tuple = (
     Case("gpt2_c_attn_not_transposed", "split_c_attn cuts the Conv1D weight into columns without transposing them",
          (("split_c_attn", "W_q, W_k, W_v = weight.T.chunk(3, dim=0)", "W_q, W_k, W_v = weight.chunk(3, dim=1)"),),
          lose=("gpt2",), says="not transposed"),
+    Case("gpt2_causal_only_with_key_mask", "GPT2StyleAttention applies its causal mask only when a key_mask is given",
+         (("GPT2StyleAttention", """        allowed = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()  # [S, S]: key j <= query i
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]  # [B, 1, S, S]""",
+           """        allowed = torch.ones(S, S, dtype=torch.bool, device=x.device)  # [S, S]
+        if key_mask is not None:
+            allowed = allowed.tril() & key_mask[:, None, None, :]  # [B, 1, S, S]"""),),
+         lose=("gpt2",), says="without key_mask: the output at real tokens"),
     Case("gpt2_biases_dropped", "from_hf copies the weights and leaves the biases at zero",
          (("GPT2StyleAttention", "                linear.bias.copy_(b)", "                linear.bias.zero_()"),
           ("GPT2StyleAttention", "layer.W_o.bias.copy_(attn.c_proj.bias)", "layer.W_o.bias.zero_()")),
@@ -106,11 +116,72 @@ CASES: tuple = (
          "positions says", (("DecoderAttention", "        if positions is None:\n",
                              "        if True:  # positions ignored\n"),),
          lose=("llama",), says="positions were ignored"),
-    Case("llama_base_not_passed", "from_hf_llama builds the layer without rope_base (10000)",
-         (("from_hf_llama", "layer = DecoderAttention(config.hidden_size, H, H_kv, rope_base=rope_base)",
-           "layer = DecoderAttention(config.hidden_size, H, H_kv)"),),
-         lose=("llama",), says="rope_base"),
+    Case("llama_inv_freq_ignored", "from_hf_llama builds the layer without the frequencies it is given (base 10000)",
+         (("from_hf_llama", "head_dim=attn.head_dim, inv_freq=inv_freq)", "head_dim=attn.head_dim)"),),
+         lose=("llama",), says="inv_freq"),
+    Case("llama_head_dim_from_d_model", "from_hf_llama's layer takes head_dim as hidden_size / num_heads",
+         (("from_hf_llama", "head_dim=attn.head_dim, inv_freq=inv_freq)", "inv_freq=inv_freq)"),),
+         lose=("llama",), says="head_dim"),
+    Case("rope_h2i_wrong_way", "half_split_to_interleaved does interleaved_to_half_split's reordering (from_hf_llama "
+         "calls it: llama is graded with the reference's, lent)",
+         (("half_split_to_interleaved", "w = weight.view(num_heads, 2, head_dim // 2, d_in)",
+           "w = weight.view(num_heads, head_dim // 2, 2, d_in)"),),
+         lose=("rope_permutation",), says="wrong way"),
+    # ------------------------------------------------------------------ wrong: rope_inv_freq (rope_permutation)
+    Case("rope_llama3_blend_wrong", "rope_inv_freq blends the band between the thresholds the wrong way round",
+         (("rope_inv_freq", "blended = (1 - smooth) * scaled / factor + smooth * scaled",
+           "blended = smooth * scaled / factor + (1 - smooth) * scaled"),),
+         lose=("rope_permutation",), says="blend"),
+    Case("rope_llama3_thresholds_swapped", "rope_inv_freq divides the wavelengths above old_context / high",
+         (("rope_inv_freq", "scaled = torch.where(wavelen > old_context / low, inv_freq / factor, inv_freq)",
+           "scaled = torch.where(wavelen > old_context / high, inv_freq / factor, inv_freq)"),
+          ("rope_inv_freq", "between = (wavelen >= old_context / high) & (wavelen <= old_context / low)",
+           "between = (wavelen >= old_context / low) & (wavelen <= old_context / high)")),
+         lose=("rope_permutation",), says="swapped"),
+    Case("rope_inv_freq_head_dim", "rope_inv_freq takes head_dim as hidden_size / num_attention_heads",
+         (("rope_inv_freq", 'head_dim = getattr(config, "head_dim", None) or config.hidden_size // '
+           'config.num_attention_heads', "head_dim = config.hidden_size // config.num_attention_heads"),),
+         lose=("rope_permutation",), says="head_dim"),
+    # ------------------------------------------------------------------ wrong: attention_interface
+    Case("iface_no_mask_function", "register_course_attention registers the function alone, no mask function",
+         (("register_course_attention", "    AttentionMaskInterface.register(name, eager_mask)\n", ""),),
+         lose=("attention_interface",), says="attention_mask=None"),
+    Case("iface_sdpa_mask", "register_course_attention registers sdpa_mask (None on causal batches) as the mask",
+         (("register_course_attention", "    AttentionMaskInterface.register(name, eager_mask)\n",
+           "    from transformers.masking_utils import sdpa_mask  # noqa: PLC0415\n\n"
+           "    AttentionMaskInterface.register(name, sdpa_mask)\n"),),
+         lose=("attention_interface",), says="attention_mask=None"),
+    Case("iface_output_bhsd", "course_attention returns the output as [B, H, S_q, D]",
+         (("course_attention", "return (weights @ value).transpose(1, 2).contiguous(), weights",
+           "return weights @ value, weights"),),
+         lose=("attention_interface",), says="[B, H, S_q, D]"),
+    Case("iface_scaling_ignored", "course_attention always scales by D ** -0.5",
+         (("course_attention", "scale = D ** -0.5 if scaling is None else scaling", "scale = D ** -0.5"),),
+         lose=("attention_interface",), says="scaling"),
+    Case("iface_heads_tiled", "course_attention tiles the key/value heads (repeat) instead of grouping them",
+         (("course_attention", "key, value = key.repeat_interleave(H // H_kv, dim=1), value.repeat_interleave(H // H_kv, dim=1)",
+           "key, value = key.repeat(1, H // H_kv, 1, 1), value.repeat(1, H // H_kv, 1, 1)"),),
+         lose=("attention_interface",), says="tiled"),
     # ------------------------------------------------------------------ correct variants
+    Case("bert_minus_ten_thousand", "extended_attention_mask adds -10000.0 for padding (google-research BERT, "
+         "transformers before 4.x), not finfo(dtype).min",
+         (("extended_attention_mask", "return (1.0 - keep) * torch.finfo(dtype).min", "return (1.0 - keep) * -10000.0"),),
+         lose=("bert",), says="the convention of google-research BERT"),
+    Case("ok_from_hf_reads_the_librarys_attributes", "from_hf reads the library module's own attributes and config, as "
+         "code written against the library does (attn.scale_attn_weights, attn.embed_dim, attn.config.n_head, "
+         "attn.all_head_size, attn.attention_head_size)",
+         (("GPT2StyleAttention", "        layer = cls(d_model, attn.num_heads)\n",
+           "        if not attn.scale_attn_weights or attn.scale_attn_by_inverse_layer_idx or attn.reorder_and_upcast_attn:\n"
+           "            raise ValueError(\"only GPT-2's default scaling is supported\")\n"
+           "        layer = cls(attn.embed_dim, attn.config.n_head)\n"),
+          ("BertStyleSelfAttention", "layer = cls(attn.query.in_features, attn.num_attention_heads)",
+           "layer = cls(attn.attention_head_size * attn.num_attention_heads, attn.all_head_size // attn.attention_head_size)"))),
+    Case("ok_gpt2_attention_dropout", "GPT2StyleAttention with the library's attention dropout (attn_pdrop 0.1): "
+         "graded in eval mode, as the library's reference is",
+         (("GPT2StyleAttention", "        self.W_o = nn.Linear(d_model, d_model)\n",
+           "        self.W_o = nn.Linear(d_model, d_model)\n        self.attn_dropout = nn.Dropout(0.1)  # GPT-2's attn_pdrop\n"),
+          ("GPT2StyleAttention", "        out = torch.softmax(scores, dim=-1) @ v  # [B, H, S, head_dim]",
+           "        out = self.attn_dropout(torch.softmax(scores, dim=-1)) @ v  # [B, H, S, head_dim]"))),
     Case("ok_gpt2_sdpa", "GPT2StyleAttention with F.scaled_dot_product_attention and a boolean mask (SDPA is allowed)",
          (("GPT2StyleAttention", GPT2_MASKED,
            "        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)"),)),
@@ -131,6 +202,30 @@ CASES: tuple = (
            "    order = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])\n"
            "    back = torch.argsort(order)\n"
            "    return weight.view(num_heads, head_dim, d_in)[:, back].reshape(out_features, d_in)\n"))),
+    Case("ok_iface_bool_everywhere", "course_attention turns every mask into booleans first (finfo.min or "
+         "False marks a hidden key) and fills hidden scores with finfo.min",
+         (("course_attention", "        if mask.dtype == torch.bool:  # finfo.min, not -inf: a padded query row stays "
+           "finite, as with eager's mask\n"
+           "            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n"
+           "        else:\n"
+           "            scores = scores + mask  # additive: 0 where allowed, finfo.min elsewhere\n",
+           "        allowed = mask if mask.dtype == torch.bool else mask == 0\n"
+           "        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)\n"),)),
+    Case("ok_iface_own_mask_function", "register_course_attention registers a mask function of the student's own "
+         "(the float additive mask, causal and padded, from the arguments either pin passes)",
+         (("register_course_attention", "    from transformers.masking_utils import eager_mask  # noqa: PLC0415\n\n", ""),
+          ("register_course_attention", "    AttentionMaskInterface.register(name, eager_mask)\n",
+           "    def course_mask(batch_size, kv_length, kv_offset=0, mask_function=None, attention_mask=None,\n"
+           "                    dtype=torch.float32, cache_position=None, q_length=None, q_offset=0, **kwargs):\n"
+           "        if cache_position is None:  # 5.x passes q_length and q_offset, 4.x cache_position\n"
+           "            cache_position = torch.arange(q_offset, q_offset + q_length)\n"
+           "        q_idx = cache_position[:, None]\n"
+           "        kv_idx = torch.arange(kv_offset, kv_offset + kv_length)[None, :]\n"
+           "        allowed = mask_function(0, 0, q_idx, kv_idx)[None, None].expand(batch_size, 1, -1, -1)\n"
+           "        if attention_mask is not None:\n"
+           "            allowed = allowed & attention_mask[:, None, None, kv_offset:kv_offset + kv_length].bool()\n"
+           "        return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)\n\n"
+           "    AttentionMaskInterface.register(name, course_mask)\n"))),
     Case("ok_bert_sdpa", "BertStyleSelfAttention hands the additive mask to F.scaled_dot_product_attention",
          (("BertStyleSelfAttention", "        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # [B, H, S, S]\n"
            "        if attention_mask is not None:\n"

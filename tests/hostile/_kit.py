@@ -26,6 +26,8 @@ from autograder.foundation.results import GradeResult
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = Path(__file__).resolve().parent
 REFERENCE = (REPO / "solutions" / "attention.py").read_text()
+# an assignment's reference solutions, what a case of that assignment is appended to (self_attention: REFERENCE)
+REFERENCES = {"self_attention": "attention.py", "efficient": "efficient.py", "real_models": "real_models.py"}
 MARK = "# --- attack ---"
 # Short limits so that the endless-loop and memory cases stay cheap; the honest parts need well under this.
 LIMITS = Limits(part_seconds=6.0, load_seconds=20.0, memory_bytes=3 * 2**30, cpu_seconds=120)
@@ -56,12 +58,15 @@ def grader() -> Grader:
     return _grader
 
 
-def grade(path, limits: Limits | None = None, part_ids=None) -> tuple[GradeResult, float]:
+def grade(path, limits: Limits | None = None, part_ids=None, assignment: str = "self_attention",
+          ) -> tuple[GradeResult, float]:
+    from autograder.foundation import spec  # (a case names its assignment)
+
     g = grader()
     g.limits = limits or LIMITS
     try:
         started = time.perf_counter()
-        result = g.grade(path, part_ids=part_ids)
+        result = g.grade(path, part_ids=part_ids, assignment=spec.assignment(assignment))
         return result, time.perf_counter() - started
     finally:
         g.limits = LIMITS
@@ -182,26 +187,30 @@ def leftovers() -> list[str]:
 
 
 # ---------------------------------------------------------------- hostile submissions
-def case_sources(name: str, course: Path) -> tuple[str, str]:
-    """(attacked submission, honest twin) for tests/hostile/<name>.py."""
+def case_sources(name: str, course: Path, assignment: str = "self_attention") -> tuple[str, str]:
+    """(attacked submission, honest twin) for tests/hostile/<name>.py, a case of `assignment`."""
     text = (HOSTILE / f"{name}.py").read_text().replace("__SENTINEL__", str(course)).replace("__HOSTILE__", str(HOSTILE))
     honest = text.split(MARK)[0] if MARK in text else ""
-    return REFERENCE + "\n\n" + text, REFERENCE + "\n\n" + honest
+    reference = (REPO / "solutions" / REFERENCES[assignment]).read_text()
+    return reference + "\n\n" + text, reference + "\n\n" + honest
 
 
-def write_submission(course: Path, name: str, code: str) -> Path:
-    path = course / "submitted" / "alice" / "self_attention" / f"{name}.py"
+def write_submission(course: Path, name: str, code: str, assignment: str = "self_attention") -> Path:
+    path = course / "submitted" / "alice" / assignment / f"{name}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o777)
     path.write_text(code)
     path.chmod(0o666)
     return path
 
 
-def baseline(course: Path, code: str, part_ids=None) -> GradeResult:
+def baseline(course: Path, code: str, part_ids=None, assignment: str = "self_attention") -> GradeResult:
     """The grade of an honest submission (cached: several attacks share their honest twin)."""
-    key = (code, tuple(part_ids or ()))
+    key = (code, tuple(part_ids or ()), assignment)
     if key not in _baselines:
         digest = hashlib.sha1(code.encode()).hexdigest()[:10]
-        _baselines[key] = grade(write_submission(course, f"honest_{digest}", code), part_ids=part_ids)[0]
+        path = write_submission(course, f"honest_{digest}", code, assignment)
+        _baselines[key] = grade(path, part_ids=part_ids, assignment=assignment)[0]
     return _baselines[key]
 
 

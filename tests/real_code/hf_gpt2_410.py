@@ -1,7 +1,7 @@
 # Corpus of real implementations (tests/test_real_code.py): transformers 4.10's own GPT-2 attention.
-# Source: github.com/huggingface/transformers, src/transformers/models/gpt2/modeling_gpt2.py at release v4.10.0:
-#   GPT2Attention.__init__, _attn, _split_heads, _merge_heads, forward; the padding mask of GPT2Model.forward
-#   ((1.0 - attention_mask) * -10000.0); commit: the v4.10.0 tag's (read through the code search, not pinned here)
+# Source: github.com/huggingface/transformers, src/transformers/models/gpt2/modeling_gpt2.py at the commit tagged
+#   v4.10.0: GPT2Attention.__init__, _attn, _split_heads, _merge_heads, forward; the padding mask of
+#   GPT2Model.forward ((1.0 - attention_mask) * -10000.0)
 # License: Apache-2.0, (c) the OpenAI Team Authors and the HuggingFace Inc. team.
 # Provides (real_models): GPT2StyleAttention (4.10's math: the causal mask by torch.where with masked_bias -1e4, the
 # padding added as -1e4, scale_attn_weights read from the library's module by from_hf). The math is the source's;

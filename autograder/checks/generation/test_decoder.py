@@ -43,14 +43,16 @@ def weights(g, kv_heads: int, d_model: int = D_MODEL, heads: int = H) -> dict:
 
 
 def _module_job(student, kv_heads: int, base: float | None = None, d_model: int = D_MODEL, heads: int = H):
-    """DecoderAttention(d_model, heads, kv_heads[, rope_base=base]) with the checks' weights, in eval mode, calling
+    """DecoderAttention(d_model, heads, kv_heads[, rope_base=base]) with the checks' weights, in eval mode (built as
+    DecoderAttention(d_model, heads), the contract's default num_kv_heads=None, when kv_heads == heads), calling
     the grader's stand-ins for the student's wrong apply_rope, decode_causal_mask and repeat_kv (checks/lent.py: each
     is graded in its own part)."""
     g = seeded(kv_heads)
     w = weights(g, kv_heads, d_model, heads)
     job = student.job()
     extra = {} if base is None else {"rope_base": base}
-    module = job.new("DecoderAttention", d_model, heads, kv_heads, **extra)
+    sizes = (d_model, heads) if kv_heads == heads else (d_model, heads, kv_heads)
+    module = job.new("DecoderAttention", *sizes, **extra)
     steps = {"module": module, "load": job.load_state_dict(module, w), "eval": job.eval(module)}
     return job, steps, w, g
 
@@ -258,12 +260,14 @@ def _add(job, steps, inputs, key, w, x, chunks, kv_heads, cached=True, heads=H, 
 
 PART = spec.GENERATION.part("decoder")
 # the student's own pieces next to DecoderAttention, probed before the part is graded (checks/lent.py)
-PROBES = {
+PROBES = {  # at the shapes DecoderAttention calls them with: H query heads, H_kv < H key heads, one new token
     "apply_rope": [((torch.randn(2, 3, 4, 8, generator=seeded(7)), torch.tensor([0, 3, 1, 7])), {}),
                    ((torch.randn(2, 3, 4, 8, generator=seeded(8)), torch.tensor([[0, 1, 2, 3], [2, 3, 4, 5]])),
-                    {"base": SMALL_BASE})],
+                    {"base": SMALL_BASE}),
+                   ((torch.randn(2, 1, 1, 8, generator=seeded(10)), torch.tensor([[6], [9]])), {})],
     "decode_causal_mask": [((3, 5), {}), ((1, 4), {}), ((4, 4), {})],
-    "repeat_kv": [((torch.randn(2, 2, 3, 4, generator=seeded(9)), 3), {})],
+    "repeat_kv": [((torch.randn(2, 2, 3, 4, generator=seeded(9)), 3), {}),
+                  ((torch.randn(2, 4, 1, 4, generator=seeded(11)), 1), {})],
 }
 
 

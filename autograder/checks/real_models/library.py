@@ -155,20 +155,30 @@ def bert_reference(attn: nn.Module, x: torch.Tensor, attention_mask: torch.Tenso
 # --------------------------------------------------------------------------- Llama
 
 
-def llama_config(d_model: int, heads: int, kv_heads: int, base: float, layers: int = 1):
+def llama_config(d_model: int, heads: int, kv_heads: int, base: float, layers: int = 1, **extra):
+    """A tiny LlamaConfig; `extra`: head_dim of its own, rope_scaling (Llama 3.1's {"rope_type": "llama3", ...}),
+    which both pins take (5.x keeps them in rope_parameters, with the base)."""
     lib = transformers()
     return lib.LlamaConfig(hidden_size=d_model, num_attention_heads=heads, num_key_value_heads=kv_heads,
                            intermediate_size=2 * d_model, num_hidden_layers=layers, vocab_size=VOCAB,
-                           max_position_embeddings=256, rope_theta=base, **_common())
+                           max_position_embeddings=256, rope_theta=base, **extra, **_common())
 
 
-def llama_attention(d_model: int, heads: int, kv_heads: int, base: float, g: torch.Generator) -> nn.Module:
+def llama_attention(d_model: int, heads: int, kv_heads: int, base: float, g: torch.Generator, **extra) -> nn.Module:
     """The library's LlamaAttention (its config kept for the rotary embedding), weights from `g`."""
     transformers()
     from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: PLC0415 - lazy (transformers())
 
-    config = llama_config(d_model, heads, kv_heads, base)
+    config = llama_config(d_model, heads, kv_heads, base, **extra)
     return _refill(_seeded(lambda: LlamaAttention(config, layer_idx=0), 0), g, 0.3)
+
+
+def inv_freq(config) -> torch.Tensor:
+    """The library's rotary frequencies for `config` (LlamaRotaryEmbedding(config).inv_freq, float32)."""
+    transformers()
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: PLC0415 - lazy (transformers())
+
+    return LlamaRotaryEmbedding(config).inv_freq.detach().clone().float()
 
 
 def llama_model(d_model: int, heads: int, kv_heads: int, base: float, g: torch.Generator) -> nn.Module:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from autograder.checks.real_models import library
+from autograder.checks.real_models import library, lookalike
+from autograder.checks.real_models.common import left_padded
 from solutions import real_models as ref
 
 PROXY = "grader_course_proxy"  # the trusted side's registered name (the student's name is theirs, in the worker)
@@ -48,9 +49,17 @@ class Proxy:
         from transformers.masking_utils import eager_mask, sdpa_mask  # noqa: PLC0415 - lazy (library.transformers())
 
         self.lib, self.eager_mask, self.chosen = lib, eager_mask, {"eager": eager_mask, "sdpa": sdpa_mask}.get(mask)
+        self.custom = mask == "custom"
         self.calls: list[Recorded] = []
         self.answers: list[torch.Tensor] | None = None
         self.now: torch.Tensor | None = None  # the eager mask of the forward running
+        self.mask_calls: list[dict] = []  # a mask function of the student's: each call's arguments, as plain data
+        self.mask_answers: list | None = None  # ... and what it answered in the worker, in the same order
+
+    def start(self, masks: list | None = None) -> None:
+        """Before each run: the calls of both functions counted from 0 again; `masks`: the student's mask function's
+        answers for this run (a mask function of their own), None while they are collected."""
+        self.calls, self.mask_calls, self.mask_answers = [], [], masks
 
     def register(self) -> None:
         self.lib.AttentionInterface.register(PROXY, self.attention)
@@ -58,6 +67,10 @@ class Proxy:
 
     def mask(self, *args, **kwargs):
         self.now = self.eager_mask(*args, **kwargs)
+        if self.custom:  # collected first (answered as eager's), then answered by the student's function in the worker
+            index = len(self.mask_calls)
+            self.mask_calls.append(plain_mask_arguments(kwargs))
+            return self.now if self.mask_answers is None else self.mask_answers[index]
         return None if self.chosen is None else self.chosen(*args, **kwargs)
 
     def attention(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -76,8 +89,29 @@ class Proxy:
                                    self.now.detach().clone(), scaling, dropout, expected.detach().clone()))
         return expected, None
 
-    def replaying(self, answers: list[torch.Tensor | None]) -> None:
-        self.calls, self.answers = [], answers
+    def replaying(self, answers: list[torch.Tensor | None], masks: list | None = None) -> None:
+        self.start(masks)
+        self.answers = answers
+
+
+def plain_mask_arguments(kwargs: dict) -> dict:
+    """A mask function's keyword arguments as they can travel to the worker: tensors, numbers, dtypes; the config
+    described (lookalike.describe_config); the library's causal mask function as "causal" (the worker has its own)."""
+    from transformers.masking_utils import causal_mask_function  # noqa: PLC0415 - lazy (library.transformers())
+
+    out = {}
+    for key, value in kwargs.items():
+        if key == "mask_function":
+            out[key] = "causal" if value is causal_mask_function else None
+        elif key == "config":
+            out[key] = lookalike.describe_config(value)
+        elif key == "device":
+            out[key] = str(value)
+        elif isinstance(value, torch.Tensor):
+            out[key] = value.detach().clone()
+        elif value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+            out[key] = value
+    return out
 
 
 class Replayed(Exception):
@@ -100,3 +134,41 @@ def build(kind: str, config, g: torch.Generator) -> tuple[nn.Module, nn.Module]:
 def logits(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     with torch.no_grad():
         return model(input_ids=ids, attention_mask=None if mask is None else mask.long()).logits
+
+
+def record(kind: str, config, mask_kind: str | None, g: torch.Generator, prompts: tuple, gen_prompts: tuple | None,
+           new_tokens: int) -> dict:
+    """`kind`'s eager model and its proxied copy, the batches the checks run (left-padded `prompts`, the same ids
+    without padding; `gen_prompts` for generate()), and a first recording of every call (`rerun`)."""
+    proxy = Proxy(mask_kind)
+    proxy.register()  # before the model is built: the library checks the name then
+    eager, proxied = build(kind, config, g)
+    rec = {"proxy": proxy, "eager": eager, "model": proxied, "padded": left_padded(prompts, max(prompts)),
+           "ids": torch.randint(1, library.VOCAB, (len(prompts), max(prompts)), generator=g), "generate": None}
+    if gen_prompts is not None:
+        mask = left_padded(gen_prompts, max(gen_prompts))
+        rec["generate"] = (torch.randint(1, library.VOCAB, mask.shape, generator=g) * mask, mask, new_tokens)
+    rerun(rec)
+    return rec
+
+
+def rerun(rec: dict) -> None:
+    """Every run recorded again (rec["runs"]: {run: (calls, eager's answer, its masks)}, rec["mask_calls"]: {run: the
+    mask function's arguments}): a left-padded batch, the same without padding and no attention_mask, with an
+    all-ones one, and generate() when asked for; a mask function of the student's answers with rec["mask_answers"]."""
+    proxy, padded = rec["proxy"], rec["padded"]
+    proxy.register()
+    answers = rec.get("mask_answers", {})
+    runs, mask_calls = {}, {}
+    for run, mask in (("padded", padded), ("no mask", None), ("all ones", torch.ones_like(padded))):
+        ids = rec["ids"] * (padded if run == "padded" else 1)
+        proxy.start(answers.get(run))
+        logits(rec["model"], ids, mask)
+        runs[run], mask_calls[run] = (proxy.calls, logits(rec["eager"], ids, mask), mask), proxy.mask_calls
+    if rec["generate"] is not None:
+        ids, mask, new_tokens = rec["generate"]
+        proxy.start(answers.get("generate"))
+        library.generate(rec["model"], ids, mask, new_tokens)
+        runs["generate"] = (proxy.calls, library.generate(rec["eager"], ids, mask, new_tokens), (ids, mask))
+        mask_calls["generate"] = proxy.mask_calls
+    rec["runs"], rec["mask_calls"] = runs, mask_calls

@@ -21,7 +21,6 @@ import torch
 from autograder.checks import expect
 from autograder.checks.cases import seeded, send
 from autograder.checks.real_models import library, seam
-from autograder.checks.real_models.common import left_padded
 from autograder.foundation import i18n
 from solutions import real_models as ref
 
@@ -83,31 +82,14 @@ def _alone(student) -> dict:
     return send(student, checks)
 
 
-def _record(kind: str, mask_kind: str | None, g: torch.Generator) -> dict:
-    """The calls of `kind`'s model under the student's mask function: {run: (calls, eager answer, attention_mask)}."""
-    proxy = seam.Proxy(mask_kind)
-    proxy.register()  # before the model is built: the library checks the name then
-    eager, proxied = seam.build(kind, _config(kind), g)
-    ids = torch.randint(1, library.VOCAB, (len(PROMPTS), max(PROMPTS)), generator=g)
-    padded = left_padded(PROMPTS, max(PROMPTS))
-    runs = {}
-    for run, mask in (("padded", padded), ("no mask", None), ("all ones", torch.ones_like(padded))):
-        proxy.calls = []
-        seam.logits(proxied, ids * (padded if run == "padded" else 1), mask)
-        runs[run] = (proxy.calls, seam.logits(eager, ids * (padded if run == "padded" else 1), mask), mask)
-    if kind == "llama":
-        prompts = left_padded(GEN_PROMPTS, max(GEN_PROMPTS))
-        gen_ids = torch.randint(1, library.VOCAB, prompts.shape, generator=g) * prompts
-        proxy.calls = []
-        library.generate(proxied, gen_ids, prompts, NEW_TOKENS)
-        runs["generate"] = (proxy.calls, library.generate(eager, gen_ids, prompts, NEW_TOKENS), (gen_ids, prompts))
-    return {"proxy": proxy, "model": proxied, "ids": ids, "runs": runs}
-
-
 def _models(student, registration: dict) -> dict:
-    """Round trip 2: every recorded call answered by the student's registered function."""
+    """Round trip 2 (3 with a mask function of the student's own, answered first): every recorded call answered by
+    the student's registered function."""
     g = seeded(7)
-    recorded = {kind: _record(kind, registration["mask"], g) for kind in MODELS}
+    recorded = {kind: seam.record(kind, _config(kind), registration["mask"], g, PROMPTS,
+                                  GEN_PROMPTS if kind == "llama" else None, NEW_TOKENS) for kind in MODELS}
+    if registration["mask"] == "custom":
+        _custom_masks(student, recorded)
     checks = {}
     for kind, rec in recorded.items():
         d_model, heads, kv_heads = MODELS[kind]
@@ -128,6 +110,38 @@ def _models(student, registration: dict) -> dict:
     return send(student, checks)
 
 
+def _custom_masks(student, recorded: dict) -> None:
+    """A mask function of the student's own: each of its calls (collected while the models ran) answered by it in the
+    worker, in one round trip; the models are then recorded again with its masks."""
+    checks = {}
+    for kind, rec in recorded.items():
+        for run, calls in rec["mask_calls"].items():
+            job = student.job()
+            name, _reg = _register(job)
+            fn, causal = job.builtin("hf_registered_mask", name), job.builtin("hf_causal_mask_function")
+            steps = {}
+            for i, kwargs in enumerate(calls):
+                given = dict(kwargs)
+                if given.get("mask_function") == "causal":
+                    given["mask_function"] = causal
+                if "config" in given:
+                    given["config"] = job.builtin("hf_config", given["config"])
+                steps[i] = job.forward(fn, **given)
+            checks[(kind, run)] = (job, steps, calls)
+    runs = send(student, checks)
+    for (kind, run), ran in runs.items():
+        recorded[kind].setdefault("mask_answers", {})[run] = [_mask_answer(ran.value(i)) for i in range(len(ran.inputs))]
+    for rec in recorded.values():
+        seam.rerun(rec)
+
+
+def _mask_answer(value):
+    if value is None or isinstance(value, torch.Tensor):
+        return value
+    raise expect.CheckFailure(_("your mask function returned {kind}: the grader takes a tensor [B, 1, S_q, S_k] "
+                                "(bool or float additive) or None").format(kind=type(value).__name__))
+
+
 def part(student) -> dict:
     def grade():
         runs = _alone(student)
@@ -135,8 +149,13 @@ def part(student) -> dict:
             registration = runs["registration"].value()
         except expect.CheckFailure:
             registration = None
-        usable = registration and registration["attention"] and registration["mask"] in (None, "eager", "sdpa")
-        return {"alone": runs, "registration": registration, "models": _models(student, registration) if usable else {}}
+        usable = registration and registration["attention"] and registration["mask"] in (None, "eager", "sdpa", "custom")
+        state = {"alone": runs, "registration": registration, "models": {}, "failure": None}
+        try:
+            state["models"] = _models(student, registration) if usable else {}
+        except expect.CheckFailure as exc:  # the student's own mask function failed: every model check says so
+            state["failure"] = exc
+        return state
 
     return student.once("real_models attention_interface", grade)
 
@@ -222,9 +241,13 @@ def test_course_attention_drops_weights_in_training_mode(student):
                                     "with probability dropout (F.dropout(weights, p=dropout, training="
                                     "module.training))").format(p=p))
     share = float(dropped.float().mean())
-    if not bool((kept | dropped).all()) or abs(share - p) > 0.1:
-        raise expect.CheckFailure(_("with dropout={p} in training mode each weight must be dropped (0) or divided by "
-                                    "1 - p; {share:.0%} of yours are 0").format(p=p, share=share))
+    if abs(share - p) > 0.1:
+        raise expect.CheckFailure(_("with dropout={p} in training mode about {expected} of the weights are dropped "
+                                    "(0); {share} of yours are").format(p=p, expected=f"{p:.0%}", share=f"{share:.0%}"))
+    if not bool((kept | dropped).all()):
+        off = expect.largest_difference(got_w[~dropped], (weights / (1 - p))[~dropped])
+        raise expect.CheckFailure(_("with dropout={p} in training mode the weights not dropped must be softmax's "
+                                    "divided by 1 - p; yours are off by up to {off:.3g}").format(p=p, off=off))
     n = q.shape[1] // k.shape[1]
     expected = (got_w @ v.repeat_interleave(n, dim=1)).transpose(1, 2)
     got = _output(value, full.shape, *q.shape)
@@ -243,10 +266,12 @@ def _usable(student) -> dict:
         raise expect.CheckFailure(_("register_course_attention() returned {name!r}, but no attention function is "
                                     "registered under that name (AttentionInterface.register(name, fn))").format(
             name=reg["name"]))
-    if reg["mask"] not in (None, "eager", "sdpa"):
+    if reg["mask"] not in (None, "eager", "sdpa", "custom"):
         raise expect.CheckFailure(_("the grader runs a registered attention with the library's eager_mask or "
-                                    "sdpa_mask as its mask function, or none; yours is {mask}: register eager_mask "
-                                    "under the same name").format(mask=reg["mask"]))
+                                    "sdpa_mask as its mask function, one of your own, or none; yours is {mask}: "
+                                    "register eager_mask under the same name").format(mask=reg["mask"]))
+    if state["failure"] is not None:
+        raise state["failure"]
     return state
 
 
@@ -261,18 +286,32 @@ def _answers(run, calls) -> tuple[list, str | None]:
         got = torch.where(real[:, :, None, None], got, call.expected)
         off = expect.largest_difference(got, call.expected)
         if said is None and not off <= TOL:
-            said = _why(call, off)
+            said = _why(call, got, real, off)
         answers.append(got)
     return answers, said
 
 
-def _why(call, off: float) -> str:
-    masked = bool((call.eager_mask != 0).any())
-    if call.mask is None and masked:
-        return _("your function received attention_mask=None on a causal batch (layer {layer}) and gave output off "
-                 "by up to {off:.3g}: register the mask function that always gives the mask (the library's eager_mask) "
-                 "with AttentionMaskInterface under the same name; registered alone, or with sdpa_mask (which leaves "
-                 "causality to SDPA's is_causal), the function gets None").format(layer=call.layer, off=off)
+def _why(call, got: torch.Tensor, real: torch.Tensor, off: float) -> str:
+    """What a wrong answer to one of the library's calls says: the mask it received when a right function would be
+    wrong with it (None on a causal batch: no mask function, or sdpa_mask; another mask: the student's own mask
+    function), else the function's own mistake when one is recognised."""
+    expected = call.expected[real]
+    given = ref.course_attention(_Eval(), call.query, call.key, call.value, call.mask, scaling=call.scaling)[0]
+    if not expect.same(given[real], expected, 1e-4, 1e-3):
+        if call.mask is None:
+            return _("your function received attention_mask=None on a causal batch: its output at layer {layer} is off "
+                     "by up to {off:.3g}; register the mask function that always gives the mask (the library's "
+                     "eager_mask) with AttentionMaskInterface under the same name; registered alone, or with sdpa_mask "
+                     "(which leaves causality to SDPA's is_causal), the function gets None").format(
+                layer=call.layer, off=off)
+        return _("the mask your function received (layer {layer}) hides other keys than eager's mask: the mask "
+                 "function registered under your name must give the causal and padding mask of each batch").format(
+            layer=call.layer)
+    for hint, variant in alone_mistakes(call.query, call.key, call.value, call.mask, call.scaling).items():
+        produced = variant()[real]
+        if not expect.same(produced, expected, 1e-4, 1e-3) and expect.same(got[real], produced, 1e-4, 1e-3):
+            return _("your function's output at layer {layer} is off by up to {off:.3g}: {hint}").format(
+                layer=call.layer, off=off, hint=hint)
     return _("your function's output at layer {layer} is off by up to {off:.3g} on the library's own call").format(
         layer=call.layer, off=off)
 
@@ -280,7 +319,7 @@ def _why(call, off: float) -> str:
 def _replayed_logits(rec, run_name: str, answers: list) -> torch.Tensor:
     proxy = rec["proxy"]
     proxy.register()
-    proxy.replaying(answers)
+    proxy.replaying(answers, rec.get("mask_answers", {}).get(run_name))
     try:
         _calls, _expected, mask = rec["runs"][run_name]
         ids = rec["ids"] * (mask if run_name == "padded" else 1)
@@ -328,7 +367,7 @@ def test_the_library_generate_with_your_attention_gives_eager_greedy_tokens(stud
     answers, said = _answers(ran, calls)
     proxy = rec["proxy"]
     proxy.register()
-    proxy.replaying(answers)
+    proxy.replaying(answers, rec.get("mask_answers", {}).get("generate"))
     try:
         chosen = library.generate(rec["model"], ids, prompts, NEW_TOKENS)
     finally:

@@ -26,6 +26,7 @@ _ = i18n.message
 
 SHAPES = ((2, 5, 3, 24), (3, 7, 2, 16), (4, 4, 4, 32))  # (B, S, H, d_model): B, S, H all different
 LENGTHS = {2: (5, 3), 3: (7, 2, 5), 4: (4, 1, 3, 2)}  # real tokens per sample, left-padded, by B
+NO_MASK = (3, 6, 2, 16)  # forward(x) without key_mask: the layer must be causal all the same (B, S, H, d_model)
 SPLIT_D = 12
 MODEL = (3, 6, 2, 16)  # the whole model: B, S, heads, d_model
 MODEL_LENGTHS = (6, 4, 2)  # right-padded prompts
@@ -53,6 +54,13 @@ def _part(student) -> dict:
         layer = _layer(job, attn, "GPT2StyleAttention.from_hf(attn)")
         checks[("parity", B)] = (job, {"layer": layer, "value": job.forward(layer, x, key_mask=key_mask)},
                                  (attn, x, key_mask, heads))
+    B, S, heads, d_model = NO_MASK
+    attn = library.gpt2_attention(d_model, heads, g)
+    x = torch.randn(B, S, d_model, generator=g)
+    job = student.job()
+    layer = _layer(job, attn, "GPT2StyleAttention.from_hf(attn)")
+    checks[("parity", None)] = (job, {"layer": layer, "value": job.forward(layer, x)},
+                                (attn, x, torch.ones(B, S, dtype=torch.bool), heads))
     # to_hf: the checks' weights into a zeroed GPT2Attention
     d_model, heads = 16, 4
     weights = {f"W_{n}.{kind}": torch.randn(*((d_model, d_model) if kind == "weight" else (d_model,)), generator=g)
@@ -109,20 +117,23 @@ def test_split_c_attn_transposes_and_splits_q_k_v(student):
 
 @pytest.mark.points(8)
 def test_from_hf_equals_the_library_gpt2_attention(student):
-    """GPT2StyleAttention.from_hf(attn)(x, key_mask) equals the library's GPT2Attention (eager) for several B, S, heads, left padding"""
+    """GPT2StyleAttention.from_hf(attn)(x, key_mask) equals the library's GPT2Attention (eager) for several B, S, heads, left padding, and without key_mask"""
     runs = part(student)
 
     def check(B):
         attn, x, key_mask, heads = runs[("parity", B)].inputs
-        got = expect.shape(runs[("parity", B)].value(), x.shape, "GPT2StyleAttention.from_hf(attn)(x, key_mask)")
+        call = "GPT2StyleAttention.from_hf(attn)(x, key_mask)" if B else "GPT2StyleAttention.from_hf(attn)(x)"
+        got = expect.shape(runs[("parity", B)].value(), x.shape, call)
         expected = library.gpt2_reference(attn, x, key_mask)
         real = key_mask  # outputs at padded query positions are not graded
         mistakes = {hint: (lambda f=f: f()[real]) for hint, f in
                     gpt2_mistakes(library.gpt2_state(attn), x, key_mask, heads).items()}
         expect.close(got[real], expected[real], "the output at real tokens", atol=TOL, mistakes=mistakes)
 
-    smallest_failure([(f"B={B}, S={S}, H={H}, d_model={d}", B) for B, S, H, d in sorted(SHAPES, key=lambda s: s[1])],
-                     check)
+    B, S, H, d = NO_MASK
+    smallest_failure([(f"B={B}, S={S}, H={H}, d_model={d}", B) for B, S, H, d in sorted(SHAPES, key=lambda s: s[1])]
+                     + [(_("B={B}, S={S}, H={H}, d_model={d}, forward(x) without key_mask").format(B=B, S=S, H=H, d=d),
+                         None)], check)
 
 
 @pytest.mark.points(4)

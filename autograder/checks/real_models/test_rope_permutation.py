@@ -13,7 +13,8 @@ import torch
 from autograder.foundation import i18n
 from autograder.checks import expect
 from autograder.checks.cases import seeded, send, smallest_failure
-from autograder.checks.real_models.common import grouped_scores, half_split_rope
+from autograder.checks.real_models import library, lookalike
+from autograder.checks.real_models.common import grouped_scores, half_split_rope, inv_freq_mistakes
 from solutions import real_models as ref
 
 _ = i18n.message
@@ -25,6 +26,25 @@ CASES = (
     (6, 2, 6, 10, 10000.0, (0, 7, 300, 1024, 1999, 2047)),
     (3, 3, 16, 8, 1e6, (5, 6, 50, 51, 700)),
 )
+
+
+# rope_inv_freq's configs: (hidden_size, heads, head_dim or None, rope_theta, llama3 scaling or None); each llama3 case
+# has wavelengths shorter than, between and longer than the two thresholds
+FREQ_CASES = (
+    (32, 4, None, 10000.0, None),
+    (48, 4, 16, 500.0, None),
+    (32, 2, None, 500000.0, {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 64}),
+    (64, 4, 32, 10000.0, {"factor": 4.0, "low_freq_factor": 2.0, "high_freq_factor": 8.0,
+                          "original_max_position_embeddings": 128}),
+)
+
+
+def freq_config(hidden: int, heads: int, head_dim, base: float, llama3):
+    extra = {} if head_dim is None else {"head_dim": head_dim}
+    if llama3 is not None:
+        extra["rope_scaling"] = {"rope_type": "llama3", **llama3}
+    return library.llama_config(hidden, heads, heads, base, **extra)
 
 
 def _names(h2i: bool) -> tuple[str, str]:
@@ -48,6 +68,11 @@ def _part(student) -> dict:
             job = student.job()
             there = job.call(first, W_q, H)
             checks[(first, index)] = (job, {"value": there, "back": job.call(second, there, H)}, (W_q, H))
+    for index, case in enumerate(FREQ_CASES):
+        config = freq_config(*case)
+        job = student.job()
+        given = job.builtin("hf_config", lookalike.describe_config(config))
+        checks[("inv_freq", index)] = (job, {"value": job.call("rope_inv_freq", given)}, (case, config))
     return send(student, checks)
 
 
@@ -137,3 +162,30 @@ def test_scores_with_half_split_rope_are_unchanged_after_conversion(student):
 
     smallest_failure([(f"H={c[0]}, H_kv={c[1]}, head_dim={c[2]}, base={c[4]:g}", i) for i, c in enumerate(CASES)],
                      check)
+
+
+@pytest.mark.points(5)
+def test_rope_inv_freq_equals_the_library_rotary_frequencies(student):
+    """rope_inv_freq(config) equals LlamaRotaryEmbedding(config).inv_freq (relative 1e-5): rope_type default and llama3, several bases, factors, thresholds and head dims"""
+    runs = part(student)
+
+    def check(index):
+        (hidden, heads, head_dim, base, llama3), config = runs[("inv_freq", index)].inputs
+        expected = library.inv_freq(config)
+        params = {"rope_theta": base, **({} if llama3 is None else {"rope_type": "llama3", **llama3})}
+        mistakes = inv_freq_mistakes(params, expected.numel() * 2, hidden // heads)
+        expect.close(runs[("inv_freq", index)].value(), expected, "rope_inv_freq(config)", atol=0, rtol=1e-5, mistakes=mistakes)
+
+    smallest_failure([(_freq_label(c), i) for i, c in enumerate(FREQ_CASES)], check)
+
+
+def _freq_label(case) -> str:
+    hidden, heads, head_dim, base, llama3 = case
+    label = f"hidden_size={hidden}, num_attention_heads={heads}, rope_theta={base:g}"
+    if head_dim is not None:
+        label += f", head_dim={head_dim}"
+    if llama3 is not None:
+        label += ", rope_type=llama3 (factor={factor:g}, low_freq_factor={low_freq_factor:g}, high_freq_factor=" \
+                 "{high_freq_factor:g}, original_max_position_embeddings={original_max_position_embeddings})".format(
+                     **llama3)
+    return label

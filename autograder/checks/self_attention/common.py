@@ -154,18 +154,25 @@ def mh_variant(w_qkv, w_o, x, mask, causal, order=(0, 1, 2), split="ok", merge="
 
 
 def _pieces_inputs():
+    """Each piece at every shape a borrowing part calls it with: [B, S, d] (SelfAttention), per head [B, H, S, d]
+    (MultiHeadSelfAttention, chunked_attention: S_q != S_k), in float32 and float64 (B, H, S, d all different)."""
     g = torch.Generator().manual_seed(77)
     scores = torch.randn(2, 3, 5, generator=g)
+    per_head = torch.randn(2, 3, 4, 6, generator=g, dtype=torch.float64)  # [B, H, S_q, S_k]
     return {
-        "scaled_scores": [((torch.randn(2, 3, 4, generator=g), torch.randn(2, 5, 4, generator=g)), {})],
-        "attention_weights": [((scores,), {})],
-        "attend": [((torch.softmax(scores, -1), torch.randn(2, 5, 6, generator=g)), {})],
+        "scaled_scores": [((torch.randn(2, 3, 4, generator=g), torch.randn(2, 5, 4, generator=g)), {}),
+                          ((torch.randn(2, 3, 4, 5, generator=g), torch.randn(2, 3, 6, 5, generator=g)), {}),
+                          ((torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64),
+                            torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64)), {})],
+        "attention_weights": [((scores,), {}), ((per_head,), {})],
+        "attend": [((torch.softmax(scores, -1), torch.randn(2, 5, 6, generator=g)), {}),
+                   ((torch.softmax(per_head, -1), torch.randn(2, 3, 6, 5, generator=g, dtype=torch.float64)), {})],
         "padding_mask": [((torch.tensor([3, 5]), 5), {})],
         "causal_mask": [((4,), {})],
         "apply_padding_mask": [((scores, torch.tensor([[True] * 3 + [False] * 2, [True] * 5])), {}),
                                ((torch.randn(2, 2, 3, 5, generator=g), torch.tensor([[True] * 4 + [False], [True] * 5])),
                                 {})],
-        "apply_causal_mask": [((torch.randn(2, 4, 4, generator=g),), {})],
+        "apply_causal_mask": [((torch.randn(2, 4, 4, generator=g),), {}), ((torch.randn(2, 3, 4, 4, generator=g),), {})],
     }
 
 

@@ -13,6 +13,7 @@ import torch.nn as nn
 import solutions as ref
 from autograder.foundation import i18n, spec
 from autograder.checks import expect, lent
+from autograder.checks.self_attention import standin
 from autograder.checks.cases import seeded
 from autograder.foundation.failures import StudentRaised
 from autograder.checks.self_attention.common import (B, D_MODEL, LENGTHS, PIECE_PROBES, S, attention, lengths_mask, linear,
@@ -26,6 +27,7 @@ def lent_pieces_official_parity(student):
     """parity_error is graded with the reference scaled_scores, attention_weights, attend and masks in place of the
     student's (each costs points in its own part only); the part's note names the student's wrong ones."""
     lent.lending(student, "parity_error", spec.SELF_ATTENTION.part("official_parity"), ref, PIECE_PROBES)
+    standin.serve(student.session, "official_parity")  # the stand-in's forward is answered here, in this part only
 
 QKV = ("W_q", "W_k", "W_v")
 
