@@ -1,18 +1,11 @@
 """Notebook 04 of `real_models`: your attention through the library's own seam (`attn_implementation`), the masks
 each kernel receives, and what a practitioner meets next (`_from_config`, `head_dim`, the cache API, GPT-2's knobs)."""
-from course.cells import REPO, Cell, check, demo, graded_cell, md, recipe, setup, solution, solution_source
-from course.content.generation import decoder
+from course.cells import check, demo, graded_cell, md, recipe, setup, solution
 from course.content.written import written_cells
 
 NAME = "04_interface"
 
-# generation's piece that course_attention calls (a stub in the release: paste your own, as in 03_llama)
-PIECES = ("repeat_kv",)
-REFERENCE = REPO / "solutions" / "real_models.py"
-
 HINTS = {
-    "repeat_kv": ("paste your own from the `generation` assignment (its 04_decoder notebook), or from 03_llama.",
-                  "把你在 `generation` 作业里写好的版本粘贴过来（在它的 04_decoder notebook 里），或者从 03_llama 复制。"),
     "course_attention": (
         "query [B, H, S_q, D], key/value [B, H_kv, S_k, D]: repeat each kv head H // H_kv times next to itself,\n"
         "scores * scaling, the mask as it comes (bool: fill finfo.min where False; float: add it), softmax, dropout,\n"
@@ -32,9 +25,9 @@ HINTS = {
 RECIPES = {
     "course_attention": (
         """
-        1. `H, H_kv, D = query.shape[1], key.shape[1], query.shape[-1]`; `key, value = repeat_kv(key, H // H_kv),
-           repeat_kv(value, H // H_kv)` (your `repeat_kv` of `generation`, or `repeat_interleave(H // H_kv, dim=1)`:
-           copies of a head side by side, never `repeat`, which tiles).
+        1. `H, H_kv, D = query.shape[1], key.shape[1], query.shape[-1]`; `key = key.repeat_interleave(H // H_kv,
+           dim=1)`, the same for `value` (copies of a head side by side, as `repeat_kv` of `generation`; never
+           `repeat`, which tiles).
         2. `scale = D ** -0.5 if scaling is None else scaling`; `scores = query @ key.transpose(-2, -1) * scale`.
         3. A bool mask: `scores.masked_fill(~mask, torch.finfo(scores.dtype).min)`; a float mask: `scores + mask`;
            `None`: every key.
@@ -42,9 +35,8 @@ RECIPES = {
         5. Return `(weights @ value).transpose(1, 2).contiguous()` (`[B, S_q, H, D]`) and `weights`.
         """,
         """
-        1. `H, H_kv, D = query.shape[1], key.shape[1], query.shape[-1]`；`key, value = repeat_kv(key, H // H_kv),
-           repeat_kv(value, H // H_kv)`（你在 `generation` 里写的 `repeat_kv`，或 `repeat_interleave(H // H_kv, dim=1)`：
-           同一个头的副本彼此相邻，不能用 `repeat`，那是整体平铺）。
+        1. `H, H_kv, D = query.shape[1], key.shape[1], query.shape[-1]`；`key = key.repeat_interleave(H // H_kv,
+           dim=1)`，`value` 同理（同一个头的副本彼此相邻，和 `generation` 的 `repeat_kv` 一样；不能用 `repeat`，那是整体平铺）。
         2. `scale = D ** -0.5 if scaling is None else scaling`；`scores = query @ key.transpose(-2, -1) * scale`。
         3. bool 掩码：`scores.masked_fill(~mask, torch.finfo(scores.dtype).min)`；浮点掩码：`scores + mask`；
            `None`：所有键都可见。
@@ -71,22 +63,9 @@ RECIPES = {
 }
 
 DOCSTRINGS_ZH = {
-    **{name: text for name, text in decoder.DOCSTRINGS_ZH.items() if name in PIECES},
     "course_attention": """库的注意力函数签名：query [B, H, S_q, D]，key/value [B, H_kv, S_k, D]（H_kv 整除 H），attention_mask 为 None（所有键）、bool 的 [B, 1, S_q, S_k]（True = 可见）或浮点加性掩码（0 / finfo.min）-> (输出 [B, S_q, H, D]，即库会自己 reshape 的布局；权重 [B, H, S_q, S_k]，dropout 之后)。""",
     "register_course_attention": """把 course_attention 以 `name` 注册到库的 AttentionInterface，并以同一个名字把它所期望的掩码函数注册到 AttentionMaskInterface；之后 `attn_implementation=name` 会让每一层都运行它。返回 `name`。""",
 }
-
-
-def attention_cell() -> Cell:
-    """The solution cell of course_attention: first generation's repeat_kv, which it calls (a stub in the release:
-    paste your own), then course_attention."""
-    meta = {"solution": True, "grade": False, "locked": False, "grade_id": "solution_course_attention",
-            "schema_version": 3}
-
-    def source(lang):
-        return "\n\n\n".join(solution_source(name, HINTS, lang, REFERENCE) for name in (*PIECES, "course_attention"))
-
-    return Cell("code", source("en"), role="solution", nbgrader=meta, zh=source("zh"))
 
 
 def cells():
@@ -242,8 +221,7 @@ def cells():
         - `dropout` on the weights when the module is training; the library passes `0.0` in eval;
         - `**kwargs` ignored (the library passes more: `sliding_window`, `position_ids`, ...).
 
-        Plain torch: no function of the library inside. The solution cell starts with `repeat_kv`, which
-        `course_attention` calls: paste yours from `generation` (or `03_llama`) over the stub. The check tries several head counts (one and several kv
+        Plain torch: no function of the library inside. The check tries several head counts (one and several kv
         heads), head dims, `S_q != S_k`, each mask form, a given `scaling`, and bfloat16.
         """, r"""
         ## 2. 你的注意力函数
@@ -256,10 +234,10 @@ def cells():
         - 模块处于训练模式时对权重做 `dropout`；eval 时库传入 `0.0`；
         - `**kwargs` 忽略（库还会传入别的东西：`sliding_window`、`position_ids` 等）。
 
-        只用朴素的 torch：里面不能调用库的任何函数。solution 单元格开头是 `course_attention` 要调用的 `repeat_kv`：把你在 `generation`（或 `03_llama`）里写的版本粘贴到桩代码上。检查会尝试不同的头数（一个和多个 kv 头）、不同的 head_dim、`S_q != S_k`、每一种掩码形式、给定的 `scaling`，以及 bfloat16。
+        只用朴素的 torch：里面不能调用库的任何函数。检查会尝试不同的头数（一个和多个 kv 头）、不同的 head_dim、`S_q != S_k`、每一种掩码形式、给定的 `scaling`，以及 bfloat16。
         """),
         recipe("course_attention", RECIPES),
-        attention_cell(),
+        solution("course_attention", HINTS),
         check("check_course_attention(course_attention)", "check_course_attention"),
         md(r"""
         ## 3. Registering it, with its mask function
