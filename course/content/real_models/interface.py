@@ -454,5 +454,6 @@ DEMO_ZH = {
     '"positions counted by the model"': '"由模型数出的位置"',
     '"positions in generate()"': '"generate() 里的位置"',
     "; two runs equal: {": "；两次运行结果相同：{",
+    'f"layer {module.layer_idx}: scaling=': 'f"第 {module.layer_idx} 层：scaling=',
     '" divided by 2 for layer 1:"': '" 第 1 层再除以 2："',
 }
