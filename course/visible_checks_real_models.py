@@ -20,18 +20,21 @@ import unicodedata
 import torch
 import torch.nn as nn
 from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
-from visible_checks_real_models_llama import llama_checks  # notebook 03's checks, built on this harness
+from visible_checks_real_models_interface import interface_checks  # the second edition's new pieces
+from visible_checks_real_models_llama import llama_checks, llama_reference  # notebook 03's checks, built on this harness
 
 __all__ = [
     "check_split_c_attn", "check_gpt2_attention",
     "check_extended_attention_mask", "check_bert_self_attention",
     "check_interleaved_to_half_split", "check_rope_permutation", "check_from_hf_llama",
+    "check_rope_inv_freq", "check_course_attention", "check_register_course_attention", "check_from_hf_llama_current",
     "show_source", "show_lines", "library_mask",
     "graded_part", "uses_your_code", "use_language",
 ]
 
 harness = Harness(__file__, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                         "visible_checks_real_models_llama.py"))
+                                         "visible_checks_real_models_llama.py"),
+                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "visible_checks_real_models_interface.py"))
 _ = harness.gettext
 use_language, uses_your_code = harness.use_language, harness.uses_your_code
 
@@ -41,11 +44,12 @@ use_language, uses_your_code = harness.use_language, harness.uses_your_code
 # --------------------------------------------------------------------------- #
 
 
-def _source(obj) -> tuple[list[str], int]:
-    """The source lines of a class or function of the library and its first line number (a function that the
-    library wraps in a module of its own is read through the function it wraps)."""
+def _unwrapped(obj):
+    """The class or function whose source `obj` shows: itself, or the function the library wraps in a module of its
+    own (a hub-kernel decorator turns `apply_rotary_pos_emb` into an instance of a class named `Func`)."""
     try:
-        return inspect.getsourcelines(obj)
+        inspect.getsourcelines(obj)
+        return obj
     except TypeError:
         wrapped = getattr(obj, "__wrapped__", None)
         if wrapped is None:
@@ -54,7 +58,13 @@ def _source(obj) -> tuple[list[str], int]:
             wrapped = next((v for v in closure.values() if inspect.isfunction(v)), None)
         if wrapped is None:
             raise
-        return inspect.getsourcelines(wrapped)
+        return wrapped
+
+
+def _source(obj) -> tuple[list[str], int]:
+    """The source lines of a class or function of the library and its first line number (a function that the
+    library wraps in a module of its own is read through the function it wraps)."""
+    return inspect.getsourcelines(_unwrapped(obj))
 
 
 def _library_version() -> str:
@@ -72,8 +82,9 @@ def _width(text: str) -> int:
 
 def show_source(obj) -> None:
     """The installed library's source of a class or function, with the line numbers of its file."""
-    lines, first = _source(obj)
-    name = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    shown = _unwrapped(obj)
+    lines, first = inspect.getsourcelines(shown)
+    name = f"{getattr(shown, '__module__', '')}.{getattr(shown, '__qualname__', type(shown).__name__)}"
     print(_("{name} as installed (transformers {version}), with the line numbers of its file:").format(
         name=name, version=_library_version()))
     for number, line in enumerate(lines, start=first):
@@ -319,6 +330,9 @@ def check_bert_self_attention(BertStyleSelfAttention) -> None:
 
 check_interleaved_to_half_split, check_rope_permutation, check_from_hf_llama = llama_checks(
     harness, close, ok, library_mask)
+# rope_inv_freq (03) and 04's course_attention, register_course_attention: visible_checks_real_models_interface.py
+(check_course_attention, check_register_course_attention, check_rope_inv_freq,
+ check_from_hf_llama_current) = interface_checks(harness, close, ok, library_mask, llama_reference)
 
 
 # --------------------------------------------------------------------------- #
@@ -331,12 +345,16 @@ PART_CHECKS = {
     "bert": ("check_extended_attention_mask(extended_attention_mask)",
              "check_bert_self_attention(BertStyleSelfAttention)"),
     "rope_permutation": ("check_interleaved_to_half_split(interleaved_to_half_split)",
-                         "check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved)"),
-    "llama": ("check_from_hf_llama(from_hf_llama)",),
+                         "check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved)",
+                         "check_rope_inv_freq(rope_inv_freq)"),
+    "llama": ("check_from_hf_llama(from_hf_llama)", "check_from_hf_llama_current(from_hf_llama)"),
+    "attention_interface": ("check_course_attention(course_attention)",
+                            "check_register_course_attention(register_course_attention)"),
 }
 
 # The notebook of each part (the command that grades one notebook names it).
-PART_NOTEBOOKS = {"gpt2": "01_gpt2", "bert": "02_bert", "rope_permutation": "03_llama", "llama": "03_llama"}
+PART_NOTEBOOKS = {"gpt2": "01_gpt2", "bert": "02_bert", "rope_permutation": "03_llama", "llama": "03_llama",
+                  "attention_interface": "04_interface"}
 
 graded_part = harness.graded_part(
     PART_CHECKS, globals(), ".venv/bin/python -m autograder grade workspace/real_models{suffix}/{notebook}.ipynb",

@@ -55,6 +55,7 @@ def test_a_named_untouched_folder_fits_on_one_screen_with_every_part_and_the_tot
         assert part in proc.stdout
     assert "total" in proc.stdout and "0/100" in proc.stdout
     assert "scaled_scores is not implemented yet" in proc.stdout  # the failing checks' message
+    assert "the written answers, 10 points per assignment, graded by hand" in proc.stdout  # on top of the 100
     assert "graded_cells.py" not in proc.stdout and "generation" not in proc.stdout.replace("make grade", "")
 
 
@@ -86,3 +87,11 @@ def test_the_line_under_the_tables_speaks_the_language_of_the_folder_graded(tmp_
     en = workspace.footer(workspace.Folder(tmp_path / "self_attention", "self_attention", ()))
     assert "完整报告" in zh and "make grade FULL=1" in zh and str(tmp_path / "self_attention_zh") in zh
     assert en.startswith("The whole report, one row per check: make grade FULL=1")
+
+
+def test_the_written_points_make_grade_names_are_those_of_each_released_folder():
+    from course.content.written import ASSIGNMENT_QUESTIONS, written_points
+
+    for assignment in ASSIGNMENT_QUESTIONS:
+        for folder in (REPO / "assignments").glob(f"{assignment}*"):
+            assert workspace.written_points(folder) == written_points(folder.name) > 0, folder.name

@@ -55,3 +55,13 @@ def test_a_failing_checks_message_is_shown_whole_and_never_cut_with_an_ellipsis(
     assert "…" not in printed, f"a cell was cut:\n{printed}"
     heading = i18n.message("what is wrong").render(lang)
     assert re.sub(r"\s", "", message) in _last_column(printed, heading), f"the message is not whole in:\n{printed}"
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_a_parts_note_is_never_cut_inside_a_word_of_the_full_report(width):
+    note = ("this part must compute with plain torch operations, but while it was graded your "
+            "register_course_attention called transformers_library_function: the whole part earns nothing")
+    part = PartResult("attention_interface", 20, (CheckResult("course_attention", False, 0, 4, "wrong"),), (note,))
+    printed = _printed(report.render, GradeResult("workspace/real_models/04_interface.ipynb", (part,)), width)
+    shown = printed.split()
+    assert "register_course_attention" in shown and "transformers_library_function:" in shown, printed

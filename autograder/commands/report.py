@@ -29,8 +29,8 @@ def part_table(part: PartResult, lang: str = "en") -> Table:
         mark = Text("✓", style="green") if c.passed else Text("✗", style="red")
         table.add_row(mark, Text(i18n.check_title(c.name, lang), overflow="fold"),
                       f"{_fmt(round(c.points, 2))}/{_fmt(round(c.max_points, 2))}", Text(c.message, overflow="fold"))
-    for note in part.notes:
-        table.add_row(Text("!", style="yellow"), Text(note, style="yellow", overflow="fold"), "", "")
+    for note in part.notes:  # in the widest column: a long name (register_course_attention) is not cut mid-word
+        table.add_row(Text("!", style="yellow"), "", "", Text(note, style="yellow", overflow="fold"))
     return table
 
 

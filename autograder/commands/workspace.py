@@ -53,6 +53,22 @@ def solution_cells(path: Path) -> dict[str, str] | None:
         return None
 
 
+def written_points(release: Path) -> float:
+    """The points of a released folder's written answers (nbgrader's manually graded markdown cells), which a teacher
+    grades by hand on top of the autograded parts; 0 when it has none or they cannot be read."""
+    points = 0.0
+    for path in sorted(release.glob("*.ipynb")):
+        try:
+            cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for cell in cells:
+            meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+            if cell.get("cell_type") == "markdown" and meta.get("grade") and meta.get("solution"):
+                points += float(meta.get("points") or 0)
+    return points
+
+
 def changed_notebooks(folder: Path, release: Path) -> tuple[str, ...]:
     """The notebooks of `folder` whose solution cells differ from the release's (one that cannot be read: changed)."""
     changed = []
@@ -118,6 +134,9 @@ def main(workspace: str | Path, assignment: str | None = None, full: bool = Fals
             raise
         print(WITHOUT_SANDBOX.format(reason=exc.reason).render(language(chosen[0])), file=sys.stderr)
         _grade(chosen, submissions, replace(limits, unsafe_no_sandbox=True), full, console, release, own=True)
+    written = max(written_points(release / folder.edition) for folder in chosen)
+    if written:
+        console.print(WRITTEN.format(points=f"{written:g}").render(language(chosen[0])), soft_wrap=True)
     if not full:
         console.print(footer(chosen[0]), soft_wrap=True)
     return 0
@@ -151,6 +170,8 @@ def footer(folder: Folder) -> str:
     return FULL_REPORT.format(path=folder.path).render(language(folder))
 
 
+WRITTEN = _("Not in these totals: the written answers, {points} points per assignment, graded by hand by your "
+             "teacher on top of the autograded 100")
 FULL_REPORT = _("The whole report, one row per check: make grade FULL=1 (or python -m autograder grade {path})")
 
 

@@ -12,7 +12,7 @@ ASSIGNMENT_QUESTIONS = {
     "self_attention": ("written_scale_prediction", "written_scale_sqrt", "written_padding_keys"),
     "generation": ("written_decode_alignment", "written_rotated_keys", "written_left_padding"),
     "efficient": ("written_online_rescale", "written_memory_prediction", "written_recompute"),
-    "real_models": ("written_conv1d_axis", "written_double_mask", "written_permute_values"),
+    "real_models": ("written_conv1d_axis", "written_double_mask", "written_permute_values", "written_mask_function"),
 }
 
 QUESTIONS = {q.grade_id: q for q in (
@@ -290,7 +290,7 @@ QUESTIONS = {q.grade_id: q for q in (
     ),
     # ------------------------------------------------------------------ real_models
     Written(
-        "written_conv1d_axis", 4,
+        "written_conv1d_axis", 3,
         question=(
             """A classmate writes `W_q, W_k, W_v = attn.c_attn.weight.chunk(3, dim=0)` and then copies each piece into
             an `nn.Linear(d_model, d_model)` without a transpose. Using the shapes the cell printed above
@@ -316,42 +316,53 @@ QUESTIONS = {q.grade_id: q for q in (
             算成了 `x @ W.T` 而不是 `x @ W`（单元格打印了差多少）。"""),
         full=("states that rows are inputs and columns outputs (q, k, v as column blocks), that `chunk(3, dim=0)` "
               "cuts the inputs (shapes `[6, 48]`, `[6, 48]`, `[4, 48]` or an equivalent statement), and that the "
-              "blocks are square so the missing transpose still runs.",
+              "blocks are square so the missing transpose still runs. Full marks for all three points in any words; "
+              "the exact shapes are not required.",
               "说出行是输入、列是输出（q、k、v 是列块），`chunk(3, dim=0)` 切的是输入（形状 `[6, 48]`、`[6, 48]`、"
-              "`[4, 48]` 或等价的表述），并指出各块是方阵，所以漏掉转置照样能运行。"),
-        half=("two of these three points.", "上述三点答对两点。"),
-        none=("no answer, or at most one of the three points.", "没有作答，或最多答对一点。"),
+              "`[4, 48]` 或等价的表述），并指出各块是方阵，所以漏掉转置照样能运行。三点都答到即得满分，"
+              "用什么措辞都行；不要求写出确切的形状。"),
+        half=("two of these three points, in any words.", "上述三点答对两点，用什么措辞都行。"),
+        none=("no answer, or one of the three points or none: one point alone earns nothing.",
+              "没有作答，或三点中最多答对一点：只答对一点不得分。"),
     ),
     Written(
-        "written_double_mask", 3,
+        "written_double_mask", 2,
         question=(
-            """*Predict, then check with the cell above.* A model adds a causal mask and a padding mask to the same
-            float32 scores, each built like BERT's (`0` or `finfo.min`). What value does a score get where both masks
-            hide its key, and what do the weights of a query become whose keys are all hidden by both? How does
-            combining the two masks *before* adding them avoid it? Two or three sentences.""",
-            """*先预测，再用上面的单元格验证。* 一个模型把因果掩码和填充掩码都加到同一组 float32 分数上，两个掩码都按
-            BERT 的方式构造（`0` 或 `finfo.min`）。一个键被两个掩码同时屏蔽时，它的分数变成多少？如果一个查询的所有键
-            都被两个掩码同时屏蔽，它的权重会变成什么？先把两个掩码合并*再*相加，为什么能避免这个问题？写两三句话。"""),
+            """*Predict, then check with the cell above.* A layer adds the padding mask its model hands it to the
+            float32 scores, then adds its own `extended_attention_mask` of the same padding again (the same mask
+            twice, each `0` or `finfo.min`). What value does the score of a padded key get? What do the weights of
+            a query in a sample of padding only become, and what happens to the later layers? How do you build the
+            mask so that this cannot happen? Two or three sentences.""",
+            """*先预测，再用上面的单元格验证。* 一个层先把模型交给它的填充掩码加到 float32 分数上，又把自己用
+            `extended_attention_mask` 算出的同一个填充掩码再加一次（同一个掩码加了两次，元素都是 `0` 或 `finfo.min`）。
+            一个填充键的分数变成多少？一条全是填充的样本里，查询的权重会变成什么，之后的各层会怎样？怎样构造掩码才能
+            避免这种情况？写两三句话。"""),
         answer=(
-            """`finfo.min + finfo.min` overflows float32 and gives `-inf`, as the cell printed. A query whose every key
-            is hidden by both masks then has a row of `-inf` only, and the softmax returns NaN for it (as with a
-            `-inf` mask), which spreads to later layers. Combining the masks as booleans first (allowed = causal AND
-            real) and adding `finfo.min` once where not allowed keeps every score finite, so such a row gets equal
-            weights instead.""",
-            """`finfo.min + finfo.min` 超出 float32 的范围，得到 `-inf`，和单元格打印的一样。于是一个所有键都被两个掩码
-            屏蔽的查询，那一行全是 `-inf`，softmax 对它返回 NaN（和 `-inf` 掩码一样），NaN 还会扩散到后面的层。先把两个
-            掩码按布尔值合并（允许 = 因果 且 真实），再在不允许的位置只加一次 `finfo.min`，每个分数都保持有限，这样的行
-            得到的是相等的权重。"""),
-        full=("`-inf` (overflow), NaN weights for the fully hidden row, and combining before adding (one `finfo.min` "
-              "per score) keeps it finite.",
-              "答出 `-inf`（溢出）、整行被屏蔽时权重为 NaN，以及先合并再相加（每个分数只加一次 `finfo.min`）能保持有限。"),
-        half=("`-inf` and NaN without the fix, or the fix without saying that the sum overflows to `-inf`.",
-              "答出 `-inf` 和 NaN 但没有给出解决办法；或给出了解决办法，却没有说出相加会溢出成 `-inf`。"),
-        none=("no answer, or a claim that the sum stays finite (for example `2 * finfo.min` as a valid number).",
-              "没有作答，或认为相加后仍是有限数（例如把 `2 * finfo.min` 当作一个合法的数）。"),
+            """`finfo.min + finfo.min` overflows float32 and gives `-inf`, as the cell printed, so every padded key's
+            score is `-inf`. A real token's row still has real keys and its weights stay right (padded keys get 0
+            either way), but in a sample of padding only every score of the row is `-inf`, the softmax returns NaN,
+            and the NaN spreads through every later layer (where a single `finfo.min` gave equal weights). Combine
+            every mask as booleans first (allowed = causal AND real) and add `finfo.min` once where not allowed, or
+            add the model's mask and nothing else: every score stays finite.""",
+            """`finfo.min + finfo.min` 超出 float32 的范围，得到 `-inf`，和单元格打印的一样，所以每个填充键的分数都是
+            `-inf`。真实 token 那一行仍有真实的键，权重依然正确（填充键的权重反正都是 0）；但在全是填充的样本里，
+            一整行的分数都是 `-inf`，softmax 返回 NaN，NaN 还会扩散到之后的每一层（而只加一次 `finfo.min` 时得到的是
+            相等的权重）。先把所有掩码按布尔值合并（允许 = 因果 且 真实），再在不允许的位置只加一次 `finfo.min`，或者
+            只用模型给的那个掩码：每个分数都保持有限。"""),
+        full=("three points, in any words: the sum overflows to `-inf`; the padding-only sample's rows become NaN (and "
+              "spread to later layers); the fix adds `finfo.min` once per score (masks combined as booleans first, or "
+              "only the model's mask used). Saying that real tokens' rows are unaffected is welcome, not required.",
+              "三点，用什么措辞都行：相加溢出成 `-inf`；全是填充的样本那几行变成 NaN（并扩散到之后的层）；解决办法是"
+              "每个分数只加一次 `finfo.min`（先按布尔值合并掩码，或只用模型给的掩码）。指出真实 token 的行不受影响很好，"
+              "但不是必需的。"),
+        half=("two of the three points (for example `-inf` and NaN without a fix, or the fix without the overflow).",
+              "三点中答对两点（例如答出 `-inf` 和 NaN 但没有给出解决办法，或给出了解决办法却没有说出溢出）。"),
+        none=("no answer, at most one of the three points, or a claim that the sum stays finite (for example "
+              "`2 * finfo.min` as a valid float32 number).",
+              "没有作答，最多答对一点，或认为相加后仍是有限数（例如把 `2 * finfo.min` 当作一个合法的 float32 数）。"),
     ),
     Written(
-        "written_permute_values", 3,
+        "written_permute_values", 2,
         question=(
             """The conversion of Meta's checkpoints permutes the rows of `W_q` and `W_k` but leaves `W_v` and `W_o`
             alone. Explain why the permutation of `W_q` and `W_k` changes no score $q \\cdot k$, and why permuting the
@@ -374,11 +385,51 @@ QUESTIONS = {q.grade_id: q for q in (
             对应这些特征的，所以只置换 `W_v` 会把打乱的特征喂给 `W_o`，输出就变了（要复原，得对 `W_o` 的列做同样的置换）。"""),
         full=("the dot product is a sum over features, unchanged by one common reordering of q and k (the pairs RoPE "
               "turns stay matched); the values feed `W_o`, whose columns expect the original order, so permuting "
-              "`W_v` alone changes the output.",
+              "`W_v` alone changes the output. Both explanations, in any words, earn full marks.",
               "答出点积是对特征求和，q 和 k 同样重排不改变它（RoPE 转动的对仍然对应）；值进入 `W_o`，`W_o` 的列按原顺序"
-              "对应，所以只置换 `W_v` 会改变输出。"),
-        half=("one of the two explanations.", "两个解释中答对一个。"),
-        none=("no answer, or a claim that the values are rotated too.", "没有作答，或认为值也被旋转。"),
+              "对应，所以只置换 `W_v` 会改变输出。两个解释都答到，用什么措辞都行，即得满分。"),
+        half=("one of the two explanations, in any words.", "两个解释中答对一个，用什么措辞都行。"),
+        none=("no answer, neither explanation, or a claim that the values are rotated too.",
+              "没有作答，两个解释都不对，或认为值也被旋转。"),
+    ),
+    Written(
+        "written_mask_function", 3,
+        question=(
+            """The cell above registered your `course_attention` alone, with SDPA's mask function, and with the one
+            `register_course_attention` chose, and printed how far each is from eager. Explain why a registered
+            attention function needs a mask function registered under the same name: what does the model hand your
+            function without one, on a padded batch and on a batch without padding? Why is SDPA's mask function wrong
+            for a function like yours on the second batch, and what does the eager mask function guarantee? Two or
+            three sentences.""",
+            """上面的单元格把你的 `course_attention` 单独注册、配 SDPA 的掩码函数注册、配 `register_course_attention`
+            选的那个掩码函数注册，并打印了每种情况与 eager 相差多少。解释为什么注册的注意力函数需要以同一个名字注册一个
+            掩码函数：没有它时，模型在有填充的批次上和没有填充的批次上分别交给你的函数什么？为什么在第二种批次上 SDPA 的
+            掩码函数对你这样的函数是错的？eager 的掩码函数保证了什么？写两三句话。"""),
+        answer=(
+            """The model builds the mask with the mask function registered under the kernel's name; with none, it hands
+            the function `attention_mask=None` on every batch, and a function that reads `None` as "every key" (as
+            `eager_attention_forward` does) lets padded keys and future tokens in: wrong on both batches, silently.
+            SDPA's mask function returns `None` for a causal batch without padding because `scaled_dot_product_attention`
+            then runs with `is_causal=True`; your function gets no such flag, so it attends to the future there. The
+            eager mask function always hands over the float `[B, 1, S_q, S_k]` mask with causality and padding in it,
+            so the function only has to add it, and the logits equal eager's.""",
+            """模型用在算子名字下注册的掩码函数来构造掩码；没有掩码函数时，它在每个批次上都把 `attention_mask=None`
+            交给你的函数，而一个把 `None` 理解为"所有键都可见"的函数（`eager_attention_forward` 就是这样）会把填充的键和
+            未来的词元都放进来：两种批次上都悄悄算错。SDPA 的掩码函数在没有填充的因果批次上返回 `None`，因为那时
+            `scaled_dot_product_attention` 以 `is_causal=True` 运行；你的函数拿不到这样的标志，于是在那里看到了未来。
+            eager 的掩码函数总是交出包含因果性和填充的浮点 `[B, 1, S_q, S_k]` 掩码，函数只要把它加上，logits 就与
+            eager 的一致。"""),
+        full=("three points, in any words: without a mask function the function receives `None` (both batches wrong: "
+              "padding and the future visible); SDPA's mask function gives `None` on an unpadded causal batch, meant "
+              "for `is_causal`, which the function never sees; the eager mask function always gives the full additive "
+              "mask (causality and padding), so the results equal eager's.",
+              "三点，用什么措辞都行：没有掩码函数时函数收到 `None`（两种批次都错：填充和未来都可见）；SDPA 的掩码函数在"
+              "没有填充的因果批次上给出 `None`，本意是交给 `is_causal`，而函数看不到它；eager 的掩码函数总是给出完整的"
+              "加性掩码（因果性和填充），所以结果与 eager 一致。"),
+        half=("two of the three points, in any words.", "三点中答对两点，用什么措辞都行。"),
+        none=("no answer, at most one of the three points, or a claim that the model builds the causal mask for any "
+              "function by itself.",
+              "没有作答，最多答对一点，或认为模型会为任何函数自己构造好因果掩码。"),
     ),
 )}
 

@@ -6,9 +6,9 @@ NAME = "02_bert"
 
 HINTS = {
     "extended_attention_mask": (
-        "(1 - mask) is 1 exactly where a key is padding; scale it by the most negative number of `dtype`,\n"
+        "(1 - mask) is 1 exactly where a key is padding; scale it by the most negative finite value of `dtype`,\n"
         "and give it the axes that broadcast against scores [B, H, S_q, S_k].",
-        "(1 - mask) 恰好在填充的键上为 1；把它乘以 `dtype` 能表示的最负的数，\n"
+        "(1 - mask) 恰好在填充的键上为 1；把它乘以 `dtype` 最小的有限值 finfo(dtype).min，\n"
         "再补上能与分数 [B, H, S_q, S_k] 广播的维度。",
     ),
     "BertStyleSelfAttention.__init__": (
@@ -70,8 +70,9 @@ def cells():
 
         The second notebook of **your attention inside real models**. BERT is an *encoder*: every token sees
         every other token (no causal mask), and the only mask is the padding mask. The library does not fill
-        the scores of padded keys with `-inf`, as your first assignment did: it *adds* a mask of shape
-        `[B, 1, 1, S]` whose entries are `0` or the most negative number the dtype can hold. This notebook shows
+        the scores of padded keys with `-inf`, as your first assignment did: it *adds* a mask whose entries are `0` or the most negative *finite* value
+        the dtype can hold (`torch.finfo(dtype).min`), of shape `[B, 1, 1, S]` in 4.57's eager BERT and
+        `[B, 1, S, S]` in 5.x. This notebook shows
         why, and what changes when a row has nothing but padding.
 
         | part | functions | what it does |
@@ -80,7 +81,7 @@ def cells():
         """, r"""
         # 02 · BERT：编码器的自注意力与加性掩码
 
-        **真实模型里的注意力** 的第二个 notebook。BERT 是一个*编码器*：每个 token 都能看到所有其他 token（没有因果掩码），唯一的掩码是填充掩码。库并不像你在第一个作业里那样把填充键的分数填成 `-inf`：它*加上*一个形状为 `[B, 1, 1, S]` 的掩码，其中的元素是 `0`，或者该 dtype 能表示的最负的数。本 notebook 说明这样做的原因，以及当一行里全是填充时会发生什么变化。
+        **真实模型里的注意力** 的第二个 notebook。BERT 是一个*编码器*：每个 token 都能看到所有其他 token（没有因果掩码），唯一的掩码是填充掩码。库并不像你在第一个作业里那样把填充键的分数填成 `-inf`：它*加上*一个掩码，其中的元素是 `0`，或者该 dtype 最小的有限值（`torch.finfo(dtype).min`）；在 4.57 的 eager BERT 里它的形状是 `[B, 1, 1, S]`，在 5.x 里是 `[B, 1, S, S]`。本 notebook 说明这样做的原因，以及当一行里全是填充时会发生什么变化。
 
         | 评分部分 | 函数 | 作用 |
         |---|---|---|
@@ -144,11 +145,12 @@ def cells():
         `torch.finfo(dtype).min` (about $-3.4 \times 10^{38}$ in float32) where it is padding, with singleton
         axes so that it broadcasts against the scores `[B, H, S_q, S_k]`: `[B, 1, 1, S]` is the classic shape
         (4.x's `get_extended_attention_mask`), while 5.x expands it over the queries to `[B, 1, S, S]` with the
-        same values. The cell catches the mask the model passes to its self-attention, in your installed version.
+        same values (the SDPA kernel, 5.x's default, gets booleans instead: notebook `04_interface`). The cell
+        catches the mask the model passes to its eager self-attention, in your installed version.
         """, r"""
         ## 2. 模型传给各层的掩码
 
-        模型收到的 `attention_mask` 是 `[B, S]`，1 表示真实 token，0 表示填充，对每一层、每个头都一样。模型只把它转换一次，变成*加性*掩码：真实的键为 `0`，填充处为 `torch.finfo(dtype).min`（float32 下约为 $-3.4 \times 10^{38}$），并带上长度为 1 的维度，以便与分数 `[B, H, S_q, S_k]` 广播：经典的形状是 `[B, 1, 1, S]`（4.x 的 `get_extended_attention_mask`），5.x 则把它沿查询方向展开成 `[B, 1, S, S]`，数值相同。单元格截获了在你安装的版本里，模型传给自注意力的掩码。
+        模型收到的 `attention_mask` 是 `[B, S]`，1 表示真实 token，0 表示填充，对每一层、每个头都一样。模型只把它转换一次，变成*加性*掩码：真实的键为 `0`，填充处为 `torch.finfo(dtype).min`（float32 下约为 $-3.4 \times 10^{38}$），并带上长度为 1 的维度，以便与分数 `[B, H, S_q, S_k]` 广播：经典的形状是 `[B, 1, 1, S]`（4.x 的 `get_extended_attention_mask`），5.x 则把它沿查询方向展开成 `[B, 1, S, S]`，数值相同（SDPA 算子，即 5.x 的默认实现，收到的则是布尔掩码：见 notebook `04_interface`）。单元格截获了在你安装的版本里，模型传给 eager 自注意力的掩码。
         """),
         demo("""
         model = BertModel(config).eval()
@@ -199,12 +201,28 @@ def cells():
               "  float16's own finfo.min:", torch.finfo(torch.float16).min)
         """),
         md(r"""
-        Two more lines to read: two masks of `finfo.min` *added* to the same score overflow to `-inf` (so a model
-        that adds a causal and a padding mask combines them before it adds them), and each dtype has its own
-        `finfo.min` (float32's overflows to `-inf` in float16): `extended_attention_mask` takes the dtype of the
-        scores.
+        Two more lines to read: two masks of `finfo.min` *added* to the same score overflow to `-inf`, and each
+        dtype has its own `finfo.min` (float32's overflows to `-inf` in float16): `extended_attention_mask` takes
+        the dtype of the scores. When does the overflow matter? Only on a row where *every* key gets `-inf`. A
+        causal mask and a padding mask added together never make one (4.57's GPT-2 adds both): the key at
+        position 0 is never hidden by the causal mask. The same padding mask added twice does, on a sample of
+        padding only. The cell counts and shows both:
         """, r"""
-        还有两行值得细读：两个 `finfo.min` 的掩码*相加*到同一个分数上会溢出成 `-inf`（所以同时有因果掩码和填充掩码的模型，会先把它们合并，再加到分数上）；每种 dtype 都有自己的 `finfo.min`（float32 的 `finfo.min` 转成 float16 会溢出为 `-inf`）：`extended_attention_mask` 接收分数的 dtype。
+        还有两行值得细读：两个 `finfo.min` 的掩码*相加*到同一个分数上会溢出成 `-inf`；每种 dtype 都有自己的 `finfo.min`（float32 的 `finfo.min` 转成 float16 会溢出为 `-inf`）：`extended_attention_mask` 接收分数的 dtype。溢出什么时候才有影响？只在*所有*键都得到 `-inf` 的那一行上。因果掩码和填充掩码相加永远不会造成这样的行（4.57 的 GPT-2 就是把两者相加的）：位置 0 的键从不会被因果掩码屏蔽。同一个填充掩码加两次却会，出现在全是填充的样本上。下面的单元格把两种情况都数出来、打印出来：
+        """),
+        demo("""
+        import itertools
+
+        hidden_by_causal = ~torch.ones(6, 6, dtype=torch.bool).tril()  # [S_q, S_k]: True = hidden
+        rows = 0
+        for S in range(1, 7):
+            for pattern in itertools.product([0, 1], repeat=S):  # every padding pattern of length S
+                hidden_by_padding = torch.tensor(pattern) == 0  # [S_k]
+                rows += int((hidden_by_causal[:S, :S] & hidden_by_padding).all(dim=-1).sum())
+        print("rows whose every key is hidden by both the causal and the padding mask, S <= 6:", rows)
+        padding_only = torch.full((4,), lowest)  # a sample of padding only: every key hidden
+        print("padding only, mask added once: ", torch.softmax(scores + padding_only, -1).tolist())
+        print("padding only, mask added twice:", torch.softmax(scores + padding_only + padding_only, -1).tolist())
         """),
         *written_cells("written_double_mask"),
         recipe("extended_attention_mask", RECIPES),
@@ -228,9 +246,12 @@ def cells():
         check("check_bert_self_attention(BertStyleSelfAttention)", "check_bert_self_attention"),
         md(r"""
         A sample of padding only: equal weights on its keys means that every query's output is the *mean* of the
-        value vectors of that sample. The cell checks it on your layer.
+        value vectors of that sample. That is the eager kernel's answer, the one your layer matches; the cell
+        checks it on your layer, then runs the same BERT with the SDPA kernel (5.x's default): in 5.x it hands its
+        layers a boolean mask and a row with no key to see comes out as 0, while 4.57's SDPA gets the float mask
+        and gives the mean too. Nobody reads that output, but two kernels of one model disagree there.
         """, r"""
-        一条全是填充的样本：它的各个键权重相等，意味着每个查询的输出都是这条样本所有值向量的*平均*。单元格在你的层上验证这一点。
+        一条全是填充的样本：它的各个键权重相等，意味着每个查询的输出都是这条样本所有值向量的*平均*。这是 eager 算子给出的结果，也是你的层要对上的结果；单元格先在你的层上验证这一点，再用 SDPA 算子（5.x 的默认实现）运行同一个 BERT：5.x 会给各层一个布尔掩码，一行里没有可看的键时输出为 0；而 4.57 的 SDPA 拿到的是浮点掩码，给出的也是平均值。没有人会读这个输出，但同一个模型的两种算子在这里给出不同的结果。
         """),
         demo("""
         torch.manual_seed(3)
@@ -242,6 +263,16 @@ def cells():
             mean_of_values = layer.W_v(x[1]).mean(dim=0)  # [d_model]: equal weights on the 4 keys of sample 1
             print("sample 1 finite:", torch.isfinite(out[1]).all().item(),
                   "  every query = mean of the values:", torch.allclose(out[1], mean_of_values.expand(4, -1), atol=1e-5))
+        outputs = {}
+        for kernel in ("eager", "sdpa"):
+            kernel_config = BertConfig(**{**config.to_dict(), "attn_implementation": kernel})
+            bert = BertModel(kernel_config).eval()
+            bert.load_state_dict(model.state_dict())  # the same weights, another kernel
+            self_attention = bert.encoder.layer[0].attention.self
+            self_attention.register_forward_hook(lambda module, args, out, kernel=kernel: outputs.__setitem__(kernel, out[0]))
+            with torch.no_grad():
+                bert(torch.tensor([[5, 6, 7, 8], [0, 0, 0, 0]]), attention_mask=all_padding)
+            print(f"{kernel:>5}: the padding-only sample's largest |output| {outputs[kernel][1].abs().max().item():.4f}")
         """),
         graded_cell("bert"),
         md(r"""
@@ -250,19 +281,31 @@ def cells():
         - **`-inf` versus `finfo.min`**: equal on ordinary rows; on a row of padding only, NaN versus equal
           weights. The library's outputs are finite there.
         - **The dtype**: `finfo(dtype).min` of the scores' dtype; float32's overflows in float16.
-        - **The shape**: `[B, 1, 1, S]` masks *keys* (the last axis of the scores); `[B, S, 1]` would mask queries.
+        - **The shape**: `[B, 1, 1, S]` masks *keys* (the last axis of the scores); `[B, 1, S, 1]` would mask
+          queries, and `[B, S, 1]` lines `B` up with the heads: an error unless `B` equals `H`, silently wrong when
+          it does (the cell below prints both).
         - **The direction**: 1 in `attention_mask` is a real token and adds 0.
         - **No causal mask**: BERT is an encoder.
-        - **Two masks**: combine them before adding; `finfo.min + finfo.min` is `-inf`.
+        - **The same mask twice**: `finfo.min + finfo.min` is `-inf`, and a sample of padding only becomes NaN;
+          combine masks as booleans and add `finfo.min` once.
         """, r"""
         ## 5. 常见错误
 
         - **`-inf` 与 `finfo.min`**：普通的行上两者相同；全是填充的行上，一个得到 NaN，一个得到相等的权重。库在那里的输出是有限的。
         - **dtype**：用分数的 dtype 的 `finfo(dtype).min`；float32 的那个值放到 float16 里会溢出。
-        - **形状**：`[B, 1, 1, S]` 屏蔽的是*键*（分数的最后一维）；`[B, S, 1]` 屏蔽的会是查询。
+        - **形状**：`[B, 1, 1, S]` 屏蔽的是*键*（分数的最后一维）；`[B, 1, S, 1]` 屏蔽的会是查询，而 `[B, S, 1]` 会让 `B` 与头的维度对齐：`B` 不等于 `H` 时报错，相等时悄悄算错（下面的单元格把两种情况都打印出来）。
         - **方向**：`attention_mask` 里的 1 是真实 token，加 0。
         - **没有因果掩码**：BERT 是编码器。
-        - **两个掩码**：先合并再相加；`finfo.min + finfo.min` 等于 `-inf`。
+        - **同一个掩码加两次**：`finfo.min + finfo.min` 等于 `-inf`，全是填充的样本会变成 NaN；先把掩码按布尔值合并，再只加一次 `finfo.min`。
+        """),
+        demo("""
+        for B, H in ((2, 3), (3, 3)):
+            scores = torch.zeros(B, H, 4, 4)  # [B, H, S_q, S_k]
+            for shape in ([B, 1, 1, 4], [B, 1, 4, 1], [B, 4, 1]):
+                try:
+                    print(f"B={B}, H={H}: scores + mask {shape} -> {list((scores + torch.zeros(shape)).shape)}")
+                except RuntimeError as error:
+                    print(f"B={B}, H={H}: scores + mask {shape} -> RuntimeError: {str(error).splitlines()[0][:60]}")
         """),
     ]
 
@@ -293,6 +336,16 @@ DEMO_ZH = {
     '"float32\'s finfo.min stored as float16:"': '"float32 的 finfo.min 存成 float16："',
     '"  float16\'s own finfo.min:"': '"  float16 自己的 finfo.min："',
     "# [d_model]: equal weights on the 4 keys of sample 1": "# [d_model]：样本 1 的 4 个键权重相等",
+    "# the same weights, another kernel": "# 同样的权重，换一种算子",
+    ": scores + mask {shape} -> ": "：分数 + 掩码 {shape} -> ",
+    'f"{kernel:>5}: the padding-only sample\'s largest |output| {': 'f"{kernel:>5}：全是填充的样本，最大 |输出| {',
+    "# [S_q, S_k]: True = hidden": "# [S_q, S_k]：True = 被屏蔽",
+    "# every padding pattern of length S": "# 长度为 S 的每一种填充模式",
+    '"rows whose every key is hidden by both the causal and the padding mask, S <= 6:"':
+        '"所有键都被因果掩码和填充掩码同时屏蔽的行数（S <= 6）："',
+    "# a sample of padding only: every key hidden": "# 全是填充的样本：每个键都被屏蔽",
+    '"padding only, mask added once: "': '"全是填充，掩码加一次："',
+    '"padding only, mask added twice:"': '"全是填充，掩码加两次："',
     '"sample 1 finite:"': '"样本 1 是有限值："',
     '"  every query = mean of the values:"': '"  每个查询 = 值的平均："',
 }

@@ -87,7 +87,8 @@ def cells():
         over base classes, helper functions and modules with unfamiliar names. This assignment opens three of
         them as the Hugging Face `transformers` library writes them, GPT-2 (this notebook), BERT (`02_bert`) and
         Llama (`03_llama`), reads their code next to yours, moves their weights into your layers and back, and
-        proves that both compute the same numbers.
+        proves that both compute the same numbers; the last notebook (`04_interface`) plugs your own attention
+        function into the library's dispatch (`attn_implementation`).
 
         | part | functions | what it does |
         |---|---|---|
@@ -101,7 +102,7 @@ def cells():
         """, r"""
         # 01 · GPT-2：把你的注意力放进库的代码里
 
-        这是第四个作业 **真实模型里的注意力** 的第一个 notebook。你已经能从零写出注意力；可一旦打开真实的 Transformer 代码，查询、键和值就散落在各种基类、辅助函数和名字陌生的模块里。这个作业按 Hugging Face `transformers` 库的写法打开其中三个模型：GPT-2（本 notebook）、BERT（`02_bert`）和 Llama（`03_llama`），把它们的代码和你的代码对照着读，把它们的权重搬进你的层再搬回去，并证明两边算出的数完全一样。
+        这是第四个作业 **真实模型里的注意力** 的第一个 notebook。你已经能从零写出注意力；可一旦打开真实的 Transformer 代码，查询、键和值就散落在各种基类、辅助函数和名字陌生的模块里。这个作业按 Hugging Face `transformers` 库的写法打开其中三个模型：GPT-2（本 notebook）、BERT（`02_bert`）和 Llama（`03_llama`），把它们的代码和你的代码对照着读，把它们的权重搬进你的层再搬回去，并证明两边算出的数在 1e-5 以内一致；最后一个 notebook（`04_interface`）把你自己的注意力函数接入库的分派机制（`attn_implementation`）。
 
         | 评分部分 | 函数 | 作用 |
         |---|---|---|
@@ -122,6 +123,13 @@ def cells():
         | 加性掩码 | additive mask | added to the scores: 0 or `torch.finfo(dtype).min` |
         | 前后半配对 / 相邻配对 | half-split / neighbour pairs | `rotate_half` / Meta's checkpoints, this course's `apply_rope` |
         | 行置换 | row permutation | the conversion of Meta's `W_q`, `W_k` to the library's |
+        | 词元 | token | one position of `input_ids` |
+        | 注意力掩码 | attention mask | `attention_mask`: `[B, S]` of 1/0 given to the model; what a layer receives differs |
+        | 旋转位置编码 | rotary position embedding (RoPE) | `LlamaRotaryEmbedding`, `apply_rotary_pos_emb` |
+        | 分组查询注意力 | grouped-query attention (GQA) | `num_key_value_heads` < `num_attention_heads`, `repeat_kv` |
+        | 键值缓存 | KV cache | `DynamicCache` (`past_key_values`) |
+        | 检查点 | checkpoint | trained weights saved to disk (`from_pretrained`) |
+        | 注意力实现 | attention implementation | `attn_implementation`: `"eager"`, `"sdpa"`, a name you register |
         """, r"""
         ### 术语表
 
@@ -134,6 +142,13 @@ def cells():
         | 加性掩码 | additive mask | 加到分数上：0 或 `torch.finfo(dtype).min` |
         | 前后半配对 / 相邻配对 | half-split / neighbour pairs | `rotate_half` / Meta 的 checkpoint、本课程的 `apply_rope` |
         | 行置换 | row permutation | 把 Meta 的 `W_q`、`W_k` 转换成库的格式 |
+        | 词元 | token | `input_ids` 里的一个位置（正文里也直接写 token） |
+        | 注意力掩码 | attention mask | `attention_mask`：传给模型的取值 1/0 的 `[B, S]`；各层收到的掩码另有形式 |
+        | 旋转位置编码 | rotary position embedding (RoPE) | `LlamaRotaryEmbedding`、`apply_rotary_pos_emb` |
+        | 分组查询注意力 | grouped-query attention (GQA) | `num_key_value_heads` < `num_attention_heads`，`repeat_kv` |
+        | 键值缓存 | KV cache | `DynamicCache`（`past_key_values`） |
+        | 检查点 | checkpoint | 存到磁盘上的训练好的权重（`from_pretrained`） |
+        | 注意力实现 | attention implementation | `attn_implementation`：`"eager"`、`"sdpa"`，或你注册的名字 |
         """),
         md(r"""
         ## 1. A real model, built from a configuration
@@ -243,27 +258,29 @@ def cells():
         ## 4. Reading `GPT2Attention.forward`
 
         Now the layer itself, as installed on your machine. Read it once from top to bottom: it also serves
-        cross-attention (`q_attn`), a KV cache (`cache`, named `layer_past` or `past_key_value` in older
-        versions) and other attention kernels (`attention_interface`). Ignore those branches; the path you
-        wrote is the self-attention one.
+        cross-attention (`q_attn`), a KV cache (the argument is `cache` in 5.x and `past_key_values` in 4.57;
+        the cell prints the installed signature) and other attention kernels (`attention_interface`: notebook
+        `04_interface` plugs your own function in there). Ignore those branches for now; the path you wrote is the
+        self-attention one.
         """, r"""
         ## 4. 读 `GPT2Attention.forward`
 
-        现在来看这个层本身，就是你机器上安装的那份代码。从头到尾读一遍：它还兼顾交叉注意力（`q_attn`）、KV 缓存（`cache`，旧版本里叫 `layer_past` 或 `past_key_value`）以及其他注意力算子（`attention_interface`）。先忽略这些分支；你写过的是其中自注意力的那条路径。
+        现在来看这个层本身，就是你机器上安装的那份代码。从头到尾读一遍：它还兼顾交叉注意力（`q_attn`）、KV 缓存（参数在 5.x 里叫 `cache`，在 4.57 里叫 `past_key_values`；单元格会打印已安装版本的签名）以及其他注意力算子（`attention_interface`：notebook `04_interface` 会把你自己的函数接到那里）。先忽略这些分支；你写过的是其中自注意力的那条路径。
         """),
         demo("""
+        print("forward", inspect.signature(GPT2Attention.forward))
         show_source(GPT2Attention.forward)
         """),
         md(r"""
         The cell below finds, in the installed code (the layer and the library's eager attention function,
         `eager_attention_forward` in the same file), the line that does each step of your own layer. Your
-        `GPT2StyleAttention.forward` (section 5) does the same steps in the same order:
+        `GPT2StyleAttention.forward` (section 6) does the same steps in the same order:
 
         | your step | what to look for in the library's line |
         |---|---|
         | `q, k, v = W_q(x), W_k(x), W_v(x)` | one `c_attn` call, then `.split(self.split_size, dim=2)` |
         | `.view(B, S, H, head_dim).transpose(1, 2)` | `.view(shape_q).transpose(1, 2)`: `shape_q` is `(B, S, -1, head_dim)` |
-        | `/ math.sqrt(head_dim)` | `scaling = head_dim**-0.5`, or a division by `value.size(-1) ** 0.5` in 4.x |
+        | `/ math.sqrt(head_dim)` | `scaling = head_dim**-0.5`, or a division by `value.size(-1) ** 0.5` in 4.x; only when the config's `scale_attn_weights` is True (the default), and further divided by `layer_idx + 1` when `scale_attn_by_inverse_layer_idx` is True (default False) |
         | `q @ k.transpose(-2, -1)` | `torch.matmul(query, key.transpose(-1, -2))` |
         | causal mask and `key_mask` | `attn_weights + attention_mask` (and in 4.x a `torch.where` on the buffer `bias`) |
         | `torch.softmax(scores, dim=-1)` | `nn.functional.softmax(attn_weights, dim=-1)` |
@@ -271,15 +288,15 @@ def cells():
         | `W_o` | `self.c_proj(attn_output)`, another Conv1D |
         | (a KV cache, notebook 02 of `generation`) | `update(key_states, value_states, ...)`: the keys and values after the split into heads |
         """, r"""
-        下面的单元格在已安装的代码里（这个层，以及同一文件中库的朴素注意力函数 `eager_attention_forward`）找出与你自己那一层每一步对应的那一行。你的 `GPT2StyleAttention.forward`（第 5 节）按同样的顺序做同样的步骤：
+        下面的单元格在已安装的代码里（这个层，以及同一文件中库的朴素注意力函数 `eager_attention_forward`）找出与你自己那一层每一步对应的那一行。你的 `GPT2StyleAttention.forward`（第 6 节）按同样的顺序做同样的步骤：
 
         | 你的步骤 | 在库的代码行里找什么 |
         |---|---|
         | `q, k, v = W_q(x), W_k(x), W_v(x)` | 一次 `c_attn` 调用，然后 `.split(self.split_size, dim=2)` |
         | `.view(B, S, H, head_dim).transpose(1, 2)` | `.view(shape_q).transpose(1, 2)`：`shape_q` 是 `(B, S, -1, head_dim)` |
-        | `/ math.sqrt(head_dim)` | `scaling = head_dim**-0.5`，4.x 里是除以 `value.size(-1) ** 0.5` |
+        | `/ math.sqrt(head_dim)` | `scaling = head_dim**-0.5`，4.x 里是除以 `value.size(-1) ** 0.5`；只在配置的 `scale_attn_weights` 为 True（默认）时缩放，`scale_attn_by_inverse_layer_idx` 为 True（默认 False）时还要再除以 `layer_idx + 1` |
         | `q @ k.transpose(-2, -1)` | `torch.matmul(query, key.transpose(-1, -2))` |
-        | 因果掩码和 `key_mask` | `attn_weights + attention_mask`（4.x 里还有一个作用在缓冲区 `bias` 上的 `torch.where`） |
+        | 因果掩码和 `key_mask` | `attn_weights + attention_mask`（4.x 里还先用 `torch.where` 按缓冲区 `bias` 选出被屏蔽的分数，把它们替换成最小的有限值） |
         | `torch.softmax(scores, dim=-1)` | `nn.functional.softmax(attn_weights, dim=-1)` |
         | 合并各头 | `attn_output.transpose(1, 2)`，然后 `reshape(*shape[:-2], -1)` |
         | `W_o` | `self.c_proj(attn_output)`，又是一个 Conv1D |
@@ -304,29 +321,38 @@ def cells():
         md(r"""
         ## 5. Where the causal mask comes from
 
-        Your layer builds its causal mask itself. Whether the library's layer does depends on its version: in
-        5.x (the version pinned for Python 3.11 and newer) the layer takes causality from the `attention_mask`
-        the model hands it, and called alone without one it lets every token see the future; 4.x applies its own
-        triangular buffer inside `eager_attention_forward`. The cell prints what your installed version does,
+        Your layer builds its causal mask itself. Whether the library's layer does depends on its version and
+        on the attention kernel. In 5.x (the version pinned for Python 3.11 and newer) the eager layer takes
+        causality from the `attention_mask` the model hands it, and called alone without one it lets every token
+        see the future, while the SDPA kernel (5.x's default) calls `scaled_dot_product_attention` with
+        `is_causal=True` when it gets no mask, and is causal. In 4.57 both are causal without a mask: eager
+        applies its own triangular buffer inside `eager_attention_forward` with a `torch.where`. The cell prints what your installed version does,
         then calls the layer with the mask its model would give it: additive, `0` where a key may be seen and
-        `torch.finfo(float32).min` elsewhere (`02_bert` explains why not `-inf`). The checks always give the
+        `torch.finfo(float32).min`, float32's most negative *finite* value, elsewhere (`02_bert` explains why not
+        `-inf`). The checks always give the
         library's layer that mask.
         """, r"""
         ## 5. 因果掩码从哪里来
 
-        你的层自己构造因果掩码。库里的层是否这样做，取决于版本：在 5.x（Python 3.11 及以上锁定的版本）中，这个层从模型传给它的 `attention_mask` 里获得因果性，不带掩码单独调用时，每个 token 都能看到未来；4.x 则在 `eager_attention_forward` 里用自己的三角形缓冲区加上因果掩码。单元格会打印你安装的版本是哪种行为，然后按模型传给它的方式给这个层一个掩码：加性的，能看到的键为 `0`，其余为 `torch.finfo(float32).min`（`02_bert` 会解释为什么不是 `-inf`）。检查总是给库里的层这样一个掩码。
+        你的层自己构造因果掩码。库里的层是否这样做，取决于版本，也取决于注意力算子。在 5.x（Python 3.11 及以上锁定的版本）中，eager 层从模型传给它的 `attention_mask` 里获得因果性，不带掩码单独调用时，每个 token 都能看到未来；而 SDPA 算子（5.x 的默认实现）在没拿到掩码时以 `is_causal=True` 调用 `scaled_dot_product_attention`，因此是因果的。在 4.57 中，两者不带掩码时都是因果的：eager 在 `eager_attention_forward` 里用自己的三角形缓冲区，通过 `torch.where` 套上因果掩码。单元格会打印你安装的版本是哪种行为，然后按模型传给它的方式给这个层一个掩码：加性的，能看到的键为 `0`，其余为 `torch.finfo(float32).min`，即 float32 最小的有限值（`02_bert` 会解释为什么不是 `-inf`）。检查总是给库里的层这样一个掩码。
         """),
         demo("""
         changed = x.clone()
         changed[:, -1] += 1.0  # only the last token changes
         S = x.shape[1]
         causal = library_mask(torch.ones(1, 1, S, S, dtype=torch.bool).tril())  # [1, 1, S, S]: 0 on and below the diagonal
+        sdpa_config = GPT2Config(n_embd=d_model, n_head=num_heads, n_layer=1, n_positions=32, vocab_size=50,
+                                 bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
+        sdpa_attn = GPT2Attention(sdpa_config, layer_idx=0).eval()
+        sdpa_attn.load_state_dict(attn.state_dict())  # the same weights, the SDPA kernel
         with torch.no_grad():
             alone = (attn(changed)[0] - attn(x)[0])[:, 0].abs().max().item()
+            sdpa_alone = (sdpa_attn(changed)[0] - sdpa_attn(x)[0])[:, 0].abs().max().item()
             masked = (attn(changed, attention_mask=causal)[0] - attn(x, attention_mask=causal)[0])[:, 0].abs().max().item()
         print("transformers", transformers.__version__)
-        print(f"no mask given:     token 0's output moved by {alone:.2e} when the last token changed")
-        print(f"causal mask given: token 0's output moved by {masked:.2e}")
+        print(f"eager, no mask given: token 0's output moved by {alone:.2e} when the last token changed")
+        print(f"SDPA, no mask given:  token 0's output moved by {sdpa_alone:.2e}")
+        print(f"eager, causal mask:   token 0's output moved by {masked:.2e}")
         print(causal[0, 0])
         """),
         md(r"""
@@ -372,12 +398,13 @@ def cells():
         The last cell replaces the attention of *both* blocks of a tiny `GPT2LMHeadModel` by your layer (a
         three-line wrapper passes the hidden states in and returns what the block expects) and compares the
         model's logits. The embeddings, layer norms, MLPs and the output head stay the library's: if the logits
-        agree, your layer is a drop-in replacement. (The autograder does the same with padding, through its own
-        adapter to the block's call signature, which changes between versions of the library.)
+        agree, your layer is a drop-in replacement. (The autograder does the same on a right-padded batch: its own
+        adapter to the block's call signature, which changes between versions of the library, passes the padding
+        to your layer as `key_mask`, and the logits are compared at the real tokens.)
         """, r"""
         ## 7. 整个模型里的你的层
 
-        最后一个单元格把一个迷你 `GPT2LMHeadModel` *两个*块里的注意力都换成你的层（一个三行的包装类把隐藏状态传进去，并按块所期望的格式返回），再比较模型的 logits。嵌入层、层归一化、MLP 和输出头仍然是库的：如果 logits 一致，你的层就能原样替换库的层。（自动评分器也做同样的事，还带上填充，用的是它自己针对块的调用签名写的适配器，因为这个签名在库的不同版本之间会变。）
+        最后一个单元格把一个迷你 `GPT2LMHeadModel` *两个*块里的注意力都换成你的层（一个三行的包装类把隐藏状态传进去，并按块所期望的格式返回），再比较模型的 logits。嵌入层、层归一化、MLP 和输出头仍然是库的：如果 logits 一致，你的层就能原样替换库的层。（自动评分器在一个右侧填充的批次上做同样的事：它用自己针对块的调用签名写的适配器（这个签名在库的不同版本之间会变），把填充作为 `key_mask` 传给你的层，并只在真实 token 上比较 logits。）
         """),
         demo("""
         from transformers import GPT2LMHeadModel
@@ -414,8 +441,8 @@ def cells():
         - **The axis of the split**: q, k, v are blocks of *columns* of `c_attn.weight` (of rows after `.T`).
         - **Biases**: `c_attn` and `c_proj` both have them; a library layer freshly built starts them at zero,
           so test with random ones.
-        - **The mask**: give the library's layer the additive mask its model would give it; 5.x takes causality
-          from it.
+        - **The mask**: give the library's layer the additive mask its model would give it; 5.x's eager layer takes
+          causality from it.
         - **`to_hf`** writes under `torch.no_grad()` with `copy_`, in place: the model keeps its own parameters.
         """, r"""
         ## 8. 常见错误
@@ -423,7 +450,7 @@ def cells():
         - **转置**：Conv1D 是 `[in, out]`，`nn.Linear` 是 `[out, in]`。各块都是方阵：忘了转置也不会报错。
         - **拆分的维度**：q、k、v 是 `c_attn.weight` 的*列*块（`.T` 之后是行块）。
         - **偏置**：`c_attn` 和 `c_proj` 都有偏置；新构造的库层把偏置初始化为零，所以要用随机偏置来测试。
-        - **掩码**：给库里的层一个它的模型会给它的加性掩码；5.x 从这个掩码里获得因果性。
+        - **掩码**：给库里的层一个它的模型会给它的加性掩码；5.x 的 eager 层从这个掩码里获得因果性。
         - **`to_hf`** 在 `torch.no_grad()` 下用 `copy_` 原地写入：模型保留它自己的参数对象。
         """),
     ]
@@ -455,10 +482,13 @@ DEMO_ZH = {
     '"what the cache stores"': '"缓存里存什么"',
     "# only the last token changes": "# 只改变最后一个 token",
     "# [1, 1, S, S]: 0 on and below the diagonal": "# [1, 1, S, S]：对角线及其下方为 0",
-    'f"no mask given:     token 0\'s output moved by {alone:.2e} when the last token changed"':
-        'f"不给掩码：    最后一个 token 改变时，token 0 的输出变化了 {alone:.2e}"',
-    'f"causal mask given: token 0\'s output moved by {masked:.2e}"':
-        'f"给因果掩码：  token 0 的输出变化了 {masked:.2e}"',
+    'f"eager, no mask given: token 0\'s output moved by {alone:.2e} when the last token changed"':
+        'f"eager，不给掩码：  token 0 的输出变化了 {alone:.2e}（最后一个 token 改变时）"',
+    'f"SDPA, no mask given:  token 0\'s output moved by {sdpa_alone:.2e}"':
+        'f"SDPA，不给掩码：   token 0 的输出变化了 {sdpa_alone:.2e}"',
+    'f"eager, causal mask:   token 0\'s output moved by {masked:.2e}"':
+        'f"eager，给因果掩码：token 0 的输出变化了 {masked:.2e}"',
+    "# the same weights, the SDPA kernel": "# 同样的权重，换成 SDPA 算子",
     "# what a GPT2Block calls: (hidden_states, ...) -> (output, attention weights or None)":
         "# GPT2Block 这样调用它：(hidden_states, ...) -> (输出, 注意力权重或 None)",
     'f"logits with your layers in both blocks: largest difference {':

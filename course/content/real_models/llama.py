@@ -25,11 +25,17 @@ HINTS = {
         "the inverse: view the rows of each head as (member, pair) and swap the two back.",
         "逆操作：把每个头的行看成（成员, 对），再把这两个维度换回来。",
     ),
+    "rope_inv_freq": (
+        "base^(-2i / head_dim) first; for rope_type llama3, each frequency's wavelength 2 pi / f decides:\n"
+        "longer than original / low_freq_factor: f / factor; shorter than original / high_freq_factor: f; between: a blend.",
+        "先算 base^(-2i / head_dim)；rope_type 为 llama3 时，由每个频率的波长 2 pi / f 决定：\n"
+        "比 original / low_freq_factor 长：f / factor；比 original / high_freq_factor 短：f 不变；介于两者之间：平滑过渡。",
+    ),
     "from_hf_llama": (
-        "build your layer from attn.config's sizes; W_q and W_k need their rows back in neighbour pairs\n"
-        "(each with its own number of heads), W_v and W_o are copied as they are.",
-        "用 attn.config 里的尺寸构造你的层；W_q 和 W_k 要把行换回相邻配对的顺序\n"
-        "（各自用自己的头数），W_v 和 W_o 原样复制。",
+        "build your layer from attn.config's sizes and attn.head_dim; W_q and W_k need their rows back in neighbour\n"
+        "pairs (each with its own number of heads), W_v and W_o are copied as they are; rope_base or inv_freq.",
+        "用 attn.config 里的尺寸和 attn.head_dim 构造你的层；W_q 和 W_k 要把行换回相邻配对的顺序\n"
+        "（各自用自己的头数），W_v 和 W_o 原样复制；传入 rope_base 或 inv_freq。",
     ),
 }
 
@@ -48,16 +54,38 @@ RECIPES = {
         4. `half_split_to_interleaved`：`view(num_heads, 2, head_dim // 2, d_in)`，同样的 transpose，再 reshape。
         """,
     ),
+    "rope_inv_freq": (
+        """
+        1. The base: `config.rope_parameters["rope_theta"]` in 5.x, `config.rope_theta` in 4.x; the scaling dictionary:
+           `config.rope_parameters` in 5.x, `config.rope_scaling` in 4.x (None for the default).
+        2. `head_dim = config.head_dim` when set, else `hidden_size // num_attention_heads`;
+           `inv_freq = 1 / base ** (torch.arange(0, head_dim, 2).float() / head_dim)`.
+        3. For `rope_type == "llama3"`: `wavelen = 2 * math.pi / inv_freq`; long (`> original / low`): `inv_freq / factor`;
+           short (`< original / high`): kept; between: `smooth = (original / wavelen - low) / (high - low)` and
+           `(1 - smooth) * inv_freq / factor + smooth * inv_freq`.
+        """,
+        """
+        1. 基数：5.x 是 `config.rope_parameters["rope_theta"]`，4.x 是 `config.rope_theta`；缩放字典：5.x 是
+           `config.rope_parameters`，4.x 是 `config.rope_scaling`（默认情况下为 None）。
+        2. 配置里设了 `config.head_dim` 就用它，否则 `hidden_size // num_attention_heads`；
+           `inv_freq = 1 / base ** (torch.arange(0, head_dim, 2).float() / head_dim)`。
+        3. 当 `rope_type == "llama3"`：`wavelen = 2 * math.pi / inv_freq`；长波长（`> original / low`）：`inv_freq / factor`；
+           短波长（`< original / high`）：不变；介于之间：`smooth = (original / wavelen - low) / (high - low)`，
+           取 `(1 - smooth) * inv_freq / factor + smooth * inv_freq`。
+        """,
+    ),
     "from_hf_llama": (
         """
         1. `config = attn.config`; `H, H_kv = config.num_attention_heads, config.num_key_value_heads`.
-        2. `layer = DecoderAttention(config.hidden_size, H, H_kv, rope_base=rope_base)`.
+        2. `layer = DecoderAttention(attn.q_proj.in_features, H, H_kv, rope_base=..., head_dim=attn.head_dim,
+           inv_freq=inv_freq)` (your `DecoderAttention` needs the two keywords of the second edition).
         3. Under `torch.no_grad()`: `layer.W_q.weight.copy_(half_split_to_interleaved(attn.q_proj.weight, H))`,
            the same for `W_k` with `H_kv`, and `W_v`, `W_o` from `v_proj`, `o_proj` unchanged. Return `layer`.
         """,
         """
         1. `config = attn.config`；`H, H_kv = config.num_attention_heads, config.num_key_value_heads`。
-        2. `layer = DecoderAttention(config.hidden_size, H, H_kv, rope_base=rope_base)`。
+        2. `layer = DecoderAttention(attn.q_proj.in_features, H, H_kv, rope_base=..., head_dim=attn.head_dim,
+           inv_freq=inv_freq)`（你的 `DecoderAttention` 需要第二版新增的这两个关键字参数）。
         3. 在 `torch.no_grad()` 下：`layer.W_q.weight.copy_(half_split_to_interleaved(attn.q_proj.weight, H))`，
            `W_k` 同理但用 `H_kv`，`W_v`、`W_o` 原样取自 `v_proj`、`o_proj`。返回 `layer`。
         """,
@@ -68,7 +96,8 @@ DOCSTRINGS_ZH = {
     **{name: text for name, text in decoder.DOCSTRINGS_ZH.items() if name.split(".")[0] in PIECES},
     "interleaved_to_half_split": """[num_heads * head_dim, d_in]，每个头的行按相邻配对排列（Meta）-> 按前后半配对排列（库）。""",
     "half_split_to_interleaved": """[num_heads * head_dim, d_in]，每个头的行按前后半配对排列（库）-> 按相邻配对排列（Meta）；前者的逆。""",
-    "from_hf_llama": """从 transformers 的 LlamaAttention `attn` 加载你的 DecoderAttention：W_q 和 W_k 的行换回相邻配对的顺序。""",
+    "rope_inv_freq": """库的 LlamaRotaryEmbedding 对 `config` 使用的旋转频率 [head_dim // 2]（float32）：rope_type 为 "default"（base^(-2i / head_dim)）或 "llama3"（Llama 3.1：长波长除以 `factor`，短波长不变，两个阈值之间平滑过渡）。库把基数和缩放参数放在 5.x 的 `config.rope_parameters` 里，4.x 则是 `config.rope_theta` 和 `config.rope_scaling`。""",
+    "from_hf_llama": """从 transformers 的 LlamaAttention `attn` 加载你的 DecoderAttention：W_q 和 W_k 的行换回相邻配对的顺序；head_dim 取自模块（可能不等于 hidden_size / num_heads）；用 `rope_base` 旋转，或者改为给定的频率 `inv_freq` [head_dim / 2]（rope_inv_freq(config)：Llama 3.1 及以后）。""",
 }
 
 
@@ -89,7 +118,7 @@ def cells():
         md(r"""
         # 03 · Llama: half-split RoPE and the permutation of `W_q` and `W_k`
 
-        The last notebook of **your attention inside real models**. Your `DecoderAttention` of `generation`
+        The third notebook of **your attention inside real models**. Your `DecoderAttention` of `generation`
         is a Llama layer: RoPE, grouped-query heads, a KV cache. Meta's Llama checkpoints rotate *neighbouring*
         pairs of features, $(x_{2i}, x_{2i+1})$, as your `apply_rope` does; the library's `LlamaAttention` rotates
         *half-split* pairs, $(x_i, x_{i + \text{head\_dim}/2})$. Every conversion of Meta's weights to the library
@@ -98,16 +127,16 @@ def cells():
 
         | part | functions | what it does |
         |---|---|---|
-        | `rope_permutation` | `interleaved_to_half_split`, `half_split_to_interleaved` | the rows of each head, from one pairing to the other |
+        | `rope_permutation` | `interleaved_to_half_split`, `half_split_to_interleaved`, `rope_inv_freq` | the rows of each head, from one pairing to the other; Llama 3.1's frequencies |
         | `llama` | `from_hf_llama` | your decoder layer, loaded from the library's `LlamaAttention` |
         """, r"""
         # 03 · Llama：前后半配对的 RoPE 与 `W_q`、`W_k` 的行置换
 
-        **真实模型里的注意力** 的最后一个 notebook。你在 `generation` 里写的 `DecoderAttention` 就是一个 Llama 层：RoPE、分组查询的多头、KV 缓存。Meta 的 Llama checkpoint 旋转的是*相邻*的特征对 $(x_{2i}, x_{2i+1})$，和你的 `apply_rope` 一样；库的 `LlamaAttention` 旋转的是*前后半*配对 $(x_i, x_{i + \text{head\_dim}/2})$。所以每次把 Meta 的权重转换到库里，都要在每个头内部重排 `W_q` 和 `W_k` 的行。你要写出双向的重排，再把库的层加载进你的层，并用它来生成。
+        **真实模型里的注意力** 的第三个 notebook。你在 `generation` 里写的 `DecoderAttention` 就是一个 Llama 层：RoPE、分组查询的多头、KV 缓存。Meta 的 Llama checkpoint 旋转的是*相邻*的特征对 $(x_{2i}, x_{2i+1})$，和你的 `apply_rope` 一样；库的 `LlamaAttention` 旋转的是*前后半*配对 $(x_i, x_{i + \text{head\_dim}/2})$。所以每次把 Meta 的权重转换到库里，都要在每个头内部重排 `W_q` 和 `W_k` 的行。你要写出双向的重排，再把库的层加载进你的层，并用它来生成。
 
         | 评分部分 | 函数 | 作用 |
         |---|---|---|
-        | `rope_permutation` | `interleaved_to_half_split`, `half_split_to_interleaved` | 每个头的行，从一种配对换到另一种 |
+        | `rope_permutation` | `interleaved_to_half_split`, `half_split_to_interleaved`, `rope_inv_freq` | 每个头的行，从一种配对换到另一种；Llama 3.1 的频率 |
         | `llama` | `from_hf_llama` | 从库的 `LlamaAttention` 加载你的解码器层 |
         """),
         setup(),
@@ -193,6 +222,55 @@ def cells():
         check("check_interleaved_to_half_split(interleaved_to_half_split)", "check_interleaved_to_half_split"),
         solution("half_split_to_interleaved", HINTS),
         check("check_rope_permutation(interleaved_to_half_split, half_split_to_interleaved)", "check_rope_permutation"),
+        md(r"""
+        ## 2b. The frequencies of the Llamas people run
+
+        One base gives every pair its frequency $\theta_i = \text{base}^{-2i/\text{head\_dim}}$. Llama 3.1 and
+        later (`rope_type="llama3"` in the configuration) stretch the context they were trained on by changing the
+        *low* frequencies only: a pair whose wavelength $2\pi / \theta_i$ is longer than
+        `original_max_position_embeddings / low_freq_factor` turns `factor` times slower, a pair whose wavelength is
+        shorter than `original_max_position_embeddings / high_freq_factor` keeps its frequency, and the pairs in
+        between blend smoothly. No single base expresses that, which is why `from_hf_llama` now also takes the
+        frequencies themselves (`inv_freq`). The cell draws the library's frequencies for a Llama 3.1-style
+        configuration against the plain ones and prints their ratio:
+        """, r"""
+        ## 2b. 实际使用的 Llama 的频率
+
+        一个基数就给每一对定下了频率 $\theta_i = \text{base}^{-2i/\text{head\_dim}}$。Llama 3.1 及以后的模型（配置里 `rope_type="llama3"`）为了把训练时的上下文拉长，只改*低*频：波长 $2\pi / \theta_i$ 比 `original_max_position_embeddings / low_freq_factor` 长的那些对，转速慢 `factor` 倍；波长比 `original_max_position_embeddings / high_freq_factor` 短的对，频率不变；介于两者之间的平滑过渡。没有哪个单一的基数能表达这一点，所以 `from_hf_llama` 现在也可以直接接收频率本身（`inv_freq`）。单元格把库为 Llama 3.1 式配置给出的频率和普通频率画在一起，并打印两者之比：
+        """),
+        demo("""
+        import matplotlib.pyplot as plt
+
+        llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 64}
+        sizes = dict(hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_hidden_layers=1,
+                     intermediate_size=64, vocab_size=50)
+        if hasattr(LlamaConfig(), "rope_parameters"):  # 5.x keeps the base and the scaling in rope_parameters
+            config31 = LlamaConfig(**sizes, rope_parameters={**llama3, "rope_theta": 500000.0})
+        else:  # 4.x: rope_theta and rope_scaling
+            config31 = LlamaConfig(**sizes, rope_theta=500000.0, rope_scaling=llama3)
+        scaled = LlamaRotaryEmbedding(config31).inv_freq
+        plain_freq = 500000.0 ** (-torch.arange(0, 16, 2).float() / 16)
+        print("inv_freq / base^(-2i/d):", [round(r, 3) for r in (scaled / plain_freq).tolist()])
+        plt.figure(figsize=(6, 3))
+        plt.semilogy(plain_freq.numpy(), "o-", label="base^(-2i/d)")
+        plt.semilogy(scaled.numpy(), "s--", label="llama3")
+        plt.xlabel("pair i")
+        plt.ylabel("frequency")
+        plt.legend()
+        plt.show()
+        """),
+        md(r"""
+        `rope_inv_freq(config)` returns the frequencies the library's `LlamaRotaryEmbedding` uses, for
+        `rope_type` `"default"` and `"llama3"`, read from the configuration where your installed version keeps
+        them (`rope_parameters` in 5.x; `rope_theta` and `rope_scaling` in 4.x), with `head_dim` from
+        `config.head_dim` when it is set. It belongs to the part `rope_permutation`.
+        """, r"""
+        `rope_inv_freq(config)` 返回库的 `LlamaRotaryEmbedding` 使用的频率，支持 `rope_type` 为 `"default"` 和 `"llama3"`，从你安装的版本存放它们的位置读取（5.x 是 `rope_parameters`；4.x 是 `rope_theta` 和 `rope_scaling`），配置里设了 `config.head_dim` 就用它。它属于评分部分 `rope_permutation`。
+        """),
+        recipe("rope_inv_freq", RECIPES),
+        solution("rope_inv_freq", HINTS),
+        check("check_rope_inv_freq(rope_inv_freq)", "check_rope_inv_freq"),
         graded_cell("rope_permutation"),
         md(r"""
         ## 3. Reading `LlamaAttention.forward`
@@ -242,10 +320,14 @@ def cells():
         md(r"""
         ## 4. Your layer, loaded from the library's
 
-        `from_hf_llama(attn, rope_base)` returns your `DecoderAttention` with the library layer's weights: `W_q`
-        and `W_k` back to neighbour pairs with `half_split_to_interleaved` (each with its own number of heads),
-        `W_v` and `W_o` as they are. `rope_base` is passed in because the library keeps it in a place that
-        changed between versions (`config.rope_parameters["rope_theta"]` in 5.x, `config.rope_theta` in 4.x).
+        `from_hf_llama(attn, rope_base=None, inv_freq=None)` returns your `DecoderAttention` with the library
+        layer's weights: `W_q` and `W_k` back to neighbour pairs with `half_split_to_interleaved` (each with its own
+        number of heads), `W_v` and `W_o` as they are. Exactly one of `rope_base` and `inv_freq` is given: the base
+        is passed in because the library keeps it in a place that changed between versions
+        (`config.rope_parameters["rope_theta"]` in 5.x, `config.rope_theta` in 4.x), and `inv_freq` (your
+        `rope_inv_freq(config)`) for the Llamas no base describes. `head_dim` comes from the module (`attn.head_dim`):
+        it may differ from `hidden_size / num_heads` (notebook `04_interface`), so `W_q` is `[H * head_dim, d_model]`
+        and `W_o` `[d_model, H * head_dim]`.
 
         The check compares your layer with `LlamaAttention` at positions *with gaps* (RoPE depends only on
         $m - n$: a layer that ignores the positions it is given passes any test whose positions are evenly
@@ -261,7 +343,7 @@ def cells():
         """, r"""
         ## 4. 从库的层加载你的层
 
-        `from_hf_llama(attn, rope_base)` 返回装有库层权重的你的 `DecoderAttention`：`W_q` 和 `W_k` 用 `half_split_to_interleaved` 换回相邻配对（各自用自己的头数），`W_v` 和 `W_o` 原样复制。`rope_base` 作为参数传入，因为库存放它的位置在不同版本之间变过（5.x 是 `config.rope_parameters["rope_theta"]`，4.x 是 `config.rope_theta`）。
+        `from_hf_llama(attn, rope_base=None, inv_freq=None)` 返回装有库层权重的你的 `DecoderAttention`：`W_q` 和 `W_k` 用 `half_split_to_interleaved` 换回相邻配对（各自用自己的头数），`W_v` 和 `W_o` 原样复制。`rope_base` 和 `inv_freq` 恰好给出其中一个：基数作为参数传入，因为库存放它的位置在不同版本之间变过（5.x 是 `config.rope_parameters["rope_theta"]`，4.x 是 `config.rope_theta`）；`inv_freq`（你的 `rope_inv_freq(config)`）用于没有哪个基数能描述的 Llama。`head_dim` 取自模块（`attn.head_dim`）：它可能不等于 `hidden_size / num_heads`（见 notebook `04_interface`），于是 `W_q` 是 `[H * head_dim, d_model]`，`W_o` 是 `[d_model, H * head_dim]`。
 
         检查会在*带间隔*的位置上（RoPE 只依赖 $m - n$：一个忽略了传入位置的层，能通过任何位置整体平移的测试）和左侧填充的情况下比较你的层与 `LlamaAttention`，然后用 KV 缓存贪心解码几个 token，与每一步都在整个序列上重新运行的库层对比。
 
@@ -270,6 +352,14 @@ def cells():
         recipe("from_hf_llama", RECIPES),
         layer_cell(),
         check("check_from_hf_llama(from_hf_llama)", "check_from_hf_llama"),
+        md(r"""
+        The next check loads a layer as current Llamas are configured: `head_dim` 12 set apart from
+        `hidden_size / num_heads` (24 / 3 = 8), one key/value head, and Llama 3.1's frequencies, passed as `inv_freq`
+        (the library's own, so that this check does not depend on your `rope_inv_freq`).
+        """, r"""
+        下一个检查按现在的 Llama 的配置方式加载一层：`head_dim` 设为 12，不等于 `hidden_size / num_heads`（24 / 3 = 8），只有一个键/值头，并把 Llama 3.1 的频率作为 `inv_freq` 传入（用的是库自己的频率，所以这个检查不依赖你的 `rope_inv_freq`）。
+        """),
+        check("check_from_hf_llama_current(from_hf_llama)", "check_from_hf_llama_current"),
         md(r"""
         Your layer's `forward`, to read beside the library's `LlamaAttention.forward` of section 3: the rotation
         where it calls `apply_rotary_pos_emb`, your cache where it calls `update`, your `repeat_kv` where its
@@ -383,6 +473,13 @@ def cells():
 
 # The Chinese edition's labels in the demo cells (course/editions.py applies them; the code is shared).
 DEMO_ZH = {
+    "# 5.x keeps the base and the scaling in rope_parameters": "# 5.x 把基数和缩放参数放在 rope_parameters 里",
+    "# 4.x: rope_theta and rope_scaling": "# 4.x：rope_theta 和 rope_scaling",
+    '"inv_freq / base^(-2i/d):"': '"inv_freq / base^(-2i/d)："',
+    '"pair i"': '"第 i 对"',
+    'label="base^(-2i/d)"': 'label="普通频率 base^(-2i/d)"',
+    'label="llama3"': 'label="llama3 的频率"',
+    '"frequency"': '"频率"',
     '"your DecoderAttention.forward:"': '"你的 DecoderAttention.forward："',
     '"angles m * theta_i"': '"角度 m * theta_i"',
     '"angles -> head_dim"': '"角度 -> head_dim"',
