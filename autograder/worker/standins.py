@@ -14,6 +14,7 @@ worker: the checks hand them back to `flex_mask` (create_mask) and `flex_attend`
 from __future__ import annotations
 
 import math
+import types
 import warnings
 
 import torch
@@ -163,3 +164,102 @@ def autograd_function_gradients(function, q: torch.Tensor, k: torch.Tensor, v: t
         packed.clear()
         out.backward(grad_out)
     return out.detach(), *(leaf.grad for leaf in leaves), saved
+
+
+# --------------------------------------------------------------------------- #
+# serving: driving the student's stateful pieces (nothing here computes what a check grades)
+# --------------------------------------------------------------------------- #
+
+
+def attempt(function, *args, **kwargs) -> str | None:
+    """The type name of what a student's call raised (None if it returned), so that a job goes on after a call that
+    must raise (an exhausted pool, a reserve that does not fit, a double free)."""
+    try:
+        function(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - which exception it was is what the check reads
+        return type(exc).__name__
+    return None
+
+
+def written_by(function, *args) -> tuple:
+    """A student's in-place function (reshape_and_cache) called on `args`; the arguments afterwards (it returns
+    None: what it wrote is its result)."""
+    function(*args)
+    return tuple(args)
+
+
+class PagedPool:
+    """The one thing a paged layer may read from its cache: k_cache and v_cache [num_layers, num_blocks, block_size,
+    H_kv, D] (the serving contract's rule 6), nothing else."""
+
+    def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor):
+        self.k_cache, self.v_cache = k_cache, v_cache
+
+    def tensors(self) -> tuple:
+        return self.k_cache, self.v_cache
+
+
+def paged_pool(k_cache: torch.Tensor, v_cache: torch.Tensor) -> PagedPool:
+    return PagedPool(k_cache, v_cache)
+
+
+def step_meta(cu_seqlens_q, slot_mapping, block_tables, seq_lens):
+    """The `meta` of one step of a paged layer: an object with the four attributes the contract names."""
+    return types.SimpleNamespace(cu_seqlens_q=cu_seqlens_q, slot_mapping=slot_mapping, block_tables=block_tables,
+                                 seq_lens=seq_lens)
+
+
+class ServingModel(nn.Module):
+    """The serving checks' model around the student's paged layers: an embedding, each layer with a residual, a
+    head; every call is recorded (tokens, positions, cu_seqlens_q, the blocks its tables use), so that the grader
+    counts steps, tokens and blocks itself."""
+
+    def __init__(self, embedding: torch.Tensor, head: torch.Tensor, layers):
+        super().__init__()
+        self.embedding, self.head = embedding, head
+        self.layers = nn.ModuleList(layers)
+        self.calls = []
+
+    def forward(self, tokens, positions, meta, cache):
+        tokens = torch.as_tensor(tokens).long()
+        block_size = cache.k_cache.shape[2]
+        blocks = set()
+        for row, n in enumerate(torch.as_tensor(meta.seq_lens).tolist()):
+            blocks.update(torch.as_tensor(meta.block_tables)[row, :-(-int(n) // block_size)].tolist())
+        self.calls.append({"tokens": tokens.clone(), "positions": torch.as_tensor(positions).long().clone(),
+                           "cu": torch.as_tensor(meta.cu_seqlens_q).long().clone(), "blocks": len(blocks)})
+        x = self.embedding[tokens]  # [T, d_model]
+        for layer in self.layers:
+            x = x + layer(x, positions, meta, cache)
+        return x @ self.head.T  # [T, vocab]
+
+    def record(self) -> list:
+        return list(self.calls)
+
+
+def serving_model(embedding: torch.Tensor, head: torch.Tensor, layers) -> ServingModel:
+    return ServingModel(embedding, head, layers)
+
+
+class ScheduledCache:
+    """A cache that keeps, after its i-th append, the rows `keep[i]` of what it held plus the new keys (positions
+    the checks computed beforehand): `append` and `len`, nothing else. The attention_sinks checks hand it to the
+    student's SinkDecoderAttention, so that the layer is graded apart from the student's SinkKVCache."""
+
+    def __init__(self, keep):
+        self.keep, self.k, self.v, self.appends = [list(map(int, rows)) for rows in keep], None, None, 0
+
+    def append(self, k, v):
+        k = k if self.k is None else torch.cat([self.k, k], dim=-2)
+        v = v if self.v is None else torch.cat([self.v, v], dim=-2)
+        rows = torch.tensor(self.keep[min(self.appends, len(self.keep) - 1)], dtype=torch.long)
+        self.appends += 1
+        self.k, self.v = k.index_select(-2, rows), v.index_select(-2, rows)
+        return self.k, self.v
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[-2]
+
+
+def scheduled_cache(keep) -> ScheduledCache:
+    return ScheduledCache(keep)
