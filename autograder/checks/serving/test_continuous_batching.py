@@ -83,7 +83,7 @@ def _judged(student):
 
 
 @pytest.fixture(autouse=True)
-def borrowed(student):
+def continuous_batching_borrows(student):
     """The layer calls cu_seqlens, apply_rope, reshape_and_cache and paged_attention, graded in other parts: wrong
     ones are lent (checks/lent.py)."""
     lent.lending(student, "PagedDecoderAttention", PART, ref, {}, judged=lambda: _judged(student))
