@@ -220,7 +220,7 @@ CASES: tuple = (
          (("reshape_and_cache", "real = slots >= 0", "real = slots == slots"),), lose=("paged_cache",),
          says="negative indexing"),
     Case("allocator_lifo", "BlockAllocator hands out the most recently freed block first (a LIFO free list)",
-         (("BlockAllocator", "block = self.free_queue.popleft()", "block = self.free_queue.pop()"),),
+         (("BlockAllocator", "block = self.free_queue.pop(0)", "block = self.free_queue.pop()"),),
          lose=("paged_cache", "prefix_sharing"), says="LIFO"),
     Case("allocator_frees_shared", "free returns a block to the pool while another owner holds it",
          (("BlockAllocator", "        self.refcounts[block] -= 1\n", "        self.refcounts[block] = 0\n"),),
