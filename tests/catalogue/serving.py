@@ -234,10 +234,8 @@ CASES: tuple = (
          (("paged_attention", ".tril(diagonal=S_k - S_q)", ".tril(diagonal=0)"),), lose=("paged_attention",),
          says="top-left"),
     Case("paged_whole_block", "paged_attention reads the whole last block (no [:seq_len])",
-         (("paged_attention", "k = k_cache[blocks].reshape(-1, H_kv, D)[:S_k]", "k = k_cache[blocks].reshape(-1, H_kv, D)"),
-          ("paged_attention", "v = v_cache[blocks].reshape(-1, H_kv, v_cache.shape[3])[:S_k]",
-           "v = v_cache[blocks].reshape(-1, H_kv, v_cache.shape[3])"),
-          ("paged_attention", ".tril(diagonal=S_k - S_q)", ".tril(diagonal=k.shape[1] - S_q)")),
+         (("paged_attention", "        S_k = int(seq_lens[b])\n",
+           "        S_k = -(-int(seq_lens[b]) // block_size) * block_size  # every slot of the last block\n"),),
          lose=("paged_attention",), says="NaN"),
     Case("paged_contiguous", "paged_attention assumes a sequence's blocks follow its first",
          (("paged_attention", "blocks = torch.as_tensor(block_tables[b][:-(-S_k // block_size)], "

@@ -308,16 +308,16 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
         if q1 == q0:
             continue  # a sequence with no query: its keys are not read
-        S_k = int(seq_lens[b])
+        S_k = -(-int(seq_lens[b]) // block_size) * block_size  # every slot of the last block
         blocks = torch.as_tensor(block_tables[b][:-(-S_k // block_size)], device=q.device).long()  # its used blocks
-        k = k_cache[blocks].reshape(-1, H_kv, D)  # [S_k, H_kv, D]: only the written slots
-        v = v_cache[blocks].reshape(-1, H_kv, v_cache.shape[3])  # [S_k, H_kv, D_v]
+        k = k_cache[blocks].reshape(-1, H_kv, D)[:S_k]  # [S_k, H_kv, D]: only the written slots
+        v = v_cache[blocks].reshape(-1, H_kv, v_cache.shape[3])[:S_k]  # [S_k, H_kv, D_v]
         k = k.transpose(0, 1).repeat_interleave(n_rep, dim=0)  # [H, S_k, D]: grouped, not tiled
         v = v.transpose(0, 1).repeat_interleave(n_rep, dim=0)  # [H, S_k, D_v]
         q_b = q[q0:q1].transpose(0, 1)  # [H, S_q, D]
         S_q = q1 - q0
         scores = q_b @ k.transpose(-2, -1) / math.sqrt(D)  # [H, S_q, S_k]
-        allowed = torch.ones(S_q, S_k, dtype=torch.bool, device=q.device).tril(diagonal=k.shape[1] - S_q)  # bottom-right
+        allowed = torch.ones(S_q, S_k, dtype=torch.bool, device=q.device).tril(diagonal=S_k - S_q)  # bottom-right
         weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         out[q0:q1] = (weights @ v).transpose(0, 1)  # [S_q, H, D_v]
     return out
