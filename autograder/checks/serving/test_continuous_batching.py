@@ -353,6 +353,9 @@ def test_static_batching_gives_the_same_tokens_in_more_steps(student):
     if stats.get("steps") != counts["steps"]:
         raise expect.CheckFailure(_("stats['steps'] is {got}, the grader counted {want}").format(
             got=stats.get("steps"), want=counts["steps"]))
+    if list(stats.get("tokens_per_step", [])) != counts["tokens_per_step"]:
+        raise expect.CheckFailure(_("stats['tokens_per_step'] does not match the tokens the model was given at each "
+                                    "step"))
     if counts["tokens_per_step"] != bt.schedule(ref, static=True):
         raise expect.CheckFailure(_("static batching gave the model {got} tokens step by step, expected {want}: each "
                                     "batch of batch_size requests in arrival order, its prompts in one step, then one "
