@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE, TRANSFORMERS
+from ..worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE, SERVING_KERNELS, TRANSFORMERS
 
 CHECKS_ROOT = Path(__file__).resolve().parent.parent / "checks"
 
@@ -184,7 +184,31 @@ REAL_MODELS = Assignment(
     requires=("transformers",),
 )
 
-ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION, EFFICIENT, REAL_MODELS)}
+# Attention as inference servers run it: packed batches (cu_seqlens), a paged KV cache, paged attention, shared
+# prefixes, continuous batching, attention sinks. The attention functions and the paged layer may not hand their work
+# to a serving kernel (SERVING_KERNELS: torch's varlen attention, SDPA on nested tensors, flex_attention, flash_attn,
+# vllm, ...); SDPA with an explicit mask on one sequence at a time is allowed. Each mistake costs once: the parts that
+# call another part's functions borrow them (checks/lent.py), and the caches the later parts use are the grader's.
+SERVING = Assignment(
+    id="serving",
+    parts=(
+        Part("varlen", ("cu_seqlens", "pack", "unpack", "varlen_attention"), 15, "01_varlen",
+             forbids=SERVING_KERNELS),
+        Part("paged_cache", ("BlockAllocator", "reshape_and_cache", "PagedKVCache"), 20, "02_paged_cache"),
+        Part("paged_attention", ("paged_attention", "paged_to_csr"), 20, "03_paged_attention",
+             forbids=SERVING_KERNELS, borrows=("cu_seqlens",)),
+        # the prefix cache, fork and copy-on-write are PagedKVCache's own (the class of 02, extended in 04)
+        Part("prefix_sharing", ("block_hashes", "PagedKVCache"), 15, "04_prefix_sharing"),
+        Part("continuous_batching", ("PagedDecoderAttention", "continuous_batching_generate",
+                                     "static_batching_generate"), 20, "05_continuous_batching",
+             forbids=SERVING_KERNELS, borrows=("cu_seqlens", "apply_rope", "reshape_and_cache", "paged_attention")),
+        Part("attention_sinks", ("SinkKVCache", "SinkDecoderAttention"), 10, "06_attention_sinks"),
+    ),
+    checks="serving",
+    solutions="solutions.serving",
+)
+
+ASSIGNMENTS: dict[str, Assignment] = {a.id: a for a in (SELF_ATTENTION, GENERATION, EFFICIENT, REAL_MODELS, SERVING)}
 DEFAULT = SELF_ATTENTION
 
 

@@ -11,7 +11,7 @@ from ..foundation import i18n
 from ..foundation.failures import CheckFailure
 from ..foundation.results import CheckResult, PartResult
 from ..foundation.spec import DEFAULT_LANGUAGE, FROM_SCRATCH_FORBIDS, Part
-from ..worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE, TRANSFORMERS, WATCH_OFF
+from ..worker.names import FLEX_ATTENTION, FUSED_KERNEL, OFFICIAL_MODULE, SERVING_KERNELS, TRANSFORMERS, WATCH_OFF
 
 _ = i18n.message
 # What a part's forbidden torch functions (spec.Part.forbidden) ask of it, in the student's words (the start of
@@ -24,6 +24,9 @@ RULES: dict[tuple[str, ...], i18n.Message] = {
                                      "(F.scaled_dot_product_attention) or flex_attention"),
     TRANSFORMERS: _("this part must compute with plain torch operations, not with a module or function of the "
                     "transformers library (it supplies the weights and the reference only)"),
+    SERVING_KERNELS: _("this part must compute its attention with plain torch, one sequence at a time (SDPA with an "
+                       "explicit mask is allowed), not with a serving kernel: torch's varlen attention, SDPA on "
+                       "nested tensors, flex_attention, flash_attn, vllm, flashinfer, xformers or sglang"),
 }
 
 

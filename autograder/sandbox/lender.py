@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..worker import wire
+from ..worker.borrowed import WRITES, written
 
 ANSWERED_ERRORS = ("TypeError", "ValueError", "IndexError", "RuntimeError")
 MAX_KEY, MAX_KEPT = 1000, 4096  # the dry runs remembered: each signature's length, and how many
@@ -54,6 +55,8 @@ class Lender:
         try:
             with torch.no_grad():
                 value = function(*args, **kwargs)
+            if name in WRITES:  # (reshape_and_cache: its result is what it wrote into its arguments)
+                value = written(name, args, kwargs)
             if "own" in message and not same_answer(message["own"], value):
                 self.differed.add(name)
             return {"ok": True, "value": wire.encode(value)}

@@ -31,9 +31,19 @@ FLEX_ATTENTION = ("flex_attention",)
 # watch.library_label), never against torch's names (none holds "transformers.").
 LIBRARY = "transformers"  # the package whose code the watch names by module and function
 TRANSFORMERS = (LIBRARY + ".",)
+# The fifth assignment, serving: the kernels that servers call instead of writing attention. Torch's own varlen
+# attention (torch.nn.attention.varlen.varlen_attn and its op), SDPA handed nested tensors (the watch labels that
+# call NESTED_SDPA_LABEL; SDPA with an explicit mask on one sequence at a time stays allowed), flex_attention, and the
+# serving libraries' code, matched like the transformers library's: by the module of the frame that made a torch call.
+VARLEN_KERNEL = ("varlen_attn",)
+NESTED_SDPA_LABEL = "F.scaled_dot_product_attention on nested tensors"
+NESTED_SDPA = ("on nested tensors",)
+SERVING_LIBRARIES = ("flash_attn", "vllm", "flashinfer", "xformers", "sglang")
+SERVING_KERNELS = VARLEN_KERNEL + NESTED_SDPA + FLEX_ATTENTION + tuple(lib + "." for lib in SERVING_LIBRARIES)
+WATCHED_LIBRARIES = (LIBRARY,) + SERVING_LIBRARIES  # packages whose code the watch names by module and function
 # What the worker reports when student code removed its watch (watch.py): forbidden in every part that forbids
 WATCH_OFF = "the grader's watch of torch calls (switched off)"
-FORBIDDEN_PATTERNS = FUSED_KERNEL + OFFICIAL_MODULE + FLEX_ATTENTION  # everything the worker watches
+FORBIDDEN_PATTERNS = FUSED_KERNEL + OFFICIAL_MODULE + FLEX_ATTENTION + VARLEN_KERNEL  # everything the worker watches
 
 
 def is_forbidden_name(name: str, patterns: tuple[str, ...] = FORBIDDEN_PATTERNS) -> bool:

@@ -28,6 +28,7 @@ from .hfseam import (hf_attention_module, hf_causal_mask_function, hf_config, hf
                      hf_registered_mask, hf_registration)
 from .hfshell import registered_attention, registered_mask, registered_mask_function
 from .rules import NOT_THE_GRADERS_CALL, STANDIN_FORWARD
+from . import serving_standins
 
 
 
@@ -184,4 +185,5 @@ def builtins(ask, calls: GraderCalls) -> dict:
             "registered_mask": registered_mask, "registered_mask_function": registered_mask_function,
             "hf_registration": hf_registration, "hf_registered_attention": hf_registered_attention,
             "hf_registered_mask": hf_registered_mask, "hf_attention_module": hf_attention_module,
-            "hf_causal_mask_function": hf_causal_mask_function, "hf_config": hf_config}
+            "hf_causal_mask_function": hf_causal_mask_function, "hf_config": hf_config,
+            **serving_standins.builtins(ask)}

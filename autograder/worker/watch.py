@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from .names import LIBRARY, STUDENT_PREFIX, WATCH_OFF, is_forbidden_name
+from .names import NESTED_SDPA_LABEL, STUDENT_PREFIX, WATCH_OFF, WATCHED_LIBRARIES, is_forbidden_name
 
 UNKNOWN_CALLER = "code"  # ("your code called ...")
 
@@ -69,16 +69,25 @@ def torch_label(func) -> str | None:
         return f"torch.ops.aten.{name.split('.')[0]}"
     if "flex_attention" in name:
         return "torch.nn.attention.flex_attention"
+    if "varlen_attn" in name:
+        return "torch.nn.attention.varlen.varlen_attn"
     return PUBLIC_LABELS.get(name, f"torch.{name}")
 
 
 def library_label(frame) -> str | None:
-    """"transformers.<module>.<function>" when the frame that made a torch call is the transformers library's code
-    (names.TRANSFORMERS), else None."""
+    """"transformers.<module>.<function>" when the frame that made a torch call is a watched library's code
+    (names.TRANSFORMERS, names.SERVING_LIBRARIES), else None."""
     module = frame.f_globals.get("__name__")
-    if isinstance(module, str) and module.startswith(LIBRARY + "."):
+    if isinstance(module, str) and module.split(".")[0] in WATCHED_LIBRARIES and "." in module:
         return f"{module}.{frame.f_code.co_name}"
     return None
+
+
+def nested_label(label: str | None, args) -> str | None:
+    """SDPA's label, told apart when it is handed nested tensors (names.NESTED_SDPA: forbidden in `serving`)."""
+    if label == "F.scaled_dot_product_attention" and any(getattr(a, "is_nested", False) for a in args[:3]):
+        return NESTED_SDPA_LABEL
+    return label
 
 
 def owner_qualname(code) -> str:
@@ -122,8 +131,9 @@ class _Mode(TorchFunctionMode):
         # (not while torch.compile traces, as flex_attention does even in eager mode: dynamo cannot trace the
         # frame walk. A forbidden call inside student code run through torch.compile(backend="eager") was
         # still seen in a test, once the compiled function ran.)
-        if label is None and LIBRARY in sys.modules:  # (only once something imported the library)
+        if label is None and any(lib in sys.modules for lib in WATCHED_LIBRARIES):  # (once one was imported)
             label = library_label(sys._getframe(1))
+        label = nested_label(label, args)
         if label is not None and not torch.compiler.is_compiling():
             self.watch.record(label, sys._getframe(1))
         return func(*args, **(kwargs or {}))
@@ -167,7 +177,7 @@ class ForbiddenCallWatch:
         watch = self
 
         def watched(*args, **kwargs):
-            watch.record(label, sys._getframe(1))
+            watch.record(nested_label(label, args), sys._getframe(1))
             watch.inside.depth = getattr(watch.inside, "depth", 0) + 1
             try:
                 return original(*args, **kwargs)

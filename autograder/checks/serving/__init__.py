@@ -1,0 +1,1 @@
+"""The hidden checks of the fifth assignment, serving."""
