@@ -156,9 +156,11 @@ def cells():
         """),
         *written_cells("written_free_same_step"),
         solution_cell("continuous_batching_generate", HINTS),
+        check("check_continuous_batching(continuous_batching_generate, PagedDecoderAttention, PagedKVCache)",
+              "check_continuous_batching"),
         solution_cell("static_batching_generate", HINTS),
-        check("check_batching(continuous_batching_generate, static_batching_generate, PagedDecoderAttention, "
-              "PagedKVCache)", "check_batching"),
+        check("check_static_batching(static_batching_generate, PagedDecoderAttention, PagedKVCache)",
+              "check_static_batching"),
         md(r"""
         Six requests of 3 to 13 prompt tokens and 2 to 10 new tokens, a two-layer model with grouped heads,
         blocks of 4: continuous batching with `token_budget=8`, `max_num_seqs=3` on a 12-block pool (the requests

@@ -169,8 +169,8 @@ def cells():
         """),
         recipe("block_hashes", RECIPES),
         solution_cell("block_hashes", HINTS),
-        solution_cell("PagedKVCache", HINTS, PIECES),
         check("check_block_hashes(block_hashes)", "check_block_hashes"),
+        solution_cell("PagedKVCache", HINTS, PIECES),
         check("check_prefix_caching(PagedKVCache)", "check_prefix_caching"),
         md(r"""
         Prompt A has 11 tokens, prompt B 12, the first 9 shared; blocks of 4. The first cell prints B's hit, the

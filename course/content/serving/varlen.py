@@ -214,8 +214,9 @@ def cells():
         `pack(x, lengths)` 接收右侧填充的 `x [B, S, ...]`（尾部可以是任意形状：token、`[H, D]` 的多头……），返回它的真实 token `[T, ...]`，一条序列接一条序列。`unpack(packed, cu, max_len)` 是它的逆操作，返回 `[B, max_len, ...]`，填充处为 0：这就是 flash-attn 的 `bert_padding.unpad_input` 和 `pad_input`，推理服务在为填充批次编写的模型两端调用它们。
         """),
         solution("pack", HINTS),
+        check("check_pack(pack)", "check_pack"),
         solution("unpack", HINTS),
-        check("check_pack_unpack(pack, unpack)", "check_pack_unpack"),
+        check("check_unpack(unpack)", "check_unpack"),
         demo("""
         torch.manual_seed(0)
         lengths = [4, 6, 3]
