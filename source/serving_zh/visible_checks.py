@@ -19,11 +19,11 @@ from check_harness import DOMAIN, LOCALES, Harness, close, ok  # noqa: F401 - DO
 from visible_checks_serving_batching import batching_checks  # notebooks 04-06, built on this harness
 
 __all__ = [
-    "check_cu_seqlens", "check_pack_unpack", "check_varlen_attention",
+    "check_cu_seqlens", "check_pack", "check_unpack", "check_varlen_attention",
     "check_block_allocator", "check_reshape_and_cache", "check_paged_kv_cache",
     "check_paged_attention", "check_paged_to_csr",
     "check_block_hashes", "check_prefix_caching",
-    "check_paged_decoder_attention", "check_batching",
+    "check_paged_decoder_attention", "check_continuous_batching", "check_static_batching",
     "check_sink_kv_cache", "check_sink_decoder_attention",
     "graded_part", "uses_your_code", "use_language",
 ]
@@ -84,21 +84,32 @@ def check_cu_seqlens(cu_seqlens) -> None:
     ok(_("cu_seqlens: [4, 6, 3] -> [0, 4, 10, 13] in int32, from a list or a tensor"))
 
 
-@harness.check("pack")
-def check_pack_unpack(pack, unpack) -> None:
-    pack, unpack = harness.watch(pack, "pack"), harness.watch(unpack, "unpack")
+def _ragged():
+    """x [4, 7, 3, 2] right-padded to lengths 5, 1, 7, 3; its 16 real tokens; which positions are real."""
     lengths = [5, 1, 7, 3]
     x = torch.randn(4, 7, 3, 2)  # [B, S, H, D]
-    want = torch.cat([x[b, :n] for b, n in enumerate(lengths)])
-    packed = harness.expect_shape(pack(x, lengths), [16, 3, 2], "pack(x [4, 7, 3, 2], lengths [5, 1, 7, 3])")
+    real = torch.arange(7)[None, :] < torch.tensor(lengths)[:, None]  # [B, S]
+    return x, lengths, torch.cat([x[b, :n] for b, n in enumerate(lengths)]), real
+
+
+@harness.check("pack")
+def check_pack(pack) -> None:
+    x, lengths, want, _real = _ragged()
+    packed = harness.expect_shape(harness.watch(pack, "pack")(x, lengths), [16, 3, 2],
+                                  "pack(x [4, 7, 3, 2], lengths [5, 1, 7, 3])")
     assert torch.equal(packed, want), _(
         "pack(x, lengths) should hold the first l_b rows of each sequence b, sequence after sequence")
+    ok(_("pack: 4 ragged rows (5, 1, 7, 3 tokens) packed to 16, sequence after sequence"))
+
+
+@harness.check("unpack")
+def check_unpack(unpack) -> None:
+    x, lengths, packed, real = _ragged()
     cu = torch.tensor(_cu(lengths), dtype=torch.int32)
-    back = harness.expect_shape(unpack(want, cu, 7), [4, 7, 3, 2], "unpack(packed, cu, 7)")
-    real = torch.arange(7)[None, :] < torch.tensor(lengths)[:, None]
+    back = harness.expect_shape(harness.watch(unpack, "unpack")(packed, cu, 7), [4, 7, 3, 2], "unpack(packed, cu, 7)")
     assert torch.equal(back[real], x[real]), _("unpack puts sequence b's rows cu[b]:cu[b+1] back at positions 0 .. l_b - 1")
     assert (back[~real] == 0).all(), _("unpack should leave zeros at the padding")
-    ok(_("pack / unpack: 4 ragged rows (5, 1, 7, 3 tokens) packed to 16 and back, zeros at the padding"))
+    ok(_("unpack: 16 packed tokens back to 4 rows of 7, zeros at the padding"))
 
 
 @harness.check("varlen_attention")
@@ -356,8 +367,8 @@ def check_paged_to_csr(paged_to_csr) -> None:
     ok(_("paged_to_csr: indptr, indices and last page lengths (a full last page holds block_size), int32"))
 
 
-(check_block_hashes, check_prefix_caching, check_paged_decoder_attention, check_batching, check_sink_kv_cache,
- check_sink_decoder_attention) = batching_checks(harness, attend64, close, ok)
+(check_block_hashes, check_prefix_caching, check_paged_decoder_attention, check_continuous_batching,
+ check_static_batching, check_sink_kv_cache, check_sink_decoder_attention) = batching_checks(harness, attend64, close, ok)
 
 
 # --------------------------------------------------------------------------- #
@@ -367,15 +378,15 @@ def check_paged_to_csr(paged_to_csr) -> None:
 
 # The check cells above each graded cell, which nbgrader's Validate runs again (see graded_cells.py).
 PART_CHECKS = {
-    "varlen": ("check_cu_seqlens(cu_seqlens)", "check_pack_unpack(pack, unpack)",
+    "varlen": ("check_cu_seqlens(cu_seqlens)", "check_pack(pack)", "check_unpack(unpack)",
                "check_varlen_attention(varlen_attention)"),
     "paged_cache": ("check_block_allocator(BlockAllocator)", "check_reshape_and_cache(reshape_and_cache)",
                     "check_paged_kv_cache(PagedKVCache)"),
     "paged_attention": ("check_paged_attention(paged_attention)", "check_paged_to_csr(paged_to_csr)"),
     "prefix_sharing": ("check_block_hashes(block_hashes)", "check_prefix_caching(PagedKVCache)"),
     "continuous_batching": ("check_paged_decoder_attention(PagedDecoderAttention)",
-                            "check_batching(continuous_batching_generate, static_batching_generate, "
-                            "PagedDecoderAttention, PagedKVCache)"),
+                            "check_continuous_batching(continuous_batching_generate, PagedDecoderAttention, PagedKVCache)",
+                            "check_static_batching(static_batching_generate, PagedDecoderAttention, PagedKVCache)"),
     "attention_sinks": ("check_sink_kv_cache(SinkKVCache)",
                         "check_sink_decoder_attention(SinkDecoderAttention, SinkKVCache)"),
 }

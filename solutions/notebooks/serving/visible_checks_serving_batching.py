@@ -167,20 +167,25 @@ def batching_checks(harness, attend64, close, ok):
         ok(_("PagedDecoderAttention: 3 sequences in 3 steps of chunks and decodes equal DecoderAttention on each whole "
              "sequence; layer 0 untouched"))
 
-    @harness.check("continuous_batching_generate")
-    def check_batching(continuous_batching_generate, static_batching_generate, PagedDecoderAttention,
-                       PagedKVCache) -> None:
+    def _requests(PagedDecoderAttention):
+        """4 requests (6, 3, 9, 4 prompt tokens; 8, 2, 2, 8 new ones) and what greedy decoding of each alone gives."""
         model = _model(PagedDecoderAttention, 32, 16)  # a stub layer: "PagedDecoderAttention: not implemented yet"
         prompts = [torch.randint(32, (n,)).tolist() for n in (6, 3, 9, 4)]
         max_new = [8, 2, 2, 8]
-        want = [model.greedy(p, n) for p, n in zip(prompts, max_new)]
+        return model, prompts, max_new, [model.greedy(p, n) for p, n in zip(prompts, max_new)]
+
+    STATIC_STEPS = 16  # batches (0, 1) and (2, 3), each decoded until its longest request (8 tokens) is done
+
+    @harness.check("continuous_batching_generate")
+    def check_continuous_batching(continuous_batching_generate, PagedDecoderAttention, PagedKVCache) -> None:
+        model, prompts, max_new, want = _requests(PagedDecoderAttention)
         cache = PagedKVCache(8, 4, 2, 4, num_layers=2, dtype=torch.float64)
         with torch.no_grad():
             outputs, stats = harness.watch(continuous_batching_generate, "continuous_batching_generate")(
                 model, prompts, max_new, cache, token_budget=8, max_num_seqs=2)
-        assert [list(map(int, o)) for o in outputs] == want, _(
-            "continuous batching generated {got}, greedy decoding of each request alone gives {want}").format(
-            got=[list(map(int, o)) for o in outputs], want=want)
+        got = [[int(t) for t in o] for o in outputs]
+        assert got == want, _("continuous batching generated {got}, greedy decoding of each request alone gives {want}"
+                              ).format(got=got, want=want)
         steps = model.calls
         assert stats["steps"] == steps, _("stats['steps'] is {said}, the model was called {n} times").format(
             said=stats["steps"], n=steps)
@@ -188,17 +193,29 @@ def batching_checks(harness, attend64, close, ok):
                                            ).format(n=cache.blocks_used())
         assert stats["mixed_steps"] >= 1, _("no step mixed a decode and a prefill chunk: after the decodes, the budget "
                                             "left goes to prefill chunks")
-        model.calls = 0
+        assert steps < STATIC_STEPS, _("continuous batching took {n} steps, static batching at the same concurrency "
+                                       "takes {static}: admit a waiting request as soon as one finishes").format(
+            n=steps, static=STATIC_STEPS)
+        ok(_("continuous batching: 4 requests on an 8-block pool equal greedy decoding, {steps} steps ({mixed} mixed, "
+             "static batching takes {static}), all blocks freed").format(steps=steps, mixed=stats["mixed_steps"],
+                                                                       static=STATIC_STEPS))
+
+    @harness.check("static_batching_generate")
+    def check_static_batching(static_batching_generate, PagedDecoderAttention, PagedKVCache) -> None:
+        model, prompts, max_new, want = _requests(PagedDecoderAttention)
+        cache = PagedKVCache(16, 4, 2, 4, num_layers=2, dtype=torch.float64)
         with torch.no_grad():
-            static, _stats = harness.watch(static_batching_generate, "static_batching_generate")(
-                model, prompts, max_new, PagedKVCache(16, 4, 2, 4, num_layers=2, dtype=torch.float64), batch_size=2)
-        assert [list(map(int, o)) for o in static] == want, _("static batching generated {got}, expected {want}").format(
-            got=[list(map(int, o)) for o in static], want=want)
-        assert model.calls > steps, _("static batching took {static} steps, continuous {cont}: static should take "
-                                      "more at the same concurrency").format(static=model.calls, cont=steps)
-        ok(_("continuous batching: 4 requests on an 8-block pool equal greedy decoding, {steps} steps ({mixed} mixed), "
-             "all blocks freed; static batching takes {static}").format(steps=steps, mixed=stats["mixed_steps"],
-                                                                        static=model.calls))
+            outputs, stats = harness.watch(static_batching_generate, "static_batching_generate")(
+                model, prompts, max_new, cache, batch_size=2)
+        got = [[int(t) for t in o] for o in outputs]
+        assert got == want, _("static batching generated {got}, expected {want}").format(got=got, want=want)
+        assert model.calls == STATIC_STEPS, _(
+            "static batching called the model {n} times, expected {static}: one step per batch for the whole prompts, "
+            "then one per token until the batch's longest request is done").format(n=model.calls, static=STATIC_STEPS)
+        assert stats["steps"] == model.calls and cache.blocks_used() == 0, _(
+            "stats['steps'] should count the model's calls and every block should be free at the end")
+        ok(_("static batching: the same tokens in {static} steps (batches of 2, each until its longest request is done)"
+             ).format(static=STATIC_STEPS))
 
     @harness.check("SinkKVCache")
     def check_sink_kv_cache(SinkKVCache) -> None:
@@ -251,5 +268,5 @@ def batching_checks(harness, attend64, close, ok):
         ok(_("SinkDecoderAttention: 16 tokens, 2 sinks and a window of 4: every step equals a dense pass over the kept "
              "tokens at 0 .. n - 1"))
 
-    return (check_block_hashes, check_prefix_caching, check_paged_decoder_attention, check_batching,
-            check_sink_kv_cache, check_sink_decoder_attention)
+    return (check_block_hashes, check_prefix_caching, check_paged_decoder_attention, check_continuous_batching,
+            check_static_batching, check_sink_kv_cache, check_sink_decoder_attention)
