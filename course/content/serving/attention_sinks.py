@@ -35,7 +35,7 @@ DOCSTRINGS_ZH = {
     "SinkKVCache.append": """k, v [B, H_kv, S_new, D]（未旋转）-> 淘汰之后的 (k_all, v_all)。""",
     "SinkKVCache.__len__": """保留下来的位置数。""",
     "SinkDecoderAttention": """SinkKVCache 上的 DecoderAttention：键按它在缓存内的位置旋转。""",
-    "SinkDecoderAttention.forward": """x [B, S_new, d_model] -> [B, S_new, d_model]。""",
+    "SinkDecoderAttention.forward": """x [B, S_new, d_model] -> [B, S_new, d_model]；缓存未旋转的键，所有键按 0 .. len - 1 旋转，查询按最后 S_new 个位置旋转。""",
 }
 
 
