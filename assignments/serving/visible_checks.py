@@ -19,12 +19,10 @@ from check_harness import DOMAIN, LOCALES, Harness, close, ok  # noqa: F401 - DO
 from visible_checks_serving_batching import batching_checks  # notebooks 04-06, built on this harness
 
 __all__ = [
-    "check_cu_seqlens", "check_pack", "check_unpack", "check_varlen_attention",
-    "check_block_allocator", "check_reshape_and_cache", "check_paged_kv_cache",
-    "check_paged_attention", "check_paged_to_csr",
-    "check_block_hashes", "check_prefix_caching",
-    "check_paged_decoder_attention", "check_continuous_batching", "check_static_batching",
-    "check_sink_kv_cache", "check_sink_decoder_attention",
+    "check_cu_seqlens", "check_pack", "check_unpack", "check_varlen_attention", "check_block_allocator",
+    "check_reshape_and_cache", "check_paged_kv_cache", "check_paged_attention", "check_paged_to_csr",
+    "check_block_hashes", "check_prefix_caching", "check_paged_decoder_attention", "check_continuous_batching",
+    "check_static_batching", "check_sink_kv_cache", "check_sink_decoder_attention",
     "graded_part", "uses_your_code", "use_language",
 ]
 
