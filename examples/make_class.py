@@ -124,11 +124,34 @@ REAL_MODELS_MISTAKES: dict[str, tuple[str, list]] = {
     "unfinished": ("02_bert left as released (stubs)", ["02_bert"]),
     "missing": ("03_llama not submitted", ["03_llama"]),
 }
+# The same for the fifth assignment, `serving`.
+SERVING_MISTAKES: dict[str, tuple[str, list]] = {
+    "correct": ("the reference solution", []),
+    "top_left_varlen": ("varlen_attention's causal mask aligned top-left (SDPA's is_causal=True habit)",
+                        [("01_varlen", "allowed = allowed.tril(diagonal=S_k - S_q)", "allowed = allowed.tril(diagonal=0)")]),
+    "reshape_swapped": ("reshape_and_cache swaps block and offset",
+                        [("02_paged_cache", "slots[real] // block_size, slots[real] % block_size",
+                          "slots[real] % block_size, slots[real] // block_size")]),
+    "no_copy_on_write": ("reserve appends into a shared partly filled block (no copy-on-write)",
+                         [("04_prefix_sharing",
+                           "copy = num_new > 0 and start % bs != 0 and self.allocator.refcount(table[-1]) > 1",
+                           "copy = False")]),
+    "sample_first_token": ("the scheduler samples from a chunk's first token, not its last",
+                           [("05_continuous_batching", "logits[int(cu[i + 1]) - 1].argmax()",
+                             "logits[int(cu[i])].argmax()")]),
+    "sinks_evicted": ("SinkKVCache keeps a pure window (the sinks are evicted)",
+                      [("06_attention_sinks", "k_all[..., :self.num_sink, :], k_all[..., -self.window:, :]",
+                        "k_all[..., -self.window - self.num_sink:-self.window, :], k_all[..., -self.window:, :]"),
+                       ("06_attention_sinks", "v_all[..., :self.num_sink, :], v_all[..., -self.window:, :]",
+                        "v_all[..., -self.window - self.num_sink:-self.window, :], v_all[..., -self.window:, :]")]),
+    "unfinished": ("03_paged_attention left as released (stubs)", ["03_paged_attention"]),
+    "missing": ("06_attention_sinks not submitted", ["06_attention_sinks"]),
+}
 MISTAKES_OF = {ASSIGNMENT: MISTAKES, "generation": GENERATION_MISTAKES, "efficient": EFFICIENT_MISTAKES,
-               "real_models": REAL_MODELS_MISTAKES}
+               "real_models": REAL_MODELS_MISTAKES, "serving": SERVING_MISTAKES}
 # The bundled example class of each assignment: examples/class/<file>, student id -> mistake.
 CLASS_FILES = {ASSIGNMENT: "students.json", "generation": "generation.json", "efficient": "efficient.json",
-               "real_models": "real_models.json"}
+               "real_models": "real_models.json", "serving": "serving.json"}
 
 
 def repo_source(repo: Path = REPO, assignment: str = ASSIGNMENT) -> Path | None:

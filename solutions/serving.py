@@ -20,8 +20,6 @@ function returns (cu_seqlens, FlashInfer's arrays, block tables, lengths) is int
 from __future__ import annotations
 
 import math
-from collections import deque
-from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
@@ -111,14 +109,14 @@ class BlockAllocator:
     def __init__(self, num_blocks: int):
         """num_blocks free blocks, queued in id order (never-used blocks come first)."""
         self.num_blocks = num_blocks
-        self.free_queue = deque(range(num_blocks))  # head: the next block allocate hands out
+        self.free_queue = list(range(num_blocks))  # head (index 0): the next block allocate hands out
         self.refcounts = [0] * num_blocks  # how many sequences own each block
 
     def allocate(self) -> int:
         """The block at the head of the free queue, with refcount 1; RuntimeError when none is free."""
         if not self.free_queue:
             raise RuntimeError("no free KV block left in the pool")
-        block = self.free_queue.popleft()
+        block = self.free_queue.pop(0)
         self.refcounts[block] = 1
         return block
 
@@ -354,6 +352,16 @@ def block_hashes(token_ids, block_size: int) -> list:
 # --------------------------------------------------------------------------- #
 
 
+class StepMeta:
+    """What the paged layers of one model step read besides their inputs (built by the scheduler)."""
+
+    def __init__(self, cu_seqlens_q: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
+                 seq_lens: torch.Tensor):
+        """cu_seqlens_q [n + 1] int32, slot_mapping [T] int64, block_tables [n, max_blocks] and seq_lens [n] after the step."""
+        self.cu_seqlens_q, self.slot_mapping = cu_seqlens_q, slot_mapping
+        self.block_tables, self.seq_lens = block_tables, seq_lens
+
+
 class PagedDecoderAttention(nn.Module):
     """generation's DecoderAttention on packed tokens: RoPE at each token's position, keys and values in a PagedKVCache."""
 
@@ -400,7 +408,7 @@ def continuous_batching_generate(model, prompts, max_new_tokens, cache, token_bu
         raise RuntimeError("a request needs more blocks than the whole pool holds")
     done = [0] * len(tokens)  # tokens computed (in the cache) per request
     outputs: list[list[int]] = [[] for _ in tokens]
-    waiting, running = deque(range(len(tokens))), []
+    waiting, running = list(range(len(tokens))), []
     stats = {"steps": 0, "mixed_steps": 0, "max_blocks_used": 0, "tokens_per_step": [], "prefill_tokens": 0}
     while waiting or running:
         budget = token_budget
@@ -417,7 +425,7 @@ def continuous_batching_generate(model, prompts, max_new_tokens, cache, token_bu
             promised = sum(need[s] - len(cache.block_table(s)) for s in running)
             if cache.allocator.num_free - promised < need[waiting[0]]:
                 break
-            r = waiting.popleft()
+            r = waiting.pop(0)
             done[r] = cache.add_sequence(r, tokens[r][:prompt_len[r]])  # prompt tokens already cached are skipped
             running.append(r)
             chunks.append((r, min(budget, prompt_len[r] - done[r])))
@@ -430,8 +438,7 @@ def continuous_batching_generate(model, prompts, max_new_tokens, cache, token_bu
         slots = [cache.reserve(r, n, token_ids=t) for (r, n), t in zip(chunks, step_tokens)]
         stats["max_blocks_used"] = max(stats["max_blocks_used"], cache.blocks_used())
         cu = cu_seqlens([n for _, n in chunks])
-        meta = SimpleNamespace(cu_seqlens_q=cu, slot_mapping=torch.cat(slots),
-                               block_tables=cache.block_tables_tensor(ids), seq_lens=cache.seq_lens_tensor(ids))
+        meta = StepMeta(cu, torch.cat(slots), cache.block_tables_tensor(ids), cache.seq_lens_tensor(ids))
         positions = torch.cat([torch.arange(done[r], done[r] + n) for r, n in chunks])  # [T]
         logits = model(torch.tensor(sum(step_tokens, [])), positions, meta, cache)  # [T, vocab]
         prefill = sum(int((torch.arange(done[r], done[r] + n) < prompt_len[r]).sum()) for r, n in chunks)
@@ -466,8 +473,7 @@ def static_batching_generate(model, prompts, max_new_tokens, cache, batch_size: 
             slots = [cache.reserve(r, len(chunks[r]), token_ids=chunks[r]) for r in batch]
             stats["max_blocks_used"] = max(stats["max_blocks_used"], cache.blocks_used())
             cu = cu_seqlens([len(chunks[r]) for r in batch])
-            meta = SimpleNamespace(cu_seqlens_q=cu, slot_mapping=torch.cat(slots),
-                                   block_tables=cache.block_tables_tensor(batch), seq_lens=cache.seq_lens_tensor(batch))
+            meta = StepMeta(cu, torch.cat(slots), cache.block_tables_tensor(batch), cache.seq_lens_tensor(batch))
             positions = torch.cat([torch.arange(len(tokens[r]) - len(chunks[r]), len(tokens[r])) for r in batch])
             logits = model(torch.tensor(sum(chunks.values(), [])), positions, meta, cache)  # [T, vocab]
             stats["steps"] += 1

@@ -16,7 +16,8 @@ MAX_LINES = 400
 GLOBALS_ALLOWED = {
     "autograder.sandbox.prestart": {"_started"},  # the zygote started before torch is imported, taken once
     "autograder.nbgrader_plugin": {"_CHILD"},  # nbgrader's process's grading process (classworker)
-    "autograder.worker.standins": {"_sdpa", "_flex_attention"},  # the worker's unwatched fused kernel and flex_attention
+    # the worker's unwatched fused kernel and flex_attention; its way to ask the trusted side (serving's remote cache)
+    "autograder.worker.standins": {"_sdpa", "_flex_attention", "_ask"},
 }
 MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "clear", "remove", "discard"}
 

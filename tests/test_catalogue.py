@@ -32,7 +32,8 @@ build = _load("catalogue_build", "build.py")
 # assignment id -> (its catalogue module, the least numbers of wrong and correct cases it must hold)
 CATALOGUES = {"self_attention": (build, 25, 6), "generation": (_load("catalogue_generation", "generation.py"), 15, 4),
               "efficient": (_load("catalogue_efficient", "efficient.py"), 15, 4),
-              "real_models": (_load("catalogue_real_models", "real_models.py"), 12, 3)}
+              "real_models": (_load("catalogue_real_models", "real_models.py"), 12, 3),
+              "serving": (_load("catalogue_serving", "serving.py"), 20, 4)}
 CASES = {(a, case.name): case for a, (catalogue, _, _) in CATALOGUES.items() for case in catalogue.CASES}
 WRONG = [key for key, case in CASES.items() if not case.correct]
 CORRECT = [key for key, case in CASES.items() if case.correct]

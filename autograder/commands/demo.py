@@ -1,9 +1,10 @@
 """`make demo`: the instructor's job, end to end, on the bundled example class (`python -m autograder demo`).
 
-For each assignment (self_attention, generation, efficient, then real_models), in each edition (English, then
-Chinese: self_attention_zh, generation_zh, efficient_zh, real_models_zh):
+For each assignment (self_attention, generation, efficient, real_models, then serving), in each edition (English,
+then Chinese: self_attention_zh, generation_zh, efficient_zh, real_models_zh, serving_zh):
 1. release: `nbgrader generate_assignment` into a course directory (default build/demo-course);
-2. collect: the example class (examples/class/students.json, generation.json, efficient.json, real_models.json: the reference
+2. collect: the example class (examples/class/students.json, generation.json, efficient.json, real_models.json,
+   serving.json: the reference
    and typical mistakes, each derived from the source notebooks by examples/make_class.py) goes
    to submitted/<student>/<assignment>/;
 3. autograde: `grade-class` (parallel, sandboxed, resumable) writes the gradebook;

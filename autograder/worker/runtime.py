@@ -83,6 +83,7 @@ class Worker:
         self.objects = self.codec.objects  # what the trusted side names by a handle
         self.watch = ForbiddenCallWatch()
         standins.use_originals(self.watch.original)
+        standins.use_asker(self.ask)  # (the serving checks' remote cache asks the trusted side for its bookkeeping)
         # FlexAttention untraced (its debugging mode: the mods run under vmap, not dynamo): the same numbers,
         # without seconds of tracing for each new mod. Graded code never needs the traced path (the flex part's
         # functions return mods); standins.flex_attend(traced=True) still takes it.

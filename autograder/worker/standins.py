@@ -263,3 +263,70 @@ class ScheduledCache:
 
 def scheduled_cache(keep) -> ScheduledCache:
     return ScheduledCache(keep)
+
+
+_ask = None  # the worker's way to ask the trusted side (borrowed.asker), set by the runtime
+
+
+def use_asker(ask) -> None:
+    global _ask
+    _ask = ask
+
+
+class _RemoteAllocator:
+    def __init__(self, cache):
+        self._cache = cache
+
+    @property
+    def num_free(self) -> int:
+        return self._cache._call("num_free")
+
+
+class RemoteCache:
+    """The serving checks' paged KV cache: its tensors k_cache and v_cache [num_layers, num_blocks, block_size, H_kv, D]
+    live here, its bookkeeping (tables, lengths, the allocator, prefix hits) is answered by the trusted side, which
+    keeps the contract's cache for it (checks/serving/caches.py). A copy-on-write comes back as (old, new) block pairs
+    copied here. The scheduler may use what the contract lists, nothing else."""
+
+    def __init__(self, cache_id: str, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+                 num_layers: int = 1):
+        shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
+        self.k_cache, self.v_cache = torch.zeros(shape), torch.zeros(shape)
+        self.block_size, self.cache_id = block_size, cache_id
+        self.allocator = _RemoteAllocator(self)
+
+    def _call(self, method: str, *args):
+        value, copies = _ask("cache", (self.cache_id, method, list(args)), {})
+        for old, new in copies:
+            self.k_cache[:, new] = self.k_cache[:, old]
+            self.v_cache[:, new] = self.v_cache[:, old]
+        return value
+
+    def add_sequence(self, seq_id, token_ids=None):
+        return self._call("add_sequence", seq_id, token_ids)
+
+    def reserve(self, seq_id, num_new, token_ids=None):
+        return self._call("reserve", seq_id, num_new, token_ids)
+
+    def free_sequence(self, seq_id):
+        return self._call("free_sequence", seq_id)
+
+    def block_table(self, seq_id):
+        return self._call("block_table", seq_id)
+
+    def seq_len(self, seq_id):
+        return self._call("seq_len", seq_id)
+
+    def block_tables_tensor(self, seq_ids):
+        return self._call("block_tables_tensor", list(seq_ids))
+
+    def seq_lens_tensor(self, seq_ids):
+        return self._call("seq_lens_tensor", list(seq_ids))
+
+    def blocks_used(self):
+        return self._call("blocks_used")
+
+
+def remote_cache(cache_id: str, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+                 num_layers: int = 1) -> RemoteCache:
+    return RemoteCache(cache_id, num_blocks, block_size, num_kv_heads, head_dim, num_layers)

@@ -34,7 +34,8 @@ ROOT = HERE.parent.parent
 REFERENCES = {"attention": ("self_attention", ROOT / "solutions" / "attention.py"),
               "generation": ("generation", ROOT / "solutions" / "generation.py"),
               "efficient": ("efficient", ROOT / "solutions" / "efficient.py"),
-              "real_models": ("real_models", ROOT / "solutions" / "real_models.py")}
+              "real_models": ("real_models", ROOT / "solutions" / "real_models.py"),
+              "serving": ("serving", ROOT / "solutions" / "serving.py")}
 EQUIVALENT = HERE / "equivalent.toml"
 
 

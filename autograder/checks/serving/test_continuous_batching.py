@@ -11,8 +11,9 @@ KVCache; the same with prefix caching and a shared 12-token system prompt comput
 batching (batch_size 3) gives the same tokens in more steps.
 
 The part borrows cu_seqlens, apply_rope, reshape_and_cache and paged_attention (checks/lent.py): the grader's answers
-stand in for wrong ones, so that their mistakes cost points in their own parts. The caches are the student's own
-PagedKVCache (the one graded in paged_cache and prefix_sharing).
+stand in for wrong ones, so that their mistakes cost points in their own parts. The caches are the grader's (caches.py:
+tensors in the worker, bookkeeping answered by the contract's cache on this side), so that a mistake in the student's
+own PagedKVCache costs points in paged_cache and prefix_sharing only.
 """
 import functools
 from types import SimpleNamespace
@@ -23,6 +24,7 @@ import torch
 from autograder.checks import expect, lent
 from autograder.checks.cases import Ran, send, seeded, weights_taken
 from autograder.checks.serving import batching as bt
+from autograder.checks.serving.caches import Caches
 from autograder.checks.serving.common import attribute, cu_of, randn
 from autograder.foundation import i18n, spec
 from autograder.foundation.failures import CheckFailure, MissingName, PartStopped, WorkerEnded
@@ -83,10 +85,18 @@ def _judged(student):
 
 
 @pytest.fixture(autouse=True)
-def borrowed(student):
+def continuous_batching_borrows(student):
     """The layer calls cu_seqlens, apply_rope, reshape_and_cache and paged_attention, graded in other parts: wrong
     ones are lent (checks/lent.py)."""
     lent.lending(student, "PagedDecoderAttention", PART, ref, {}, judged=lambda: _judged(student))
+    session = student.session
+    if not getattr(session.lenders.get(PART.id), "serving_caches", False):  # the grader's caches answer here too
+        session.lenders[PART.id] = caches(student).lender(session.lenders.get(PART.id))
+
+
+def caches(student) -> Caches:
+    """The contract's caches behind this submission's remote caches (one set, whichever pieces the checks run with)."""
+    return student.once("serving caches", Caches, every_mode=True)
 
 
 # --------------------------------------------------------------------------- #
@@ -165,12 +175,14 @@ def _model(job):
     return job.builtin("serving_model", w["embedding"], w["head"], layers)
 
 
-def _generate_job(student, prefix: bool = False, static: bool = False):
+def _generate_job(student, key: str, prefix: bool = False, static: bool = False):
+    """One generation on the grader's remote cache (its bookkeeping the contract's, on this side: caches.py)."""
     job = student.job()
     model = _model(job)
     blocks = bt.STATIC_POOL if static else bt.PREFIX_POOL if prefix else bt.POOL
-    cache = job.new("PagedKVCache", blocks, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM, num_layers=bt.LAYERS,
-                    enable_prefix_caching=prefix)
+    cache_id = caches(student).create(key, ref.PagedKVCache(blocks, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM,
+                                                           num_layers=1, enable_prefix_caching=prefix))
+    cache = job.builtin("remote_cache", cache_id, blocks, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM, bt.LAYERS)
     requests = bt.prompts(prefix)
     if static:
         result = job.call("static_batching_generate", model, requests, list(bt.NEW_TOKENS), cache,
@@ -185,8 +197,9 @@ def _generate_job(student, prefix: bool = False, static: bool = False):
 
 def ran(student) -> dict[str, Ran]:
     return student.once("serving continuous_batching", lambda: send(student, {
-        "layer": _layer_job(student), "continuous": _generate_job(student),
-        "prefix": _generate_job(student, prefix=True), "static": _generate_job(student, static=True)}))
+        "layer": _layer_job(student), "continuous": _generate_job(student, "continuous"),
+        "prefix": _generate_job(student, "prefix", prefix=True), "static": _generate_job(student, "static",
+                                                                                          static=True)}))
 
 
 @functools.lru_cache(maxsize=2)

@@ -78,7 +78,7 @@ CALLS = Cases("serving paged_attention", {
 
 
 @pytest.fixture(autouse=True)
-def borrowed(student):
+def paged_attention_borrows(student):
     """paged_attention and paged_to_csr call cu_seqlens, graded in varlen: a wrong one is lent (checks/lent.py)."""
     lent.lending(student, "paged_attention", PART, ref, PROBES)
 
