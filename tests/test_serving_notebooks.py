@@ -159,7 +159,7 @@ MISTAKES = [
     ("check_cu_seqlens", ("cu_seqlens", "dtype=torch.int32", "dtype=torch.int64"), (), "int32"),
     ("check_varlen_attention", ("varlen_attention", "tril(diagonal=S_k - S_q)", "tril(diagonal=0)"), (), "top-left"),
     ("check_varlen_attention", ("varlen_attention", "weights = torch.where(allowed.any(dim=-1)[:, None], weights, 0.0)", "pass"), (), "NaN"),
-    ("check_block_allocator", ("BlockAllocator", "self.free_queue.popleft()", "self.free_queue.pop()"), (), "least recently freed"),
+    ("check_block_allocator", ("BlockAllocator", "self.free_queue.pop(0)", "self.free_queue.pop()"), (), "least recently freed"),
     ("check_reshape_and_cache", ("reshape_and_cache", "real = slots >= 0", "real = slots >= -1"), (), "slot -1"),
     ("check_reshape_and_cache", ("reshape_and_cache", "block, offset = slots[real] // block_size, slots[real] % block_size", "block, offset = slots[real] % key_cache.shape[0], slots[real] // key_cache.shape[0]"), (), "swapped"),
     ("check_paged_kv_cache", ("PagedKVCache", "if needed > self.allocator.num_free:", "if needed > self.allocator.num_free + 99:"), (), "change nothing"),

@@ -26,6 +26,10 @@ HINTS = {
         "投影成 [T, H, D] 和 [T, H_kv, D]；在 `positions` 处旋转（对 [H, T, D] 调用 apply_rope）；把旋转后的键\n"
         "和值写进你这一层；再用 meta 里的张量调用 paged_attention；最后 W_o。",
     ),
+    "StepMeta.__init__": (
+        "keep the four tensors under these names (the layers read them as meta.cu_seqlens_q, ...).",
+        "用这四个名字保存这四个张量（各层按 meta.cu_seqlens_q 等名字读取）。",
+    ),
     "continuous_batching_generate": (
         "one loop iteration is one model step: decodes first, then prefill chunks, then admissions, under the\n"
         "token budget; sample where a request's last known token was computed; free finished requests at once.",
@@ -46,6 +50,8 @@ DOCSTRINGS_ZH = {
        for name, text in module.DOCSTRINGS_ZH.items() if name.split(".")[0] in PIECES},
     "PagedDecoderAttention": """打包的 token 和分页 KV 缓存上的 DecoderAttention。""",
     "PagedDecoderAttention.forward": """x [T, d_model]（打包的新 token）-> [T, d_model]；在 positions 处旋转，写入第 layer_idx 层，再做分页注意力。""",
+    "StepMeta": """模型一步里各分页层除输入之外要读的东西（由调度器构造）。""",
+    "StepMeta.__init__": """cu_seqlens_q [n + 1] int32，slot_mapping [T] int64，block_tables [n, max_blocks] 和 seq_lens [n]（本步之后）。""",
     "continuous_batching_generate": """迭代级调度下对每个请求做贪心生成；返回 (outputs, stats)。""",
     "static_batching_generate": """基线：按到达顺序分批，每批一步预填充，然后解码到这批里最长的请求结束。""",
 }
@@ -133,7 +139,8 @@ def cells():
            logits (a prefill chunk that ends before the prompt does samples nothing); one with
            `max_new_tokens` outputs is finished and **frees its blocks in the same step**.
 
-        `stats`: `steps`, `mixed_steps` (a decode and a prefill chunk in one step), `max_blocks_used`,
+        The step's `meta` is a small `StepMeta` object (its stub is in the cell, above the scheduler: keep the four
+        tensors it is given); the layers read its four fields. `stats`: `steps`, `mixed_steps` (a decode and a prefill chunk in one step), `max_blocks_used`,
         `tokens_per_step`, `prefill_tokens`. The grader counts these itself, from its model's calls.
 
         `static_batching_generate(model, prompts, max_new_tokens, cache, batch_size=4)` is the baseline: batches
@@ -150,12 +157,12 @@ def cells():
         4. 每个分块按这个顺序调用 `reserve(id, n, token_ids=...)`；然后调用**一次**模型；
         5. 如果一个请求最后一个已知 token 是在这一步算出来的，就把**那个 token** 的 logits 的 argmax 追加为输出（在提示词结束之前就结束的预填充分块不采样）；输出达到 `max_new_tokens` 个的请求就结束了，并且**在同一步里释放它的块**。
 
-        `stats`：`steps`、`mixed_steps`（同一步里既有解码又有预填充分块）、`max_blocks_used`、`tokens_per_step`、`prefill_tokens`。评分器会根据它的模型被调用的情况自己数一遍。
+        这一步的 `meta` 是一个小小的 `StepMeta` 对象（它的桩代码在单元格里、调度器的上面：把传给它的四个张量存下来）；各层读取它的四个字段。`stats`：`steps`、`mixed_steps`（同一步里既有解码又有预填充分块）、`max_blocks_used`、`tokens_per_step`、`prefill_tokens`。评分器会根据它的模型被调用的情况自己数一遍。
 
         `static_batching_generate(model, prompts, max_new_tokens, cache, batch_size=4)` 是基线：按到达顺序分批，每批一步预填充，然后一直解码到这批里最长的请求完成（已完成的行继续计算），再处理下一批。输出相同，`stats` 的键也相同。
         """),
         *written_cells("written_free_same_step"),
-        solution_cell("continuous_batching_generate", HINTS),
+        solution_cell("continuous_batching_generate", HINTS, ("StepMeta", "continuous_batching_generate")),
         check("check_continuous_batching(continuous_batching_generate, PagedDecoderAttention, PagedKVCache)",
               "check_continuous_batching"),
         solution_cell("static_batching_generate", HINTS),
