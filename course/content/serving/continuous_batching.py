@@ -217,6 +217,26 @@ def cells():
                           f"peak {stats['max_blocks_used']} blocks, {sum(max_new) / min(times):,.0f} tokens/s")
             print(f"same tokens both ways: {results['continuous'] == results['static']}")
         """),
+        md(r"""
+        The same model with prefix caching: six requests that share a 12-token system prompt, each with 1 to 4 tokens
+        of its own, on a 16-block pool. Requests admitted in the same step cannot hit the blocks another of them fills
+        in that step (every `add_sequence` of a step comes before its reserves; vLLM does not reuse blocks filled in the
+        same step either), so the count is a little above notebook 04's one-request-at-a-time figure.
+        """, r"""
+        同一个模型加上前缀缓存：六个请求共享一个 12 个 token 的系统提示词，每个请求自己另有 1 到 4 个 token，块池 16 个块。同一步里接纳的请求，命中不了其中另一个请求在这一步才填满的块（一步里所有的 `add_sequence` 都在 reserve 之前；vLLM 也不会重用同一步里刚填满的块），所以这个数比 notebook 04 里一个接一个时略多。
+        """),
+        demo("""
+        torch.manual_seed(1)
+        system = torch.randint(vocab, (12,)).tolist()
+        shared = [system + torch.randint(vocab, (n,)).tolist() for n in (3, 1, 2, 4, 2, 1)]
+        with uses_your_code(), torch.no_grad():
+            model = TinyModel().eval()  # the class of the cell above, fresh weights
+            for caching in (False, True):
+                cache = PagedKVCache(16, 4, 2, 8, num_layers=2, enable_prefix_caching=caching)
+                outputs, stats = continuous_batching_generate(model, shared, max_new, cache, token_budget=8, max_num_seqs=3)
+                print(f"prefix caching {str(caching):<5}: {stats['prefill_tokens']} of {sum(map(len, shared))} prompt "
+                      f"tokens computed, {stats['steps']} steps")
+        """),
         graded_cell("continuous_batching"),
         md(r"""
         ## 3. Pitfalls
@@ -239,6 +259,10 @@ def cells():
 
 
 DEMO_ZH = {
+    """f"prefix caching {str(caching):<5}: {stats['prefill_tokens']} of {sum(map(len, shared))} prompt \"""":
+        """f"前缀缓存 {str(caching):<5}：{sum(map(len, shared))} 个提示词 token 中计算了 {stats['prefill_tokens']} 个，\"""",
+    """f"tokens computed, {stats['steps']} steps\"""": """f"{stats['steps']} 步\"""",
+    "# the class of the cell above, fresh weights": "# 上面单元格里的类，重新初始化的权重",
     "# embeddings, two of your layers with residuals, an output head": "# 嵌入层、两层你的注意力层（带残差）、输出层",
     """f"{name:<10}: {stats['steps']:>2} steps ({stats['mixed_steps']} mixed), \"""":
         """f"{name:<10}：{stats['steps']:>2} 步（{stats['mixed_steps']} 个混合步），\"""",
