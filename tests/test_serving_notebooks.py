@@ -176,6 +176,8 @@ MISTAKES = [
     ("check_block_hashes", ("block_hashes", "range(0, len(ids) - block_size + 1, block_size)", "range(0, len(ids), block_size)"), (), "only full blocks"),
     ("check_prefix_caching", ("PagedKVCache", "ids[:len(ids) - 1]", "ids"), (), "last prompt token"),
     ("check_prefix_caching", ("PagedKVCache", "and self.allocator.refcount(table[-1]) > 1", "and False"), (), "copy-on-write"),
+    ("check_prefix_caching", ("PagedKVCache", "del self.block_of_hash[self.hash_of_block.pop(block)]", "pass"), (),
+     "leaves the hash map"),
     ("check_paged_decoder_attention", ("PagedDecoderAttention", "cache.k_cache[self.layer_idx], cache.v_cache[self.layer_idx]", "cache.k_cache[0], cache.v_cache[0]"), (), "layer 0"),
     ("check_continuous_batching", ("continuous_batching_generate", "logits[int(cu[i + 1]) - 1]", "logits[int(cu[i])]"), (S.PagedDecoderAttention, S.PagedKVCache), "greedy decoding"),
     ("check_sink_kv_cache", ("SinkKVCache", "k_all[..., :self.num_sink, :], k_all[..., -self.window:, :]", "k_all[..., -(self.window + self.num_sink):, :]"), (), "pure window"),
