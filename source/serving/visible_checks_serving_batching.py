@@ -92,8 +92,28 @@ def batching_checks(harness, attend64, close, ok):
         assert cache.block_table("A2")[:2] == cache.block_table("A")[:2], _("full shared blocks are never copied")
         assert torch.equal(cache.gather("A")[0], keys_a) and torch.equal(cache.gather("A2")[0][:11], keys_a), _(
             "after copy-on-write, A keeps its keys and A2 starts with a copy of them")
+        lru = PagedKVCache(4, 4, 1, 2, enable_prefix_caching=True)
+        lru.add_sequence("A", A[:9])
+        lru.reserve("A", 9, token_ids=A[:9])
+        freed = lru.block_table("A")
+        lru.free_sequence("A")
+        lru.add_sequence("X", [1, 2, 3])
+        lru.reserve("X", 3, token_ids=[1, 2, 3])
+        assert lru.block_table("X")[0] not in freed, _(
+            "a new sequence took a block of A's freed prefix while a never-used block was free: allocate from the head "
+            "of the free queue (never-used blocks first, then the least recently freed)")
+        assert lru.add_sequence("A again", A[:9]) == 8, _(
+            "A's freed prefix should still hit 8 tokens until its blocks are handed out again (lazy eviction)")
+        lru.free_sequence("A again")
+        lru.free_sequence("X")
+        lru.add_sequence("Y", list(range(16)))
+        lru.reserve("Y", 16, token_ids=list(range(16)))
+        lru.free_sequence("Y")
+        assert lru.add_sequence("A at last", A[:9]) == 0, _(
+            "after another sequence overwrote every block, A's prompt still hits: a block handed out again leaves the "
+            "hash map")
         ok(_("prefix caching: B hits 8 of A's tokens (4 blocks for both), the last token always computed, fork and "
-             "copy-on-write"))
+             "copy-on-write, LRU reuse and lazy eviction"))
 
     def _model(Layer, vocab, d_model):
         class Tiny(nn.Module):
