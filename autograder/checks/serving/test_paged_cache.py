@@ -19,7 +19,7 @@ _ = i18n.message
 
 H_KV, D, LAYERS = 2, 3, 2
 APPENDS = [("a", 3), ("b", 4), ("c", 5), ("a", 5), ("c", 5)]  # lengths 8, 4, 10: partial last blocks while they grow
-SLOTS = torch.tensor([13, -1, 2, 9, -1, 7])  # reshape_and_cache: two padding tokens
+SLOTS = torch.tensor([13, -1, 2, 9, -1, 7, 0])  # reshape_and_cache: two padding tokens, and slot 0
 RC_BLOCKS = 5
 
 
@@ -37,8 +37,9 @@ def _allocator_jobs(student) -> dict:
                                                              label="BlockAllocator.allocate")}, None)
     job = student.job()
     a = job.new("BlockAllocator", 4)
+    untouched = job.method(a, "refcount", 3)
     b = job.method(a, "allocate")
-    steps = {"incref": job.method(a, "incref", b), "two": job.method(a, "refcount", b),
+    steps = {"untouched": untouched, "incref": job.method(a, "incref", b), "two": job.method(a, "refcount", b),
              "free": job.method(a, "free", b), "one": job.method(a, "refcount", b),
              "free one": attribute(job, a, "num_free")}
     job.method(a, "free", b)
@@ -93,7 +94,7 @@ def _appends_job(student):
              "lens": {s: job.method(cache, "seq_len", s) for s in "abc"},
              "gather": {(s, layer): job.method(cache, "gather", s, layer) for s in "abc" for layer in range(LAYERS)},
              "used": job.method(cache, "blocks_used"),
-             "tables tensor": job.method(cache, "block_tables_tensor", ["a", "b", "c"]),
+             "tables tensor": job.method(cache, "block_tables_tensor", ["b", "c"]),
              "lens tensor": job.method(cache, "seq_lens_tensor", ["a", "b", "c"])}
     return job, steps, written
 
@@ -180,6 +181,9 @@ def test_allocator_raises_when_exhausted(student):
 def test_allocator_counts_owners(student):
     """incref adds an owner, free removes one; a block joins the free queue only when its last owner frees it"""
     run = ran(student)["refcounts"]
+    if _int(run.value("untouched"), "refcount") != 0:
+        raise expect.CheckFailure(_("a block that was never allocated has refcount {n}: every count starts at 0").format(
+            n=run.value("untouched")))
     got = [_int(run.value(k), "refcount / num_free") for k in ("two", "one", "free one")]
     if got[2] == 4 or got[1] == 0:
         raise expect.CheckFailure(_("a block with two owners went back to the free queue when one of them freed it: "
@@ -318,10 +322,12 @@ def test_tables_are_disjoint_and_blocks_counted(student):
     if _int(run.value("used"), "blocks_used()") != 6:
         raise expect.CheckFailure(_("blocks_used() is {n}, expected 6").format(n=run.value("used")))
     bt = run.value("tables tensor")
-    if not isinstance(bt, torch.Tensor) or bt.dim() != 2 or any(
-            bt[i, :len(tables[s])].tolist() != tables[s] for i, s in enumerate("abc")):
-        raise expect.CheckFailure(_("block_tables_tensor(['a', 'b', 'c']) should hold each table in its row"))
-    if int_list(run.value("lens tensor"), "seq_lens_tensor") != [8, 4, 10]:
+    if not isinstance(bt, torch.Tensor) or bt.dim() != 2 or bt.shape[0] != 2 or bt.shape[1] < 3 or any(
+            bt[i, :len(tables[s])].tolist() != tables[s] for i, s in enumerate("bc")):
+        raise expect.CheckFailure(_("block_tables_tensor(['b', 'c']) should be [2, at least 3]: each sequence's table "
+                                    "in its row, padded"))
+    lens = run.value("lens tensor")
+    if not isinstance(lens, torch.Tensor) or int_list(lens, "seq_lens_tensor") != [8, 4, 10]:
         raise expect.CheckFailure(_("seq_lens_tensor(['a', 'b', 'c']) should be [8, 4, 10]"))
 
 

@@ -21,6 +21,7 @@ _ = i18n.message
 
 PROMPT_A = [5, 9, 2, 7, 1, 3, 8, 6, 4, 0, 11]  # 11 tokens: two full blocks and a partial one
 PROMPT_B = PROMPT_A[:9] + [12, 13, 14]  # shares 9 tokens: two full blocks
+FORK_POOL, FORK_LEN = 8, 10  # the fork: a parent of two full blocks and a partial third
 HASHED = {
     "ten": list(range(10)), "thirteen": list(range(13)), "eight": list(range(8)), "seven": list(range(7)),
     "changed": [99] + list(range(1, 10)), "after 7": [7, 7, 7, 7, 1, 2, 3, 4], "after 8": [8, 8, 8, 8, 1, 2, 3, 4],
@@ -66,7 +67,9 @@ def _hit_job(student):
     cache = job.new("PagedKVCache", 10, BLOCK_SIZE, 1, 2, enable_prefix_caching=True)
     steps = {"A": job.method(cache, "add_sequence", "A", PROMPT_A)}
     ka, va = randn(g, 11, 1, 2), randn(g, 11, 1, 2)
-    write(job, cache, job.method(cache, "reserve", "A", 11, token_ids=PROMPT_A), 0, ka, va)
+    for start, stop in ((0, 5), (5, 11)):  # in two chunks, as a chunked prefill reserves them
+        write(job, cache, job.method(cache, "reserve", "A", stop - start, token_ids=PROMPT_A[start:stop]), 0,
+              ka[start:stop], va[start:stop])
     steps["B"] = job.method(cache, "add_sequence", "B", PROMPT_B)
     steps["table A"], steps["table B"] = job.method(cache, "block_table", "A"), job.method(cache, "block_table", "B")
     steps["refcount"] = job.method(attribute(job, cache, "allocator"), "refcount", steps["table A"][0])
@@ -74,6 +77,7 @@ def _hit_job(student):
           randn(g, 4, 1, 2))
     steps["gather A"] = job.method(cache, "gather", "A")
     steps["C"] = job.method(cache, "add_sequence", "C", PROMPT_A[:8])
+    steps["E"] = job.method(cache, "add_sequence", "E", PROMPT_A[:9])
     steps["D"] = job.method(cache, "add_sequence", "D", [PROMPT_A[0] + 1] + PROMPT_A[1:])
     return job, steps, (ka, va)
 
@@ -81,15 +85,15 @@ def _hit_job(student):
 def _fork_job(student):
     g = seeded(7)
     job = student.job()
-    cache = job.new("PagedKVCache", 6, BLOCK_SIZE, 1, 2, num_layers=2)
+    cache = job.new("PagedKVCache", FORK_POOL, BLOCK_SIZE, 1, 2, num_layers=2)
     job.method(cache, "add_sequence", "p")
-    parent = [(randn(g, 6, 1, 2), randn(g, 6, 1, 2)) for _ in range(2)]
-    slots = job.method(cache, "reserve", "p", 6)
+    parent = [(randn(g, FORK_LEN, 1, 2), randn(g, FORK_LEN, 1, 2)) for _ in range(2)]
+    slots = job.method(cache, "reserve", "p", FORK_LEN)
     for layer, (k, v) in enumerate(parent):
         write(job, cache, slots, layer, k, v)
     job.method(cache, "fork", "p", "c")
     steps = {"parent table": job.method(cache, "block_table", "p"), "child table": job.method(cache, "block_table", "c")}
-    steps["refcount"] = job.method(attribute(job, cache, "allocator"), "refcount", steps["parent table"][1])
+    steps["refcount"] = job.method(attribute(job, cache, "allocator"), "refcount", steps["parent table"][-1])
     child_token = [(randn(g, 1, 1, 2), randn(g, 1, 1, 2)) for _ in range(2)]
     slots = job.method(cache, "reserve", "c", 1)
     for layer, (k, v) in enumerate(child_token):
@@ -105,6 +109,30 @@ def _fork_job(student):
         for layer in range(2):
             steps[(seq, layer)] = job.method(cache, "gather", seq, layer)
     return job, steps, (parent, child_token, parent_token)
+
+
+def _fork_full_job(student):
+    """A parent whose last block is full: the child's append goes to a new block, nothing is copied."""
+    job = student.job()
+    cache = job.new("PagedKVCache", 6, BLOCK_SIZE, 1, 2)
+    job.method(cache, "add_sequence", "p")
+    job.method(cache, "reserve", "p", 8)
+    job.method(cache, "fork", "p", "c")
+    job.method(cache, "reserve", "c", 1)
+    return job, {"parent": job.method(cache, "block_table", "p"), "child": job.method(cache, "block_table", "c"),
+                 "free": attribute(job, attribute(job, cache, "allocator"), "num_free")}, None
+
+
+def _order_job(student):
+    """A pool of 4: A (3 blocks) freed last block first, then X takes 2 blocks: A's tail goes, its head stays."""
+    job = student.job()
+    cache = job.new("PagedKVCache", 4, BLOCK_SIZE, 1, 2, enable_prefix_caching=True)
+    job.method(cache, "add_sequence", "A", PROMPT_A)
+    job.method(cache, "reserve", "A", 11, token_ids=PROMPT_A)
+    job.method(cache, "free_sequence", "A")
+    job.method(cache, "add_sequence", "X")
+    job.method(cache, "reserve", "X", 8)
+    return job, {"hit": job.method(cache, "add_sequence", "A2", PROMPT_A)}, None
 
 
 def _lru_job(student):
@@ -127,7 +155,8 @@ def _lru_job(student):
 
 def ran(student) -> dict[str, Ran]:
     return student.once("serving prefix_sharing", lambda: send(student, {
-        "hit": _hit_job(student), "fork": _fork_job(student), "lru": _lru_job(student)}))
+        "hit": _hit_job(student), "fork": _fork_job(student), "fork full": _fork_full_job(student),
+        "lru": _lru_job(student), "order": _order_job(student)}))
 
 
 def _count(run, key: str, what: str) -> int:
@@ -168,6 +197,9 @@ def test_a_shared_prompt_prefix_hits_its_full_blocks(student):
         raise expect.CheckFailure(_("an 8-token prompt whose two blocks are cached hit {n}: at most len(prompt) - 1 "
                                     "tokens count as cached (the last prompt token is always computed: its logits "
                                     "give the first output), so 4").format(n=whole))
+    if _count(run, "E", "add_sequence") != 8:
+        raise expect.CheckFailure(_("a 9-token prompt whose first two blocks are cached hit {n}: its first 8 tokens "
+                                    "are cached (at most len(prompt) - 1 = 8), so 8").format(n=run.value("E")))
     if _count(run, "D", "add_sequence") != 0:
         raise expect.CheckFailure(_("a prompt whose first token differs hit {n} tokens: chained hashes make every "
                                     "block depend on the first").format(n=run.value("D")))
@@ -185,10 +217,12 @@ def test_fork_shares_blocks_and_copies_a_shared_partial_block_on_write(student):
         raise expect.CheckFailure(_("fork without incref: the shared blocks have refcount {n}, expected 2").format(
             n=run.value("refcount")))
     child_after, parent_after = (int_list(run.value(k), "block_table") for k in ("child after", "parent after"))
-    if child_after[0] != parent_after[0]:
+    full = ran(student)["fork full"]
+    full_parent, full_child = (int_list(full.value(k), "block_table") for k in ("parent", "child"))
+    if child_after[:-1] != parent_after[:-1] or full_child[:2] != full_parent or full.value("free") != 3:
         raise expect.CheckFailure(_("the full first block was copied: full shared blocks are never copied, only a "
                                     "partly filled last block that someone else owns"))
-    if child_after[1] == parent_after[1]:
+    if child_after[-1] == parent_after[-1]:
         raise expect.CheckFailure(_("no copy-on-write: the child appended into the parent's partly filled block "
                                     "(refcount 2): copy it into a fresh block first (all layers) and drop one "
                                     "reference to the old"))
@@ -202,9 +236,11 @@ def test_fork_shares_blocks_and_copies_a_shared_partial_block_on_write(student):
                          atol=0, rtol=0, mistakes={_(
                              "the copied block lost the parent's keys of this layer: copy-on-write copies the block "
                              "in every layer"): torch.cat([torch.zeros_like(prefix[0]), token[0]])})
-    if run.value("free") != 3:
-        raise expect.CheckFailure(_("6 blocks, the parent's 2 and one copy in use: num_free is {n}, expected 3 (the "
-                                    "parent, sole owner after the copy, writes in place)").format(n=run.value("free")))
+    want = FORK_POOL - -(-FORK_LEN // BLOCK_SIZE) - 1
+    if run.value("free") != want:
+        raise expect.CheckFailure(_("{pool} blocks, the parent's {blocks} and one copy in use: num_free is {n}, expected "
+                                    "{want} (the parent, sole owner after the copy, writes in place)").format(
+            pool=FORK_POOL, blocks=-(-FORK_LEN // BLOCK_SIZE), n=run.value("free"), want=want))
 
 
 @pytest.mark.points(4)
@@ -217,6 +253,11 @@ def test_freed_prefixes_stay_findable_until_their_blocks_are_reused(student):
                                     "{n}. A freed block keeps its hash until allocate hands it out again, and "
                                     "allocate takes the never-used blocks first, then the least recently freed (a "
                                     "LIFO free list evicts the freshest prefix first)").format(n=hit))
+    if _count(ran(student)["order"], "hit", "add_sequence") != 8:
+        raise expect.CheckFailure(_("free_sequence frees a table's blocks last to first, so that a prefix's tail is "
+                                    "evicted before its head: after A was freed and X took 2 of 4 blocks, A's first "
+                                    "two blocks should still hit 8 tokens, got {n}").format(
+            n=ran(student)["order"].value("hit")))
     if _count(run, "evicted", "add_sequence") != 0:
         raise expect.CheckFailure(_("every block was reused for other tokens, yet A's prompt still hit: a block "
                                     "leaves the hash map when allocate hands it out again (a stale hash)"))
