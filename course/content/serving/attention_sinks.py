@@ -1,5 +1,5 @@
 """Notebook 06 of `serving`: StreamingLLM's attention sinks (a bounded cache, positions re-assigned inside it)."""
-from course.cells import check, demo, graded_cell, md, setup, solution
+from course.cells import check, demo, graded_cell, md, recipe, setup, solution
 from course.content.generation import decoder
 from course.content.serving.cells import solution_cell
 from course.content.written import written_cells
@@ -25,6 +25,37 @@ HINTS = {
         "of those positions; bottom-right causal, grouped heads.",
         "追加**未旋转**的键；然后把所有保留的键按 0 .. n - 1 旋转，查询按其中最后 S_new 个位置旋转；\n"
         "右下对齐的因果掩码，分组的头。",
+    ),
+}
+
+RECIPES = {
+    "SinkKVCache": (
+        """
+        `append`: with `S_new = k.shape[-2]`, raise `ValueError` first when `S_new > window` and
+        `len(self) + S_new > num_sink + window`. Concatenate along dim -2; when the result holds more than
+        `num_sink + window` positions, keep `torch.cat([x[..., :num_sink, :], x[..., -window:, :]], dim=-2)` (keys and
+        values). Store and return both. `__len__`: 0 while empty, else `self.k.shape[-2]`.
+        """,
+        """
+        `append`：设 `S_new = k.shape[-2]`，当 `S_new > window` 且 `len(self) + S_new > num_sink + window` 时先抛出
+        `ValueError`。沿 dim -2 拼接；结果超过 `num_sink + window` 个位置时，保留
+        `torch.cat([x[..., :num_sink, :], x[..., -window:, :]], dim=-2)`（键和值都这样）。存下并返回两者。
+        `__len__`：为空时是 0，否则是 `self.k.shape[-2]`。
+        """,
+    ),
+    "SinkDecoderAttention": (
+        """
+        1. Project and split heads as `DecoderAttention` does (`[B, H, S_new, D]`, `[B, H_kv, S_new, D]`), no RoPE yet.
+        2. `k, v = cache.append(k, v)`; `n = k.shape[-2]`; `positions = torch.arange(n)`.
+        3. `k = apply_rope(k, positions)`, `q = apply_rope(q, positions[n - S_new:])`.
+        4. Grouped heads, scores, the mask `tril(diagonal=n - S_new)`, softmax, `@ v`, merge heads, `W_o`.
+        """,
+        """
+        1. 像 `DecoderAttention` 那样投影并拆分多头（`[B, H, S_new, D]`、`[B, H_kv, S_new, D]`），先不做 RoPE。
+        2. `k, v = cache.append(k, v)`；`n = k.shape[-2]`；`positions = torch.arange(n)`。
+        3. `k = apply_rope(k, positions)`，`q = apply_rope(q, positions[n - S_new:])`。
+        4. 分组的头、分数、掩码 `tril(diagonal=n - S_new)`、softmax、`@ v`、合并多头、`W_o`。
+        """,
     ),
 }
 
@@ -88,6 +119,7 @@ def cells():
 
         如果一段输入会把它自己的一部分新键淘汰掉（缓存将要溢出时，新 token 多于 `window` 个），就在改动任何东西之前抛出 `ValueError`：第一段提示词最多 `num_sink + window` 个 token 可以整段接受，更长的要分段输入，每段至多 `window` 个 token。（在多层模型里，分段会让结果略微依赖于怎么分段：后面一层的键取决于前面一层当时还能看到哪些 token。）
         """),
+        recipe("SinkKVCache", RECIPES),
         solution("SinkKVCache", HINTS),
         check("check_sink_kv_cache(SinkKVCache)", "check_sink_kv_cache"),
         md(r"""
@@ -119,6 +151,7 @@ def cells():
         本作业照 StreamingLLM 的做法：缓存存的是 RoPE **之前**的键，每一步 `SinkDecoderAttention` 把所有保留的键按 `0 .. len(cache) - 1` 旋转，把 `S_new` 个查询按其中最后 `S_new` 个位置旋转，右下对齐的因果掩码，分组的头。于是每一步都等于在保留的 token 上、按位置 `0 .. n - 1` 重新做一次稠密计算：这是一个精确的对照。这是课程里唯一一处 `generation` 的规则"缓存旋转后的键"是错的地方：中间被淘汰时，保留下来的键的位置会变。（Hugging Face 以前的 `SinkCache` 缓存旋转后的键，每次移位时再旋转一次，舍入误差会累积。）保留原始位置，是*训练时*就用滑动窗口的模型（Mistral）的做法：即 `efficient` 的 `sliding_window` 再加上汇点；在这里，它是检查会点名的错误。
         """),
         *written_cells("written_sink_positions"),
+        recipe("SinkDecoderAttention", RECIPES),
         solution_cell("SinkDecoderAttention", HINTS, (*PIECES, "SinkDecoderAttention")),
         check("check_sink_decoder_attention(SinkDecoderAttention, SinkKVCache)", "check_sink_decoder_attention"),
         md(r"""

@@ -1,5 +1,5 @@
 """Notebook 05 of `serving`: a decoder layer on the paged cache, and a scheduler that batches at every step."""
-from course.cells import check, demo, graded_cell, md, setup
+from course.cells import check, demo, graded_cell, md, recipe, setup
 from course.content.generation import decoder
 from course.content.serving import paged_attention, paged_cache, prefix_sharing, varlen
 from course.content.serving.cells import solution_cell
@@ -41,6 +41,44 @@ HINTS = {
         "until the batch's longest request is done; free the batch, then the next.",
         "按到达顺序每 batch_size 个组成一批：一步算完整个提示词，然后每行每步一个 token，\n"
         "直到这一批里最长的请求完成；释放这一批，再处理下一批。",
+    ),
+}
+
+RECIPES = {
+    "PagedDecoderAttention": (
+        """
+        1. `q = self.W_q(x).view(T, H, D)`, `k`, `v` likewise with `H_kv` heads.
+        2. `q = apply_rope(q.transpose(0, 1), positions, self.rope_base).transpose(0, 1)`, the same for `k`.
+        3. `key_cache, value_cache = cache.k_cache[self.layer_idx], cache.v_cache[self.layer_idx]`;
+           `reshape_and_cache(k, v, key_cache, value_cache, meta.slot_mapping)`.
+        4. `out = paged_attention(q, key_cache, value_cache, meta.block_tables, meta.seq_lens, meta.cu_seqlens_q)`;
+           return `self.W_o(out.reshape(T, d_model))`.
+        """,
+        """
+        1. `q = self.W_q(x).view(T, H, D)`，`k`、`v` 同理，头数为 `H_kv`。
+        2. `q = apply_rope(q.transpose(0, 1), positions, self.rope_base).transpose(0, 1)`，`k` 也一样。
+        3. `key_cache, value_cache = cache.k_cache[self.layer_idx], cache.v_cache[self.layer_idx]`；
+           `reshape_and_cache(k, v, key_cache, value_cache, meta.slot_mapping)`。
+        4. `out = paged_attention(q, key_cache, value_cache, meta.block_tables, meta.seq_lens, meta.cu_seqlens_q)`；
+           返回 `self.W_o(out.reshape(T, d_model))`。
+        """,
+    ),
+    "continuous_batching_generate": (
+        """
+        Keep per request its known tokens (prompt, then outputs), `done` (tokens computed) and `outputs`; `waiting`
+        and `running` lists. Each step: build `chunks = [(r, n), ...]` by rules 1-3 (decodes, prompts, admissions,
+        with `budget` counting down); reserve each chunk's slots with the tokens `tokens[r][done[r]:done[r] + n]`;
+        `positions` are `arange(done[r], done[r] + n)` per chunk; one `model(...)` call with a `StepMeta`; then for
+        chunk `i`, `done[r] += n`, and when `done[r] == len(tokens[r])` append the argmax of row `cu[i + 1] - 1`;
+        free and remove a request with all its outputs. Count the stats as you go.
+        """,
+        """
+        为每个请求记下它已知的 token（提示词，然后是输出）、`done`（已计算的 token 数）和 `outputs`；再用两个列表
+        `waiting` 和 `running`。每一步：按规则 1-3 构造 `chunks = [(r, n), ...]`（解码、提示词、接纳，`budget` 随之递减）；
+        用 `tokens[r][done[r]:done[r] + n]` 为每个分块预留槽位；每个分块的 `positions` 是 `arange(done[r], done[r] + n)`；
+        带一个 `StepMeta` 调用一次 `model(...)`；然后对第 `i` 个分块 `done[r] += n`，当 `done[r] == len(tokens[r])` 时
+        追加第 `cu[i + 1] - 1` 行的 argmax；输出已满的请求释放并移出。统计量边算边记。
+        """,
     ),
 }
 
@@ -117,6 +155,7 @@ def cells():
 
         在 `positions` 处旋转查询和键（对打包的 `[T, H, D]`，在 `x.transpose(0, 1)` 上调用 `apply_rope`：它的序列维度是 -2），用 `reshape_and_cache` 把**旋转后**的键和值写进第 `layer_idx` 层，再调用 `paged_attention`。这一层从不调用 `reserve`：调度器已经为这一步调用过一次，每一层都往它自己那一层的相同槽位里写。
         """),
+        recipe("PagedDecoderAttention", RECIPES),
         solution_cell("PagedDecoderAttention", HINTS, (*PIECES, "PagedDecoderAttention")),
         check("check_paged_decoder_attention(PagedDecoderAttention)", "check_paged_decoder_attention"),
         md(r"""
@@ -162,6 +201,7 @@ def cells():
         `static_batching_generate(model, prompts, max_new_tokens, cache, batch_size=4)` 是基线：按到达顺序分批，每批一步预填充，然后一直解码到这批里最长的请求完成（已完成的行继续计算），再处理下一批。输出相同，`stats` 的键也相同。
         """),
         *written_cells("written_free_same_step"),
+        recipe("continuous_batching_generate", RECIPES),
         solution_cell("continuous_batching_generate", HINTS, ("StepMeta", "continuous_batching_generate")),
         check("check_continuous_batching(continuous_batching_generate, PagedDecoderAttention, PagedKVCache)",
               "check_continuous_batching"),

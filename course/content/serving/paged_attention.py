@@ -127,10 +127,10 @@ def cells():
         md(r"""
         One mixed call, the shape of a server's step: chunks `[3, 1, 5, 4, 1]` of sequences `[7, 1, 12, 4, 9]` (a
         fresh prefill of 4, decodes, chunks in the middle of prompts), blocks of 4 scattered over a pool of 24.
-        The cell compares your output with dense attention per sequence and counts what the call reads against a
-        padded `[B, max_len]` cache.
+        Every slot nobody may read holds NaN. The cell compares your output with dense attention on each sequence's keys
+        before they were scattered, and counts what the call reads against a padded `[B, max_len]` cache.
         """, r"""
-        一次混合调用，也就是推理服务一步的样子：序列 `[7, 1, 12, 4, 9]` 的分块 `[3, 1, 5, 4, 1]`（一个长度为 4 的全新预填充、若干解码、提示词中间的分块），块大小为 4，分散在 24 个块的块池里。这个单元格把你的输出和逐序列的稠密注意力做比较，并把这次调用读取的量与填充的 `[B, max_len]` 缓存做对比。
+        一次混合调用，也就是推理服务一步的样子：序列 `[7, 1, 12, 4, 9]` 的分块 `[3, 1, 5, 4, 1]`（一个长度为 4 的全新预填充、若干解码、提示词中间的分块），块大小为 4，分散在 24 个块的块池里。所有不该读的槽位里都是 NaN。这个单元格把你的输出和在每条序列分散写入之前的键上做的稠密注意力做比较，并把这次调用读取的量与填充的 `[B, max_len]` 缓存做对比。
         """),
         demo("""
         torch.manual_seed(0)
@@ -138,13 +138,18 @@ def cells():
         pages = [-(-n // bs) for n in seq_lens]
         order = torch.randperm(24).tolist()  # scattered physical blocks
         tables = [order[sum(pages[:b]) : sum(pages[: b + 1])] for b in range(5)]
-        k_cache, v_cache = torch.randn(24, bs, H_kv, D), torch.randn(24, bs, H_kv, D)
+        k_cache, v_cache = torch.full((24, bs, H_kv, D), float("nan")), torch.full((24, bs, H_kv, D), float("nan"))
+        keys = [torch.randn(n, H_kv, D) for n in seq_lens]  # each sequence's keys and values, as a dense tensor
+        values = [torch.randn(n, H_kv, D) for n in seq_lens]
+        for b, n in enumerate(seq_lens):  # scattered into the pool, token p at block tables[b][p // bs], row p % bs
+            for p in range(n):
+                k_cache[tables[b][p // bs], p % bs], v_cache[tables[b][p // bs], p % bs] = keys[b][p], values[b][p]
         block_tables = torch.tensor([t + [0] * (max(pages) - len(t)) for t in tables], dtype=torch.int32)
         q = torch.randn(sum(q_lens), H, D)
         expected = []
-        for b, (m, n) in enumerate(zip(q_lens, seq_lens)):  # dense attention over the gathered keys, in float64
-            k = k_cache[tables[b]].flatten(0, 1)[:n].double().repeat_interleave(H // H_kv, 1)
-            v = v_cache[tables[b]].flatten(0, 1)[:n].double().repeat_interleave(H // H_kv, 1)
+        for b, (m, n) in enumerate(zip(q_lens, seq_lens)):  # dense attention on the dense tensors, in float64
+            k = keys[b].double().repeat_interleave(H // H_kv, 1)
+            v = values[b].double().repeat_interleave(H // H_kv, 1)
             qb = q[sum(q_lens[:b]) : sum(q_lens[: b + 1])].double()
             mask = torch.ones(m, n, dtype=torch.bool).tril(n - m)
             expected.append(F.scaled_dot_product_attention(qb.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
@@ -211,7 +216,9 @@ def cells():
 
 DEMO_ZH = {
     "# scattered physical blocks": "# 分散的物理块",
-    "# dense attention over the gathered keys, in float64": "# 在收集起来的键上做稠密注意力，float64",
+    "# each sequence's keys and values, as a dense tensor": "# 每条序列的键和值，先放在一个稠密张量里",
+    "# scattered into the pool, token p at block tables[b][p // bs], row p % bs": "# 再分散写进块池：token p 写到第 tables[b][p // bs] 块、第 p % bs 行",
+    "# dense attention on the dense tensors, in float64": "# 在稠密张量上做稠密注意力，float64",
     'f"one mixed call vs dense attention per sequence: largest difference "': 'f"一次混合调用与逐序列的稠密注意力相比：最大差值 "',
     'f"key slots read: {sum(seq_lens)} in {sum(pages)} blocks; a padded [B, max_len] cache: "':
         'f"读取的键槽位：{sum(seq_lens)} 个，分布在 {sum(pages)} 个块里；填充的 [B, max_len] 缓存："',
