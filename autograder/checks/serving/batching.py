@@ -91,3 +91,24 @@ def counts(calls: list[dict], requests: list[list[int]], expected: list[list[int
         steps["prefill_tokens"] += prompt
         steps["mixed_steps"] += int(prompt > 0 and decode > 0)
     return steps
+
+
+class _Silent:
+    """A model whose logits are all zero: the schedule (tokens per step) depends on lengths only."""
+
+    def __call__(self, tokens, positions, meta, cache):
+        return torch.zeros(len(tokens), VOCAB)
+
+
+def schedule(reference, prefix: bool = False, static: bool = False) -> list[int]:
+    """The tokens of each step under the contract's policy (the reference scheduler, run here on lengths only)."""
+    requests = prompts(prefix)
+    blocks = STATIC_POOL if static else PREFIX_POOL if prefix else POOL
+    cache = reference.PagedKVCache(blocks, BLOCK_SIZE, H_KV, HEAD_DIM, num_layers=1, enable_prefix_caching=prefix)
+    if static:
+        _out, stats = reference.static_batching_generate(_Silent(), requests, list(NEW_TOKENS), cache,
+                                                         batch_size=MAX_NUM_SEQS)
+    else:
+        _out, stats = reference.continuous_batching_generate(_Silent(), requests, list(NEW_TOKENS), cache,
+                                                             token_budget=TOKEN_BUDGET, max_num_seqs=MAX_NUM_SEQS)
+    return list(stats["tokens_per_step"])

@@ -280,6 +280,17 @@ def same_outputs(outputs, want, what: str) -> None:
                                 "layer_idx?").format(what=what, r=r, got=got[r], want=list(want[r])))
 
 
+def follows_the_policy(counts: dict, key: str) -> None:
+    """The steps the grader counted are those of the contract's fixed policy (tokens per step, step by step)."""
+    want = bt.schedule(ref, prefix=key == "prefix", static=key == "static")
+    if counts["tokens_per_step"] != want:
+        raise expect.CheckFailure(_("the model was given {got} tokens step by step; the contract's policy gives {want}: "
+                                    "each step, every running request with an output decodes 1 token, then prompts "
+                                    "being prefilled get chunks oldest first, then waiting requests are admitted in "
+                                    "order while budget, max_num_seqs and the free blocks allow").format(
+            got=counts["tokens_per_step"], want=want))
+
+
 def stats_agree(stats: dict, counts: dict) -> None:
     for key in ("steps", "mixed_steps", "prefill_tokens", "max_blocks_used"):
         if stats.get(key) != counts[key]:
@@ -312,6 +323,7 @@ def test_continuous_batching_mixes_steps_and_frees_every_block(student):
                                     "(free_sequence) in the step it finishes").format(n=bt.POOL - free
                                                                                       if isinstance(free, int) else "?"))
     stats_agree(stats, counts)
+    follows_the_policy(counts, "continuous")
 
 
 @pytest.mark.points(4)
@@ -325,6 +337,7 @@ def test_prefix_caching_computes_a_shared_system_prompt_once(student):
                                     "many are cached, and those are skipped").format(n=counts["prefill_tokens"],
                                                                                      held=held))
     stats_agree(stats, counts)
+    follows_the_policy(counts, "prefix")
 
 
 @pytest.mark.points(4)
@@ -340,5 +353,10 @@ def test_static_batching_gives_the_same_tokens_in_more_steps(student):
     if stats.get("steps") != counts["steps"]:
         raise expect.CheckFailure(_("stats['steps'] is {got}, the grader counted {want}").format(
             got=stats.get("steps"), want=counts["steps"]))
+    if counts["tokens_per_step"] != bt.schedule(ref, static=True):
+        raise expect.CheckFailure(_("static batching gave the model {got} tokens step by step, expected {want}: each "
+                                    "batch of batch_size requests in arrival order, its prompts in one step, then one "
+                                    "token per request per step until its longest request is done").format(
+            got=counts["tokens_per_step"], want=bt.schedule(ref, static=True)))
 
 
