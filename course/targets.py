@@ -7,7 +7,7 @@ from pathlib import Path
 
 from autograder.foundation import spec
 from course import content
-from course.content import efficient, generation, real_models
+from course.content import efficient, generation, real_models, serving
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,6 +55,9 @@ _REAL_MODELS_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_r
                         "visible_checks_real_models_interface.py":
                             REPO / "course" / "visible_checks_real_models_interface.py",
                         **_SHARED_SUPPORT}
+_SERVING_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_serving.py",
+                    "visible_checks_serving_batching.py": REPO / "course" / "visible_checks_serving_batching.py",
+                    **_SHARED_SUPPORT}
 # The visible checks' messages in Chinese (one catalog for every assignment's visible checks).
 _ZH_CATALOGS = {"locale/zh_CN/LC_MESSAGES/visible_checks.mo":
                 REPO / "course" / "locale" / "zh_CN" / "LC_MESSAGES" / "visible_checks.po"}
@@ -73,6 +76,9 @@ TARGETS = (
     Target("real_models", real_models.MODULES, _REAL_MODELS_SUPPORT, _SOLVED / "real_models"),
     Target(spec.edition_id("real_models", "zh"), real_models.MODULES, _REAL_MODELS_SUPPORT,
            _SOLVED / "real_models" / "zh", "zh", _ZH_CATALOGS),
+    Target("serving", serving.MODULES, _SERVING_SUPPORT, _SOLVED / "serving"),
+    Target(spec.edition_id("serving", "zh"), serving.MODULES, _SERVING_SUPPORT, _SOLVED / "serving" / "zh", "zh",
+           _ZH_CATALOGS),
 )
 TARGET_BY_ID = {t.id: t for t in TARGETS}
 # The first assignment's folders, under the names the tests and the demo use.

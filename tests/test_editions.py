@@ -20,12 +20,12 @@ import pytest
 from autograder.foundation import spec
 from course import build, catalogs, content
 from course.cells import hint_text, md
-from course.content import efficient, generation
+from course.content import efficient, generation, serving
 from course.editions import LANG_METADATA_KEY, docstring_owners, missing_texts, with_docstrings
 
 REPO = build.REPO
 CJK = re.compile(r"[\u4e00-\u9fff]")
-MODULES = content.MODULES + generation.MODULES + efficient.MODULES
+MODULES = content.MODULES + generation.MODULES + efficient.MODULES + serving.MODULES
 MODULE_IDS = [m.__name__.rpartition("content.")[2] for m in MODULES]
 # (English edition, Chinese edition) of each assignment.
 PAIRS = [(build.TARGET_BY_ID[a], build.TARGET_BY_ID[spec.edition_id(a, "zh")]) for a in spec.ASSIGNMENTS]
@@ -278,8 +278,8 @@ def test_the_measure_of_untranslated_output_flags_the_english_editions_printing_
 # Printed tables: a column that lines up in English lines up in Chinese too, on screen
 # --------------------------------------------------------------------------- #
 
-# The assignments whose Chinese tables are held to it (English edition ids): all four.
-TABLE_ALIGNED = {"generation", "self_attention", "efficient", "real_models"}
+# The assignments whose Chinese tables are held to it (English edition ids): all five.
+TABLE_ALIGNED = {"generation", "self_attention", "efficient", "real_models", "serving"}
 _FIELD = re.compile(r"(?:(?<=\S) {2,}|[:：] *)(?=\S)")  # what a column of a printed table starts after: a gap, a colon
 
 

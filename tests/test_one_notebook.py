@@ -50,7 +50,8 @@ def graded_alone(path, grader, monkeypatch, capfd) -> dict:
 
 @pytest.mark.parametrize("assignment, notebook", [("self_attention", "01_scores"), ("generation", "01_positions"),
                                                   ("efficient", "03_linear"), ("real_models", "03_llama"),
-                                                  ("real_models", "04_interface")])
+                                                  ("real_models", "04_interface"),
+                                                  ("serving", "05_continuous_batching")])
 def test_one_solved_notebook_grades_exactly_its_own_parts_at_full_marks(assignment, notebook, grader, monkeypatch,
                                                                        capfd):
     folder = SOLVED if assignment == "self_attention" else SOLVED / assignment

@@ -1,4 +1,4 @@
-"""The written questions of the three assignments (graded by hand in formgrader), in both languages.
+"""The written questions of the assignments (graded by hand in formgrader), in both languages.
 
 Each sits where the student has just seen the evidence (or, for a prediction, right before the cell that
 shows it), and asks for a prediction or an explanation that the notebook's own output can confirm. A content
@@ -6,6 +6,7 @@ module places one with `*written_cells("grade_id")`. Their points come on top of
 assignment (course/cells.py: Written; README: "Written questions").
 """
 from course.cells import Cell, Written, written
+from course.content import written_serving
 
 # The questions of each assignment, in the order they are numbered in its notebooks.
 ASSIGNMENT_QUESTIONS = {
@@ -13,6 +14,7 @@ ASSIGNMENT_QUESTIONS = {
     "generation": ("written_decode_alignment", "written_rotated_keys", "written_left_padding"),
     "efficient": ("written_online_rescale", "written_memory_prediction", "written_recompute"),
     "real_models": ("written_conv1d_axis", "written_double_mask", "written_permute_values", "written_mask_function"),
+    "serving": written_serving.ORDER,
 }
 
 QUESTIONS = {q.grade_id: q for q in (
@@ -431,6 +433,7 @@ QUESTIONS = {q.grade_id: q for q in (
               "function by itself.",
               "没有作答，最多答对一点，或认为模型会为任何函数自己构造好因果掩码。"),
     ),
+    *written_serving.QUESTIONS,
 )}
 
 

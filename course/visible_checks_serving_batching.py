@@ -1,0 +1,291 @@
+"""The visible checks of notebooks 04 to 06 of `serving`: prefix caching, the paged decoder layer and its scheduler,
+attention sinks.
+
+visible_checks.py (course/visible_checks_serving.py) builds them on its harness with `batching_checks`, so that they
+speak the notebook's language and name the student's line like the others; they live here to keep each file short.
+Pure torch: the yardstick is a dense pass in float64 (RoPE on neighbour pairs at each token's position, grouped heads,
+bottom-right causal), never a reference implementation.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+import torch.nn as nn
+
+
+def rope64(x, positions, base=10000.0):
+    """x [..., S, D] rotated in float64, pair (2i, 2i + 1) by positions * base^(-2i / D)."""
+    D = x.shape[-1]
+    angle = positions.double()[:, None] * base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    a, b = x.double()[..., 0::2], x.double()[..., 1::2]
+    return torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), dim=-1).flatten(-2)
+
+
+def dense_layer(layer, x, positions, attend64, H):
+    """One sequence x [S, d_model] through the layer's weights in float64 (H query heads), keys and queries rotated
+    at `positions`: DecoderAttention's computation, written out."""
+    head_dim = layer.W_q.out_features // H
+    H_kv = layer.W_k.out_features // head_dim
+    x = x.double()
+    q = (x @ layer.W_q.weight.double().T).view(-1, H, head_dim)
+    k = (x @ layer.W_k.weight.double().T).view(-1, H_kv, head_dim)
+    v = (x @ layer.W_v.weight.double().T).view(-1, H_kv, head_dim)
+    q, k = rope64(q.transpose(0, 1), positions).transpose(0, 1), rope64(k.transpose(0, 1), positions).transpose(0, 1)
+    return attend64(q, k, v).flatten(1) @ layer.W_o.weight.double().T
+
+
+def batching_checks(harness, attend64, close, ok):
+    """The checks of notebooks 04-06, on the harness of visible_checks.py."""
+    _ = harness.gettext
+
+    @harness.check("block_hashes")
+    def check_block_hashes(block_hashes) -> None:
+        hashes = harness.watch(block_hashes, "block_hashes")
+        tokens = list(range(10, 21))  # 11 tokens: two full blocks of 4 and a partial one
+        got = list(hashes(tokens, 4))
+        assert len(got) == 2, _("11 tokens in blocks of 4 have {n} hashes, expected 2: only full blocks are hashed "
+                                "(the partial last block has none)").format(n=len(got))
+        assert list(hashes(tokens[:8], 4)) == got, _("the hashes of a prompt's first 8 tokens should equal the first two "
+                                                     "hashes of the longer prompt")
+        assert list(hashes(torch.tensor(tokens), 4)) == got, _("a 1-D tensor of token ids should hash like the list")
+        changed = list(hashes([99] + tokens[1:], 4))
+        assert changed[1] != got[1], _(
+            "changing a token of block 0 left block 1's hash unchanged: chain the hashes, h_i = hash((h_{i-1}, block_i))")
+        after = [list(hashes(prefix + [7, 7, 7, 7], 4))[1] for prefix in ([1, 2, 3, 4], [5, 6, 7, 8])]
+        assert after[0] != after[1], _("the same block after different prefixes hashes the same: chain the hashes")
+        ok(_("block_hashes: full blocks only, chained, a longer prompt extends its prefix's hashes"))
+
+    @harness.check("PagedKVCache")
+    def check_prefix_caching(PagedKVCache) -> None:
+        A = list(range(100, 111))
+        B = A[:9] + [7, 8, 9]
+        cache = PagedKVCache(16, 4, 1, 2, enable_prefix_caching=True)
+        assert cache.add_sequence("A", A) == 0, _("an empty cache has no hit")
+        slots = torch.as_tensor(cache.reserve("A", 11, token_ids=A)).long()
+        cache.k_cache[0, slots // 4, slots % 4] = torch.randn(11, 1, 2)
+        keys_a = cache.gather("A")[0].clone()
+        hit = cache.add_sequence("B", B)
+        assert hit == 8, _("B shares A's first 9 tokens: it should hit 8 (two full blocks), got {hit}").format(hit=hit)
+        first = cache.block_table("A")[:2]
+        assert cache.block_table("B")[:2] == first and cache.allocator.refcount(first[0]) == 2, _(
+            "after the hit, B's table should start with A's two blocks {first}, each with refcount 2").format(first=first)
+        slots = torch.as_tensor(cache.reserve("B", 4, token_ids=B[8:])).long()
+        cache.k_cache[0, slots // 4, slots % 4] = torch.randn(4, 1, 2)
+        assert torch.equal(cache.gather("A")[0], keys_a), _("B's writes changed A's keys: B writes past the shared blocks")
+        assert cache.blocks_used() == 4, _("A and B should use 4 blocks with sharing, you use {n}").format(
+            n=cache.blocks_used())
+        cache.add_sequence("C", A[:8])
+        assert cache.seq_len("C") == 4, _(
+            "an 8-token prompt fully cached should hit 4, not 8: the last prompt token is always computed (its logits "
+            "give the first output)")
+        assert cache.add_sequence("D", [0] + A[1:]) == 0, _("a prompt whose first token differs should miss")
+        cache.fork("A", "A2")
+        last = cache.block_table("A")[-1]
+        assert cache.block_table("A2") == cache.block_table("A") and cache.allocator.refcount(last) == 2, _(
+            "fork: the child shares every block of the parent (refcount + 1), nothing copied")
+        slots = torch.as_tensor(cache.reserve("A2", 1, token_ids=[5])).long()
+        cache.k_cache[0, slots // 4, slots % 4] = torch.randn(1, 1, 2)
+        assert cache.block_table("A2")[-1] != last, _(
+            "A2 appended into the partly filled block it shares with A: copy it first (copy-on-write)")
+        assert cache.block_table("A2")[:2] == cache.block_table("A")[:2], _("full shared blocks are never copied")
+        assert torch.equal(cache.gather("A")[0], keys_a) and torch.equal(cache.gather("A2")[0][:11], keys_a), _(
+            "after copy-on-write, A keeps its keys and A2 starts with a copy of them")
+        lru = PagedKVCache(4, 4, 1, 2, enable_prefix_caching=True)
+        lru.add_sequence("A", A[:9])
+        lru.reserve("A", 9, token_ids=A[:9])
+        freed = lru.block_table("A")
+        lru.free_sequence("A")
+        lru.add_sequence("X", [1, 2, 3])
+        lru.reserve("X", 3, token_ids=[1, 2, 3])
+        assert lru.block_table("X")[0] not in freed, _(
+            "a new sequence took a block of A's freed prefix while a never-used block was free: allocate from the head "
+            "of the free queue (never-used blocks first, then the least recently freed)")
+        assert lru.add_sequence("A again", A[:9]) == 8, _(
+            "A's freed prefix should still hit 8 tokens until its blocks are handed out again (lazy eviction)")
+        lru.free_sequence("A again")
+        lru.free_sequence("X")
+        lru.add_sequence("Y", list(range(16)))
+        lru.reserve("Y", 16, token_ids=list(range(16)))
+        lru.free_sequence("Y")
+        assert lru.add_sequence("A at last", A[:9]) == 0, _(
+            "after another sequence overwrote every block, A's prompt still hits: a block handed out again leaves the "
+            "hash map")
+        ok(_("prefix caching: B hits 8 of A's tokens (4 blocks for both), the last token always computed, fork and "
+             "copy-on-write, LRU reuse and lazy eviction"))
+
+    def _model(Layer, vocab, d_model):
+        class Tiny(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = nn.Embedding(vocab, d_model)
+                self.layers = nn.ModuleList(Layer(d_model, 4, 2, layer_idx=i) for i in range(2))
+                self.head = nn.Linear(d_model, vocab, bias=False)
+                self.calls = 0
+
+            def forward(self, tokens, positions, meta, cache):
+                self.calls += 1
+                x = self.embed(torch.as_tensor(tokens).long())
+                for layer in self.layers:
+                    x = x + layer(x, torch.as_tensor(positions), meta, cache)
+                return self.head(x)
+
+            def greedy(self, prompt, n):  # the yardstick: every step a dense pass over the whole sequence
+                seq = list(prompt)
+                for _step in range(n):
+                    x = self.embed(torch.tensor(seq)).double()
+                    for layer in self.layers:
+                        x = x + dense_layer(layer, x, torch.arange(len(seq)), attend64, 4)
+                    seq.append(int((x[-1] @ self.head.weight.double().T).argmax()))
+                return seq[len(prompt):]
+
+        return Tiny().double().eval()
+
+    @harness.check("PagedDecoderAttention")
+    def check_paged_decoder_attention(PagedDecoderAttention) -> None:
+        layer = PagedDecoderAttention(24, 6, 2, layer_idx=1)
+        for name in ("W_q", "W_k", "W_v", "W_o"):
+            assert isinstance(getattr(layer, name, None), nn.Linear), _(
+                "PagedDecoderAttention needs DecoderAttention's submodule {name} (an nn.Linear)").format(name=name)
+        lengths, tables = [5, 7, 3], [[5, 1], [0, 6], [3]]
+        x = [torch.randn(n, 24) for n in lengths]
+        steps = ([(0, 0, 3), (1, 0, 4)], [(0, 3, 4), (1, 4, 6), (2, 0, 3)], [(0, 4, 5), (1, 6, 7)])
+        cache = SimpleNamespace(k_cache=torch.full((2, 8, 4, 2, 4), float("nan")),
+                                v_cache=torch.full((2, 8, 4, 2, 4), float("nan")))
+        got = [[] for _ in lengths]
+        forward = harness.watch(layer, "PagedDecoderAttention.forward")
+        for step in steps:
+            positions = torch.cat([torch.arange(a, b) for _s, a, b in step])
+            slots = torch.cat([torch.tensor([tables[s][p // 4] * 4 + p % 4 for p in range(a, b)]) for s, a, b in step])
+            width = max(len(tables[s]) for s, _a, _b in step)
+            meta = SimpleNamespace(
+                cu_seqlens_q=torch.tensor([0] + torch.tensor([b - a for _s, a, b in step]).cumsum(0).tolist(),
+                                          dtype=torch.int32),
+                slot_mapping=slots, seq_lens=torch.tensor([b for _s, _a, b in step], dtype=torch.int32),
+                block_tables=torch.tensor([tables[s] + [7] * (width - len(tables[s])) for s, _a, _b in step],
+                                          dtype=torch.int32))
+            with torch.no_grad():
+                out = harness.expect_shape(forward(torch.cat([x[s][a:b] for s, a, b in step]), positions, meta, cache),
+                                           [len(positions), 24], _("the layer's output"))
+            row = 0
+            for s, a, b in step:
+                got[s].append(out[row:row + b - a])
+                row += b - a
+        assert torch.isnan(cache.k_cache[0]).all(), _(
+            "a layer with layer_idx = 1 wrote into layer 0 of the cache: write cache.k_cache[layer_idx]")
+        for s, n in enumerate(lengths):
+            want = dense_layer(layer, x[s], torch.arange(n), attend64, 6)
+            mine = torch.cat(got[s]).double()
+            assert not torch.isnan(mine).any(), _(
+                "sequence {s}'s output holds NaN: the layer read cache slots past seq_len or blocks of table padding"
+            ).format(s=s)
+            assert close(mine, want, 1e-4 * max(1.0, want.abs().max().item())), _(
+                "sequence {s} fed in chunks differs from DecoderAttention on the whole sequence by up to {gap:.2g}: "
+                "rotate at `positions` (a chunk continues where the previous stopped), write the rotated keys, then "
+                "paged_attention with meta's tensors").format(s=s, gap=(mine - want).abs().max().item())
+        ok(_("PagedDecoderAttention: 3 sequences in 3 steps of chunks and decodes equal DecoderAttention on each whole "
+             "sequence; layer 0 untouched"))
+
+    def _requests(PagedDecoderAttention):
+        """4 requests (6, 3, 9, 4 prompt tokens; 8, 2, 2, 8 new ones) and what greedy decoding of each alone gives."""
+        model = _model(PagedDecoderAttention, 32, 16)  # a stub layer: "PagedDecoderAttention: not implemented yet"
+        prompts = [torch.randint(32, (n,)).tolist() for n in (6, 3, 9, 4)]
+        max_new = [8, 2, 2, 8]
+        return model, prompts, max_new, [model.greedy(p, n) for p, n in zip(prompts, max_new)]
+
+    STATIC_STEPS = 16  # batches (0, 1) and (2, 3), each decoded until its longest request (8 tokens) is done
+
+    @harness.check("continuous_batching_generate")
+    def check_continuous_batching(continuous_batching_generate, PagedDecoderAttention, PagedKVCache) -> None:
+        model, prompts, max_new, want = _requests(PagedDecoderAttention)
+        cache = PagedKVCache(8, 4, 2, 4, num_layers=2, dtype=torch.float64)
+        with torch.no_grad():
+            outputs, stats = harness.watch(continuous_batching_generate, "continuous_batching_generate")(
+                model, prompts, max_new, cache, token_budget=8, max_num_seqs=2)
+        got = [[int(t) for t in o] for o in outputs]
+        assert got == want, _("continuous batching generated {got}, greedy decoding of each request alone gives {want}"
+                              ).format(got=got, want=want)
+        steps = model.calls
+        assert stats["steps"] == steps, _("stats['steps'] is {said}, the model was called {n} times").format(
+            said=stats["steps"], n=steps)
+        assert cache.blocks_used() == 0, _("{n} blocks are still in use at the end: free a finished request at once"
+                                           ).format(n=cache.blocks_used())
+        assert stats["mixed_steps"] >= 1, _("no step mixed a decode and a prefill chunk: after the decodes, the budget "
+                                            "left goes to prefill chunks")
+        assert steps < STATIC_STEPS, _("continuous batching took {n} steps, static batching at the same concurrency "
+                                       "takes {static}: admit a waiting request as soon as one finishes").format(
+            n=steps, static=STATIC_STEPS)
+        ok(_("continuous batching: 4 requests on an 8-block pool equal greedy decoding, {steps} steps ({mixed} mixed, "
+             "static batching takes {static}), all blocks freed").format(steps=steps, mixed=stats["mixed_steps"],
+                                                                       static=STATIC_STEPS))
+
+    @harness.check("static_batching_generate")
+    def check_static_batching(static_batching_generate, PagedDecoderAttention, PagedKVCache) -> None:
+        model, prompts, max_new, want = _requests(PagedDecoderAttention)
+        cache = PagedKVCache(16, 4, 2, 4, num_layers=2, dtype=torch.float64)
+        with torch.no_grad():
+            outputs, stats = harness.watch(static_batching_generate, "static_batching_generate")(
+                model, prompts, max_new, cache, batch_size=2)
+        got = [[int(t) for t in o] for o in outputs]
+        assert got == want, _("static batching generated {got}, expected {want}").format(got=got, want=want)
+        assert model.calls == STATIC_STEPS, _(
+            "static batching called the model {n} times, expected {static}: one step per batch for the whole prompts, "
+            "then one per token until the batch's longest request is done").format(n=model.calls, static=STATIC_STEPS)
+        assert stats["steps"] == model.calls and cache.blocks_used() == 0, _(
+            "stats['steps'] should count the model's calls and every block should be free at the end")
+        ok(_("static batching: the same tokens in {static} steps (batches of 2, each until its longest request is done)"
+             ).format(static=STATIC_STEPS))
+
+    @harness.check("SinkKVCache")
+    def check_sink_kv_cache(SinkKVCache) -> None:
+        cache = SinkKVCache(num_sink=2, window=3)
+        for t in range(11):
+            k = torch.full((1, 1, 1, 2), float(t))
+            k_all, _v = cache.append(k, k.clone())
+        kept = [int(p) for p in k_all[0, 0, :, 0].tolist()]
+        assert kept != [6, 7, 8, 9, 10], _("your cache kept a pure window {kept}: keep the first num_sink positions "
+                                           "(the sinks) too").format(kept=kept)
+        assert kept == [0, 1, 8, 9, 10] and len(cache) == 5, _(
+            "after 11 tokens with 2 sinks and a window of 3, the kept positions are {kept} (len {n}), expected "
+            "[0, 1, 8, 9, 10]").format(kept=kept, n=len(cache))
+        fresh = SinkKVCache(num_sink=2, window=3)
+        fresh.append(torch.randn(1, 1, 5, 2), torch.randn(1, 1, 5, 2))
+        assert len(fresh) == 5, _("a first prompt of num_sink + window tokens is accepted whole")
+        try:
+            fresh.append(torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2))
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(_("4 new tokens with a window of 3 would evict some of their own keys: raise ValueError"))
+        assert len(fresh) == 5, _("a refused append must change nothing")
+        ok(_("SinkKVCache: 2 sinks and a window of 3 keep [0, 1, 8, 9, 10]; too long a piece raises"))
+
+    @harness.check("SinkDecoderAttention")
+    def check_sink_decoder_attention(SinkDecoderAttention, SinkKVCache) -> None:
+        layer = SinkDecoderAttention(16, 4, 2)
+        forward = harness.watch(layer, "SinkDecoderAttention.forward")
+        x = torch.randn(2, 16, 16)
+        cache, kept = SinkKVCache(num_sink=2, window=4), []
+        for start, stop in [(0, 3)] + [(t, t + 1) for t in range(3, 16)]:
+            with torch.no_grad():
+                out = harness.expect_shape(forward(x[:, start:stop], cache), [2, stop - start, 16], _("the output"))
+            kept = kept + list(range(start, stop))
+            kept = kept if len(kept) <= 6 else kept[:2] + kept[-4:]
+            want = torch.stack([dense_layer(layer, x[b, kept], torch.arange(len(kept)), attend64, 4)[-(stop - start):]
+                                for b in range(2)])
+            if close(out.double(), want, 1e-4):
+                continue
+            original = torch.stack([dense_layer(layer, x[b, kept], torch.tensor(kept), attend64, 4)[-(stop - start):]
+                                    for b in range(2)])
+            assert not close(out.double(), original, 1e-4), _(
+                "step {t}: your keys keep their original positions; rotate the kept keys at their positions inside "
+                "the cache, 0 .. len(cache) - 1, and the queries at the last S_new of them").format(t=stop - 1)
+            raise AssertionError(_(
+                "step {t}: your output differs from a dense pass over the kept tokens at positions 0 .. n - 1 by up to "
+                "{gap:.2g}: cache the keys unrotated, then rotate them all at every step").format(
+                t=stop - 1, gap=(out.double() - want).abs().max().item()))
+        ok(_("SinkDecoderAttention: 16 tokens, 2 sinks and a window of 4: every step equals a dense pass over the kept "
+             "tokens at 0 .. n - 1"))
+
+    return (check_block_hashes, check_prefix_caching, check_paged_decoder_attention, check_continuous_batching,
+            check_static_batching, check_sink_kv_cache, check_sink_decoder_attention)
