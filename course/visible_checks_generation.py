@@ -21,7 +21,7 @@ import os
 import torch
 import torch.nn as nn
 from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
-from visible_checks_decoder import decoder_checks  # notebook 04's check, built on this harness
+from visible_checks_decoder import cross_attention_checks, decoder_checks  # notebooks 03, 04: on this harness
 
 __all__ = ["check_sinusoidal_positions", "check_apply_rope", "check_decode_causal_mask", "check_kv_cache",
            "check_cached_self_attention", "check_kv_cache_bytes", "check_repeat_kv", "check_cross_attention",
@@ -330,38 +330,9 @@ def check_repeat_kv(repeat_kv) -> None:
 # --------------------------------------------------------------------------- #
 
 
-@harness.check("CrossAttention")
-def check_cross_attention(CrossAttention) -> None:
-    module = CrossAttention(16, 4, d_context=6)
-    for name, d_in in (("W_q", 16), ("W_k", 6), ("W_v", 6), ("W_o", 16)):
-        _linear(module, name, d_in, 16, "CrossAttention(16, 4, d_context=6)")
-    default = CrossAttention(16, 4)
-    _linear(default, "W_k", 16, 16, _("CrossAttention(16, 4) (d_context defaults to d_model)"))
-    module.eval()
-    x, context = torch.randn(2, 3, 16), torch.randn(2, 5, 6)
-    keep = torch.tensor([[True] * 5, [True, True, False, False, False]])  # True = real context token
-    with torch.no_grad():
-        try:
-            out = module(x, context, keep)
-        except RuntimeError as error:
-            if "mat1 and mat2" in str(error):  # a projection got the other sequence's width
-                error.check_advice = _("Keys and values must come from `context` [B, S_k, d_context] (W_k(context), "
-                                       "W_v(context)); only the queries come from x [B, S_q, d_model].")
-            raise
-        out = harness.expect_shape(out, [2, 3, 16], "forward(x [2, 3, 16], context [2, 5, 6], context_mask)")
-        assert torch.isfinite(out).all(), _("the output contains NaN or inf (is the context mask inverted?)")
-        padded = context.clone()
-        padded[1, 2:] = 50.0  # only the padding of sample 1 changes
-        assert close(module(x, padded, keep), out), _(
-            "the output changed when only padded context tokens did: -inf where context_mask is False, "
-            "as context_mask[:, None, None, :] against [B, H, S_q, S_k] scores")
-        last = context.clone()
-        last[0, 4] = 3.0  # the last real context token of sample 0
-        assert not close(module(x, last, keep)[0, 0], out[0, 0]), _(
-            "query 0 did not react to the last context token: cross-attention has no causal mask, every query "
-            "sees the whole context")
-    ok(_("CrossAttention: W_q 16->16, W_k and W_v 6->16, W_o 16->16; [2, 3, 16] x context [2, 5, 6] -> [2, 3, 16]; "
-          "padding ignored"))
+# Its check lives in visible_checks_decoder.py, built on this harness (it compares the layer with attention computed
+# from its own weights).
+check_cross_attention = cross_attention_checks(harness, close, ok, _linear)
 
 
 # --------------------------------------------------------------------------- #
