@@ -52,6 +52,7 @@ _EFFICIENT_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_eff
                       **_SHARED_SUPPORT, **_METER}
 _REAL_MODELS_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_real_models.py",
                         "visible_checks_real_models_llama.py": REPO / "course" / "visible_checks_real_models_llama.py",
+                        "visible_checks_real_models_gpt2.py": REPO / "course" / "visible_checks_real_models_gpt2.py",
                         **_SHARED_SUPPORT}
 # The visible checks' messages in Chinese (one catalog for every assignment's visible checks).
 _ZH_CATALOGS = {"locale/zh_CN/LC_MESSAGES/visible_checks.mo":

@@ -167,6 +167,12 @@ def check_to_official(to_official) -> None:
     assert torch.equal(official.out_proj.weight, holder.W_o.weight), _("out_proj.weight should hold W_o.weight")
     if official.out_proj.bias is not None:
         assert not official.out_proj.bias.any(), _("out_proj.bias must be zero")
+    x = torch.randn(3, 5, d_model)
+    with torch.no_grad():
+        trained, evaluated = (official.train(mode)(x, x, x, need_weights=False)[0] for mode in (True, False))
+    assert close(trained, evaluated), _(
+        "in train mode the module you return gives other outputs than in eval mode (its dropout is {p}): create it "
+        "with dropout=0.0, so that it computes the same attention as the module it copies").format(p=official.dropout)
     ok(_("to_official: one head, batch_first, in_proj_weight = [W_q; W_k; W_v], out_proj = W_o, biases zero"))
 
 
@@ -200,17 +206,20 @@ def check_parity_error(parity_error, SelfAttention) -> None:
             "modules to eval() before comparing"
         ).format(error=err_train, masked=err_mask))
 
-    class Broken(SelfAttention):
-        def forward(self, x, mask=None, causal=False):
-            return super().forward(x, mask, causal) + 0.5
+    for shift in (0.5, -0.5):  # off in either direction: the largest |difference|
 
-    broken = Broken(8, dropout=0.0)
-    broken.load_state_dict(custom.state_dict())
-    bad = parity_error(broken, x)
-    assert isinstance(bad, float), float_please.format(type=type(bad).__name__)
-    assert bad > 0.1, _(
-        "parity_error says {error:.2e} for a module whose output is shifted by 0.5: a parity check must be able to fail"
-    ).format(error=bad)
+        class Broken(SelfAttention):
+            def forward(self, x, mask=None, causal=False, shift=shift):
+                return super().forward(x, mask, causal) + shift
+
+        broken = Broken(8, dropout=0.0)
+        broken.load_state_dict(custom.state_dict())
+        bad = parity_error(broken, x)
+        assert isinstance(bad, float), float_please.format(type=type(bad).__name__)
+        assert bad > 0.1, _(
+            "parity_error says {error:.2e} for a module whose output is shifted by {shift}: a parity check must be "
+            "able to fail, whichever side is off (the largest absolute difference, .abs().max())"
+        ).format(error=bad, shift=shift)
     ok(_("parity_error: {plain:.1e} for your module ({masked:.1e} with padding), {broken:.2f} for a broken one").format(
         plain=err, masked=err_mask, broken=bad))
 

@@ -79,7 +79,8 @@ def test_every_message_extracted_is_marked_in_the_released_files_and_the_demo_te
                          "visible_checks_generation.py",
                          "visible_checks_efficient.py", "check_harness.py", "graded_cells.py", "efficient_demo_text.py",
                          "visible_checks_flash.py", "visible_checks_flash_backward.py", "visible_checks_decoder.py",
-                         "visible_checks_flex.py", "visible_checks_real_models.py", "visible_checks_real_models_llama.py"}
+                         "visible_checks_flex.py", "visible_checks_real_models.py", "visible_checks_real_models_llama.py",
+                         "visible_checks_real_models_gpt2.py"}
 
 
 def _sample(name: str, conversion: str, spec: str):
