@@ -319,6 +319,10 @@ def decoder_checks(harness, close, ok, linear):
             full = harness.expect_shape(layer(x), [2, 6, 16], "DecoderAttention(16, 4, 2)(x [2, 6, 16])")
             _compare_with_reference(full, layer, x, "DecoderAttention(16, 4, 2)(x [2, 6, 16])", heads=4, kv_heads=2,
                                     positions=torch.arange(6), base=10000.0, extra={})
+            wide, x_wide = DecoderAttention(24, 4, 2).eval(), torch.randn(2, 5, 24)  # head_dim 6: no two sizes equal
+            what = "DecoderAttention(24, 4, 2)(x [2, 5, 24])"
+            _compare_with_reference(harness.expect_shape(wide(x_wide), [2, 5, 24], what), wide, x_wide, what, heads=4,
+                                    kv_heads=2, positions=torch.arange(5), base=10000.0, extra={})
             per_row = torch.tensor([[0, 1, 2, 6, 7, 11], [4, 5, 9, 10, 15, 16]])  # [B, S]: no row a shift of the other
             given = harness.expect_shape(layer(x, positions=per_row), [2, 6, 16], "forward(x, positions [2, 6])")
             _compare_with_reference(

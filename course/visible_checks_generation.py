@@ -60,6 +60,12 @@ def check_sinusoidal_positions(sinusoidal_positions) -> None:
     slowest = 5 / 10000 ** (6 / 8)
     assert math.isclose(pe[5, 6].item(), math.sin(slowest), abs_tol=1e-5), _(
         "PE[5, 6] should be sin(5 / 10000^(6 / 8)): pair i = 3 turns 10000^(6/8) = 1000 times slower than pair 0")
+    far = sinusoidal_positions(4000, 8).double()  # a near-miss constant shows only at far positions
+    angle = torch.arange(4000, dtype=torch.float64)[:, None] / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    gap = (far - torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(-2)).abs().max().item()
+    assert gap < 5e-4, _(
+        "sinusoidal_positions(4000, 8) differs from sin and cos of p / 10000^(2i / d_model) by up to {gap:.2g}: the "
+        "base is exactly 10000 (a constant a little off shows at far positions)").format(gap=gap)
     ok(_("sinusoidal_positions: [6, 8] float32, sin on even and cos on odd features, slower pairs to the right"))
 
 
@@ -68,6 +74,9 @@ def check_apply_rope(apply_rope) -> None:
     x = torch.randn(2, 3, 5, 8)
     out = harness.expect_shape(apply_rope(x, torch.arange(5)), x.shape, _("apply_rope(x [2, 3, 5, 8], positions 0..4)"))
     assert out.dtype == x.dtype, _("apply_rope should keep x's dtype {dtype}, got {got}").format(dtype=x.dtype, got=out.dtype)
+    for half in (torch.float16, torch.bfloat16):  # the angles are float32 or float64: cast the result back
+        got = apply_rope(x.to(half), torch.arange(5)).dtype
+        assert got == half, _("apply_rope should keep x's dtype {dtype}, got {got}").format(dtype=half, got=got)
     assert close(out[:, :, 0], x[:, :, 0]), _("position 0 is a rotation by angle 0: row 0 of x must come out unchanged")
     pair_norms = (x[..., 0::2] ** 2 + x[..., 1::2] ** 2).sqrt()
     out_norms = (out[..., 0::2] ** 2 + out[..., 1::2] ** 2).sqrt()

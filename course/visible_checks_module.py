@@ -285,7 +285,7 @@ def check_merge_heads(merge_heads) -> None:
 
 @harness.check("MultiHeadSelfAttention")
 def check_multihead(MultiHeadSelfAttention) -> None:
-    B, S, d_model, H = 3, 6, 12, 4
+    B, S, d_model, H = 2, 6, 12, 4  # head_dim 3: no two sizes equal
     mha = harness.watch(MultiHeadSelfAttention, "MultiHeadSelfAttention")(d_model, H)
     W_qkv = getattr(mha, "W_qkv", None)
     assert isinstance(W_qkv, nn.Linear) and W_qkv.bias is None, _("needs W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)")
@@ -314,9 +314,9 @@ def check_multihead(MultiHeadSelfAttention) -> None:
             "with Q = K = 0 every head should average the values uniformly: check the q, k, v order "
             "of W_qkv's rows and that the softmax runs over the keys"
         )
-        mask = lengths_mask([6, 2, 4], S)
+        mask = lengths_mask([6, 2], S)
         masked = harness.expect_shape(forward(x, mask), [B, S, d_model], _("MultiHeadSelfAttention output with a padding mask"))
-        for b, n in enumerate([6, 2, 4]):
+        for b, n in enumerate([6, 2]):
             assert close(masked[b], x[b, :n].mean(0, keepdim=True).expand(S, d_model), 1e-5), _(
                 "sample {sample} has {count} real tokens: with uniform weights its outputs should average only those"
             ).format(sample=b, count=n)
