@@ -119,9 +119,7 @@ def check_sliding_window_attention(sliding_window_attention) -> None:
             "window=3, chunk_size={chunk}: the result differs from full attention masked with the window "
             "(does a chunk read the window - 1 keys before its first query? is the last, shorter chunk handled?)"
         ).format(chunk=chunk)
-    half = attend(q.half(), k.half(), v.half(), 3, chunk_size=4)
-    assert half.dtype == torch.float16, _("with float16 inputs the output should be float16 (q's dtype), got {dtype}").format(
-        dtype=half.dtype)
+    small = q, k, v  # the float16 case, after the memory's
     S, window, chunk = 1024, 16, 64
     q, k, v = _qkv(1, 2, S, S, 8, 8)
     with _Squares(S) as squares:
@@ -144,6 +142,9 @@ def check_sliding_window_attention(sliding_window_attention) -> None:
         "scores against the keys it can see are {rectangle:.2f} MiB, against every key {every:.2f} MiB; read only the "
         "keys [max(0, i0 - window + 1), i1) for the queries [i0, i1)").format(
         S=S, window=window, chunk=chunk, peak=peak / MiB, rectangle=rectangle / MiB, every=every / MiB)
+    half = attend(*(t.half() for t in small), 3, chunk_size=4)
+    assert half.dtype == torch.float16, _("with float16 inputs the output should be float16 (q's dtype), got {dtype}").format(
+        dtype=half.dtype)
     ok(_("sliding_window_attention: equals masked full attention for chunk sizes 1, 3, 4, 16; peak {peak:.2f} MiB "
          "at S = {S} (the score matrix would be {full:.2f} MiB)").format(peak=peak / MiB, S=S, full=2 * S * S * 4 / MiB))
 
