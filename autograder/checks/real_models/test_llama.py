@@ -98,7 +98,7 @@ def test_from_hf_llama_equals_the_library_attention_at_gapped_positions(student)
         real = key_mask  # outputs at padded query positions are not graded
         mistakes = {hint: (lambda f=f: f()[real]) for hint, f in llama_mistakes(
             library.llama_state(attn), x, positions, key_mask, heads, kv_heads, base).items()}
-        expect.close(got[real], expected[real], "the output at real tokens", atol=TOL, mistakes=mistakes)
+        expect.close(got[real], expected[real], _("the output at real tokens"), atol=TOL, mistakes=mistakes)
 
     smallest_failure([(f"B={B}, S={S}, H={H}, H_kv={kv}, rope_base={base:g}", B)
                       for B, S, d, H, kv, base in sorted(SHAPES, key=lambda s: s[1])], check)
