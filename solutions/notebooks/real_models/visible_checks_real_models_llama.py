@@ -161,7 +161,9 @@ def llama_checks(harness, close, ok, library_mask):
                 "your layer from from_hf_llama differs from the library's LlamaAttention by up to {gap:.3g} at real "
                 "tokens (positions with gaps, left padding): W_q and W_k go back to neighbour pairs with "
                 "half_split_to_interleaved, per head (num_heads for W_q, num_key_value_heads for W_k); W_v and W_o "
-                "are copied unchanged; RoPE with rope_base={base:g}").format(gap=gap, base=ROPE_BASE))
+                "are copied unchanged; RoPE with rope_base={base:g}; key_mask hides the padded keys; repeat_kv "
+                "shares each key/value head among num_heads // num_key_value_heads query heads").format(
+                gap=gap, base=ROPE_BASE))
         _one_kv_head(from_hf_llama)
         steps = _greedy(layer, attn, rotary, library_mask)
         ok(_("from_hf_llama: equals the library's LlamaAttention at positions with gaps and with left padding "
@@ -211,9 +213,11 @@ def llama_checks(harness, close, ok, library_mask):
                     sample = (got != want).nonzero()[0].item()
                     raise AssertionError(_(
                         "greedy decoding with your layer and a KV cache gives token {got} at new token {step} of prompt "
-                        "{sample}, the library's layer gives {want}: after the prompt, feed one token at a time with "
-                        "positions [B, 1] (each prompt's own next position) and key_mask covering everything "
-                        "cached").format(got=got[sample].item(), step=step, sample=sample, want=want[sample].item()))
+                        "{sample}, the library's layer gives {want}; the check feeds the prompt, then one token at a "
+                        "time with positions [B, 1] and key_mask covering everything cached, and your layer agrees "
+                        "without a cache: with one, rotate the new keys at their positions before appending them (not "
+                        "the cached keys after reading them) and align the causal mask bottom-right "
+                        "(decode_causal_mask)").format(got=got[sample].item(), step=step, sample=sample, want=want[sample].item()))
                 tokens = torch.cat([tokens, want[:, None]], dim=1)
                 mask = torch.cat([mask, torch.ones(3, 1, dtype=torch.bool)], dim=1)
                 where = positions[:, -1:] + 1  # [B, 1]
