@@ -32,8 +32,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=10
 
-# Mutation testing of the hidden checks: every small edit of solutions/attention.py and solutions/generation.py
-# graded by warm graders; fails if a mutant not reviewed as equivalent keeps full marks (tests/mutation/).
+# Mutation testing of the hidden checks: every small edit of the four solutions/*.py graded by warm graders and run
+# through its notebook's visible checks; fails if a mutant not reviewed as equivalent keeps full marks, or if a killed
+# one passes every visible check without its reason in tests/mutation/hidden_only.toml (tests/mutation/). One notebook,
+# visible checks only: .venv/bin/python -m tests.mutation --visible-only --notebook generation/03_cross_attention
 mutation: $(STAMP)
 	$(PY) -m tests.mutation --quiet
 

@@ -54,6 +54,7 @@ _REAL_MODELS_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_r
                         "visible_checks_real_models_llama.py": REPO / "course" / "visible_checks_real_models_llama.py",
                         "visible_checks_real_models_interface.py":
                             REPO / "course" / "visible_checks_real_models_interface.py",
+                        "visible_checks_real_models_gpt2.py": REPO / "course" / "visible_checks_real_models_gpt2.py",
                         **_SHARED_SUPPORT}
 _SERVING_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_serving.py",
                     "visible_checks_serving_batching.py": REPO / "course" / "visible_checks_serving_batching.py",

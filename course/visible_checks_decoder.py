@@ -1,7 +1,8 @@
-"""The visible check of notebook 04_decoder (`generation`): DecoderAttention.
+"""The visible checks of notebooks 03_cross_attention and 04_decoder (`generation`): CrossAttention, DecoderAttention.
 
-visible_checks.py (course/visible_checks_generation.py) builds it on its harness with `decoder_checks`, so that it
-speaks the notebook's language and names the student's line like the others; it lives here to keep each file short.
+visible_checks.py (course/visible_checks_generation.py) builds them on its harness with `cross_attention_checks` and
+`decoder_checks`, so that they speak the notebook's language and name the student's line like the others; they live
+here to keep each file short. CrossAttention's compares the layer with attention computed from its own weights.
 
 The check compares the layer with its own computation of the layer from scratch (reference values from the layer's
 own weights, in float64), with rope_base 10000 and 50 and with positions [B, S], looks at the keys each append gave
@@ -122,6 +123,101 @@ def _lent(cls):
             ns.update(kept)
 
 
+def _cross_output(layer, x, context, keep, heads: int, *, scale: str = "sqrt", softmax_dim: int = -1,
+                  output: bool = True, view: str = "H, head_dim") -> torch.Tensor:
+    """Cross-attention from the layer's own weights, in float64, made right or with one mistake made on purpose
+    (a scale other than / sqrt(head_dim), softmax over another axis, no W_o, the heads view [B, S, head_dim, H])."""
+    B, S_q, d = x.shape
+    hd = d // heads
+
+    def split(t: torch.Tensor) -> torch.Tensor:
+        shape = (B, t.shape[1], heads, hd) if view == "H, head_dim" else (B, t.shape[1], hd, heads)
+        return t.view(*shape).transpose(1, 2)
+
+    def weight(name: str) -> torch.Tensor:
+        return getattr(layer, name).weight.detach().to(torch.float64)
+
+    q, k, v = (split(t.to(torch.float64) @ weight(name).T)
+               for t, name in ((x, "W_q"), (context, "W_k"), (context, "W_v")))
+    scores = q @ k.transpose(-2, -1) * {"sqrt": hd ** -0.5, "none": 1.0, "times": hd ** 0.5, "head_dim": 1 / hd}[scale]
+    scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+    merged = (torch.softmax(scores, dim=softmax_dim) @ v).transpose(1, 2).reshape(B, S_q, d)
+    return merged @ weight("W_o").T if output else merged
+
+
+def cross_attention_checks(harness, close, ok, linear):
+    """check_cross_attention on `harness` (its language, the student's line), with the assignment's close, ok and
+    linear (an nn.Linear submodule without bias, of the sizes given)."""
+    _ = harness.gettext
+
+    def _compare_with_own_weights(CrossAttention) -> None:
+        """On a layer whose sizes all differ (B 2, S_q 3, H 4, S_k 5, head_dim 6, d_context 7): the output against
+        attention computed from the layer's own weights, the usual mistakes named."""
+        layer = CrossAttention(24, 4, d_context=7).eval()
+        x, context = torch.randn(2, 3, 24), torch.randn(2, 5, 7)
+        keep = torch.tensor([[True] * 5, [True, True, False, False, False]])
+        with torch.no_grad():
+            got = harness.expect_shape(layer(x, context, keep), [2, 3, 24],
+                                       "CrossAttention(24, 4, d_context=7)(x [2, 3, 24], context [2, 5, 7], context_mask)")
+        got = got.to(torch.float64)
+        gap = (got - _cross_output(layer, x, context, keep, 4)).abs().max().item()
+        if gap <= 1e-5:
+            return
+        named = ((dict(scale="none"), _("the scores are not scaled: divide q @ k^T by sqrt(head_dim)")),
+                 (dict(scale="times"), _("the scores are multiplied by sqrt(head_dim): divide by it")),
+                 (dict(scale="head_dim"), _("the scores are divided by head_dim: divide by sqrt(head_dim)")),
+                 *((dict(softmax_dim=dim), _("the softmax runs over axis {dim} of the scores [B, H, S_q, S_k]: "
+                                             "normalise over the context tokens (dim=-1)").format(dim=dim))
+                   for dim in (0, 1, 2)),
+                 (dict(output=False), _("W_o is not applied: the merged heads go through W_o")),
+                 (dict(view="head_dim, H"), _("the heads are split as view(B, S, head_dim, H): split d_model as "
+                                              "view(B, S, H, head_dim), then transpose(1, 2)")))
+        for variant, why in named:
+            if close(got, _cross_output(layer, x, context, keep, 4, **variant), 1e-5):
+                raise AssertionError(_("CrossAttention(24, 4, d_context=7) (head_dim 6): {why}").format(why=why))
+        raise AssertionError(_(
+            "CrossAttention(24, 4, d_context=7) differs from attention computed from the layer's own weights by up to "
+            "{gap:.3g}: queries W_q(x), keys W_k(context) and values W_v(context), each split as view(B, S, H, "
+            "head_dim).transpose(1, 2); scores q @ k^T / sqrt(head_dim), -inf at padded context tokens, softmax over "
+            "the context, the heads merged back, then W_o").format(gap=gap))
+
+    @harness.check("CrossAttention")
+    def check_cross_attention(CrossAttention) -> None:
+        module = CrossAttention(16, 4, d_context=6)
+        for name, d_in in (("W_q", 16), ("W_k", 6), ("W_v", 6), ("W_o", 16)):
+            linear(module, name, d_in, 16, "CrossAttention(16, 4, d_context=6)")
+        default = CrossAttention(16, 4)
+        linear(default, "W_k", 16, 16, _("CrossAttention(16, 4) (d_context defaults to d_model)"))
+        module.eval()
+        x, context = torch.randn(2, 3, 16), torch.randn(2, 5, 6)
+        keep = torch.tensor([[True] * 5, [True, True, False, False, False]])  # True = real context token
+        with torch.no_grad():
+            try:
+                out = module(x, context, keep)
+            except RuntimeError as error:
+                if "mat1 and mat2" in str(error):  # a projection got the other sequence's width
+                    error.check_advice = _("Keys and values must come from `context` [B, S_k, d_context] (W_k(context), "
+                                           "W_v(context)); only the queries come from x [B, S_q, d_model].")
+                raise
+            out = harness.expect_shape(out, [2, 3, 16], "forward(x [2, 3, 16], context [2, 5, 6], context_mask)")
+            assert torch.isfinite(out).all(), _("the output contains NaN or inf (is the context mask inverted?)")
+            padded = context.clone()
+            padded[1, 2:] = 50.0  # only the padding of sample 1 changes
+            assert close(module(x, padded, keep), out), _(
+                "the output changed when only padded context tokens did: -inf where context_mask is False, "
+                "as context_mask[:, None, None, :] against [B, H, S_q, S_k] scores")
+            last = context.clone()
+            last[0, 4] = 3.0  # the last real context token of sample 0
+            assert not close(module(x, last, keep)[0, 0], out[0, 0]), _(
+                "query 0 did not react to the last context token: cross-attention has no causal mask, every query "
+                "sees the whole context")
+        _compare_with_own_weights(CrossAttention)
+        ok(_("CrossAttention: W_q 16->16, W_k and W_v 6->16, W_o 16->16; [2, 3, 16] x context [2, 5, 6] -> [2, 3, 16]; "
+              "padding ignored"))
+
+    return check_cross_attention
+
+
 def decoder_checks(harness, close, ok, linear):
     """check_decoder_attention on `harness` (close, ok: the harness module's; linear: the submodule check)."""
     _ = harness.gettext
@@ -223,6 +319,10 @@ def decoder_checks(harness, close, ok, linear):
             full = harness.expect_shape(layer(x), [2, 6, 16], "DecoderAttention(16, 4, 2)(x [2, 6, 16])")
             _compare_with_reference(full, layer, x, "DecoderAttention(16, 4, 2)(x [2, 6, 16])", heads=4, kv_heads=2,
                                     positions=torch.arange(6), base=10000.0, extra={})
+            wide, x_wide = DecoderAttention(24, 4, 2).eval(), torch.randn(2, 5, 24)  # head_dim 6: no two sizes equal
+            what = "DecoderAttention(24, 4, 2)(x [2, 5, 24])"
+            _compare_with_reference(harness.expect_shape(wide(x_wide), [2, 5, 24], what), wide, x_wide, what, heads=4,
+                                    kv_heads=2, positions=torch.arange(5), base=10000.0, extra={})
             per_row = torch.tensor([[0, 1, 2, 6, 7, 11], [4, 5, 9, 10, 15, 16]])  # [B, S]: no row a shift of the other
             given = harness.expect_shape(layer(x, positions=per_row), [2, 6, 16], "forward(x, positions [2, 6])")
             _compare_with_reference(

@@ -107,6 +107,71 @@ def _llama_positions_ignored(attn, rope_base):
     return layer
 
 
+class GPT2ScaledByHeads(R.GPT2StyleAttention):
+    """the scores divided by sqrt(num_heads) (equal to sqrt(head_dim) only where the two are equal)."""
+
+    def forward(self, x, key_mask=None):
+        B, S, d = x.shape
+        H, hd = self.num_heads, d // self.num_heads
+        q, k, v = (W(x).view(B, S, H, hd).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        allowed = torch.ones(S, S, dtype=torch.bool).tril()
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]
+        out = torch.softmax((q @ k.transpose(-2, -1) / H ** 0.5).masked_fill(~allowed, float("-inf")), -1) @ v
+        return self.W_o(out.transpose(1, 2).reshape(B, S, d))
+
+
+class GPT2HeadsViewSwapped(R.GPT2StyleAttention):
+    """the heads split as view(B, S, head_dim, H) (the same as the right view where H == head_dim)."""
+
+    def forward(self, x, key_mask=None):
+        B, S, d = x.shape
+        H, hd = self.num_heads, d // self.num_heads
+        q, k, v = (W(x).view(B, S, hd, H).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        allowed = torch.ones(S, S, dtype=torch.bool).tril()
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]
+        out = torch.softmax((q @ k.transpose(-2, -1) / hd ** 0.5).masked_fill(~allowed, float("-inf")), -1) @ v
+        return self.W_o(out.transpose(1, 2).reshape(B, S, d))
+
+
+class GPT2KeyMaskInverted(R.GPT2StyleAttention):
+    def forward(self, x, key_mask=None):
+        return super().forward(x, None if key_mask is None else ~key_mask)
+
+
+class GPT2ProjNotTransposed(R.GPT2StyleAttention):
+    @classmethod
+    def from_hf(cls, attn):
+        layer = super().from_hf(attn)
+        with torch.no_grad():
+            layer.W_o.weight.copy_(attn.c_proj.weight)
+        return layer
+
+
+class GPT2KQV(R.GPT2StyleAttention):
+    """k, q, v taken from c_attn in that order."""
+
+    @classmethod
+    def from_hf(cls, attn):
+        layer = super().from_hf(attn)
+        with torch.no_grad():
+            W_q, W_k = layer.W_q.weight.clone(), layer.W_k.weight.clone()
+            layer.W_q.weight.copy_(W_k)
+            layer.W_k.weight.copy_(W_q)
+        return layer
+
+
+def _mask_bfloat16_as_float32(m, dt):
+    """finfo(float16).min for float16, float32's for every other dtype."""
+    low = -65504.0 if dt == torch.float16 else torch.finfo(torch.float32).min
+    return ((1 - m.to(torch.float32)) * low).to(dt).view(m.shape[0], 1, 1, m.shape[1])
+
+
+def _permutation_for_head_dim_8(w, n):
+    return w.view(n, 4, 2, -1).transpose(1, 2).reshape(w.shape)
+
+
 MISTAKES = {
     "c_attn not transposed": ("check_split_c_attn", (lambda w, b: (*w.chunk(3, dim=1), *b.chunk(3)),),
                               "transpose it"),
@@ -123,6 +188,14 @@ MISTAKES = {
     "W_q, W_k permuted the wrong way": ("check_from_hf_llama", (_llama_permuted_the_wrong_way,),
                                         "half_split_to_interleaved"),
     "positions ignored": ("check_from_hf_llama", (_llama_positions_ignored,), "pass `positions` on to RoPE"),
+    # issue 54: the mistakes that passed the visible checks of one shape, and the causes named in one step
+    "scale by sqrt(num_heads)": ("check_gpt2_attention", (GPT2ScaledByHeads,), "divided by sqrt(num_heads)"),
+    "heads view swapped": ("check_gpt2_attention", (GPT2HeadsViewSwapped,), "differs from the library"),
+    "key_mask inverted: NaN": ("check_gpt2_attention", (GPT2KeyMaskInverted,), "is NaN at real tokens"),
+    "c_proj not transposed": ("check_gpt2_attention", (GPT2ProjNotTransposed,), "W_o.weight is c_proj.weight"),
+    "k, q, v order": ("check_gpt2_attention", (GPT2KQV,), "its columns are q, then k, then v"),
+    "bfloat16 mask": ("check_extended_attention_mask", (_mask_bfloat16_as_float32,), "torch.bfloat16"),
+    "permutation for head_dim 8 only": ("check_interleaved_to_half_split", (_permutation_for_head_dim_8,), "view"),
 }
 
 
@@ -131,6 +204,14 @@ def test_a_visible_check_names_each_classic_mistake_in_one_sentence(vc, mistake)
     check, args, words = MISTAKES[mistake]
     sentence = _failure(getattr(vc, check), *args)
     assert words in sentence and "\n" not in sentence, sentence
+
+
+def test_repeat_kv_hard_coded_to_2_fails_the_llama_check_with_one_key_value_head(vc, monkeypatch):
+    """a layer that repeats each key/value head twice agrees with 4 query heads over 2; 3 over 1 names it"""
+    repeat = R.repeat_kv
+    monkeypatch.setattr(R, "repeat_kv", lambda x, n_rep: repeat(x, 2))
+    sentence = _failure(vc.check_from_hf_llama, R.from_hf_llama)
+    assert "a repeat of 2" in sentence and "\n" not in sentence, sentence
 
 
 def test_the_reference_passes_every_visible_check(vc, capsys):

@@ -117,7 +117,12 @@ def flex_checks(harness, close, ok, NotReady, plain):
         assert all(math.isclose(x, w, rel_tol=1e-4) for x, w in zip(got, paper)), _(
             "12 heads: the slopes are {got}, expected the paper's {want}").format(
             got=[round(x, 4) for x in got], want=[round(w, 4) for w in paper])
-        ok(_("alibi_score_mod: score + slope_h * (kv_idx - q_idx), the paper's slopes for 4 and 12 heads"))
+        got = (-on_grid(harness.watch(alibi_score_mod, "alibi_score_mod")(7), 7, 2)[:, 1, 0]).tolist()
+        paper = [2 ** (-2 * (h + 1)) for h in range(4)] + [2 ** -(h + 1) for h in range(0, 8, 2)][:3]
+        assert all(math.isclose(x, w, rel_tol=1e-4) for x, w in zip(got, paper)) and len(got) == 7, _(
+            "7 heads: the slopes are {got}, expected the paper's {want} (the 4 slopes of 4 heads, then the first 3 of "
+            "the slopes of 8 heads at even indices)").format(got=[round(x, 4) for x in got], want=[round(w, 4) for w in paper])
+        ok(_("alibi_score_mod: score + slope_h * (kv_idx - q_idx), the paper's slopes for 4, 7 and 12 heads"))
 
     @harness.check("softcap_score_mod")
     def check_softcap_score_mod(softcap_score_mod) -> None:

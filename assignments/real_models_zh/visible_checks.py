@@ -21,6 +21,7 @@ import unicodedata
 import torch
 import torch.nn as nn
 from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
+from visible_checks_real_models_gpt2 import gpt2_diagnoses  # notebook 01's named mistakes, built on this harness
 from visible_checks_real_models_interface import interface_checks  # the second edition's new pieces
 from visible_checks_real_models_llama import llama_checks, llama_reference  # notebook 03's checks, built on this harness
 
@@ -33,10 +34,11 @@ __all__ = [
     "graded_part", "uses_your_code", "use_language",
 ]
 
-harness = Harness(__file__, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                         "visible_checks_real_models_llama.py"),
-                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "visible_checks_real_models_interface.py"))
+harness = Harness(__file__, *(os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+                              for name in ("visible_checks_real_models_llama.py", "visible_checks_real_models_gpt2.py",
+                                           "visible_checks_real_models_interface.py")))
 _ = harness.gettext
+gpt2_cause = gpt2_diagnoses(harness, close)
 use_language, uses_your_code = harness.use_language, harness.uses_your_code
 
 
@@ -183,36 +185,44 @@ def check_split_c_attn(split_c_attn) -> None:
 
 @harness.check("GPT2StyleAttention")
 def check_gpt2_attention(GPT2StyleAttention) -> None:
-    owner = "GPT2StyleAttention(16, 4)"
-    fresh = GPT2StyleAttention(16, 4)
+    owner = "GPT2StyleAttention(24, 4)"  # head_dim 6: no two sizes equal (B 3, S 5, H 4)
+    fresh = GPT2StyleAttention(24, 4)
     for name in ("W_q", "W_k", "W_v", "W_o"):
-        _linear(fresh, name, 16, 16, owner, bias=True)
-    attn = _gpt2_attention(16, 4, seed=1)
+        _linear(fresh, name, 24, 24, owner, bias=True)
+    attn = _gpt2_attention(24, 4, seed=1)
     layer = GPT2StyleAttention.from_hf(attn)
     assert isinstance(layer, GPT2StyleAttention), _(
         "GPT2StyleAttention.from_hf(attn) should return a GPT2StyleAttention (a classmethod: cls(d_model, num_heads))")
     layer.eval()
     torch.manual_seed(2)
-    x = torch.randn(3, 5, 16)
+    x = torch.randn(3, 5, 24)
     key_mask = torch.tensor([[True] * 5, [False] * 2 + [True] * 3, [True] * 4 + [False]])  # left, right padding
     want = _gpt2_reference(attn, x, key_mask)
     with torch.no_grad():
-        got = harness.expect_shape(layer(x, key_mask=key_mask), [3, 5, 16], "forward(x [3, 5, 16], key_mask [3, 5])")
-        no_mask = harness.expect_shape(layer(x), [3, 5, 16], "forward(x [3, 5, 16])")
+        got = harness.expect_shape(layer(x, key_mask=key_mask), [3, 5, 24], "forward(x [3, 5, 24], key_mask [3, 5])")
+        no_mask = harness.expect_shape(layer(x), [3, 5, 24], "forward(x [3, 5, 24])")
     real = key_mask  # the positions whose outputs count
     for i, name in enumerate(("W_q", "W_k", "W_v")):
-        assert close(getattr(layer, name).bias, attn.c_attn.bias[i * 16:(i + 1) * 16], 1e-7), _(
+        assert close(getattr(layer, name).bias, attn.c_attn.bias[i * 24:(i + 1) * 24], 1e-7), _(
             "from_hf did not put c_attn.bias[{lo}:{hi}] into {name}.bias: the library's layer adds its biases, "
-            "yours must too").format(lo=i * 16, hi=(i + 1) * 16, name=name)
-    bad = ((got - want).abs().amax(-1) > 1e-5) & real  # [B, S]: real tokens whose outputs differ
+            "yours must too").format(lo=i * 24, hi=(i + 1) * 24, name=name)
+    bad = ~((got - want).abs().amax(-1) <= 1e-5) & real  # [B, S]: real tokens whose outputs differ (or are NaN)
     if bad.any():
+        sample, token = bad.nonzero()[0].tolist()
+        assert not torch.isnan(got[real]).any(), _(
+            "your layer's output is NaN at real tokens (first at sample {sample}, token {token}): a row of scores is "
+            "-inf everywhere there; is key_mask used the wrong way round (True = real token)?").format(
+            sample=sample, token=token)
+        with torch.no_grad():
+            cause = gpt2_cause(layer, attn, x, key_mask, got)
+        if cause:
+            raise AssertionError(_("GPT2StyleAttention(24, 4) from from_hf: {cause}").format(cause=cause))
         no_bias = GPT2StyleAttention.from_hf(attn)
         with torch.no_grad():
             for name in ("W_q", "W_k", "W_v", "W_o"):
                 getattr(no_bias, name).bias.zero_()
             assert not close(got[real], no_bias.eval()(x, key_mask=key_mask)[real], 1e-6), _(
                 "your layer gives the same output with its biases set to 0: its forward drops the biases")
-        sample, token = bad.nonzero()[0].tolist()
         raise AssertionError(_(
             "your layer from from_hf(GPT2Attention) differs from the library's layer by up to {gap:.3g} at real "
             "tokens (first at sample {sample}, token {token}): check c_attn's transpose and split (q, k, v), "
@@ -222,11 +232,11 @@ def check_gpt2_attention(GPT2StyleAttention) -> None:
     assert close(no_mask[0], want[0], 1e-5), _(
         "forward(x) without key_mask should equal the library's layer with every token real (a causal mask only)")
     ok_parity = gap
-    copy = GPT2StyleAttention(16, 4)
+    copy = GPT2StyleAttention(24, 4)
     with torch.no_grad():
         for parameter in copy.parameters():
             parameter.normal_(0.0, 0.3)
-    target = _gpt2_attention(16, 4, seed=3)
+    target = _gpt2_attention(24, 4, seed=3)
     returned = copy.to_hf(target)
     assert returned is target or returned is None, _("to_hf(attn) should write into attn and return it")
     back = GPT2StyleAttention.from_hf(target)
@@ -270,8 +280,13 @@ def check_extended_attention_mask(extended_attention_mask) -> None:
     assert half.dtype == torch.float16 and torch.equal(half.view(2, 4).float(), (1 - mask.float()) * torch.finfo(
         torch.float16).min), _("with a bool mask and torch.float16 the padding gets torch.finfo(torch.float16).min = "
                                "-65504 (each dtype has its own finfo.min)")
+    bf16 = extended_attention_mask(mask, torch.bfloat16)
+    assert bf16.dtype == torch.bfloat16 and torch.equal(bf16.view(2, 4).float(), (1 - mask.float()) * torch.finfo(
+        torch.bfloat16).min), _("with an int mask and torch.bfloat16 the padding gets torch.finfo(torch.bfloat16).min "
+                                "= {low:.4g}, in bfloat16 (each dtype has its own finfo.min)").format(
+        low=torch.finfo(torch.bfloat16).min)
     ok(_("extended_attention_mask: [2, 4] -> [2, 1, 1, 4]: 0 for real keys, finfo(dtype).min (finite) for padding, "
-          "int or bool, float32 or float16"))
+          "int or bool, float32, float16 or bfloat16"))
 
 
 def _bert_self_attention(d_model: int, num_heads: int, seed: int):
@@ -287,23 +302,23 @@ def _bert_self_attention(d_model: int, num_heads: int, seed: int):
 
 @harness.check("BertStyleSelfAttention")
 def check_bert_self_attention(BertStyleSelfAttention) -> None:
-    owner = "BertStyleSelfAttention(12, 3)"
-    fresh = BertStyleSelfAttention(12, 3)
+    owner = "BertStyleSelfAttention(10, 2)"
+    fresh = BertStyleSelfAttention(10, 2)
     for name in ("W_q", "W_k", "W_v"):
-        _linear(fresh, name, 12, 12, owner, bias=True)
-    attn = _bert_self_attention(12, 3, seed=4)
+        _linear(fresh, name, 10, 10, owner, bias=True)
+    attn = _bert_self_attention(10, 2, seed=4)
     layer = BertStyleSelfAttention.from_hf(attn)
     assert isinstance(layer, BertStyleSelfAttention), _(
         "BertStyleSelfAttention.from_hf(attn) should return a BertStyleSelfAttention (a classmethod)")
     layer.eval()
     torch.manual_seed(5)
-    x = torch.randn(3, 4, 12)
+    x = torch.randn(3, 4, 10)  # B 3, S 4, H 2, head_dim 5
     attention_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])  # sample 2: nothing but padding
     additive = library_mask(attention_mask.bool()[:, None, None, :])  # [B, 1, 1, S], as BERT's model makes it
     with torch.no_grad():
         want = attn(x, attention_mask=additive)[0]
-        got = harness.expect_shape(layer(x, attention_mask=attention_mask), [3, 4, 12],
-                                   "forward(x [3, 4, 12], attention_mask [3, 4])")
+        got = harness.expect_shape(layer(x, attention_mask=attention_mask), [3, 4, 10],
+                                   "forward(x [3, 4, 10], attention_mask [3, 4])")
     if torch.isnan(got[2]).all() and not torch.isnan(got[:2]).any():
         raise AssertionError(_("sample 2 is all padding and your layer gives NaN there; the library's gives finite "
                                "outputs (equal weights over the padding): add finfo.min, do not fill -inf"))

@@ -101,6 +101,10 @@ def llama_checks(harness, close, ok, library_mask):
                                    "reordered on its own (view it as [num_heads, head_dim / 2, 2, d_in])"))
         assert got == want, _("interleaved_to_half_split put the rows of [16, 3] (2 heads) in the order {got}, "
                               "expected {want}").format(got=got, want=want)
+        six = interleaved_to_half_split(torch.arange(18, dtype=torch.float32)[:, None], 3)[:, 0].long().tolist()
+        assert six == [h * 6 + r for h in range(3) for r in (0, 2, 4, 1, 3, 5)], _(
+            "with 3 heads of head_dim 6 (weight [18, 1]) interleaved_to_half_split put the rows in the order {got}: "
+            "each head of head_dim = rows / num_heads rows is reordered, whatever head_dim is").format(got=six)
         ok(_("interleaved_to_half_split: the rows of each head of [16, 3] (2 heads) in the order 0, 2, 4, 6, 1, 3, 5, "
               "7: Meta's neighbours 2i, 2i + 1 become the library's partners i, i + head_dim / 2"))
 
@@ -157,11 +161,37 @@ def llama_checks(harness, close, ok, library_mask):
                 "your layer from from_hf_llama differs from the library's LlamaAttention by up to {gap:.3g} at real "
                 "tokens (positions with gaps, left padding): W_q and W_k go back to neighbour pairs with "
                 "half_split_to_interleaved, per head (num_heads for W_q, num_key_value_heads for W_k); W_v and W_o "
-                "are copied unchanged; RoPE with rope_base={base:g}").format(gap=gap, base=ROPE_BASE))
+                "are copied unchanged; RoPE with rope_base={base:g}; key_mask hides the padded keys; repeat_kv "
+                "shares each key/value head among num_heads // num_key_value_heads query heads").format(
+                gap=gap, base=ROPE_BASE))
+        _one_kv_head(from_hf_llama)
         steps = _greedy(layer, attn, rotary, library_mask)
         ok(_("from_hf_llama: equals the library's LlamaAttention at positions with gaps and with left padding "
               "(largest difference {gap:.1e}); greedy decoding with a KV cache gives the library's {n} tokens for "
               "3 left-padded prompts").format(gap=gap, n=steps))
+
+    def _one_kv_head(from_hf_llama) -> None:
+        """A second shape: 3 query heads share one key/value head (repeat 3 times), head_dim 10 (B 2, S 4)."""
+        attn, rotary = tiny_llama(hidden_size=30, num_heads=3, num_kv_heads=1, seed=9)
+        layer = from_hf_llama(attn, ROPE_BASE).eval()
+        x, positions = torch.randn(2, 4, 30), torch.tensor([[0, 1, 2, 3], [0, 2, 3, 7]])
+        key_mask = torch.tensor([[False, True, True, True], [True] * 4])
+        want = llama_reference(attn, rotary, x, positions, key_mask, library_mask)
+        advice = _("nothing may assume 2 key/value heads, a repeat of 2 or head_dim 8: repeat each key/value head "
+                   "num_heads // num_kv_heads times and permute each head of the weight's own head_dim")
+        with torch.no_grad():
+            try:
+                got = layer(x, positions=positions, key_mask=key_mask)
+            except RuntimeError as error:  # shapes that only fit 4 query heads over 2
+                error.check_advice = _("With 3 query heads sharing 1 key/value head (head_dim 10): {advice}.").format(
+                    advice=advice)
+                raise
+            got = harness.expect_shape(got, [2, 4, 30], "layer(x [2, 4, 30], positions=[2, 4], key_mask=[2, 4])")
+        gap = (got - want)[key_mask].abs().max().item()
+        assert gap <= 1e-5, _(
+            "with 3 query heads sharing 1 key/value head (head_dim 10) your layer from from_hf_llama differs from the "
+            "library's LlamaAttention by up to {gap:.3g} at real tokens (it agrees with 4 query heads, 2 key/value "
+            "heads, head_dim 8): {advice}").format(gap=gap, advice=advice)
 
     def _greedy(layer, attn, rotary, library_mask, new_tokens=5):
         """A one-layer model (a random embedding, the attention, a random output matrix) decodes `new_tokens` greedily:
@@ -183,9 +213,11 @@ def llama_checks(harness, close, ok, library_mask):
                     sample = (got != want).nonzero()[0].item()
                     raise AssertionError(_(
                         "greedy decoding with your layer and a KV cache gives token {got} at new token {step} of prompt "
-                        "{sample}, the library's layer gives {want}: after the prompt, feed one token at a time with "
-                        "positions [B, 1] (each prompt's own next position) and key_mask covering everything "
-                        "cached").format(got=got[sample].item(), step=step, sample=sample, want=want[sample].item()))
+                        "{sample}, the library's layer gives {want}; the check feeds the prompt, then one token at a "
+                        "time with positions [B, 1] and key_mask covering everything cached, and your layer agrees "
+                        "without a cache: with one, rotate the new keys at their positions before appending them (not "
+                        "the cached keys after reading them) and align the causal mask bottom-right "
+                        "(decode_causal_mask)").format(got=got[sample].item(), step=step, sample=sample, want=want[sample].item()))
                 tokens = torch.cat([tokens, want[:, None]], dim=1)
                 mask = torch.cat([mask, torch.ones(3, 1, dtype=torch.bool)], dim=1)
                 where = positions[:, -1:] + 1  # [B, 1]

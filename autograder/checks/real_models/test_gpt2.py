@@ -128,7 +128,7 @@ def test_from_hf_equals_the_library_gpt2_attention(student):
         real = key_mask  # outputs at padded query positions are not graded
         mistakes = {hint: (lambda f=f: f()[real]) for hint, f in
                     gpt2_mistakes(library.gpt2_state(attn), x, key_mask, heads).items()}
-        expect.close(got[real], expected[real], "the output at real tokens", atol=TOL, mistakes=mistakes)
+        expect.close(got[real], expected[real], _("the output at real tokens"), atol=TOL, mistakes=mistakes)
 
     B, S, H, d = NO_MASK
     smallest_failure([(f"B={B}, S={S}, H={H}, d_model={d}", B) for B, S, H, d in sorted(SHAPES, key=lambda s: s[1])]

@@ -126,7 +126,7 @@ def test_from_hf_llama_equals_the_library_attention_at_gapped_positions(student)
         real = key_mask  # outputs at padded query positions are not graded
         mistakes = {hint: (lambda f=f: f()[real]) for hint, f in llama_mistakes(
             library.llama_state(attn), x, positions, key_mask, heads, kv_heads, library.inv_freq(attn.config)).items()}
-        expect.close(got[real], expected[real], "the output at real tokens", atol=TOL,
+        expect.close(got[real], expected[real], _("the output at real tokens"), atol=TOL,
                      mistakes=distinct(mistakes, expected[real]))
 
     smallest_failure([(_label(SHAPES[i]), i) for i in sorted(range(len(SHAPES)), key=lambda i: SHAPES[i][1])], check)

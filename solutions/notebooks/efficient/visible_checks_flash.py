@@ -67,6 +67,7 @@ def flash_checks(harness, close, ok):
                 "log(running sum) (the sum alone is taken after subtracting the max)").format(
                 gap=(lse.double() - want_lse).abs().max().item(), causal=causal, where=where)
         _check_flash_unseen(flash)
+        _check_flash_rows_apart(flash)
         _check_flash_double(flash)
         _check_flash_half(flash)
         _check_flash_memory(flash)
@@ -102,9 +103,10 @@ def flash_checks(harness, close, ok):
             where=where, gap=gap))
 
     def _check_flash_unseen(flash) -> None:
-        """Causal with more queries than keys: the first queries see no key at all."""
+        """Causal with more queries than keys: the first queries see no key at all; query 3 shares its block (3..5) with
+        queries that see keys, so a row whose max is still -inf is computed beside the others."""
         q, k, v = _qkv(2, 3, 9, 5, 4, 5)
-        out, lse = flash(q, k, v, causal=True, block_q=4, block_k=3)
+        out, lse = flash(q, k, v, causal=True, block_q=3, block_k=3)
         want, want_lse = _dense(q[:, :, 4:], k, v, _bottom_right(5, 5))  # queries 4..8 see keys 0..i - 4
         assert not torch.isnan(out).any() and not torch.isnan(lse).any(), _(
             "causal with 9 queries and 5 keys: queries 0..3 see no key, and your out or lse holds NaN. While a row's "
@@ -116,6 +118,18 @@ def flash_checks(harness, close, ok):
                                                           lse=sorted(set(lse[:, :, :4].flatten().tolist()))[:3])
         assert close(out[:, :, 4:], want, 1e-4) and close(lse[:, :, 4:], want_lse, 1e-4), _(
             "causal with 9 queries and 5 keys: queries 4..8 (query i sees keys j <= i - 4) differ from plain attention")
+
+    def _check_flash_rows_apart(flash) -> None:
+        """Queries of one block whose scores lie far apart (query 0's 120, the others' near 0): one max per tile
+        instead of one per query leaves exp(score - max) of the others at 0 in float32."""
+        q, k, v = _qkv(1, 2, 3, 6, 4, 5)
+        k[:, :, 0], q[:, :, 0] = 1.0, 60.0  # q0 . k0 / sqrt(4) = 60 * 4 / 2 = 120
+        out, lse = flash(q, k, v, block_q=3, block_k=3)
+        want, want_lse = _dense(q, k, v)
+        assert close(out, want, 1e-4) and close(lse, want_lse, 1e-4), _(
+            "queries whose scores lie far apart (query 0's near {high:.0f}, the others' near 0, in one block) differ "
+            "from plain attention by up to {gap:.2g}: keep one running max per query (amax over the keys, dim=-1), not "
+            "one per tile").format(high=want_lse[..., 0].max().item(), gap=(out.double() - want).abs().max().item())
 
     def _check_flash_double(flash) -> None:
         """float64 inputs: the running m, l and o are float64 (the notebook's table), the returned lse float32."""
@@ -193,6 +207,9 @@ def flash_checks(harness, close, ok):
         empty = torch.full_like(a[1].float(), float("-inf"))
         got = merge(a[0].float(), a[1].float(), torch.full_like(a[0].float(), float("nan")), empty)
         assert torch.isfinite(got[0]).all() and close(got[0], a[0], 1e-5), _(
+            "a side whose lse is -inf (it saw no key) must add nothing, whatever its out holds (here NaN)")
+        got = merge(torch.full_like(a[0].float(), float("nan")), empty, b[0].float(), b[1].float())
+        assert torch.isfinite(got[0]).all() and close(got[0], b[0], 1e-5), _(
             "a side whose lse is -inf (it saw no key) must add nothing, whatever its out holds (here NaN)")
         _check_merge_both_empty(merge, a)
         ok(_("merge_attention: two halves of the keys merge into attention over all of them, at scores near 100, "

@@ -93,8 +93,31 @@ def flash_backward_checks(harness, close, ok):
             "is -inf and exp(s - lse) must give 0 there, not exp(-inf + inf)")
         assert all(close(g, w, 1e-5) for g, w in zip(got, want)), _(
             "with 6 queries and 3 keys (causal) the gradients are wrong: queries 0 to 2 see no key and add nothing")
+        _check_backward_dtypes(backward)
         ok(_("flash_attention_backward: grad_q, grad_k, grad_v equal autograd through plain attention (causal "
-             "bottom-right, odd blocks), zero for queries that see no key"))
+             "bottom-right, odd blocks), zero for queries that see no key; float64, float32 and float16 inputs"))
+
+    def _check_backward_dtypes(backward) -> None:
+        """float64 (v far from 0, where float32 sums lose digits), float32 and float16 inputs, causal, 5 queries and 9
+        keys in blocks of 3 and 4: the last query block (queries 3, 4) is short and cut by the diagonal."""
+        gen = torch.Generator().manual_seed(7)
+        q, k, v = (torch.randn(2, 3, s, d, generator=gen, dtype=torch.float64) for s, d in ((5, 4), (9, 4), (9, 6)))
+        grad_out = torch.randn(2, 3, 5, 6, generator=gen, dtype=torch.float64)
+        for dtype, tol, shift in ((torch.float64, 1e-5, 1000.0), (torch.float32, 1e-4, 0.0), (torch.float16, 3e-3, 0.0)):
+            inputs = [t.to(dtype) for t in (q, k, v + shift, grad_out)]  # the truth from the inputs as rounded
+            out, lse, want = _gradients(*inputs[:3], inputs[3], True)
+            got = backward(*inputs[:3], out.to(dtype), lse, inputs[3], causal=True, block_q=3, block_k=4)
+            for name, grad, truth in zip(names, got, want):
+                assert grad.dtype == dtype, _(
+                    "with {dtype} inputs {name} should be {dtype} too, got {got}: accumulate in float32 (float64 for "
+                    "float64 inputs) and cast each gradient back to its input's dtype at the end").format(
+                    dtype=dtype, name=name, got=grad.dtype)
+                assert close(grad, truth, tol), _(
+                    "with {dtype} inputs (causal, 5 queries, 9 keys, block_q=3, block_k=4: the last query block is "
+                    "short and cut by the diagonal) {name} differs from autograd through plain attention by up to "
+                    "{gap:.2g}: accumulate in float64 for float64 inputs, in float32 otherwise, and mask each tile by "
+                    "the queries it really holds (i1 = min(i0 + block_q, S_q))").format(
+                    dtype=dtype, name=name, gap=(grad.double() - truth).abs().max().item())
 
     @harness.check("FlashAttentionFunction")
     def check_flash_attention_function(FlashAttentionFunction) -> None:

@@ -119,6 +119,7 @@ def check_sliding_window_attention(sliding_window_attention) -> None:
             "window=3, chunk_size={chunk}: the result differs from full attention masked with the window "
             "(does a chunk read the window - 1 keys before its first query? is the last, shorter chunk handled?)"
         ).format(chunk=chunk)
+    small = q, k, v  # the float16 case, after the memory's
     S, window, chunk = 1024, 16, 64
     q, k, v = _qkv(1, 2, S, S, 8, 8)
     with _Squares(S) as squares:
@@ -141,6 +142,9 @@ def check_sliding_window_attention(sliding_window_attention) -> None:
         "scores against the keys it can see are {rectangle:.2f} MiB, against every key {every:.2f} MiB; read only the "
         "keys [max(0, i0 - window + 1), i1) for the queries [i0, i1)").format(
         S=S, window=window, chunk=chunk, peak=peak / MiB, rectangle=rectangle / MiB, every=every / MiB)
+    half = attend(*(t.half() for t in small), 3, chunk_size=4)
+    assert half.dtype == torch.float16, _("with float16 inputs the output should be float16 (q's dtype), got {dtype}").format(
+        dtype=half.dtype)
     ok(_("sliding_window_attention: equals masked full attention for chunk sizes 1, 3, 4, 16; peak {peak:.2f} MiB "
          "at S = {S} (the score matrix would be {full:.2f} MiB)").format(peak=peak / MiB, S=S, full=2 * S * S * 4 / MiB))
 
@@ -231,6 +235,7 @@ def check_linear_attention(linear_attention) -> None:
             "linear_attention(causal={causal}) differs from phi(q_i) . sum_j phi(k_j) v_j / (phi(q_i) . sum_j phi(k_j) + eps) "
             "by up to {gap:.2g}{extra}").format(causal=causal, gap=(out.double() - want).abs().max().item(),
                                                extra=_(": when causal, query i sums over keys j <= i only") if causal else "")
+    _check_eps(attend(q, k, v, causal=True, eps=0.5), _linear_dense(q, k, v, True, eps=0.5), "linear_attention")
     S = 2048
     q, k, v = _qkv(1, 1, S, S, 4, 4)
     square, peaks = S * S * 4, []
@@ -251,6 +256,14 @@ def check_linear_attention(linear_attention) -> None:
             "add its own keys to them afterwards?").format(S=S, causal=causal, gap=(out.double() - want).abs().max().item())
     ok(_("linear_attention: equals the formula, causal and not, peak {peak:.2f} MiB at S = {S} (an [S, S] matrix "
          "is {full:.2f} MiB)").format(peak=max(peaks) / MiB, S=S, full=square / MiB))
+
+
+def _check_eps(got, want, name: str) -> None:
+    """An eps far from its default (0.5) must show in the output: it is added to the denominator."""
+    assert close(got, want, 1e-4), _(
+        "{name}(..., eps=0.5) differs from the formula with 0.5 added to the denominator by up to {gap:.2g}: use the "
+        "eps given, added: phi(q_i) . sum_j phi(k_j) + eps").format(
+        name=name, gap=(got.double() - want).abs().max().item())
 
 
 def _explain_restarting_chunks(out, q, k, v) -> None:
@@ -288,6 +301,8 @@ def check_linear_attention_step(linear_attention_step) -> None:
             "state you were given, and return the new state").format(t=t, gap=(out_t.double() - want[:, :, t]).abs().max().item())
         tensors = state if isinstance(state, (tuple, list)) else (state,)
         sizes.append(sum(s.numel() for s in tensors if isinstance(s, torch.Tensor)))
+    first = step(None, q[:, :, 0], k[:, :, 0], v[:, :, 0], eps=0.5)[0]
+    _check_eps(first, _linear_dense(q[:, :, :1], k[:, :, :1], v[:, :, :1], True, eps=0.5)[:, :, 0], "linear_attention_step")
     assert sizes[0] == sizes[-1], _(
         "the state grew from {first} to {last} numbers over 7 steps: keep the running sums, not the keys").format(
         first=sizes[0], last=sizes[-1])

@@ -22,7 +22,7 @@ import os
 import torch
 import torch.nn as nn
 from check_harness import DOMAIN, LOCALES, Harness, NotReady, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
-from visible_checks_decoder import decoder_checks  # notebook 04's check, built on this harness
+from visible_checks_decoder import cross_attention_checks, decoder_checks  # notebooks 03, 04: on this harness
 
 __all__ = ["check_sinusoidal_positions", "check_apply_rope", "check_decode_causal_mask", "check_kv_cache",
            "check_cached_self_attention", "check_kv_cache_bytes", "check_repeat_kv", "check_cross_attention",
@@ -61,6 +61,12 @@ def check_sinusoidal_positions(sinusoidal_positions) -> None:
     slowest = 5 / 10000 ** (6 / 8)
     assert math.isclose(pe[5, 6].item(), math.sin(slowest), abs_tol=1e-5), _(
         "PE[5, 6] should be sin(5 / 10000^(6 / 8)): pair i = 3 turns 10000^(6/8) = 1000 times slower than pair 0")
+    far = sinusoidal_positions(4000, 8).double()  # a near-miss constant shows only at far positions
+    angle = torch.arange(4000, dtype=torch.float64)[:, None] / 10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    gap = (far - torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(-2)).abs().max().item()
+    assert gap < 5e-4, _(
+        "sinusoidal_positions(4000, 8) differs from sin and cos of p / 10000^(2i / d_model) by up to {gap:.2g}: the "
+        "base is exactly 10000 (a constant a little off shows at far positions)").format(gap=gap)
     ok(_("sinusoidal_positions: [6, 8] float32, sin on even and cos on odd features, slower pairs to the right"))
 
 
@@ -69,6 +75,9 @@ def check_apply_rope(apply_rope) -> None:
     x = torch.randn(2, 3, 5, 8)
     out = harness.expect_shape(apply_rope(x, torch.arange(5)), x.shape, _("apply_rope(x [2, 3, 5, 8], positions 0..4)"))
     assert out.dtype == x.dtype, _("apply_rope should keep x's dtype {dtype}, got {got}").format(dtype=x.dtype, got=out.dtype)
+    for half in (torch.float16, torch.bfloat16):  # the angles are float32 or float64: cast the result back
+        got = apply_rope(x.to(half), torch.arange(5)).dtype
+        assert got == half, _("apply_rope should keep x's dtype {dtype}, got {got}").format(dtype=half, got=got)
     assert close(out[:, :, 0], x[:, :, 0]), _("position 0 is a rotation by angle 0: row 0 of x must come out unchanged")
     pair_norms = (x[..., 0::2] ** 2 + x[..., 1::2] ** 2).sqrt()
     out_norms = (out[..., 0::2] ** 2 + out[..., 1::2] ** 2).sqrt()
@@ -331,38 +340,9 @@ def check_repeat_kv(repeat_kv) -> None:
 # --------------------------------------------------------------------------- #
 
 
-@harness.check("CrossAttention")
-def check_cross_attention(CrossAttention) -> None:
-    module = CrossAttention(16, 4, d_context=6)
-    for name, d_in in (("W_q", 16), ("W_k", 6), ("W_v", 6), ("W_o", 16)):
-        _linear(module, name, d_in, 16, "CrossAttention(16, 4, d_context=6)")
-    default = CrossAttention(16, 4)
-    _linear(default, "W_k", 16, 16, _("CrossAttention(16, 4) (d_context defaults to d_model)"))
-    module.eval()
-    x, context = torch.randn(2, 3, 16), torch.randn(2, 5, 6)
-    keep = torch.tensor([[True] * 5, [True, True, False, False, False]])  # True = real context token
-    with torch.no_grad():
-        try:
-            out = module(x, context, keep)
-        except RuntimeError as error:
-            if "mat1 and mat2" in str(error):  # a projection got the other sequence's width
-                error.check_advice = _("Keys and values must come from `context` [B, S_k, d_context] (W_k(context), "
-                                       "W_v(context)); only the queries come from x [B, S_q, d_model].")
-            raise
-        out = harness.expect_shape(out, [2, 3, 16], "forward(x [2, 3, 16], context [2, 5, 6], context_mask)")
-        assert torch.isfinite(out).all(), _("the output contains NaN or inf (is the context mask inverted?)")
-        padded = context.clone()
-        padded[1, 2:] = 50.0  # only the padding of sample 1 changes
-        assert close(module(x, padded, keep), out), _(
-            "the output changed when only padded context tokens did: -inf where context_mask is False, "
-            "as context_mask[:, None, None, :] against [B, H, S_q, S_k] scores")
-        last = context.clone()
-        last[0, 4] = 3.0  # the last real context token of sample 0
-        assert not close(module(x, last, keep)[0, 0], out[0, 0]), _(
-            "query 0 did not react to the last context token: cross-attention has no causal mask, every query "
-            "sees the whole context")
-    ok(_("CrossAttention: W_q 16->16, W_k and W_v 6->16, W_o 16->16; [2, 3, 16] x context [2, 5, 6] -> [2, 3, 16]; "
-          "padding ignored"))
+# Its check lives in visible_checks_decoder.py, built on this harness (it compares the layer with attention computed
+# from its own weights).
+check_cross_attention = cross_attention_checks(harness, close, ok, _linear)
 
 
 # --------------------------------------------------------------------------- #
