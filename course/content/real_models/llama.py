@@ -475,7 +475,7 @@ def cells():
 DEMO_ZH = {
     "# 5.x keeps the base and the scaling in rope_parameters": "# 5.x 把基数和缩放参数放在 rope_parameters 里",
     "# 4.x: rope_theta and rope_scaling": "# 4.x：rope_theta 和 rope_scaling",
-    '"inv_freq / base^(-2i/d):"': '"inv_freq / base^(-2i/d)："',
+    '"inv_freq / base^(-2i/d):"': '"llama3 的 inv_freq 与普通频率 base^(-2i/d) 之比："',
     '"pair i"': '"第 i 对"',
     'label="base^(-2i/d)"': 'label="普通频率 base^(-2i/d)"',
     'label="llama3"': 'label="llama3 的频率"',
