@@ -8,7 +8,7 @@ import torch
 
 from autograder.checks.serving import batching
 from autograder.sandbox.lender import Lender
-from autograder.worker import borrowed, names, standins, watch, wire
+from autograder.worker import borrowed, names, serving_standins as standins, watch, wire
 from solutions import serving as ref
 
 

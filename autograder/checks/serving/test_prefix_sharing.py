@@ -123,6 +123,20 @@ def _fork_full_job(student):
                  "free": attribute(job, attribute(job, cache, "allocator"), "num_free")}, None
 
 
+def _fork_short_job(student):
+    """A pool of 4: a parent of 10 tokens (3 blocks, the last partial), forked; the child's 3 new tokens need the copy
+    of the shared partial block and one new block, and 1 block is free: the reserve raises and changes nothing."""
+    job = student.job()
+    cache = job.new("PagedKVCache", 4, BLOCK_SIZE, 1, 2)
+    job.method(cache, "add_sequence", "p")
+    job.method(cache, "reserve", "p", FORK_LEN)
+    job.method(cache, "fork", "p", "c")
+    raised = job.builtin_value("attempt", attribute(job, cache, "reserve"), "c", 3, label="PagedKVCache.reserve")
+    return job, {"raised": raised, "parent": job.method(cache, "block_table", "p"),
+                 "child": job.method(cache, "block_table", "c"), "len": job.method(cache, "seq_len", "c"),
+                 "free": attribute(job, attribute(job, cache, "allocator"), "num_free")}, None
+
+
 def _order_job(student):
     """A pool of 4: A (3 blocks) freed last block first, then X takes 2 blocks: A's tail goes, its head stays."""
     job = student.job()
@@ -156,6 +170,7 @@ def _lru_job(student):
 def ran(student) -> dict[str, Ran]:
     return student.once("serving prefix_sharing", lambda: send(student, {
         "hit": _hit_job(student), "fork": _fork_job(student), "fork full": _fork_full_job(student),
+        "fork short": _fork_short_job(student),
         "lru": _lru_job(student), "order": _order_job(student)}))
 
 
@@ -236,6 +251,12 @@ def test_fork_shares_blocks_and_copies_a_shared_partial_block_on_write(student):
                          atol=0, rtol=0, mistakes={_(
                              "the copied block lost the parent's keys of this layer: copy-on-write copies the block "
                              "in every layer"): torch.cat([torch.zeros_like(prefix[0]), token[0]])})
+    short = ran(student)["fork short"]
+    if short.value("raised") != "RuntimeError" or short.value("len") != FORK_LEN or short.value("free") != 1 or \
+            int_list(short.value("child"), "block_table") != int_list(short.value("parent"), "block_table"):
+        raise expect.CheckFailure(_("a child's reserve that needs the copy of a shared partial block and one new block, "
+                                    "with 1 block free, must raise RuntimeError and change nothing: count the copy among "
+                                    "the blocks needed before allocating any"))
     want = FORK_POOL - -(-FORK_LEN // BLOCK_SIZE) - 1
     if run.value("free") != want:
         raise expect.CheckFailure(_("{pool} blocks, the parent's {blocks} and one copy in use: num_free is {n}, expected "
