@@ -82,8 +82,8 @@ def test_solved_notebooks_pass_every_visible_check_in_both_editions(solved):
 
 
 def test_the_solved_notebooks_print_the_figures_of_the_contract(solved):
-    """1.77x; 6 blocks = 24 slots vs 30 and 6,144; 33 slots in 10 blocks vs 60; 4 blocks with sharing vs 6 and 25 of 85
-    prompt tokens; 14 vs 19 steps, 69 vs 98 tokens, 10 vs 14 blocks, 29 of 85 with prefix caching; a sink cache of 6 vs
+    """1.77x; 6 blocks = 24 slots vs 30 and 6,144; 33 slots in 10 blocks vs 60; 4 blocks with sharing vs 6 and 27 of 75
+    prompt tokens (the contract's figure); 14 vs 19 steps, 69 vs 98 tokens, 10 vs 14 blocks, 29 of 85 with prefix caching; a sink cache of 6 vs
     16 and distances 5 vs 15"""
     text = {name: "".join(stream_text(c) for c in code_cells(solved[("en", name)])) for name in NOTEBOOKS}
     assert "padded       3,456 bytes, packed       1,952 bytes (1.77x)" in text["01_varlen"]
@@ -92,7 +92,7 @@ def test_the_solved_notebooks_print_the_figures_of_the_contract(solved):
     assert "key slots read: 33 in 10 blocks; a padded [B, max_len] cache: 60 slots" in text["03_paged_attention"]
     assert "B hits 0 tokens; blocks used for A + B: 6" in text["04_prefix_sharing"]
     assert "B hits 8 tokens; blocks used for A + B: 4" in text["04_prefix_sharing"]
-    assert "25 of 85 prompt tokens computed with a shared system prompt" in text["04_prefix_sharing"]
+    assert "27 of 75 prompt tokens computed with a shared system prompt" in text["04_prefix_sharing"]
     batching = text["05_continuous_batching"]
     assert re.search(r"continuous: 14 steps \(\d+ mixed\), 69 tokens computed for 28 generated, peak 10 blocks", batching)
     assert re.search(r"static    : 19 steps \(0 mixed\), 98 tokens computed for 28 generated, peak 14 blocks", batching)

@@ -174,11 +174,11 @@ def cells():
         check("check_prefix_caching(PagedKVCache)", "check_prefix_caching"),
         md(r"""
         Prompt A has 11 tokens, prompt B 12, the first 9 shared; blocks of 4. The first cell prints B's hit, the
-        blocks both hold with and without sharing, and what a fork costs. The second runs four requests that
-        share a 12-token system prompt (each with 1 to 4 tokens of its own) and counts the prompt tokens the model must
+        blocks both hold with and without sharing, and what a fork costs. The second runs five requests that
+        share a 12-token system prompt (each with 3 tokens of its own) and counts the prompt tokens the model must
         compute, one request after another.
         """, r"""
-        提示词 A 有 11 个 token，提示词 B 有 12 个，前 9 个相同；块大小为 4。第一个单元格打印 B 的命中数、共享与不共享时两者占用的块，以及一次分叉的代价。第二个单元格运行六个共享 12 个 token 系统提示词的请求（每个请求自己另有 1 到 4 个 token），一个接一个地统计模型必须计算的提示词 token 数。
+        提示词 A 有 11 个 token，提示词 B 有 12 个，前 9 个相同；块大小为 4。第一个单元格打印 B 的命中数、共享与不共享时两者占用的块，以及一次分叉的代价。第二个单元格运行五个共享 12 个 token 系统提示词的请求（每个请求自己另有 3 个 token），一个接一个地统计模型必须计算的提示词 token 数。
         """),
         demo("""
         A = list(range(100, 111))  # 11 tokens
@@ -200,7 +200,7 @@ def cells():
         """),
         demo("""
         system = list(range(1, 13))  # a 12-token system prompt: 3 full blocks of 4
-        prompts = [system + [50 + i] * n for i, n in enumerate((3, 1, 2, 4, 2, 1))]  # the grader's six requests
+        prompts = [system + [50 + i] * 3 for i in range(5)]  # five requests, 3 tokens of their own each
         with uses_your_code():
             cache = PagedKVCache(32, 4, 1, 4, enable_prefix_caching=True)
             computed = 0
@@ -245,7 +245,7 @@ DEMO_ZH = {
     """f"A2 appends one token: its last block {cache.block_table('A2')[-1]} (A's is {cache.block_table('A')[-1]}): copied\"""":
         """f"A2 追加一个 token：它的最后一块是 {cache.block_table('A2')[-1]}（A 的是 {cache.block_table('A')[-1]}）：已复制\"""",
     "# a 12-token system prompt: 3 full blocks of 4": "# 12 个 token 的系统提示词：3 个大小为 4 的满块",
-    "# the grader's six requests": "# 评分器的六个请求",
+    "# five requests, 3 tokens of their own each": "# 五个请求，各自另有 3 个 token",
     'f"{computed} of {total} prompt tokens computed with a shared system prompt ({total - computed} from the cache)"':
         'f"共享系统提示词时，{total} 个提示词 token 中计算了 {computed} 个（{total - computed} 个来自缓存）"',
 }
