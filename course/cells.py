@@ -10,6 +10,7 @@ the docstring and replaces the body with a stub.
 from __future__ import annotations
 
 import ast
+import functools
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,14 +142,23 @@ def graded(part_id: str, points: float) -> Cell:
 # --------------------------------------------------------------------------- #
 
 
+@functools.lru_cache(maxsize=32)
+def _definitions(path: Path, mtime_ns: int, size: int) -> tuple[list[str], dict[str, ast.FunctionDef | ast.ClassDef]]:
+    """The lines of a reference file and its top-level definitions by name, parsed once per version of the file
+    (a build asks for about 900 definitions of a few files)."""
+    text = path.read_text()
+    nodes = [n for n in ast.parse(text).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    return text.splitlines(), {n.name: n for n in reversed(nodes)}  # (the first definition of a name, as before)
+
+
 def _reference_node(name: str, reference: Path | None = None) -> tuple[list[str], ast.FunctionDef | ast.ClassDef]:
     """The lines of the reference that defines `name` at its top level, and that definition (`reference`, when
     given, is read first: an assignment whose reference repeats another's pieces, as real_models repeats generation's)."""
     for path in ([reference] if reference else []) + [p for p in REFERENCES if p != reference]:
-        text = path.read_text()
-        for node in ast.parse(text).body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
-                return text.splitlines(), node
+        stat = path.stat()
+        lines, definitions = _definitions(path, stat.st_mtime_ns, stat.st_size)
+        if name in definitions:
+            return lines, definitions[name]
     raise KeyError(f"{name} is not defined at the top level of {', '.join(p.name for p in REFERENCES)}")
 
 
