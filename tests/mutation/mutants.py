@@ -179,28 +179,41 @@ def _changed_lines(old: str, new: str) -> tuple[str, str] | None:
     return " / ".join(removed), " / ".join(added)
 
 
+def _top_spans(tree: ast.Module, original: str) -> dict[int, tuple[int, int]]:
+    """Where each top-level definition's own unparsed text sits in `original` (the whole module unparsed)."""
+    spans, cursor = {}, 0
+    for i, top in enumerate(tree.body):
+        if isinstance(top, ast.FunctionDef | ast.ClassDef):
+            text = ast.unparse(top)
+            start = original.index(text, cursor)
+            cursor = start + len(text)
+            spans[i] = (start, cursor)
+    return spans
+
+
 def mutants(path: Path, scopes: frozenset[str] | None = None) -> list[Mutant]:
     """Every mutant of the reference at `path` that differs from it as code, in source order, keys unique; with
-    `scopes`, of those top-level definitions only."""
+    `scopes`, of those top-level definitions only. Each mutant's source is the module's with its one definition
+    unparsed anew (the module is unparsed once: a test run collects every mutant in each of its processes)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     original = ast.unparse(tree)
+    spans = _top_spans(tree, original)
     out: dict[str, Mutant] = {}
     for i, top in enumerate(tree.body):
         if not isinstance(top, ast.FunctionDef | ast.ClassDef) or (scopes is not None and top.name not in scopes):
             continue
         skip = _skipped(top)
+        start, end = spans[i]
         for op, new_top in _variants(top, None, skip):
-            body = list(tree.body)
-            body[i] = new_top
-            module = ast.Module(body=body, type_ignores=[])
             try:
-                source = ast.unparse(ast.fix_missing_locations(module))
-                compile(source, str(path), "exec")
+                piece = ast.unparse(new_top)
+                compile(piece, str(path), "exec")
             except (SyntaxError, ValueError, TypeError):
                 continue
-            changed = _changed_lines(original, source)
+            changed = _changed_lines(original[start:end], piece)
             if changed is None:
                 continue
+            source = original[:start] + piece + original[end:]
             mutant = Mutant(path.stem, top.name, op, changed[0], changed[1], source)
             key, n = mutant.key, 2
             while key in out:  # the same edit of the same line elsewhere in the definition
