@@ -18,8 +18,8 @@ from check_harness import NotReady, first_sentence, shape_of
 
 ROPE_BASE = 500.0  # not the default 10000, so that a layer that ignores rope_base is caught
 # (H, H_kv) of the layers of head_dim 10 after the first (4 over 2, head_dim 8): the same heads (a layer that fails
-# there assumes head_dim 8), then 3 and 4 query heads per key/value head (one that fails there repeats them wrongly)
-HEAD_DIM_10 = ((4, 2), (6, 2), (4, 1))
+# there assumes head_dim 8), then 3, 4 and 1 query heads per key/value head (one that fails there repeats them wrongly)
+HEAD_DIM_10 = ((4, 2), (6, 2), (4, 1), (3, 3))
 
 
 class _Cache:
@@ -223,7 +223,7 @@ def llama_checks(harness, close, ok, library_mask):
                                         "tokens").format(gap=gap)
 
     def _other_shapes(from_hf_llama) -> None:
-        """head_dim 10 with the first layer's heads, then 3 and 4 query heads per key/value head: a failure names
+        """head_dim 10 with the first layer's heads, then 3, 4 and 1 query heads per key/value head: a failure names
         head_dim 8 assumed, or the keys and values repeated the wrong number of times."""
         for seed, (H, H_kv) in enumerate(HEAD_DIM_10, start=9):
             torch.manual_seed(seed)
