@@ -154,3 +154,47 @@ def test_the_hub_variant_is_the_student_lab_plus_the_assignment_list_on_both_sid
     assert {name for name in hub if hub[name] != student[name]} == {"@jupyter/nbgrader:assignment-list"}
     assert hub["@jupyter/nbgrader:assignment-list"] is False
     assert "c.Execute.timeout = 120" in (HUB_CONFIG / "nbgrader_config.py").read_text()
+
+
+def _validator_config(folder: Path, notebooks: list[Path], monkeypatch):
+    """The Validator that `nbgrader validate NOTEBOOK...` builds from the nbgrader_config.py in `folder`."""
+    from nbgrader.validator import Validator
+    from traitlets.config.loader import PyFileConfigLoader
+
+    monkeypatch.setattr(sys, "argv", ["nbgrader", "validate", *map(str, notebooks)])
+    return Validator(config=PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config())
+
+
+@pytest.mark.parametrize("folder", [lab.STUDENT_CONFIG, HUB_CONFIG], ids=["lab", "hub"])
+def test_nbgrader_validate_frames_its_failures_in_chinese_for_notebooks_of_the_chinese_edition_only(folder, tmp_path,
+                                                                                                    monkeypatch):
+    chinese = tmp_path / "generation_zh" / "01_cache.ipynb"
+    english = tmp_path / "generation" / "01_cache.ipynb"
+    warnings = ("failed_warning", "changed_warning", "type_changed_warning")
+    validator = _validator_config(folder, [chinese], monkeypatch)
+    for name in warnings:
+        text = getattr(validator, name).format(num_failed=2, num_changed=2)
+        assert re.search(r"[\u4e00-\u9fff]", text) and "2 个" in text and not re.search("[A-Za-z]", text), text
+    for notebooks in ([english], [chinese, english], []):  # English, or both editions at once: nbgrader's own
+        validator = _validator_config(folder, notebooks, monkeypatch)
+        assert [getattr(validator, name) for name in warnings] == [getattr(type(validator), name).default_value
+                                                                     for name in warnings]
+
+
+def test_the_readmes_name_the_lines_of_nbgrader_that_hard_code_validates_success_line():
+    """no setting of nbgrader's changes "Success! Your notebook passes all the tests." (nor the frame around a failing
+    cell): both READMEs say so, at the installed nbgrader's lines, and what it means"""
+    import nbgrader
+
+    lines = (NBGRADER / "validator.py").read_text().splitlines()
+    where = [next(i + 1 for i, line in enumerate(lines) if f'"{text}' in line)
+             for text in ("The following cell failed:", "The error was:", "Success! Your notebook passes all the tests.")]
+    dialog = [p.name for p in (NBGRADER / "labextension" / "static").glob("*.js")
+              if "Success! Your notebook passes all the tests." in p.read_text(errors="replace")]  # the button's
+    english, chinese = (REPO / "README.md").read_text(), (REPO / "README.zh-CN.md").read_text()
+    assert len(dialog) == 1 and dialog[0] in english and dialog[0] in chinese, dialog
+    assert f"nbgrader {nbgrader.__version__}" in english and f"nbgrader {nbgrader.__version__}" in chinese
+    assert "lines {}, {} and {}".format(*where) in english, where
+    assert "第 {}、{} 和 {} 行".format(*where) in chinese, where
+    assert "every visible check passes, not the hidden ones" in english
+    assert "所有可见检查都通过了，并不包括隐藏检查" in chinese

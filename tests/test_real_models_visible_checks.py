@@ -5,13 +5,17 @@ build them: no notebook runs here, and nothing is downloaded).
 """
 from __future__ import annotations
 
+import importlib.util
 import re
+import shutil
+import sys
 
 import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
 
+from course import catalogs
 from course.build import REPO, TARGET_BY_ID
 from course.content import real_models
 from solutions import real_models as R
@@ -195,7 +199,8 @@ MISTAKES = {
     "c_proj not transposed": ("check_gpt2_attention", (GPT2ProjNotTransposed,), "W_o.weight is c_proj.weight"),
     "k, q, v order": ("check_gpt2_attention", (GPT2KQV,), "its columns are q, then k, then v"),
     "bfloat16 mask": ("check_extended_attention_mask", (_mask_bfloat16_as_float32,), "torch.bfloat16"),
-    "permutation for head_dim 8 only": ("check_interleaved_to_half_split", (_permutation_for_head_dim_8,), "view"),
+    "permutation for head_dim 8 only": ("check_interleaved_to_half_split", (_permutation_for_head_dim_8,),
+                                        "the permutation is built for head_dim 8"),
 }
 
 
@@ -206,12 +211,69 @@ def test_a_visible_check_names_each_classic_mistake_in_one_sentence(vc, mistake)
     assert words in sentence and "\n" not in sentence, sentence
 
 
-def test_repeat_kv_hard_coded_to_2_fails_the_llama_check_with_one_key_value_head(vc, monkeypatch):
-    """a layer that repeats each key/value head twice agrees with 4 query heads over 2; 3 over 1 names it"""
+# issue 54's student-seat splits, each written as a student writes it in tests/catalogue/real_models.py (the case the
+# hidden grader must cost: tests/test_catalogue.py grades it): (the part it loses, the visible check, its arguments,
+# the cause in English, in Chinese)
+SEAT = {
+    "llama_repeat_kv_fixed_2": ("llama", "check_from_hf_llama", ("from_hf_llama",),
+                                "the keys and values were repeated the wrong number of times: each of the 2 key/value "
+                                "heads serves num_key_value_groups = num_heads // num_key_value_heads = 3",
+                                "键和值重复的次数不对"),
+    "rope_h2i_head_dim_8": ("rope_permutation", "check_rope_permutation",
+                            ("interleaved_to_half_split", "half_split_to_interleaved"),
+                            "the permutation is built for head_dim 8; build it from the weight's own head_dim",
+                            "这个重排是按 head_dim 8 写死的"),
+}
+
+
+@pytest.fixture(scope="module")
+def editions(tmp_path_factory):
+    """(English, Chinese) visible checks of real_models, loaded from a released folder with its catalog."""
+    folder = tmp_path_factory.mktemp("real_models")
+    for name, origin in TARGET_BY_ID["real_models"].support.items():
+        shutil.copy(origin, folder / name)
+    catalogs.write_release_catalogs(folder, "zh")
+    english = release_import.load(folder, "visible_checks_real_models_seat_en")
+    chinese = release_import.load(folder, "visible_checks_real_models_seat_zh")
+    chinese.use_language("zh")
+    return english, chinese
+
+
+def _catalogue_case(name: str):
+    """The catalogue's case and its submission, imported as a module (as the notebook's cells define it)."""
+    if "catalogue_real_models" not in sys.modules:  # the name tests/test_catalogue.py loads it under
+        spec = importlib.util.spec_from_file_location("catalogue_real_models", REPO / "tests" / "catalogue" / "real_models.py")
+        sys.modules["catalogue_real_models"] = importlib.util.module_from_spec(spec)  # (its dataclasses look it up)
+        spec.loader.exec_module(sys.modules["catalogue_real_models"])
+    case = next(c for c in sys.modules["catalogue_real_models"].CASES if c.name == name)
+    path = REPO / "tests" / "catalogue" / "submissions" / "real_models" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"seat_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return case, module
+
+
+@pytest.mark.parametrize("name", list(SEAT))
+def test_a_student_seat_split_fails_a_visible_check_naming_its_cause_in_both_editions(editions, name):
+    """right with 4 query heads over 2 key/value heads of head_dim 8 only: the hidden grader costs it (the catalogue
+    case loses its part) and the visible check says why in one sentence, in the edition's language"""
+    part, check, names, english_words, chinese_words = SEAT[name]
+    case, submission = _catalogue_case(name)
+    assert case.lose == (part,), case.lose
+    arguments = tuple(getattr(submission, n) for n in names)
+    in_english, in_chinese = (_failure(getattr(module, check), *arguments) for module in editions)
+    assert english_words in in_english and "\n" not in in_english and "in the line" not in in_english, in_english
+    assert chinese_words in in_chinese and "\n" not in in_chinese and CHINESE.search(in_chinese), in_chinese
+    assert not CHINESE.search(in_english), in_english
+
+
+def test_repeat_kv_by_the_number_of_key_value_heads_is_named_too(vc, monkeypatch):
+    """repeat_kv(k, H_kv) is right with 4 query heads over 2 (and with one key/value head: broadcasting); 6 over 2
+    names the number of repeats"""
     repeat = R.repeat_kv
-    monkeypatch.setattr(R, "repeat_kv", lambda x, n_rep: repeat(x, 2))
+    monkeypatch.setattr(R, "repeat_kv", lambda x, n_rep: repeat(x, x.shape[1]))
     sentence = _failure(vc.check_from_hf_llama, R.from_hf_llama)
-    assert "a repeat of 2" in sentence and "\n" not in sentence, sentence
+    assert "repeated the wrong number of times" in sentence and "\n" not in sentence, sentence
 
 
 def test_the_reference_passes_every_visible_check(vc, capsys):

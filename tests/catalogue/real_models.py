@@ -127,6 +127,17 @@ CASES: tuple = (
          (("half_split_to_interleaved", "w = weight.view(num_heads, 2, head_dim // 2, d_in)",
            "w = weight.view(num_heads, head_dim // 2, 2, d_in)"),),
          lose=("rope_permutation",), says="wrong way"),
+    # issue 54's student-seat splits: right with 4 query heads over 2 key/value heads of head_dim 8 only
+    Case("llama_repeat_kv_fixed_2", "the pasted repeat_kv repeats each key/value head twice, whatever n_rep says",
+         (("repeat_kv", "x = x[:, :, None].expand(B, H_kv, n_rep, S, head_dim)  # [B, H_kv, n_rep, S, head_dim], no "
+           "copy yet\n    return x.reshape(B, H_kv * n_rep, S, head_dim)  # copies of one head end up next to each other",
+           "return x.repeat_interleave(2, dim=1)  # each head twice, whatever n_rep says"),),
+         lose=("llama",), says="H_kv=1"),
+    Case("rope_h2i_head_dim_8", "half_split_to_interleaved splits each head into halves of 4 rows (head_dim 8 only; "
+         "from_hf_llama calls it: llama is graded with the reference's, lent)",
+         (("half_split_to_interleaved", "w = weight.view(num_heads, 2, head_dim // 2, d_in)",
+           "w = weight.view(num_heads, 2, 4, -1)"),),
+         lose=("rope_permutation",), says="head_dim=4"),
     # ------------------------------------------------------------------ wrong: rope_inv_freq (rope_permutation)
     Case("rope_llama3_blend_wrong", "rope_inv_freq blends the band between the thresholds the wrong way round",
          (("rope_inv_freq", "blended = (1 - smooth) * scaled / factor + smooth * scaled",

@@ -3,7 +3,7 @@ function signature, and register_course_attention, which plugs it into the libra
 
 The function alone, in the worker: query [B, H, S_q, D] against key/value [B, H_kv, S_k, D] (grouped heads, S_q !=
 S_k), on each mask form the library hands (None, bool, float additive; the mask given, never inferred), a scaling
-given or not, and dropout with the module in training mode (judged by what dropout may do: each weight dropped or
+given or not, bfloat16 inputs (the output and weights keep their dtype), and dropout with the module in training mode (judged by what dropout may do: each weight dropped or
 divided by 1 - p, the output those weights times the values). A wrong result is compared with the classic mistakes
 (the output left as [B, H, S_q, D], the scaling ignored, grouped heads tiled, the mask ignored or inverted).
 
@@ -31,7 +31,9 @@ ALONE = {
     "none": (2, 4, 2, 3, 5, 8, None, None),
     "bool": (3, 6, 2, 4, 7, 4, "bool", 0.3),
     "float": (2, 4, 1, 5, 5, 6, "float", None),
+    "bool, bfloat16": (2, 6, 3, 4, 5, 8, "bool", None),  # query, key, value in bfloat16 (the output keeps it)
 }
+HALF_TOL = 2e-2  # bfloat16's precision
 DROPOUT = (3, 4, 2, 6, 7, 8, 0.3)  # B, H, H_kv, S_q, S_k, D, p
 MODELS = {"llama": (32, 4, 2), "gpt2": (32, 4, 4)}  # d_model, H, H_kv
 PROMPTS = (7, 4, 2)  # left-padded batch of the logits checks: real tokens per row
@@ -69,6 +71,8 @@ def _alone(student) -> dict:
     checks["registration"] = (job, dict(zip(("name", "value"), _register(job))), None)
     for form, (B, H, H_kv, S_q, S_k, D, mask, scaling) in ALONE.items():
         q, k, v, m = _inputs(g, B, H, H_kv, S_q, S_k, D, mask)
+        if "bfloat16" in form:
+            q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
         job = student.job()
         module = job.builtin("hf_attention_module", H, H_kv, D)
         kwargs = {} if scaling is None else {"scaling": scaling}
@@ -203,7 +207,7 @@ class _Eval(torch.nn.Module):
 
 @pytest.mark.points(6)
 def test_course_attention_equals_eager_attention_on_each_mask_form(student):
-    """course_attention gives eager_attention_forward's output and weights with attention_mask None, bool and float additive, grouped heads, S_q != S_k, scaling given or not"""
+    """course_attention gives eager_attention_forward's output and weights with attention_mask None, bool and float additive, grouped heads, S_q != S_k, scaling given or not, bfloat16"""
     runs = part(student)["alone"]
     for form in ALONE:
         q, k, v, mask, scaling = runs[form].inputs
@@ -214,10 +218,11 @@ def test_course_attention_equals_eager_attention_on_each_mask_form(student):
             form=form, H=H, H_kv=k.shape[1], S_q=S_q, S_k=k.shape[2])
         got = _output(value, expected.shape, B, H, S_q, D)
         mistakes = {hint: (lambda f=f: f()) for hint, f in alone_mistakes(q, k, v, mask, scaling).items()}
-        expect.close(got, expected, _("attn_output ({what})").format(what=what), atol=TOL, mistakes=mistakes)
+        tol = HALF_TOL if q.dtype == torch.bfloat16 else TOL
+        expect.close(got, expected, _("attn_output ({what})").format(what=what), atol=tol, mistakes=mistakes)
         if isinstance(value, (tuple, list)) and len(value) == 2 and value[1] is not None:
             expect.close(expect.shape(value[1], weights.shape, "attn_weights"), weights,
-                         _("attn_weights ({what})").format(what=what), atol=TOL)
+                         _("attn_weights ({what})").format(what=what), atol=tol)
         else:
             raise expect.CheckFailure(_("course_attention must return (attn_output, attn_weights), the weights "
                                         "[B, H, S_q, S_k]"))

@@ -2,7 +2,7 @@
 transformers' LlamaAttention, alone and inside a LlamaForCausalLM that generates.
 
 One layer, loaded from the worker's copy of the library's LlamaAttention (its weights, its config; the rotary base
-passed explicitly), must equal the library's attention with its rotary embedding at the same positions: positions
+passed as rope_base for a plain config, the library's frequencies as inv_freq otherwise), must equal the library's attention with its rotary embedding at the same positions: positions
 with gaps (a layer that ignores them passes any evenly shifted test), left padding, fewer key/value heads than query
 heads. A wrong output is compared with the classic mistakes (W_q and W_k not permuted or permuted the wrong way,
 W_v permuted, kv heads tiled, positions ignored, the base not passed) to name one.
@@ -58,9 +58,12 @@ def gapped_positions(key_mask: torch.Tensor, g: torch.Generator) -> torch.Tensor
     return (steps.cumsum(-1) - steps[:, :1]).clamp(min=0) * key_mask
 
 
-def _layer(job, attn, label):
+def _layer(job, attn, label, base: float | None = None):
+    """The student's layer loaded from `attn` in the worker: with its rotary base when `base` is given (a config
+    without rope scaling), else with the library's frequencies."""
     built = job.builtin("hf_llama_attention", lookalike.describe(attn), library.llama_state(attn))
-    layer = job.wrap(job.call("from_hf_llama", built, inv_freq=library.inv_freq(attn.config)), label)
+    given = {"rope_base": base} if base is not None else {"inv_freq": library.inv_freq(attn.config)}
+    layer = job.wrap(job.call("from_hf_llama", built, **given), label)
     job.eval(layer)  # as the library's reference is
     return layer
 
@@ -74,7 +77,9 @@ def _part(student) -> dict:
         key_mask = left_padded(lengths, S)
         x, positions = torch.randn(B, S, d_model, generator=g), gapped_positions(key_mask, g)
         job = student.job()
-        layer = _layer(job, attn, "from_hf_llama(attn, inv_freq=inv_freq)")
+        by_base = base if not extra else None  # a plain config: its base, as notebook 03 passes it
+        layer = _layer(job, attn, f"from_hf_llama(attn, rope_base={base:g})" if by_base else
+                       "from_hf_llama(attn, inv_freq=inv_freq)", by_base)
         checks[("parity", index)] = (job, {"value": job.forward(layer, x, positions=positions, key_mask=key_mask)},
                                      (attn, x, positions, key_mask, heads, kv_heads))
     d_model, heads, kv_heads, base = MODEL
@@ -115,7 +120,7 @@ def _head_dim_hint(attn) -> str:
 
 @pytest.mark.points(14)
 def test_from_hf_llama_equals_the_library_attention_at_gapped_positions(student):
-    """from_hf_llama(attn, inv_freq=inv_freq)(x, positions, key_mask) equals the library's LlamaAttention with its rotary embedding: positions with gaps, left padding, H_kv < H, Llama 3.1's frequencies, a head_dim of its own"""
+    """from_hf_llama(attn, rope_base=base) or (attn, inv_freq=inv_freq), then (x, positions, key_mask), equals the library's LlamaAttention with its rotary embedding: positions with gaps, left padding, H_kv < H, Llama 3.1's frequencies, a head_dim of its own"""
     runs = part(student)
 
     def check(index):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 # (B, H, H_kv, S_q, S_k, D): no two sizes equal where they could be confused; one and several kv heads
-SHAPES = ((2, 6, 2, 3, 5, 4), (3, 4, 1, 5, 5, 8), (2, 3, 3, 4, 7, 6))
+SHAPES = ((3, 6, 2, 5, 7, 4), (3, 4, 1, 5, 5, 8), (2, 3, 3, 4, 7, 6))  # B != H_kv where H_kv > 1
 
 
 def _reference(query, key, value, mask, scaling):
@@ -39,9 +39,9 @@ def _inputs(B, H, H_kv, S_q, S_k, D, seed, dtype=torch.float32):
     return query, key, value, allowed
 
 
-def _llama3_config(LlamaConfig, base, factor, original, head_dim):
+def _llama3_config(LlamaConfig, base, factor, original, head_dim, low=1.0, high=4.0):
     """A Llama 3.1-style configuration on either pinned version (5.x: rope_parameters; 4.x: rope_theta, rope_scaling)."""
-    scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low, "high_freq_factor": high,
                "original_max_position_embeddings": original}
     sizes = dict(hidden_size=24, num_attention_heads=3, num_key_value_heads=1, head_dim=head_dim, num_hidden_layers=1,
                  intermediate_size=32, vocab_size=40, attn_implementation="eager")
@@ -109,6 +109,10 @@ def interface_checks(harness, close, ok, library_mask, llama_reference):
         repeated = value.repeat_interleave(H // H_kv, dim=1)
         assert close(got, (weights @ repeated).transpose(1, 2), 1e-5), _(
             "with dropout, the output should be the returned (dropped-out) weights times the values")
+        got, _weights = call(course_attention, training, query, key, value, allowed, dropout=0.0)
+        assert close(got, _reference(query, key, value, allowed, D ** -0.5)[0].float(), 1e-5), _(
+            "with dropout=0.0 and the module in training mode, course_attention dropped attention weights: drop with "
+            "the probability it is given (p=dropout)")
         query, key, value, allowed = (t if t.dtype == torch.bool else t.bfloat16() for t in (query, key, value, allowed))
         got, _weights = call(course_attention, module, query, key, value, allowed)
         assert got.dtype == torch.bfloat16, _("with bfloat16 inputs course_attention returned {dtype}: keep the "
@@ -167,8 +171,9 @@ def interface_checks(harness, close, ok, library_mask, llama_reference):
         cases = [("default, head_dim 8, base 500", LlamaConfig(**plain, **(
                      {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}
                      if hasattr(LlamaConfig(), "rope_parameters") else {"rope_theta": 500.0})))]
-        cases += [(f"llama3, head_dim {d}, base {b:g}, factor {f:g}, original {o}", _llama3_config(LlamaConfig, b, f, o, d))
-                  for d, b, f, o in ((16, 500000.0, 8.0, 64), (12, 10000.0, 4.0, 32))]
+        cases += [(f"llama3, head_dim {d}, base {b:g}, factor {f:g}, original {o}, low_freq_factor {lo:g}, "
+                   f"high_freq_factor {hi:g}", _llama3_config(LlamaConfig, b, f, o, d, lo, hi))
+                  for d, b, f, o, lo, hi in ((16, 500000.0, 8.0, 64, 1.0, 4.0), (12, 10000.0, 4.0, 32, 2.0, 8.0))]
         for label, config in cases:
             want = LlamaRotaryEmbedding(config).inv_freq.float()
             got = harness.expect_shape(rope_inv_freq(config), list(want.shape), "rope_inv_freq(config)")
