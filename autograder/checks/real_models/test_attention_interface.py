@@ -266,6 +266,11 @@ def _usable(student) -> dict:
         raise expect.CheckFailure(_("register_course_attention() returned {name!r}, but no attention function is "
                                     "registered under that name (AttentionInterface.register(name, fn))").format(
             name=reg["name"]))
+    if reg["mask"] == "flex":
+        raise expect.CheckFailure(_("you registered flex_attention_mask under {name!r}: with it your function receives "
+                                    "a BlockMask (flex_attention's block-sparse description of the mask), not a "
+                                    "tensor, and plain torch cannot apply it; register the library's eager_mask with "
+                                    "AttentionMaskInterface under the same name").format(name=reg["name"]))
     if reg["mask"] not in (None, "eager", "sdpa", "custom"):
         raise expect.CheckFailure(_("the grader runs a registered attention with the library's eager_mask or "
                                     "sdpa_mask as its mask function, one of your own, or none; yours is {mask}: "
