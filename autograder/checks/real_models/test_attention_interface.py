@@ -13,7 +13,8 @@ LlamaForCausalLM and a GPT2LMHeadModel under a proxy name with that same mask fu
 attention function (left-padded batches, batches without padding with no attention_mask and with an all-ones one,
 and the library's own generate() with its own cache from three left-padded prompts); the second round trip has the
 student's registered function answer every call; the models are then run again with those answers and must give
-eager's logits (1e-5) and eager's 16 greedy tokens.
+eager's logits (1e-5) and eager's 16 greedy tokens. flex's mask function registered under the name (it hands a
+BlockMask, not a tensor) is named by each model check, and no model runs.
 """
 import pytest
 import torch
