@@ -121,6 +121,15 @@ REAL_MODELS_MISTAKES: dict[str, tuple[str, list]] = {
     "llama_permutes_v": ("from_hf_llama permutes v_proj's rows too",
                          [("03_llama", "layer.W_v.weight.copy_(attn.v_proj.weight)",
                            "layer.W_v.weight.copy_(half_split_to_interleaved(attn.v_proj.weight, H_kv))")]),
+    "iface_no_mask_function": ("register_course_attention registers course_attention alone, without the eager mask "
+                               "function (it receives attention_mask=None on causal batches)",
+                               [("04_interface", "    AttentionMaskInterface.register(name, eager_mask)\n", "")]),
+    "iface_flex_mask": ("register_course_attention registers flex_attention_mask as the mask function (a BlockMask, "
+                        "not a tensor)",
+                        [("04_interface", "from transformers.masking_utils import eager_mask",
+                          "from transformers.masking_utils import flex_attention_mask"),
+                         ("04_interface", "AttentionMaskInterface.register(name, eager_mask)",
+                          "AttentionMaskInterface.register(name, flex_attention_mask)")]),
     "unfinished": ("02_bert left as released (stubs)", ["02_bert"]),
     "missing": ("03_llama not submitted", ["03_llama"]),
 }

@@ -83,6 +83,18 @@ def test_check_register_course_attention_names_a_registration_without_the_eager_
     assert "received attention_mask=None on a causal batch" in _failure(vc.check_register_course_attention, register)
 
 
+def test_check_register_course_attention_names_flex_attention_mask_before_any_model_runs(vc):
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import flex_attention_mask
+
+    def register(name="course"):
+        AttentionInterface.register(name, R.course_attention)
+        AttentionMaskInterface.register(name, flex_attention_mask)
+        return name
+
+    assert "you registered flex_attention_mask" in _failure(vc.check_register_course_attention, register)
+
+
 def test_check_rope_inv_freq_names_the_plain_frequencies_given_for_llama3(vc):
     def plain(config):
         params = dict(getattr(config, "rope_parameters", None) or {})

@@ -130,3 +130,34 @@ class _Cache:
 
     def __len__(self):
         return 0 if self.k is None else self.k.shape[-2]
+
+
+def test_the_registered_reference_and_the_swapped_reference_layers_both_give_the_librarys_eager_run(library, common):
+    """issue 55's 'both ways earn full marks where they do the same thing', on whichever pin is installed: the
+    practitioner's way (the reference's course_attention registered with the eager mask function, attn_implementation
+    set to its name) gives eager's logits at real tokens of a left-padded batch and generate()'s greedy tokens, and so
+    does the module swap (every attention module the reference's from_hf_llama layer behind the adapter)"""
+    g = torch.Generator().manual_seed(6)
+    model = library.llama_model(32, 4, 2, 500.0, g)
+    mask = common.left_padded((5, 3, 7), 7)
+    ids = torch.randint(1, library.VOCAB, mask.shape, generator=g) * mask
+    tokens = library.generate(copy.deepcopy(model), ids, mask, 6)
+    name = ref.register_course_attention("course_both_ways")
+    registered = library.model_from_config("LlamaForCausalLM", model.config, None, name)
+    registered.load_state_dict(model.state_dict())
+    registered.eval()
+    assert model.config._attn_implementation == "eager"  # _from_config wrote into a copy, not into model.config
+    with torch.no_grad():
+        want, got = (m(input_ids=ids, attention_mask=mask.long()).logits for m in (model, registered))
+    assert torch.allclose(got[mask], want[mask], atol=1e-5)
+    assert torch.equal(library.generate(registered, ids, mask, 6), tokens)
+    layers = [ref.from_hf_llama(decoder.self_attn, inv_freq=library.inv_freq(model.config))
+              for decoder in model.model.layers]
+    caches = [_Cache() for _ in layers]
+
+    def layer(index, hidden, step, positions, key_mask):
+        with torch.no_grad():
+            out = layers[index](hidden, positions=positions, cache=caches[index], key_mask=key_mask)
+        return torch.where(key_mask[:, -hidden.shape[1]:, None], out, torch.zeros_like(out))  # padded rows: not graded
+
+    assert torch.equal(library.teacher_forced(model, ids, mask, tokens, layer), tokens)

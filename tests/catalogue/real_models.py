@@ -6,8 +6,8 @@ mistakes are the ones met when a layer written from scratch meets the library's 
 transposed, biases dropped, BERT's padding filled with -inf, the RoPE permutation applied the wrong way, over the
 whole matrix or to W_v, key/value heads tiled, positions ignored, the frequencies not used, head_dim
 taken as hidden_size / num_heads, Llama 3.1's frequency bands wrong, and a registered attention without the mask
-function it needs, its output in the wrong layout, the scaling ignored. (A forward that calls the library's own code is
-not a case here: importing the library in the worker takes 6 to 20 seconds; tests/test_forbidden_scan.py checks
+function it needs or with flex's (a BlockMask), its output in the wrong layout, the scaling ignored. (A forward that
+calls the library's own code is not a case here: importing the library in the worker takes 6 to 20 seconds; tests/test_forbidden_scan.py checks
 that the watch names such a call.)
 
     .venv/bin/python tests/catalogue/real_models.py          # (re)write tests/catalogue/submissions/real_models/*.py
@@ -162,6 +162,11 @@ CASES: tuple = (
            "    from transformers.masking_utils import sdpa_mask  # noqa: PLC0415\n\n"
            "    AttentionMaskInterface.register(name, sdpa_mask)\n"),),
          lose=("attention_interface",), says="attention_mask=None"),
+    Case("iface_flex_mask", "register_course_attention registers flex_attention_mask (it hands a BlockMask) as the mask",
+         (("register_course_attention", "    AttentionMaskInterface.register(name, eager_mask)\n",
+           "    from transformers.masking_utils import flex_attention_mask  # noqa: PLC0415\n\n"
+           "    AttentionMaskInterface.register(name, flex_attention_mask)\n"),),
+         lose=("attention_interface",), says="you registered flex_attention_mask"),
     Case("iface_output_bhsd", "course_attention returns the output as [B, H, S_q, D]",
          (("course_attention", "return (weights @ value).transpose(1, 2).contiguous(), weights",
            "return weights @ value, weights"),),

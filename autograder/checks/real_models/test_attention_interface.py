@@ -13,7 +13,8 @@ LlamaForCausalLM and a GPT2LMHeadModel under a proxy name with that same mask fu
 attention function (left-padded batches, batches without padding with no attention_mask and with an all-ones one,
 and the library's own generate() with its own cache from three left-padded prompts); the second round trip has the
 student's registered function answer every call; the models are then run again with those answers and must give
-eager's logits (1e-5) and eager's 16 greedy tokens.
+eager's logits (1e-5) and eager's 16 greedy tokens. flex's mask function registered under the name (it hands a
+BlockMask, not a tensor) is named by each model check, and no model runs.
 """
 import pytest
 import torch
@@ -271,6 +272,11 @@ def _usable(student) -> dict:
         raise expect.CheckFailure(_("register_course_attention() returned {name!r}, but no attention function is "
                                     "registered under that name (AttentionInterface.register(name, fn))").format(
             name=reg["name"]))
+    if reg["mask"] == "flex":
+        raise expect.CheckFailure(_("you registered flex_attention_mask under {name!r}: with it your function receives "
+                                    "a BlockMask (flex_attention's block-sparse description of the mask), not a "
+                                    "tensor, and plain torch cannot apply it; register the library's eager_mask with "
+                                    "AttentionMaskInterface under the same name").format(name=reg["name"]))
     if reg["mask"] not in (None, "eager", "sdpa", "custom"):
         raise expect.CheckFailure(_("the grader runs a registered attention with the library's eager_mask or "
                                     "sdpa_mask as its mask function, one of your own, or none; yours is {mask}: "

@@ -8,7 +8,8 @@ they speak the notebook's language; they live here to keep each file short. `cou
 attention computed by the check itself in float64 (grouped heads as `repeat_kv`, the mask as given), on several
 head counts (one and several key/value heads), head dims, `S_q != S_k`, each mask form, a given `scaling`, dropout in
 training mode and bfloat16. The registration is checked through tiny Llama and GPT-2 models of the library against
-their eager kernel, on a left-padded batch and on one without padding. `rope_inv_freq` is compared with the library's
+their eager kernel, on a left-padded batch and on one without padding (flex's mask function, which hands a
+`BlockMask`, is named before any model runs). `rope_inv_freq` is compared with the library's
 own `LlamaRotaryEmbedding(config).inv_freq`.
 """
 from __future__ import annotations
@@ -135,6 +136,12 @@ def interface_checks(harness, close, ok, library_mask, llama_reference):
         assert name == "course_check", _("register_course_attention(name) should return name")
         assert "course_check" in AttentionInterface._global_mapping, _(
             "no function was registered under that name with AttentionInterface.register(name, course_attention)")
+        from transformers.masking_utils import flex_attention_mask
+
+        assert AttentionMaskInterface._global_mapping.get("course_check") is not flex_attention_mask, _(
+            "you registered flex_attention_mask under that name: with it your function receives a BlockMask "
+            "(flex_attention's block-sparse description of the mask), not a tensor; register the eager mask function "
+            "(transformers.masking_utils.eager_mask) under the same name with AttentionMaskInterface")
         prompts = torch.tensor([[3, 4, 5, 6, 7], [0, 0, 5, 6, 7], [0, 0, 0, 6, 7]])  # left-padded
         padding = (prompts != 0).long()
         llama = dict(hidden_size=24, num_attention_heads=3, num_key_value_heads=1, head_dim=10, num_hidden_layers=2,
