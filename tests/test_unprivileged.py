@@ -122,54 +122,45 @@ def run_as_user(tests: list[str], timeout: float) -> subprocess.CompletedProcess
         shutil.rmtree(home, ignore_errors=True)
 
 
-def assert_passed_as_an_ordinary_user(proc: subprocess.CompletedProcess) -> None:
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    assert " passed" in out and "skipped" not in out and "deselected" not in out, out[-2000:]
-    uid = int(out.split("ran as uid ", 1)[1].split()[0])
-    assert uid != 0, "the inner suite ran as root"
-
-
 @pytest.fixture(scope="module")
-def inner_run():
-    return run_as_user(INNER, 420)
-
-
-def test_the_sandbox_and_hostile_suites_pass_as_an_ordinary_user(inner_run):
-    assert_passed_as_an_ordinary_user(inner_run)
-
-
-@pytest.fixture(scope="module")
-def pages_run():
-    """LINKS and BROWSER in one run as the user: one course built, one grader warmed for both (a run of their own
-    would build and warm them again)."""
+def user_run():
+    """INNER, LINKS and BROWSER in one pytest run as the user: one copy, one collection, one grader warmed for all
+    (a run of each would copy, collect, build and warm them again)."""
     from tests.browser.conftest import ensure_tools
 
     ensure_tools()  # (as root: Debian's Chromium, its driver and the fonts, before the user needs them)
-    return run_as_user(["-vv", *LINKS, *BROWSER], 900)  # (-q -vv: one line per test, its outcome)
+    return run_as_user(["-vv", *INNER, *LINKS, *BROWSER], 1200)  # (-q -vv: one line per test, its outcome)
 
 
 OUTCOME = re.compile(r"^(tests/\S+?)::(.*) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
 
 
 def assert_files_passed_as_an_ordinary_user(proc: subprocess.CompletedProcess, files: list[str]) -> None:
-    """Every test of `files` (lines of a `pytest -v` run's output) ran and passed, as a user other than root."""
+    """Every test of `files` (a file, or a file::test; lines of a `pytest -v` run's output) ran and passed, as a
+    user other than root."""
     out = proc.stdout + proc.stderr
+    assert "ran as uid " in out, out[-4000:]
     uid = int(out.split("ran as uid ", 1)[1].split()[0])
     assert uid != 0, "the inner suite ran as root"
-    ran = {(m[1], m[2]): m[3] for m in map(OUTCOME.match, proc.stdout.splitlines()) if m and m[1] in files}
-    assert {file for file, _ in ran} == set(files), (sorted(ran), out[-3000:])
+    wanted = {entry.split("::", 1)[0]: entry for entry in files}
+    ran = {(m[1], m[2]): m[3] for m in map(OUTCOME.match, proc.stdout.splitlines())
+           if m and m[1] in wanted and (wanted[m[1]] == m[1] or wanted[m[1]] == f"{m[1]}::{m[2]}")}
+    assert {file for file, _ in ran} == set(wanted), (sorted(ran), out[-3000:])
     assert set(ran.values()) == {"PASSED"}, ({t: o for t, o in ran.items() if o != "PASSED"}, out[-3000:])
 
 
-def test_linked_and_copied_notebooks_score_0_as_an_ordinary_user_too(pages_run):
+def test_the_sandbox_and_hostile_suites_pass_as_an_ordinary_user(user_run):
+    assert_files_passed_as_an_ordinary_user(user_run, INNER)
+
+
+def test_linked_and_copied_notebooks_score_0_as_an_ordinary_user_too(user_run):
     """tests/test_submitted_links.py (grade, grade-class, nbgrader collect and autograde), the class with a hostile
     student of each kind (tests/test_hostile_class.py) and the feedback pages' deadline and memory limit
     (tests/test_feedback_limits.py) as a hub's instructor."""
-    assert_files_passed_as_an_ordinary_user(pages_run, LINKS)
+    assert_files_passed_as_an_ordinary_user(user_run, LINKS)
 
 
-def test_the_browser_tests_of_formgrader_and_the_feedback_pages_pass_as_an_ordinary_user(pages_run):
+def test_the_browser_tests_of_formgrader_and_the_feedback_pages_pass_as_an_ordinary_user(user_run):
     """tests/browser/'s formgrader (a hostile written answer, graded in the user's lab) and feedback page tests,
     with Chromium started by the user in its own sandbox."""
-    assert_files_passed_as_an_ordinary_user(pages_run, BROWSER)
+    assert_files_passed_as_an_ordinary_user(user_run, BROWSER)
