@@ -132,7 +132,7 @@ CASES: tuple = (
          (("repeat_kv", "x = x[:, :, None].expand(B, H_kv, n_rep, S, head_dim)  # [B, H_kv, n_rep, S, head_dim], no "
            "copy yet\n    return x.reshape(B, H_kv * n_rep, S, head_dim)  # copies of one head end up next to each other",
            "return x.repeat_interleave(2, dim=1)  # each head twice, whatever n_rep says"),),
-         lose=("llama",), says="H_kv=1"),
+         lose=("llama",), says="num_key_value_groups = H // H_kv = 4 times"),
     Case("rope_h2i_head_dim_8", "half_split_to_interleaved splits each head into halves of 4 rows (head_dim 8 only; "
          "from_hf_llama calls it: llama is graded with the reference's, lent)",
          (("half_split_to_interleaved", "w = weight.view(num_heads, 2, head_dim // 2, d_in)",

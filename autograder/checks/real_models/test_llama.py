@@ -118,6 +118,15 @@ def _head_dim_hint(attn) -> str:
         head_dim=attn.head_dim, plain=plain, rows=config.num_attention_heads * attn.head_dim, d_model=config.hidden_size)
 
 
+def _groups_hint(heads: int, kv_heads: int) -> str:
+    """A layer that raised where the query heads outnumber the key/value heads: how many times each is repeated."""
+    if kv_heads >= heads:
+        return ""
+    return _("this layer has H = {heads} query heads over H_kv = {kv_heads} key/value heads: repeat each key/value "
+             "head num_key_value_groups = H // H_kv = {groups} times (repeat_kv), not a fixed number of times").format(
+        heads=heads, kv_heads=kv_heads, groups=heads // kv_heads)
+
+
 @pytest.mark.points(14)
 def test_from_hf_llama_equals_the_library_attention_at_gapped_positions(student):
     """from_hf_llama(attn, rope_base=base) or (attn, inv_freq=inv_freq), then (x, positions, key_mask), equals the library's LlamaAttention with its rotary embedding: positions with gaps, left padding, H_kv < H, Llama 3.1's frequencies, a head_dim of its own"""
@@ -125,7 +134,7 @@ def test_from_hf_llama_equals_the_library_attention_at_gapped_positions(student)
 
     def check(index):
         attn, x, positions, key_mask, heads, kv_heads = runs[("parity", index)].inputs
-        value = expect.hinted(runs[("parity", index)].value, _head_dim_hint(attn))
+        value = expect.hinted(runs[("parity", index)].value, _head_dim_hint(attn) or _groups_hint(heads, kv_heads))
         got = expect.shape(value, x.shape, "your layer's forward(x, positions, key_mask)")
         expected = library.llama_reference(attn, x, positions, key_mask)
         real = key_mask  # outputs at padded query positions are not graded
