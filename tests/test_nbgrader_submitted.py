@@ -225,3 +225,17 @@ def test_a_cell_without_an_id_is_not_taken_for_the_released_one_and_odd_notes_ar
     del second["id"]
     assert copies([first, second], {}) == (Copy(2, "a", True),)
     assert duplicate_notes(from_dict({"cells": [], "metadata": {DUPLICATES_KEY: 5}}), "n.ipynb") == []
+
+
+def test_the_course_configuration_validates_a_notebook_once_per_pass_not_after_every_preprocessor():
+    """(nbconvert's per-preprocessor validation took most of the time of a notebook just under the cap.)"""
+    from traitlets.config import Config
+
+    from autograder import nbgrader_plugin
+    from autograder.commands.feedbackpage import FeedbackExporter
+    from autograder.commands.nbgraderread import TolerantNotebookExporter
+
+    config = Config()
+    nbgrader_plugin.configure(config)
+    assert TolerantNotebookExporter(config=config).optimistic_validation
+    assert FeedbackExporter(config=config).optimistic_validation
