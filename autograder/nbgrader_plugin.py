@@ -109,6 +109,10 @@ def configure(c) -> None:
     c.Autograde.sanitize_preprocessors = duplicates.sanitize_preprocessors()
     c.GenerateAssignment.preprocessors = generate_preprocessors()
     c.Autograde.exporter_class = "autograder.commands.nbgraderread.TolerantNotebookExporter"
+    # nbconvert validates the whole notebook after each preprocessor (twelve times in autograde's two passes): a
+    # notebook just under the cap on JSON values (extract.MAX_NOTEBOOK_VALUES) spent most of its time there. Once
+    # after a pass's last preprocessor is enough: nbformat validates it again when it reads and writes it.
+    c.Exporter.optimistic_validation = True
     c.GenerateFeedback.exporter_class = "autograder.commands.feedbackpage.FeedbackExporter"
     formgraderpage.configure(c)  # (formgrader's plain HTMLExporter, from this configuration)
     c.ExchangeFactory.collect = "autograder.commands.collect.LinkKeepingCollect"

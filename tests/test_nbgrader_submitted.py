@@ -51,13 +51,22 @@ def pasted(nb: dict, grade_id: str, where: int, source: str | None = None) -> in
 
 
 def padded(nb: dict, values: int) -> dict:
-    """`nb` with as many empty markdown cells as keep its JSON at most `values` values (json.dumps)."""
-    cell, low, high = {"cell_type": "markdown", "metadata": {}, "source": ""}, 0, values
-    while low < high:
-        mid = (low + high + 1) // 2
-        fits = json_values(json.dumps({**nb, "cells": nb["cells"] + [cell] * mid}).encode()) <= values
-        low, high = (mid, high) if fits else (low, mid - 1)
-    return {**nb, "cells": nb["cells"] + [dict(cell) for _ in range(low)]}
+    """`nb` with as many empty markdown cells as keep its JSON at most `values` values (json.dumps). The count is
+    linear in the cells on either side of the cap (json_values counts strings' commas only under it): a few steps
+    along the line find it, checked at the end (one cell more would go over)."""
+    cell = {"cell_type": "markdown", "metadata": {}, "source": ""}
+
+    def counted(cells: int) -> int:
+        return json_values(json.dumps({**nb, "cells": nb["cells"] + [cell] * cells}).encode())
+
+    cells = 0
+    for _ in range(20):
+        now, step = counted(cells), counted(cells + 1) - counted(cells)
+        if now <= values < now + step:
+            break
+        cells = max(0, cells + (values - now) // step)
+    assert counted(cells) <= values < counted(cells + 1), (cells, values)
+    return {**nb, "cells": nb["cells"] + [dict(cell) for _ in range(cells)]}
 
 
 def edit(root: Path, student: str) -> dict:
@@ -225,3 +234,17 @@ def test_a_cell_without_an_id_is_not_taken_for_the_released_one_and_odd_notes_ar
     del second["id"]
     assert copies([first, second], {}) == (Copy(2, "a", True),)
     assert duplicate_notes(from_dict({"cells": [], "metadata": {DUPLICATES_KEY: 5}}), "n.ipynb") == []
+
+
+def test_the_course_configuration_validates_a_notebook_once_per_pass_not_after_every_preprocessor():
+    """(nbconvert's per-preprocessor validation took most of the time of a notebook just under the cap.)"""
+    from traitlets.config import Config
+
+    from autograder import nbgrader_plugin
+    from autograder.commands.feedbackpage import FeedbackExporter
+    from autograder.commands.nbgraderread import TolerantNotebookExporter
+
+    config = Config()
+    nbgrader_plugin.configure(config)
+    assert TolerantNotebookExporter(config=config).optimistic_validation
+    assert FeedbackExporter(config=config).optimistic_validation
