@@ -152,6 +152,12 @@ def start_chromium(profile: Path):
     return browser
 
 
+def log_in(browser, url: str, token: str) -> None:
+    """Sets the server's login cookie: the token in the URL of its smallest page (the status API's answer), not
+    JupyterLab's whole application loaded only to be left."""
+    browser.get(f"{url}/api/status?token={token}")
+
+
 @pytest.fixture(scope="module")
 def chromium(private_tmp, artifacts):
     """A headless Chromium for a module that needs no lab server (a page on disk)."""
@@ -169,7 +175,7 @@ def driver(lab_server, private_tmp):
     browser = start_chromium(private_tmp / "chromium-profile")
     try:
         url, token, _, _ = lab_server
-        browser.get(f"{url}/lab?reset&token={token}")  # sets the login cookie once
+        log_in(browser, url, token)
         yield browser
     finally:
         browser.quit()
