@@ -115,7 +115,8 @@ def lab_server(private_tmp, artifacts):
     argv = [sys.executable, "-m", "course.lab", "student", "--workspace", str(workspace),
             "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={token}",
-            f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}"]
+            f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
+            "--LabApp.expose_app_in_browser=True"]  # (window.jupyterapp: labpage opens notebooks in the loaded page)
     with open(log, "w") as out:
         process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
