@@ -107,6 +107,10 @@ def test_an_instructor_grades_a_written_answer_in_formgrader_and_the_student_see
         browser.get(f"{url}/formgrader/submissions/{submission_id}/")
         wait = WebDriverWait(browser, 60)
         score = wait.until(ready.element_to_be_clickable((By.ID, "written_scale_prediction")))
+        # formgrader fetches the grades and the comments apart, and each comment box, once its fetch is back, is
+        # set to the saved comment: a comment typed before that is wiped, never saved (seen on a loaded machine)
+        wait.until(lambda b: b.execute_script("const f = window.formgrader; return !!(f && f.grades && f.grades.loaded"
+                                              " && f.comments && f.comments.loaded);"))
         assert ANSWER in browser.page_source  # the student's answer, as the instructor reads it
         score.clear()
         score.send_keys(str(POINTS))
