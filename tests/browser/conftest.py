@@ -115,7 +115,8 @@ def lab_server(private_tmp, artifacts):
     argv = [sys.executable, "-m", "course.lab", "student", "--workspace", str(workspace),
             "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={token}",
-            f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}"]
+            f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
+            "--LabApp.expose_app_in_browser=True"]  # (window.jupyterapp: labpage opens notebooks in the loaded page)
     with open(log, "w") as out:
         process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -152,6 +153,12 @@ def start_chromium(profile: Path):
     return browser
 
 
+def log_in(browser, url: str, token: str) -> None:
+    """Sets the server's login cookie: the token in the URL of its smallest page (the status API's answer), not
+    JupyterLab's whole application loaded only to be left."""
+    browser.get(f"{url}/api/status?token={token}")
+
+
 @pytest.fixture(scope="module")
 def chromium(private_tmp, artifacts):
     """A headless Chromium for a module that needs no lab server (a page on disk)."""
@@ -169,7 +176,7 @@ def driver(lab_server, private_tmp):
     browser = start_chromium(private_tmp / "chromium-profile")
     try:
         url, token, _, _ = lab_server
-        browser.get(f"{url}/lab?reset&token={token}")  # sets the login cookie once
+        log_in(browser, url, token)
         yield browser
     finally:
         browser.quit()

@@ -46,6 +46,12 @@ const dialog = [...document.querySelectorAll('.jp-Dialog')].find(
 return dialog ? dialog.textContent : null;
 """
 
+# Close every tab of the main area (but those of the class arguments[0]), without asking to save: the widgets
+# disposed of, their kernels left to shut_down_kernels.
+_CLOSE_TABS_JS = """
+for (const w of [...window.jupyterapp.shell.widgets('main')]) if (!arguments[0] || !w.hasClass(arguments[0])) w.dispose();
+"""
+
 # Whether the kernel of the notebook in view is idle with nothing queued: cheap enough to poll.
 _IDLE_JS = """
 const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
@@ -135,10 +141,22 @@ class LabPage:
 
     # ------------------------------------------------------------------ actions
     def open(self, path: str, cells: int, timeout: float = 180) -> None:
-        """Open the notebook `path` alone, on a kernel of its own."""
+        """Open the notebook `path` alone, on a kernel of its own: in the JupyterLab already loaded in the page
+        when the lab shows it to the page (`--LabApp.expose_app_in_browser=True`: window.jupyterapp), its tabs
+        closed first (a reload of the whole application costs twice the browser's time); else by loading
+        JupyterLab on that notebook alone."""
+        in_page = self.driver.execute_script("return !!window.jupyterapp")
+        if in_page:
+            self.driver.execute_script(_CLOSE_TABS_JS)
         self.shut_down_kernels()
-        self.driver.get(f"{self.base_url}/lab/tree/{path}?reset")
+        if in_page:
+            self.driver.execute_script("window.jupyterapp.commands.execute('docmanager:open', {path: arguments[0]});",
+                                       path)
+        else:
+            self.driver.get(f"{self.base_url}/lab/tree/{path}?reset")
         self.wait_for(f"{path}: {cells} cells shown", lambda: len(self.prompts()) == cells, timeout)
+        if in_page:
+            self.driver.execute_script(_CLOSE_TABS_JS, "jp-NotebookPanel")  # (the Launcher of an empty main area)
         self.wait_idle(timeout)
 
     def _click_menu(self, menu: str, command: str) -> None:

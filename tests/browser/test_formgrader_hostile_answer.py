@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import start_chromium
+from tests.browser.conftest import log_in, start_chromium
 from tests.browser.test_formgrader_written import formgrader  # noqa: F401 - the instructor's lab on `course`
 
 ANSWER = "Raw weights climb towards 1 as d_k grows; scaled ones stay flat."
@@ -100,9 +100,10 @@ def test_a_written_answers_scripts_do_not_run_in_formgrader_nor_change_its_grade
     url, token = formgrader
     browser = start_chromium(private_tmp / "hostile-formgrader-profile")
     try:
-        browser.get(f"{url}/lab?token={token}")  # logs in: the page's fetches carry the cookie, as the attack's did
+        log_in(browser, url, token)  # the page's fetches carry the login cookie, as the attack's would
         browser.get(f"{url}/formgrader/submissions/{submission_id}/")
         WebDriverWait(browser, 60).until(ready.element_to_be_clickable((By.ID, "written_scale_prediction")))
+        xsrf = browser.execute_script("return document.cookie.includes('_xsrf=')")
         for name in CLICKED:
             for link in browser.find_elements(By.ID, f"payload-{name}"):
                 browser.execute_script("arguments[0].click()", link)
@@ -112,6 +113,7 @@ def test_a_written_answers_scripts_do_not_run_in_formgrader_nor_change_its_grade
         browser.save_screenshot(str(artifacts / "formgrader-hostile-answer.png"))
     finally:
         browser.quit()
+    assert xsrf, "the page had no _xsrf cookie: the attack's writes could not have worked anyway"
     assert sorted(p.name for p in course.glob("pwned-*")) == [], "a student's script wrote into the course"
     assert ran == [] and globals_set is None, (ran, globals_set)
     assert written_grade(course) == (None, True), "a student's script changed the grade"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import _free_port, _stop_group, ensure_tools, start_chromium
+from tests.browser.conftest import _free_port, _stop_group, ensure_tools, log_in, start_chromium
 
 ANSWER = "Raw weights climb towards 1 as d_k grows (the variance of q.k is d_k); scaled ones stay flat."
 COMMENT = "Good prediction and the right reason: the variance. Say what the scaled column shows, too."
@@ -103,10 +103,14 @@ def test_an_instructor_grades_a_written_answer_in_formgrader_and_the_student_see
     url, token = formgrader
     browser = start_chromium(private_tmp / "formgrader-profile")
     try:
-        browser.get(f"{url}/lab?token={token}")  # logs in: formgrader's page then calls its API with the cookie
+        log_in(browser, url, token)  # formgrader's page then calls its API with the cookie
         browser.get(f"{url}/formgrader/submissions/{submission_id}/")
         wait = WebDriverWait(browser, 60)
         score = wait.until(ready.element_to_be_clickable((By.ID, "written_scale_prediction")))
+        # formgrader fetches the grades and the comments apart, and each comment box, once its fetch is back, is
+        # set to the saved comment: a comment typed before that is wiped, never saved (seen on a loaded machine)
+        wait.until(lambda b: b.execute_script("const f = window.formgrader; return !!(f && f.grades && f.grades.loaded"
+                                              " && f.comments && f.comments.loaded);"))
         assert ANSWER in browser.page_source  # the student's answer, as the instructor reads it
         score.clear()
         score.send_keys(str(POINTS))
