@@ -80,6 +80,8 @@ def batching_checks(harness, attend64, close, ok):
             "an 8-token prompt fully cached should hit 4, not 8: the last prompt token is always computed (its logits "
             "give the first output)")
         assert cache.add_sequence("D", [0] + A[1:]) == 0, _("a prompt whose first token differs should miss")
+        assert cache.add_sequence("E") == 0, _("add_sequence(seq_id) without token ids registers an empty sequence "
+                                               "and returns 0, prefix caching or not")
         cache.fork("A", "A2")
         last = cache.block_table("A")[-1]
         assert cache.block_table("A2") == cache.block_table("A") and cache.allocator.refcount(last) == 2, _(
@@ -91,6 +93,41 @@ def batching_checks(harness, attend64, close, ok):
         assert cache.block_table("A2")[:2] == cache.block_table("A")[:2], _("full shared blocks are never copied")
         assert torch.equal(cache.gather("A")[0], keys_a) and torch.equal(cache.gather("A2")[0][:11], keys_a), _(
             "after copy-on-write, A keeps its keys and A2 starts with a copy of them")
+        assert cache.block_table("A")[-1] == last and cache.allocator.refcount(last) == 1, _(
+            "after copy-on-write A's table should still end with block {last} (now its sole owner: refcount 1); got "
+            "{table} with refcount {n}: the child drops its reference to the old block, the parent's table is its "
+            "own").format(last=last, table=cache.block_table("A"), n=cache.allocator.refcount(last))
+        assert cache.add_sequence("F", A + [5, 0]) == 12, _(
+            "A2's block that its appended token filled should enter the prefix cache (a fork keeps the parent's "
+            "tokens): a prompt A + [5, 0] should hit 12")
+        cache.reserve("A", 1, token_ids=[6])
+        assert cache.block_table("A")[-1] == last, _(
+            "A, the sole owner of its partly filled last block (its first blocks still shared), should append in "
+            "place: only a shared last block is copied")
+        chunked = PagedKVCache(16, 4, 1, 2, enable_prefix_caching=True)
+        chunked.add_sequence("A", A)
+        for start, stop in ((0, 3), (3, 8), (8, 11)):
+            chunked.reserve("A", stop - start, token_ids=A[start:stop])
+        assert chunked.add_sequence("B", B) == 8, _(
+            "A reserved in chunks of 3, 5 and 3 tokens: B should still hit 8 (each block enters the map when the "
+            "chunk that fills it is reserved)")
+        tight = PagedKVCache(3, 4, 1, 2, enable_prefix_caching=True)
+        tight.add_sequence("P")
+        tight.reserve("P", 6, token_ids=list(range(6)))
+        tight.fork("P", "Q")
+        try:
+            tight.reserve("Q", 4, token_ids=[1, 2, 3, 4])
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError(_("with 1 free block, a child's reserve that needs a copy of its shared last block "
+                                   "and one new block should raise RuntimeError"))
+        assert tight.block_table("Q") == tight.block_table("P") and tight.seq_len("Q") == 6 and \
+            tight.allocator.num_free == 1, _("a reserve that does not fit (the copy counts as a block) must change "
+                                             "nothing")
+        tight.reserve("Q", 1, token_ids=[1])
+        assert tight.block_table("Q")[-1] != tight.block_table("P")[-1], _(
+            "with 1 free block, a child's reserve of 1 token needs only the copy of its shared last block: it fits")
         lru = PagedKVCache(4, 4, 1, 2, enable_prefix_caching=True)
         lru.add_sequence("A", A[:9])
         lru.reserve("A", 9, token_ids=A[:9])
@@ -98,6 +135,16 @@ def batching_checks(harness, attend64, close, ok):
         lru.free_sequence("A")
         lru.add_sequence("X", [1, 2, 3])
         lru.reserve("X", 3, token_ids=[1, 2, 3])
+        tail = PagedKVCache(4, 4, 1, 2, enable_prefix_caching=True)
+        tail.add_sequence("A", A[:9])
+        tail.reserve("A", 9, token_ids=A[:9])
+        tail.free_sequence("A")
+        tail.add_sequence("Z", list(range(8)))
+        tail.reserve("Z", 8, token_ids=list(range(8)))
+        assert tail.add_sequence("A again", A[:9]) == 8, _(
+            "after A (3 blocks) was freed, a new sequence took 2 blocks: the never-used one and A's last, so A's two "
+            "full blocks should still hit (8 tokens). free_sequence frees a table last to first: the tail of a prefix "
+            "is evicted before its head")
         assert lru.block_table("X")[0] not in freed, _(
             "a new sequence took a block of A's freed prefix while a never-used block was free: allocate from the head "
             "of the free queue (never-used blocks first, then the least recently freed)")
@@ -121,10 +168,11 @@ def batching_checks(harness, attend64, close, ok):
                 self.embed = nn.Embedding(vocab, d_model)
                 self.layers = nn.ModuleList(Layer(d_model, 4, 2, layer_idx=i) for i in range(2))
                 self.head = nn.Linear(d_model, vocab, bias=False)
-                self.calls = 0
+                self.calls, self.sizes = 0, []
 
             def forward(self, tokens, positions, meta, cache):
                 self.calls += 1
+                self.sizes.append(len(tokens))
                 x = self.embed(torch.as_tensor(tokens).long())
                 for layer in self.layers:
                     x = x + layer(x, torch.as_tensor(positions), meta, cache)
@@ -194,6 +242,25 @@ def batching_checks(harness, attend64, close, ok):
         return model, prompts, max_new, [model.greedy(p, n) for p, n in zip(prompts, max_new)]
 
     STATIC_STEPS = 16  # batches (0, 1) and (2, 3), each decoded until its longest request (8 tokens) is done
+    # the contract's policy on these lengths (the schedule depends on lengths only): tokens per step and stats
+    CONTINUOUS = {"tokens_per_step": [8, 2, 2, 8, 3, 2, 5, 2, 1, 1, 1, 1, 1, 1], "steps": 14, "mixed_steps": 4,
+                  "max_blocks_used": 6, "prefill_tokens": 22}
+    STATIC = {"tokens_per_step": [9, 2, 2, 2, 2, 2, 2, 2, 13, 2, 2, 2, 2, 2, 2, 2], "steps": 16, "mixed_steps": 0,
+              "max_blocks_used": 7, "prefill_tokens": 22}
+
+    def _same_stats(stats, sizes, want, policy):
+        """The tokens the model was given step by step, and each key of `stats`, against the policy's."""
+        assert sizes == want["tokens_per_step"], _(
+            "the model was given {got} tokens step by step; the contract's policy gives {want}: {policy}").format(
+            got=sizes, want=want["tokens_per_step"], policy=policy)
+        assert list(stats.get("tokens_per_step", [])) == sizes, _(
+            "stats['tokens_per_step'] is {got}, the model was given {sizes}").format(
+            got=stats.get("tokens_per_step"), sizes=sizes)
+        for key in ("steps", "mixed_steps", "max_blocks_used", "prefill_tokens"):
+            assert stats.get(key) == want[key], _(
+                "stats[{key!r}] is {got}, expected {want} (steps: model calls; mixed_steps: steps with a decode and a "
+                "prompt chunk; max_blocks_used: blocks_used() after each step's reserves, at most; prefill_tokens: "
+                "prompt tokens computed)").format(key=key, got=stats.get(key), want=want[key])
 
     @harness.check("continuous_batching_generate")
     def check_continuous_batching(continuous_batching_generate, PagedDecoderAttention, PagedKVCache) -> None:
@@ -215,6 +282,16 @@ def batching_checks(harness, attend64, close, ok):
         assert steps < STATIC_STEPS, _("continuous batching took {n} steps, static batching at the same concurrency "
                                        "takes {static}: admit a waiting request as soon as one finishes").format(
             n=steps, static=STATIC_STEPS)
+        _same_stats(stats, model.sizes, CONTINUOUS, _(
+            "each step, every running request with an output decodes 1 token, then prompts being prefilled get chunks "
+            "oldest first, then waiting requests are admitted in order while budget, max_num_seqs and the free blocks "
+            "allow"))
+        whole, prompt = PagedKVCache(5, 4, 2, 4, num_layers=2, dtype=torch.float64), torch.randint(32, (17,)).tolist()
+        with torch.no_grad():
+            alone, _stats = continuous_batching_generate(model, [prompt], [3], whole, token_budget=8, max_num_seqs=2)
+        assert [[int(t) for t in o] for o in alone] == [model.greedy(prompt, 3)], _(
+            "one request of 17 + 3 tokens on a pool of exactly the 5 blocks of 4 it needs should run and decode greedily: "
+            "need = ceil((len(prompt) + max_new_tokens) / block_size), the pool's blocks k_cache.shape[1]")
         ok(_("continuous batching: 4 requests on an 8-block pool equal greedy decoding, {steps} steps ({mixed} mixed, "
              "static batching takes {static}), all blocks freed").format(steps=steps, mixed=stats["mixed_steps"],
                                                                        static=STATIC_STEPS))
@@ -233,6 +310,9 @@ def batching_checks(harness, attend64, close, ok):
             "then one per token until the batch's longest request is done").format(n=model.calls, static=STATIC_STEPS)
         assert stats["steps"] == model.calls and cache.blocks_used() == 0, _(
             "stats['steps'] should count the model's calls and every block should be free at the end")
+        _same_stats(stats, model.sizes, STATIC, _(
+            "each batch of batch_size requests in arrival order, its prompts in one step, then one token per request "
+            "per step until its longest request is done"))
         ok(_("static batching: the same tokens in {static} steps (batches of 2, each until its longest request is done)"
              ).format(static=STATIC_STEPS))
 

@@ -265,6 +265,11 @@ def test_fork_shares_blocks_and_copies_a_shared_partial_block_on_write(student):
         raise expect.CheckFailure(_("a child's reserve that needs the copy of a shared partial block and one new block, "
                                     "with 1 block free, must raise RuntimeError and change nothing: count the copy among "
                                     "the blocks needed before allocating any"))
+    if parent_after[-1] != parent_table[-1]:
+        raise expect.CheckFailure(_("after the child's copy the parent, sole owner of its partly filled last block "
+                                    "{block}, copied it again to {new}: a sole owner writes in place; copy only when "
+                                    "the LAST block's refcount is above 1 (the first blocks are shared, but full)").format(
+            block=parent_table[-1], new=parent_after[-1]))
     want = FORK_POOL - -(-FORK_LEN // BLOCK_SIZE) - 1
     if run.value("free") != want:
         raise expect.CheckFailure(_("{pool} blocks, the parent's {blocks} and one copy in use: num_free is {n}, expected "
