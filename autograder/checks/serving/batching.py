@@ -22,6 +22,7 @@ SYSTEM = 12  # the prefix-caching check: a 12-token system prompt before each re
 SUFFIXES = (3, 1, 2, 4, 2, 1)
 POOL, PREFIX_POOL, STATIC_POOL = 12, 16, 24
 TOKEN_BUDGET, MAX_NUM_SEQS = 8, 3
+WHOLE, WHOLE_NEW, WHOLE_POOL = 3, 3, 4  # request 3 alone, 13 + 3 tokens: exactly the 4 blocks of its pool
 SEED = 21
 
 

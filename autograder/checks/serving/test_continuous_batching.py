@@ -37,6 +37,8 @@ PART = spec.assignment("serving").part("continuous_batching")
 LAYER_LENGTHS = {"A": 10, "B": 7, "C": 5}
 LAYER_STEPS = [[("A", 5), ("B", 6)], [("A", 4), ("B", 1), ("C", 3)], [("A", 1), ("C", 2)]]
 LAYER_POOL = 12
+LAYER_D, LAYER_H, LAYER_H_KV = 24, 4, 2  # head_dim 6 != H: q viewed [T, head_dim, H] instead of [T, H, head_dim] shows
+LAYER_HEAD_DIM = LAYER_D // LAYER_H
 
 
 def _probe_pool():
@@ -125,13 +127,20 @@ def layer_plan():
     return tables, plan
 
 
+def layer_weights() -> dict:
+    """The layer check's own weights (GQA 4/2, head_dim 6): W_q, W_k, W_v, W_o."""
+    g, scale = seeded(20), LAYER_D ** -0.5
+    return {"W_q.weight": randn(g, LAYER_D, LAYER_D) * scale, "W_k.weight": randn(g, LAYER_H_KV * LAYER_HEAD_DIM, LAYER_D) * scale,
+            "W_v.weight": randn(g, LAYER_H_KV * LAYER_HEAD_DIM, LAYER_D) * scale, "W_o.weight": randn(g, LAYER_D, LAYER_D) * scale}
+
+
 def _layer_job(student):
     g = seeded(19)
-    w = bt.weights()["layers"][1]
-    x = {s: randn(g, n, bt.D_MODEL) for s, n in LAYER_LENGTHS.items()}
-    shape = (2, LAYER_POOL, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM)
+    w = layer_weights()
+    x = {s: randn(g, n, LAYER_D) for s, n in LAYER_LENGTHS.items()}
+    shape = (2, LAYER_POOL, bt.BLOCK_SIZE, LAYER_H_KV, LAYER_HEAD_DIM)
     job = student.job()
-    layer = job.new("PagedDecoderAttention", bt.D_MODEL, bt.H, bt.H_KV, layer_idx=1)
+    layer = job.new("PagedDecoderAttention", LAYER_D, LAYER_H, LAYER_H_KV, layer_idx=1)
     steps = {"module": layer, "load": job.load_state_dict(layer, w), "eval": job.eval(layer), "outs": []}
     pool = job.builtin("paged_pool", torch.full(shape, float("nan")), torch.full(shape, float("nan")))
     _tables, plan = layer_plan()
@@ -145,9 +154,9 @@ def _layer_job(student):
 
 def _restarted(w, x, plan) -> list[torch.Tensor]:
     """The mistake: positions restarting at 0 in each chunk (the reference layer, run here with those positions)."""
-    layer = ref.PagedDecoderAttention(bt.D_MODEL, bt.H, bt.H_KV, layer_idx=1)
+    layer = ref.PagedDecoderAttention(LAYER_D, LAYER_H, LAYER_H_KV, layer_idx=1)
     layer.load_state_dict(w)
-    shape = (2, LAYER_POOL, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM)
+    shape = (2, LAYER_POOL, bt.BLOCK_SIZE, LAYER_H_KV, LAYER_HEAD_DIM)
     pool = SimpleNamespace(k_cache=torch.zeros(shape), v_cache=torch.zeros(shape))
     outs = []
     with torch.no_grad():
@@ -175,20 +184,20 @@ def _model(job):
     return job.builtin("serving_model", w["embedding"], w["head"], layers)
 
 
-def _generate_job(student, key: str, prefix: bool = False, static: bool = False):
-    """One generation on the grader's remote cache (its bookkeeping the contract's, on this side: caches.py)."""
+def _generate_job(student, key: str, prefix: bool = False, static: bool = False, whole: bool = False):
+    """One generation on the grader's remote cache (its bookkeeping the contract's, on this side: caches.py); `whole`:
+    one request that needs every block of its pool."""
     job = student.job()
     model = _model(job)
-    blocks = bt.STATIC_POOL if static else bt.PREFIX_POOL if prefix else bt.POOL
+    blocks = bt.WHOLE_POOL if whole else bt.STATIC_POOL if static else bt.PREFIX_POOL if prefix else bt.POOL
     cache_id = caches(student).create(key, ref.PagedKVCache(blocks, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM,
                                                            num_layers=1, enable_prefix_caching=prefix))
     cache = job.builtin("remote_cache", cache_id, blocks, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM, bt.LAYERS)
-    requests = bt.prompts(prefix)
+    requests, new = ([bt.prompts()[bt.WHOLE]], [bt.WHOLE_NEW]) if whole else (bt.prompts(prefix), list(bt.NEW_TOKENS))
     if static:
-        result = job.call("static_batching_generate", model, requests, list(bt.NEW_TOKENS), cache,
-                          batch_size=bt.MAX_NUM_SEQS)
+        result = job.call("static_batching_generate", model, requests, new, cache, batch_size=bt.MAX_NUM_SEQS)
     else:
-        result = job.call("continuous_batching_generate", model, requests, list(bt.NEW_TOKENS), cache,
+        result = job.call("continuous_batching_generate", model, requests, new, cache,
                           token_budget=bt.TOKEN_BUDGET, max_num_seqs=bt.MAX_NUM_SEQS)
     steps = {"result": result, "record": job.method(model, "record"),
              "free": attribute(job, attribute(job, cache, "allocator"), "num_free")}
@@ -199,7 +208,8 @@ def ran(student) -> dict[str, Ran]:
     return student.once("serving continuous_batching", lambda: send(student, {
         "layer": _layer_job(student), "continuous": _generate_job(student, "continuous"),
         "prefix": _generate_job(student, "prefix", prefix=True), "static": _generate_job(student, "static",
-                                                                                          static=True)}))
+                                                                                          static=True),
+        "whole": _generate_job(student, "whole", whole=True)}))
 
 
 @functools.lru_cache(maxsize=2)
@@ -220,7 +230,7 @@ def test_the_layer_equals_decoder_attention_over_mixed_steps(student):
     run = ran(student)["layer"]
     weights_taken(run, _("W_q, W_k, W_v and W_o"))
     w, x, plan = run.inputs
-    dense = gen.DecoderAttention(bt.D_MODEL, bt.H, bt.H_KV).double()
+    dense = gen.DecoderAttention(LAYER_D, LAYER_H, LAYER_H_KV).double()
     dense.load_state_dict(w)
     with torch.no_grad():
         whole = {s: dense(t[None].double())[0].float() for s, t in x.items()}
@@ -304,9 +314,18 @@ def stats_agree(stats: dict, counts: dict) -> None:
 
 @pytest.mark.points(4)
 def test_continuous_batching_generates_what_each_request_alone_generates(student):
-    """6 requests, token budget 8, at most 3 running, 12 blocks for 22 of demand: every request's tokens equal greedy decoding of it alone"""
+    """6 requests, token budget 8, at most 3 running, 12 blocks for 22 of demand: every request's tokens equal greedy decoding of it alone; one request that needs a whole 4-block pool runs"""
     outputs, _stats, _counts, _free = generated(student, "continuous")
     same_outputs(outputs, expected(False), "continuous_batching_generate")
+    try:
+        whole = ran(student)["whole"].value("result")
+    except CheckFailure as exc:
+        raise CheckFailure(_("one request of {n} + {new} tokens on a pool of exactly the {blocks} blocks it needs: "
+                             "{failure} A request is refused only when its need, ceil((len(prompt) + max_new_tokens) / "
+                             "block_size), exceeds the pool's blocks (k_cache.shape[1])").format(
+            n=bt.PROMPT_LENGTHS[bt.WHOLE], new=bt.WHOLE_NEW, blocks=bt.WHOLE_POOL, failure=exc.message)) from None
+    same_outputs(whole[0] if isinstance(whole, tuple) else whole, [expected(False)[bt.WHOLE][:bt.WHOLE_NEW]],
+                 "continuous_batching_generate on a pool of exactly the blocks one request needs")
 
 
 @pytest.mark.points(3)
