@@ -96,6 +96,8 @@ def check_pack(pack) -> None:
                                   "pack(x [4, 7, 3, 2], lengths [5, 1, 7, 3])")
     assert torch.equal(packed, want), _(
         "pack(x, lengths) should hold the first l_b rows of each sequence b, sequence after sequence")
+    assert torch.equal(pack(x, torch.tensor(lengths)), want), _("pack(x, lengths) with lengths as a tensor should "
+                                                                "give the same as with a list")
     ok(_("pack: 4 ragged rows (5, 1, 7, 3 tokens) packed to 16, sequence after sequence"))
 
 
@@ -377,6 +379,9 @@ def check_paged_to_csr(paged_to_csr) -> None:
         "block_size, not seq_len % block_size")
     assert last.tolist() == [2, 4, 1], _("kv_last_page_len is {got}, expected [2, 4, 1]").format(got=last.tolist())
     assert all(t.dtype == torch.int32 for t in (indptr, indices, last)), _("paged_to_csr returns int32 tensors")
+    wide = paged_to_csr(tables.long(), torch.tensor([10, 4, 9]), 4)
+    assert all(t.dtype == torch.int32 for t in wide), _(
+        "paged_to_csr of int64 tables and seq_lens should still return int32 tensors")
     ok(_("paged_to_csr: indptr, indices and last page lengths (a full last page holds block_size), int32"))
 
 

@@ -111,6 +111,23 @@ def batching_checks(harness, attend64, close, ok):
         assert chunked.add_sequence("B", B) == 8, _(
             "A reserved in chunks of 3, 5 and 3 tokens: B should still hit 8 (each block enters the map when the "
             "chunk that fills it is reserved)")
+        twice = PagedKVCache(16, 4, 1, 2, enable_prefix_caching=True)
+        for name in ("P", "Q"):  # both added before either reserves: both miss
+            twice.add_sequence(name, A[:8])
+        for name in ("P", "Q"):
+            twice.reserve(name, 8, token_ids=A[:8])
+        twice.add_sequence("R", A[:9])
+        assert twice.block_table("R")[:2] == twice.block_table("P")[:2], _(
+            "P and Q hold the same 8 tokens in different blocks; a later hit should take P's, the first: a full block "
+            "enters the map only if its hash is not there yet")
+        twice.add_sequence("D", [30, 31, 32, 33, 34, 35])
+        twice.reserve("D", 6, token_ids=[30, 31, 32, 33, 34, 35])
+        twice.fork("D", "E")
+        twice.reserve("D", 1, token_ids=[21])
+        twice.reserve("E", 2, token_ids=[22, 23])
+        assert twice.add_sequence("F", [30, 31, 32, 33, 34, 35, 22, 23, 24]) == 8, _(
+            "after a fork the parent appended 1 token and the child 2: the child's block they filled should enter the "
+            "prefix cache (fork copies the parent's recorded tokens; each sequence then records its own)")
         tight = PagedKVCache(3, 4, 1, 2, enable_prefix_caching=True)
         tight.add_sequence("P")
         tight.reserve("P", 6, token_ids=list(range(6)))
