@@ -287,6 +287,8 @@ def batching_checks(harness, attend64, close, ok):
         with torch.no_grad():
             outputs, stats = harness.watch(continuous_batching_generate, "continuous_batching_generate")(
                 model, prompts, max_new, cache, token_budget=8, max_num_seqs=3)
+        assert all(isinstance(t, int) for o in outputs for t in o), _(
+            "the outputs should be lists of Python ints (int(logits.argmax())), not tensors")
         got = [[int(t) for t in o] for o in outputs]
         assert got == want, _("continuous batching generated {got}, greedy decoding of each request alone gives {want}"
                               ).format(got=got, want=want)
@@ -321,6 +323,8 @@ def batching_checks(harness, attend64, close, ok):
         with torch.no_grad():
             outputs, stats = harness.watch(static_batching_generate, "static_batching_generate")(
                 model, prompts, max_new, cache, batch_size=3)
+        assert all(isinstance(t, int) for o in outputs for t in o), _(
+            "the outputs should be lists of Python ints (int(logits.argmax())), not tensors")
         got = [[int(t) for t in o] for o in outputs]
         assert got == want, _("static batching generated {got}, expected {want}").format(got=got, want=want)
         assert model.calls == STATIC_STEPS, _(
@@ -331,6 +335,12 @@ def batching_checks(harness, attend64, close, ok):
         _same_stats(stats, model.sizes, STATIC, _(
             "each batch of batch_size requests in arrival order, its prompts in one step, then one token per request "
             "per step until its longest request is done"))
+        short = PagedKVCache(8, 4, 2, 4, num_layers=2, dtype=torch.float64)
+        with torch.no_grad():
+            alone, _stats = static_batching_generate(model, prompts[:1], max_new[:1], short, batch_size=3)
+        assert [[int(t) for t in o] for o in alone] == want[:1], _(
+            "one request with batch_size 3 (a last batch shorter than batch_size) should decode like the first request "
+            "alone")
         ok(_("static batching: the same tokens in {static} steps (batches of 3, each until its longest request is done)"
              ).format(static=STATIC_STEPS))
 

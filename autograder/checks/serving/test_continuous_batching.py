@@ -209,7 +209,8 @@ def ran(student) -> dict[str, Ran]:
         "layer": _layer_job(student), "continuous": _generate_job(student, "continuous"),
         "prefix": _generate_job(student, "prefix", prefix=True), "static": _generate_job(student, "static",
                                                                                           static=True),
-        "whole": _generate_job(student, "whole", whole=True)}))
+        "whole": _generate_job(student, "whole", whole=True),
+        "static whole": _generate_job(student, "static whole", static=True, whole=True)}))
 
 
 @functools.lru_cache(maxsize=2)
@@ -276,6 +277,10 @@ def generated(student, key: str) -> tuple:
 
 
 def same_outputs(outputs, want, what: str) -> None:
+    if isinstance(outputs, (list, tuple)) and any(not isinstance(t, int) or isinstance(t, bool) for o in outputs
+                                                  if isinstance(o, (list, tuple)) for t in o):
+        raise expect.CheckFailure(_("{what}: the outputs should be lists of Python ints (int(logits.argmax())), not "
+                                    "tensors").format(what=what))
     got = [list(map(int, o)) if isinstance(o, (list, tuple)) else o for o in outputs] \
         if isinstance(outputs, (list, tuple)) else outputs
     if got == [list(w) for w in want]:
@@ -370,6 +375,13 @@ def test_static_batching_gives_the_same_tokens_in_more_steps(student):
         raise expect.CheckFailure(_("static batching took {s} steps, continuous batching {c}: a static batch is "
                                     "prefilled in one step, then decoded until its LONGEST request is done, before "
                                     "the next batch starts").format(s=counts["steps"], c=continuous["steps"]))
+    try:
+        alone = ran(student)["static whole"].value("result")
+    except CheckFailure as exc:
+        raise CheckFailure(_("one request with batch_size 3 (a last batch shorter than batch_size): {failure}").format(
+            failure=exc.message)) from None
+    same_outputs(alone[0] if isinstance(alone, tuple) else alone, [expected(False)[bt.WHOLE][:bt.WHOLE_NEW]],
+                 "static_batching_generate of one request with batch_size 3")
     want = bt.reference_stats(ref, static=True)
     if counts["tokens_per_step"] != want["tokens_per_step"]:
         raise expect.CheckFailure(_("static batching gave the model {got} tokens step by step, expected {want}: each "
