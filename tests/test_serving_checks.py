@@ -115,10 +115,10 @@ def test_the_grader_counts_steps_prompt_tokens_and_mixed_steps_from_the_models_r
                                                               batching.TOKEN_BUDGET, batching.MAX_NUM_SEQS)
     assert outputs == expected
     counts = batching.counts(model.record(), prompts, expected)
-    assert counts == {name: stats[name] for name in counts}
+    assert {name: counts[name] for name in stats} == stats
     assert (counts["steps"], sum(counts["tokens_per_step"]), counts["max_blocks_used"], counts["mixed_steps"],
             counts["prefill_tokens"]) == figures
-    assert batching.reference_stats(ref, prefix, key == "static") == counts
+    assert batching.reference_stats(ref, prefix, key == "static") == counts  # chunks per step included
 
 
 def test_a_chunk_belongs_to_the_request_it_continues_not_to_one_its_token_matches():

@@ -74,11 +74,13 @@ def counts(calls: list[dict], requests: list[list[int]], expected: list[list[int
     """The grader's own counts from the model's record: steps, tokens per step, prompt tokens computed (tokens at a
     position below their request's prompt length), mixed steps (a decode and a prompt chunk together), and the most
     blocks the step's tables used. Each chunk's request: see owners."""
-    steps = {"steps": len(calls), "tokens_per_step": [], "prefill_tokens": 0, "mixed_steps": 0, "max_blocks_used": 0}
+    steps = {"steps": len(calls), "tokens_per_step": [], "prefill_tokens": 0, "mixed_steps": 0, "max_blocks_used": 0,
+             "chunks_per_step": []}
     next_position: dict[int, int] = {}  # request -> the position after its last chunk
     for call in calls:
         tokens, positions, cu = call["tokens"].tolist(), call["positions"].tolist(), call["cu"].tolist()
         steps["tokens_per_step"].append(len(tokens))
+        steps["chunks_per_step"].append([cu[b + 1] - cu[b] for b in range(len(cu) - 1)])
         steps["max_blocks_used"] = max(steps["max_blocks_used"], int(call["blocks"]))
         chunks = [(tokens[cu[b]:cu[b + 1]], positions[cu[b]:cu[b + 1]]) for b in range(len(cu) - 1)]
         prompt = decode = 0
@@ -124,9 +126,15 @@ def owners(chunks: list[tuple[list, list]], requests: list[list[int]], expected:
 
 
 class _Silent:
-    """A model whose logits are all zero: the schedule (tokens per step) depends on lengths only."""
+    """A model whose logits are all zero: the schedule (tokens per step) depends on lengths only; it records the
+    chunks of each step (meta's rows: decodes, prompt chunks, admitted requests)."""
+
+    def __init__(self):
+        self.chunks = []
 
     def __call__(self, tokens, positions, meta, cache):
+        cu = [int(c) for c in meta.cu_seqlens_q]
+        self.chunks.append([cu[b + 1] - cu[b] for b in range(len(cu) - 1)])
         return torch.zeros(len(tokens), VOCAB)
 
 
@@ -136,13 +144,14 @@ def reference_stats(reference, prefix: bool = False, static: bool = False) -> di
     requests = prompts(prefix)
     blocks = STATIC_POOL if static else PREFIX_POOL if prefix else POOL
     cache = reference.PagedKVCache(blocks, BLOCK_SIZE, H_KV, HEAD_DIM, num_layers=1, enable_prefix_caching=prefix)
+    model = _Silent()
     if static:
-        _out, stats = reference.static_batching_generate(_Silent(), requests, list(NEW_TOKENS), cache,
+        _out, stats = reference.static_batching_generate(model, requests, list(NEW_TOKENS), cache,
                                                          batch_size=MAX_NUM_SEQS)
     else:
-        _out, stats = reference.continuous_batching_generate(_Silent(), requests, list(NEW_TOKENS), cache,
+        _out, stats = reference.continuous_batching_generate(model, requests, list(NEW_TOKENS), cache,
                                                              token_budget=TOKEN_BUDGET, max_num_seqs=MAX_NUM_SEQS)
-    return {**stats, "tokens_per_step": list(stats["tokens_per_step"])}
+    return {**stats, "tokens_per_step": list(stats["tokens_per_step"]), "chunks_per_step": model.chunks}
 
 
 def schedule(reference, prefix: bool = False, static: bool = False) -> list[int]:

@@ -304,6 +304,13 @@ def follows_the_policy(counts: dict, key: str) -> None:
                                     "being prefilled get chunks oldest first, then waiting requests are admitted in "
                                     "order while budget, max_num_seqs and the free blocks allow").format(
             got=counts["tokens_per_step"], want=want))
+    chunks = bt.reference_stats(ref, prefix=key == "prefix", static=key == "static")["chunks_per_step"]
+    step = next((i for i, (g, w) in enumerate(zip(counts["chunks_per_step"], chunks)) if g != w), None)
+    if step is not None:
+        raise expect.CheckFailure(_("at step {i} the model was given chunks of {got} tokens (meta's rows); the "
+                                    "contract's policy gives {want}: decodes first, then the running prompts' chunks "
+                                    "oldest first (while budget is left), then admitted requests").format(
+            i=step, got=counts["chunks_per_step"][step], want=chunks[step]))
 
 
 def stats_agree(stats: dict, counts: dict) -> None:
