@@ -278,9 +278,11 @@ def check_paged_kv_cache(PagedKVCache) -> None:
     assert isinstance(lens, torch.Tensor) and lens.tolist() == [8, 4, 10], _(
         "seq_lens_tensor(['a', 'b', 'c']) should be a tensor [8, 4, 10]")
     rows = cache.block_tables_tensor(["b", "c"])
-    assert isinstance(rows, torch.Tensor) and rows.dim() == 2 and rows.shape[0] == 2 and rows.shape[1] >= 3 and all(
+    assert isinstance(rows, torch.Tensor) and not rows.is_floating_point() and rows.dim() == 2 and rows.shape[0] == 2 \
+        and rows.shape[1] >= 3 and all(
         rows[i, :len(t)].tolist() == t for i, t in enumerate(tables[1:])), _(
-        "block_tables_tensor(['b', 'c']) should be a tensor [2, at least 3]: row i starts with sequence i's block table")
+        "block_tables_tensor(['b', 'c']) should be an integer tensor [2, at least 3]: row i starts with sequence i's "
+        "block table")
     wide = PagedKVCache(2, 4, 2, 3, dtype=torch.float64)
     assert wide.k_cache.dtype == wide.v_cache.dtype == torch.float64, _(
         "PagedKVCache(..., dtype=torch.float64) made k_cache and v_cache of dtype {k}, {v}: the pool holds the dtype "

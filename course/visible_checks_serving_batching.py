@@ -185,11 +185,15 @@ def batching_checks(harness, attend64, close, ok):
                 self.embed = nn.Embedding(vocab, d_model)
                 self.layers = nn.ModuleList(Layer(d_model, 4, 2, layer_idx=i) for i in range(2))
                 self.head = nn.Linear(d_model, vocab, bias=False)
-                self.calls, self.sizes = 0, []
+                self.calls, self.sizes, self.chunks = 0, [], []
 
             def forward(self, tokens, positions, meta, cache):
+                assert isinstance(tokens, torch.Tensor), _("the model takes tokens as a tensor [T] of token ids, "
+                                                           "not a {kind}").format(kind=type(tokens).__name__)
                 self.calls += 1
                 self.sizes.append(len(tokens))
+                cu = [int(c) for c in meta.cu_seqlens_q]
+                self.chunks.append([cu[b + 1] - cu[b] for b in range(len(cu) - 1)])
                 x = self.embed(torch.as_tensor(tokens).long())
                 for layer in self.layers:
                     x = x + layer(x, torch.as_tensor(positions), meta, cache)
@@ -262,15 +266,24 @@ def batching_checks(harness, attend64, close, ok):
     STATIC_STEPS = 19  # batches (0, 1, 2) and (3, 4, 5), each decoded until its longest request is done
     # the contract's policy on these lengths (the schedule depends on lengths only): tokens per step and stats
     CONTINUOUS = {"tokens_per_step": [8, 8, 7, 2, 8, 7, 2, 2, 2, 2, 2, 8, 8, 3], "steps": 14, "mixed_steps": 6,
-                  "max_blocks_used": 10, "prefill_tokens": 47}
+                  "max_blocks_used": 10, "prefill_tokens": 47,
+                  "chunks": [[7, 1], [1, 6, 1], [1, 1, 5], [1, 1], [1, 7], [1, 6], [1, 1], [1, 1], [1, 1], [1, 1],
+                             [1, 1], [1, 7], [1, 4, 3], [1, 1, 1]]}
     STATIC = {"tokens_per_step": [20] + [3] * 9 + [27] + [3] * 8, "steps": 19, "mixed_steps": 0,
               "max_blocks_used": 14, "prefill_tokens": 47}
 
-    def _same_stats(stats, sizes, want, policy):
+    def _same_stats(stats, sizes, want, policy, chunks=()):
         """The tokens the model was given step by step, and each key of `stats`, against the policy's."""
         assert sizes == want["tokens_per_step"], _(
             "the model was given {got} tokens step by step; the contract's policy gives {want}: {policy}").format(
             got=sizes, want=want["tokens_per_step"], policy=policy)
+        if "chunks" in want:
+            step = next((i for i, (g, w) in enumerate(zip(chunks, want["chunks"])) if g != w), None)
+            assert step is None, _("at step {i} the model was given chunks of {got} tokens (meta's rows); the "
+                                   "contract's policy gives {want}: decodes first, then the running prompts' chunks "
+                                   "oldest first, then admitted requests").format(
+                i=step, got=chunks[step] if step is not None else None,
+                want=want["chunks"][step] if step is not None else None)
         assert list(stats.get("tokens_per_step", [])) == sizes, _(
             "stats['tokens_per_step'] is {got}, the model was given {sizes}").format(
             got=stats.get("tokens_per_step"), sizes=sizes)
@@ -302,10 +315,20 @@ def batching_checks(harness, attend64, close, ok):
         assert steps < STATIC_STEPS, _("continuous batching took {n} steps, static batching at the same concurrency "
                                        "takes {static}: admit a waiting request as soon as one finishes").format(
             n=steps, static=STATIC_STEPS)
-        _same_stats(stats, model.sizes, CONTINUOUS, _(
+        _same_stats(stats, model.sizes, CONTINUOUS, chunks=model.chunks, policy=_(
             "each step, every running request with an output decodes 1 token, then prompts being prefilled get chunks "
             "oldest first, then waiting requests are admitted in order while budget, max_num_seqs and the free blocks "
             "allow"))
+        system = torch.randint(32, (8,)).tolist()  # a shared system prompt of two full blocks
+        shared = [system + torch.randint(32, (n,)).tolist() for n in (2, 1, 3)]
+        cached = PagedKVCache(12, 4, 2, 4, num_layers=2, dtype=torch.float64, enable_prefix_caching=True)
+        with torch.no_grad():
+            outs, st = continuous_batching_generate(model, shared, [2, 2, 2], cached, token_budget=8, max_num_seqs=3)
+        assert [[int(t) for t in o] for o in outs] == [model.greedy(p, 2) for p in shared] and \
+            st["prefill_tokens"] == 14, _(
+            "with prefix caching, 3 requests sharing an 8-token system prompt should decode greedily and compute 14 of "
+            "their 30 prompt tokens (the first whole, then 1 and 3: add_sequence's hit is skipped, and every reserve "
+            "passes token_ids so that full blocks enter the map); you computed {n}").format(n=st["prefill_tokens"])
         whole, prompt = PagedKVCache(5, 4, 2, 4, num_layers=2, dtype=torch.float64), torch.randint(32, (17,)).tolist()
         with torch.no_grad():
             alone, _stats = continuous_batching_generate(model, [prompt], [3], whole, token_budget=8, max_num_seqs=2)
@@ -359,6 +382,8 @@ def batching_checks(harness, attend64, close, ok):
         fresh = SinkKVCache(num_sink=2, window=3)
         fresh.append(torch.randn(1, 1, 5, 2), torch.randn(1, 1, 5, 2))
         assert len(fresh) == 5, _("a first prompt of num_sink + window tokens is accepted whole")
+        fresh.append(torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2))
+        assert len(fresh) == 5, _("a piece of exactly window tokens fits (none of its own keys is evicted): no error")
         try:
             fresh.append(torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2))
         except ValueError:
@@ -370,13 +395,16 @@ def batching_checks(harness, attend64, close, ok):
 
     @harness.check("SinkDecoderAttention")
     def check_sink_decoder_attention(SinkDecoderAttention, SinkKVCache) -> None:
-        layer = SinkDecoderAttention(16, 4, 2)
+        layer = SinkDecoderAttention(24, 4, 2)  # head_dim 6
+        assert layer.W_k.weight.shape[0] == 12, _(
+            "SinkDecoderAttention(24, 4, num_kv_heads=2): W_k should give 2 key/value heads of 6 (12 outputs), not {n}"
+        ).format(n=layer.W_k.weight.shape[0])
         forward = harness.watch(layer, "SinkDecoderAttention.forward")
-        x = torch.randn(2, 16, 16)
+        x = torch.randn(2, 16, 24)
         cache, kept = SinkKVCache(num_sink=2, window=4), []
         for start, stop in [(0, 3)] + [(t, t + 1) for t in range(3, 16)]:
             with torch.no_grad():
-                out = harness.expect_shape(forward(x[:, start:stop], cache), [2, stop - start, 16], _("the output"))
+                out = harness.expect_shape(forward(x[:, start:stop], cache), [2, stop - start, 24], _("the output"))
             kept = kept + list(range(start, stop))
             kept = kept if len(kept) <= 6 else kept[:2] + kept[-4:]
             want = torch.stack([dense_layer(layer, x[b, kept], torch.arange(len(kept)), attend64, 4)[-(stop - start):]
