@@ -322,8 +322,15 @@ def batching_checks(harness, attend64, close, ok):
         system = torch.randint(32, (8,)).tolist()  # a shared system prompt of two full blocks
         shared = [system + torch.randint(32, (n,)).tolist() for n in (2, 1, 3)]
         cached = PagedKVCache(12, 4, 2, 4, num_layers=2, dtype=torch.float64, enable_prefix_caching=True)
+        before = len(model.sizes)
         with torch.no_grad():
-            outs, st = continuous_batching_generate(model, shared, [2, 2, 2], cached, token_budget=8, max_num_seqs=3)
+            outs, st = continuous_batching_generate(model, shared, [2, 2, 2], cached, token_budget=8, max_num_seqs=2)
+        assert model.sizes[before:] == [8, 3, 2, 3, 1], _(
+            "the model was given {got} tokens step by step; the contract's policy gives {want}: {policy}").format(
+            got=model.sizes[before:], want=[8, 3, 2, 3, 1], policy=_(
+                "each step, every running request with an output decodes 1 token, then prompts being prefilled get "
+                "chunks oldest first, then waiting requests are admitted in order while budget, max_num_seqs and the "
+                "free blocks allow"))
         assert [[int(t) for t in o] for o in outs] == [model.greedy(p, 2) for p in shared] and \
             st["prefill_tokens"] == 14, _(
             "with prefix caching, 3 requests sharing an 8-token system prompt should decode greedily and compute 14 of "
