@@ -319,6 +319,14 @@ def batching_checks(harness, attend64, close, ok):
             "each step, every running request with an output decodes 1 token, then prompts being prefilled get chunks "
             "oldest first, then waiting requests are admitted in order while budget, max_num_seqs and the free blocks "
             "allow"))
+        before = len(model.sizes)
+        with torch.no_grad():
+            outs, _st = continuous_batching_generate(model, prompts, max_new, PagedKVCache(
+                12, 4, 2, 4, num_layers=2, dtype=torch.float64), token_budget=2, max_num_seqs=2)
+        assert model.sizes[before:] == [2] * 34 + [1], _(
+            "with token_budget 2 and max_num_seqs 2 the model was given {got} tokens step by step, the policy gives "
+            "{want}: every running request with an output decodes while any budget is left (a budget of 1 included), "
+            "then prompt chunks take what is left, even 1 token").format(got=model.sizes[before:], want=[2] * 34 + [1])
         system = torch.randint(32, (8,)).tolist()  # a shared system prompt of two full blocks
         shared = [system + torch.randint(32, (n,)).tolist() for n in (2, 1, 3)]
         cached = PagedKVCache(12, 4, 2, 4, num_layers=2, dtype=torch.float64, enable_prefix_caching=True)

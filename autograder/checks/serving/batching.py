@@ -22,6 +22,7 @@ SYSTEM = 12  # the prefix-caching check: a 12-token system prompt before each re
 SUFFIXES = (3, 1, 2, 4, 2, 1)
 POOL, PREFIX_POOL, STATIC_POOL = 12, 16, 24
 TOKEN_BUDGET, MAX_NUM_SEQS = 8, 3
+TIGHT = 2  # the tight run: token_budget == max_num_seqs == 2 (the last decode of a step meets a budget of 1)
 WHOLE, WHOLE_NEW, WHOLE_POOL = 3, 3, 4  # request 3 alone, 13 + 3 tokens: exactly the 4 blocks of its pool
 SEED = 21
 
@@ -138,7 +139,7 @@ class _Silent:
         return torch.zeros(len(tokens), VOCAB)
 
 
-def reference_stats(reference, prefix: bool = False, static: bool = False) -> dict:
+def reference_stats(reference, prefix: bool = False, static: bool = False, tight: bool = False) -> dict:
     """The stats of the contract's policy on the checks' requests (the reference scheduler, run here on lengths only:
     steps, tokens per step, prompt tokens computed, mixed steps and peak blocks do not depend on the tokens)."""
     requests = prompts(prefix)
@@ -149,8 +150,9 @@ def reference_stats(reference, prefix: bool = False, static: bool = False) -> di
         _out, stats = reference.static_batching_generate(model, requests, list(NEW_TOKENS), cache,
                                                          batch_size=MAX_NUM_SEQS)
     else:
+        budget, seqs = (TIGHT, TIGHT) if tight else (TOKEN_BUDGET, MAX_NUM_SEQS)
         _out, stats = reference.continuous_batching_generate(model, requests, list(NEW_TOKENS), cache,
-                                                             token_budget=TOKEN_BUDGET, max_num_seqs=MAX_NUM_SEQS)
+                                                             token_budget=budget, max_num_seqs=seqs)
     return {**stats, "tokens_per_step": list(stats["tokens_per_step"]), "chunks_per_step": model.chunks}
 
 

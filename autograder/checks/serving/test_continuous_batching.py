@@ -184,7 +184,8 @@ def _model(job):
     return job.builtin("serving_model", w["embedding"], w["head"], layers)
 
 
-def _generate_job(student, key: str, prefix: bool = False, static: bool = False, whole: bool = False):
+def _generate_job(student, key: str, prefix: bool = False, static: bool = False, whole: bool = False,
+                  tight: bool = False):
     """One generation on the grader's remote cache (its bookkeeping the contract's, on this side: caches.py); `whole`:
     one request that needs every block of its pool."""
     job = student.job()
@@ -197,8 +198,9 @@ def _generate_job(student, key: str, prefix: bool = False, static: bool = False,
     if static:
         result = job.call("static_batching_generate", model, requests, new, cache, batch_size=bt.MAX_NUM_SEQS)
     else:
-        result = job.call("continuous_batching_generate", model, requests, new, cache,
-                          token_budget=bt.TOKEN_BUDGET, max_num_seqs=bt.MAX_NUM_SEQS)
+        budget, seqs = (bt.TIGHT, bt.TIGHT) if tight else (bt.TOKEN_BUDGET, bt.MAX_NUM_SEQS)
+        result = job.call("continuous_batching_generate", model, requests, new, cache, token_budget=budget,
+                          max_num_seqs=seqs)
     steps = {"result": result, "record": job.method(model, "record"),
              "free": attribute(job, attribute(job, cache, "allocator"), "num_free")}
     return job, steps, (requests, blocks)
@@ -210,7 +212,8 @@ def ran(student) -> dict[str, Ran]:
         "prefix": _generate_job(student, "prefix", prefix=True), "static": _generate_job(student, "static",
                                                                                           static=True),
         "whole": _generate_job(student, "whole", whole=True),
-        "static whole": _generate_job(student, "static whole", static=True, whole=True)}))
+        "static whole": _generate_job(student, "static whole", static=True, whole=True),
+        "tight": _generate_job(student, "tight", tight=True)}))
 
 
 @functools.lru_cache(maxsize=2)
@@ -342,7 +345,7 @@ def test_continuous_batching_generates_what_each_request_alone_generates(student
 
 @pytest.mark.points(3)
 def test_continuous_batching_mixes_steps_and_frees_every_block(student):
-    """at least one step mixes decodes and a prefill chunk, at most 12 blocks are in use, none at the end; stats agree with the grader's counts"""
+    """at least one step mixes decodes and a prefill chunk, at most 12 blocks are in use, none at the end; stats agree with the grader's counts; the steps follow the policy at token_budget 8 and at 2"""
     _outputs, stats, counts, free = generated(student, "continuous")
     if counts["mixed_steps"] < 1:
         raise expect.CheckFailure(_("no step mixed decodes with a prefill chunk: each step, the running requests "
@@ -356,6 +359,17 @@ def test_continuous_batching_mixes_steps_and_frees_every_block(student):
                                                                                       if isinstance(free, int) else "?"))
     stats_agree(stats, counts)
     follows_the_policy(counts, "continuous")
+    outputs, _stats, tight, _free = generated(student, "tight")
+    same_outputs(outputs, expected(False), "continuous_batching_generate with token_budget 2, max_num_seqs 2")
+    want = bt.reference_stats(ref, tight=True)["chunks_per_step"]
+    step = next((i for i, (g, w) in enumerate(zip(tight["chunks_per_step"], want)) if g != w),
+                None if len(tight["chunks_per_step"]) == len(want) else min(len(want), len(tight["chunks_per_step"])))
+    if step is not None:
+        raise expect.CheckFailure(_("with token_budget 2 and max_num_seqs 2, the model was given chunks {got} at step "
+                                    "{i}; the contract's policy gives {want}: every running request with an output "
+                                    "decodes while any budget is left (a budget of 1 included), then prompt chunks "
+                                    "take what is left, even 1 token").format(
+            i=step, got=tight["chunks_per_step"][step:step + 1], want=want[step:step + 1]))
 
 
 @pytest.mark.points(4)
