@@ -1,4 +1,5 @@
-"""nbgrader end to end, on the real source/ notebooks of both assignments: generate_assignment, autograde
+"""nbgrader end to end, on the real source/ notebooks of three assignments (self_attention, generation, and serving,
+whose checks run the student's layers inside the grader's model and caches): generate_assignment, autograde
 with this grader's preprocessor, generate_feedback, export; and grade-class on the same submissions.
 
 Claims: the gradebook's per-part scores equal `Grader().grade(folder)` (the CLI's grading of the
@@ -21,8 +22,9 @@ from tests.runcache import released_course
 REPO = Path(__file__).resolve().parent.parent
 # assignment -> {student: mistake}, and the part (with its notebook) the buggy student's mistake is in
 STUDENTS = {"self_attention": {"good": "correct", "buggy": "seed_broadcast"},
-            "generation": {"good": "correct", "buggy": "top_left_decode"}}
-BUGGY_PART = {"self_attention": "masks", "generation": "kv_cache"}
+            "generation": {"good": "correct", "buggy": "top_left_decode"},
+            "serving": {"good": "correct", "buggy": "sample_first_token"}}
+BUGGY_PART = {"self_attention": "masks", "generation": "kv_cache", "serving": "continuous_batching"}
 ASSIGNMENTS = list(STUDENTS)
 
 
@@ -49,11 +51,11 @@ def course(private_tmp):
     for assignment in ASSIGNMENTS:
         collect(root, STUDENTS[assignment], assignment)
     shutil.copy(root / "gradebook.db", root.parent / "fresh-gradebook.db")
-    for assignment in ASSIGNMENTS:
-        nbgrader(root, "autograde", assignment)
-        # the page read below, and every notebook of the assignment rendered (the buggy student's others are correct);
-        # the good student's pages would cost a second each and prove nothing more
-        nbgrader(root, "generate_feedback", assignment, "--student=buggy")
+    # every assignment in one nbgrader process each (the assignment id is a glob): one warm grading process, not three
+    nbgrader(root, "autograde", "*")
+    # the page read below, and every notebook of each assignment rendered (the buggy student's others are correct);
+    # the good student's pages would cost a second each and prove nothing more
+    nbgrader(root, "generate_feedback", "*", "--student=buggy")
     nbgrader(root, "export", "--to", str(root / "grades.csv"))
     return root
 
@@ -101,7 +103,7 @@ def test_feedback_shows_the_graders_messages_and_no_hidden_test_source(course, c
             assert line not in text, f"hidden check source leaked into feedback: {line}"
 
 
-def test_export_writes_the_totals_of_both_assignments_and_the_written_points_apart(course, cli_results):
+def test_export_writes_the_totals_of_every_assignment_and_the_written_points_apart(course, cli_results):
     with open(course / "grades.csv", newline="") as f:
         table = {(r["assignment"], r["student_id"]): r for r in csv.DictReader(f)}
     for (assignment, student), result in cli_results.items():

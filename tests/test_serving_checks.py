@@ -4,6 +4,7 @@ references' margins (the contract: every top-2 logit margin of the checks' reque
 """
 from __future__ import annotations
 
+import pytest
 import torch
 
 from autograder.checks.serving import batching
@@ -86,9 +87,15 @@ def test_the_greedy_references_have_a_clear_top_two_margin():
             assert margin >= 1e-2, (prefix, prompt, margin)
 
 
-def test_the_grader_counts_steps_prompt_tokens_and_mixed_steps_from_the_models_record():
+@pytest.mark.parametrize("key, figures", [("continuous", (14, 69, 10, 6, 47)), ("prefix", (13, 51, 10, 3, 29)),
+                                          ("static", (19, 98, 14, 0, 47))])
+def test_the_grader_counts_steps_prompt_tokens_and_mixed_steps_from_the_models_record(key, figures):
+    """the grader's counts equal the reference's stats in each of the three generation checks, static batching's rows
+    that go on past their last output included (a single token matching another request's prompt is not a prompt
+    token); and they are the contract's figures: steps, tokens computed, peak blocks, mixed steps, prompt tokens"""
     w = batching.weights()
-    prompts = batching.prompts()
+    prefix = key == "prefix"
+    prompts = batching.prompts(prefix)
     expected = [batching.alone(w, p, n)[0] for p, n in zip(prompts, batching.NEW_TOKENS)]
     layers = []
     for i, state in enumerate(w["layers"]):
@@ -96,12 +103,29 @@ def test_the_grader_counts_steps_prompt_tokens_and_mixed_steps_from_the_models_r
         layer.load_state_dict(state)
         layers.append(layer)
     model = standins.serving_model(w["embedding"], w["head"], layers)
-    cache = ref.PagedKVCache(batching.POOL, batching.BLOCK_SIZE, batching.H_KV, batching.HEAD_DIM,
-                             num_layers=batching.LAYERS)
+    blocks = batching.STATIC_POOL if key == "static" else batching.PREFIX_POOL if prefix else batching.POOL
+    cache = ref.PagedKVCache(blocks, batching.BLOCK_SIZE, batching.H_KV, batching.HEAD_DIM,
+                             num_layers=batching.LAYERS, enable_prefix_caching=prefix)
     with torch.no_grad():
-        outputs, stats = ref.continuous_batching_generate(model, prompts, list(batching.NEW_TOKENS), cache,
-                                                          batching.TOKEN_BUDGET, batching.MAX_NUM_SEQS)
+        if key == "static":
+            outputs, stats = ref.static_batching_generate(model, prompts, list(batching.NEW_TOKENS), cache,
+                                                          batch_size=batching.MAX_NUM_SEQS)
+        else:
+            outputs, stats = ref.continuous_batching_generate(model, prompts, list(batching.NEW_TOKENS), cache,
+                                                              batching.TOKEN_BUDGET, batching.MAX_NUM_SEQS)
     assert outputs == expected
     counts = batching.counts(model.record(), prompts, expected)
-    assert counts == {key: stats[key] for key in counts}
-    assert (counts["steps"], sum(counts["tokens_per_step"]), counts["max_blocks_used"]) == (14, 69, 10)
+    assert {name: counts[name] for name in stats} == stats
+    assert (counts["steps"], sum(counts["tokens_per_step"]), counts["max_blocks_used"], counts["mixed_steps"],
+            counts["prefill_tokens"]) == figures
+    assert batching.reference_stats(ref, prefix, key == "static") == counts  # chunks per step included
+
+
+def test_a_chunk_belongs_to_the_request_it_continues_not_to_one_its_token_matches():
+    """a decode token equal to another request's prompt token at that position stays a decode; a row that goes on
+    past its known tokens is its own request's; a fresh chunk starts at a block boundary"""
+    requests, expected = [[1, 2, 3, 4, 5, 6], [1, 9]], [[], [3, 4]]
+    # request 1 decodes token 3 at position 2, where request 0's prompt also holds 3; request 0 not seen yet
+    assert batching.owners([([3], [2])], requests, expected, {1: 2}) == [1]
+    assert batching.owners([([7], [4])], requests, expected, {1: 4}) == [1]  # past its known tokens: continuity
+    assert batching.owners([([1, 2, 3, 4], [0, 1, 2, 3]), ([1, 9], [0, 1])], requests, expected, {}) == [0, 1]

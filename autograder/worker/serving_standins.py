@@ -59,7 +59,10 @@ class ServingModel(nn.Module):
         self.calls = []
 
     def forward(self, tokens, positions, meta, cache):
-        tokens = torch.as_tensor(tokens).long()
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"model(tokens, positions, meta, cache): tokens is a tensor [T] of token ids, not a "
+                            f"{type(tokens).__name__}")
+        tokens = tokens.long()
         block_size = cache.k_cache.shape[2]
         blocks = set()
         for row, n in enumerate(torch.as_tensor(meta.seq_lens).tolist()):

@@ -279,6 +279,9 @@ CASES: tuple = (
            "        budget = 0 if chunks else budget\n"
            "        for r in running:  # 2. prompts being prefilled, oldest first\n"),),
          lose=("continuous_batching",), says="mixed"),
+    Case("static_counts_every_token_as_prefill", "static batching's stats count every token fed as a prompt token",
+         (("static_batching_generate", 'stats["prefill_tokens"] += int(cu[-1]) if step == 0 else 0',
+           'stats["prefill_tokens"] += int(cu[-1])'),), lose=("continuous_batching",), says="prefill_tokens"),
     # ------------------------------------------------------------------ wrong: attention_sinks
     Case("sinks_evicted", "SinkKVCache keeps the last num_sink + window positions (a pure window)",
          (("SinkKVCache", "k_all = torch.cat([k_all[..., :self.num_sink, :], k_all[..., -self.window:, :]], dim=-2)",

@@ -25,7 +25,8 @@ COURSE = ROOT / "course"
 VISIBLE_MODULES = {"attention": ("self_attention", "visible_checks"),
                    "generation": ("generation", "visible_checks_generation"),
                    "efficient": ("efficient", "visible_checks_efficient"),
-                   "real_models": ("real_models", "visible_checks_real_models")}
+                   "real_models": ("real_models", "visible_checks_real_models"),
+                   "serving": ("serving", "visible_checks_serving")}
 # What the checks import when they run, imported before the children fork (so that each does not again).
 WARM = {"real_models": ("transformers", "transformers.models.gpt2.modeling_gpt2", "transformers.models.bert.modeling_bert",
                         "transformers.models.llama.modeling_llama")}

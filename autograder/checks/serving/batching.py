@@ -22,6 +22,8 @@ SYSTEM = 12  # the prefix-caching check: a 12-token system prompt before each re
 SUFFIXES = (3, 1, 2, 4, 2, 1)
 POOL, PREFIX_POOL, STATIC_POOL = 12, 16, 24
 TOKEN_BUDGET, MAX_NUM_SEQS = 8, 3
+TIGHT = 2  # the tight run: token_budget == max_num_seqs == 2 (the last decode of a step meets a budget of 1)
+WHOLE, WHOLE_NEW, WHOLE_POOL = 3, 3, 4  # request 3 alone, 13 + 3 tokens: exactly the 4 blocks of its pool
 SEED = 21
 
 
@@ -72,43 +74,88 @@ def alone(w: dict, prompt: list[int], n: int) -> tuple[list[int], float]:
 def counts(calls: list[dict], requests: list[list[int]], expected: list[list[int]]) -> dict:
     """The grader's own counts from the model's record: steps, tokens per step, prompt tokens computed (tokens at a
     position below their request's prompt length), mixed steps (a decode and a prompt chunk together), and the most
-    blocks the step's tables used. A chunk's request is the first whose known tokens match it at its positions."""
-    known = [p + e for p, e in zip(requests, expected)]
-    steps = {"steps": len(calls), "tokens_per_step": [], "prefill_tokens": 0, "mixed_steps": 0, "max_blocks_used": 0}
+    blocks the step's tables used. Each chunk's request: see owners."""
+    steps = {"steps": len(calls), "tokens_per_step": [], "prefill_tokens": 0, "mixed_steps": 0, "max_blocks_used": 0,
+             "chunks_per_step": []}
+    next_position: dict[int, int] = {}  # request -> the position after its last chunk
     for call in calls:
         tokens, positions, cu = call["tokens"].tolist(), call["positions"].tolist(), call["cu"].tolist()
         steps["tokens_per_step"].append(len(tokens))
+        steps["chunks_per_step"].append([cu[b + 1] - cu[b] for b in range(len(cu) - 1)])
         steps["max_blocks_used"] = max(steps["max_blocks_used"], int(call["blocks"]))
+        chunks = [(tokens[cu[b]:cu[b + 1]], positions[cu[b]:cu[b + 1]]) for b in range(len(cu) - 1)]
         prompt = decode = 0
-        for b in range(len(cu) - 1):
-            chunk, pos = tokens[cu[b]:cu[b + 1]], positions[cu[b]:cu[b + 1]]
-            owner = next((r for r, seq in enumerate(known) if all(p < len(seq) and seq[p] == t
-                                                                   for p, t in zip(pos, chunk))), None)
+        for (_chunk, pos), owner in zip(chunks, owners(chunks, requests, expected, next_position)):
             length = len(requests[owner]) if owner is not None else 0
             in_prompt = sum(p < length for p in pos)
             prompt += in_prompt
             decode += in_prompt < len(pos)
+            if owner is not None and pos:
+                next_position[owner] = pos[-1] + 1
         steps["prefill_tokens"] += prompt
         steps["mixed_steps"] += int(prompt > 0 and decode > 0)
     return steps
 
 
+def owners(chunks: list[tuple[list, list]], requests: list[list[int]], expected: list[list[int]],
+           next_position: dict[int, int]) -> list[int | None]:
+    """The request of each chunk (tokens, positions) of one step, each request at most once: first one that goes on
+    from where its last chunk ended with tokens that match its known ones (a row of static batching that goes on past
+    its last output matches there by continuity alone), else one not seen yet whose known tokens match the chunk from
+    a block boundary (a fresh prompt, or the rest of a prompt after a prefix hit), else any whose known tokens match.
+    Tokens alone cannot tell two requests apart: a single token often matches another request at that position."""
+    known = [p + e for p, e in zip(requests, expected)]
+    taken: set[int] = set()
+
+    def matches(r: int, chunk: list, pos: list, beyond: bool) -> bool:
+        return all((beyond or p < len(known[r])) and (p >= len(known[r]) or known[r][p] == t)
+                   for p, t in zip(pos, chunk))
+
+    out: list[int | None] = []
+    for chunk, pos in chunks:
+        free = [r for r in range(len(known)) if r not in taken]
+        owner = next((r for r in free if pos and next_position.get(r) == pos[0] and matches(r, chunk, pos, True)), None)
+        if owner is None:
+            owner = next((r for r in free if r not in next_position and pos and pos[0] % BLOCK_SIZE == 0
+                          and matches(r, chunk, pos, False)), None)
+        if owner is None:
+            owner = next((r for r in free if matches(r, chunk, pos, False)), None)
+        if owner is not None:
+            taken.add(owner)
+        out.append(owner)
+    return out
+
+
 class _Silent:
-    """A model whose logits are all zero: the schedule (tokens per step) depends on lengths only."""
+    """A model whose logits are all zero: the schedule (tokens per step) depends on lengths only; it records the
+    chunks of each step (meta's rows: decodes, prompt chunks, admitted requests)."""
+
+    def __init__(self):
+        self.chunks = []
 
     def __call__(self, tokens, positions, meta, cache):
+        cu = [int(c) for c in meta.cu_seqlens_q]
+        self.chunks.append([cu[b + 1] - cu[b] for b in range(len(cu) - 1)])
         return torch.zeros(len(tokens), VOCAB)
 
 
-def schedule(reference, prefix: bool = False, static: bool = False) -> list[int]:
-    """The tokens of each step under the contract's policy (the reference scheduler, run here on lengths only)."""
+def reference_stats(reference, prefix: bool = False, static: bool = False, tight: bool = False) -> dict:
+    """The stats of the contract's policy on the checks' requests (the reference scheduler, run here on lengths only:
+    steps, tokens per step, prompt tokens computed, mixed steps and peak blocks do not depend on the tokens)."""
     requests = prompts(prefix)
     blocks = STATIC_POOL if static else PREFIX_POOL if prefix else POOL
     cache = reference.PagedKVCache(blocks, BLOCK_SIZE, H_KV, HEAD_DIM, num_layers=1, enable_prefix_caching=prefix)
+    model = _Silent()
     if static:
-        _out, stats = reference.static_batching_generate(_Silent(), requests, list(NEW_TOKENS), cache,
+        _out, stats = reference.static_batching_generate(model, requests, list(NEW_TOKENS), cache,
                                                          batch_size=MAX_NUM_SEQS)
     else:
-        _out, stats = reference.continuous_batching_generate(_Silent(), requests, list(NEW_TOKENS), cache,
-                                                             token_budget=TOKEN_BUDGET, max_num_seqs=MAX_NUM_SEQS)
-    return list(stats["tokens_per_step"])
+        budget, seqs = (TIGHT, TIGHT) if tight else (TOKEN_BUDGET, MAX_NUM_SEQS)
+        _out, stats = reference.continuous_batching_generate(model, requests, list(NEW_TOKENS), cache,
+                                                             token_budget=budget, max_num_seqs=seqs)
+    return {**stats, "tokens_per_step": list(stats["tokens_per_step"]), "chunks_per_step": model.chunks}
+
+
+def schedule(reference, prefix: bool = False, static: bool = False) -> list[int]:
+    """The tokens of each step under the contract's policy (reference_stats' tokens_per_step)."""
+    return reference_stats(reference, prefix, static)["tokens_per_step"]

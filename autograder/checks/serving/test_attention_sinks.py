@@ -12,13 +12,14 @@ import torch
 
 from autograder.checks import expect
 from autograder.checks.cases import Ran, send, seeded
+from autograder.checks.serving.common import attribute
 from autograder.foundation import i18n
 from solutions import generation as gen
 
 _ = i18n.message
 
 SINKS, WINDOW, TOKENS = 2, 3, 11  # the kept positions after 11 tokens: [0, 1, 8, 9, 10]
-D_MODEL, H, H_KV, B = 16, 4, 2, 2
+D_MODEL, H, H_KV, B = 24, 4, 2, 2  # head_dim 6 != 4 heads: a view with the two swapped shows
 LAYER_SINKS, LAYER_WINDOW = 2, 4
 PIECES = [3] + [1] * 13  # 16 tokens: a 3-token prompt, then one at a time
 
@@ -29,6 +30,22 @@ def _kept_job(student):
     steps = [job.method(cache, "append", torch.full((1, 1, 1, 2), float(p)), torch.full((1, 1, 1, 2), -float(p)))
              for p in range(TOKENS)]
     return job, {"appends": steps, "len": job.method(cache, "__len__")}, None
+
+
+def _pieces_job(student):
+    """SinkKVCache(2, 3) fed pieces of two heads: empty (len 0), a first prompt of num_sink + window = 5 tokens
+    (accepted whole), a piece of exactly `window` tokens (fits: none of its own keys is dropped), then one of 4 (would
+    drop its own first key: ValueError, nothing changed)."""
+    job = student.job()
+    cache = job.new("SinkKVCache", SINKS, WINDOW)
+    steps = {"empty": job.method(cache, "__len__")}
+    for name, n in (("prompt", SINKS + WINDOW), ("window", WINDOW)):
+        job.method(cache, "append", torch.zeros(1, 2, n, 2), torch.zeros(1, 2, n, 2))
+        steps[name] = job.method(cache, "__len__")
+    steps["raised"] = job.builtin_value("attempt", attribute(job, cache, "append"), torch.zeros(1, 2, WINDOW + 1, 2),
+                                        torch.zeros(1, 2, WINDOW + 1, 2), label="SinkKVCache.append")
+    steps["after"] = job.method(cache, "__len__")
+    return job, steps, None
 
 
 def kept_after(pieces, num_sink: int, window: int) -> list[list[int]]:
@@ -81,7 +98,8 @@ def _layer_job(student):
 
 def ran(student) -> dict[str, Ran]:
     return student.once("serving attention_sinks", lambda: send(student, {"kept": _kept_job(student),
-                                                                          "layer": _layer_job(student)}))
+                                                                          "layer": _layer_job(student),
+                                                                          "pieces": _pieces_job(student)}))
 
 
 @pytest.mark.points(4)
@@ -106,6 +124,17 @@ def test_the_cache_keeps_the_sinks_and_the_last_window(student):
         raise expect.CheckFailure(_("the values kept are not those of the kept keys"))
     if run.value("len") != 5:
         raise expect.CheckFailure(_("len(cache) is {n}, expected 5 (the kept length)").format(n=run.value("len")))
+    pieces = ran(student)["pieces"]
+    lens = [pieces.value(k) for k in ("empty", "prompt", "window")]
+    if lens != [0, SINKS + WINDOW, SINKS + WINDOW]:
+        raise expect.CheckFailure(_("SinkKVCache(2, 3) with two key/value heads: len is {lens} when empty, after a "
+                                    "first prompt of 5 tokens and after a piece of 3, expected [0, 5, 5]: the new "
+                                    "tokens are axis -2 of [B, H_kv, S_new, D]; a first prompt of num_sink + window "
+                                    "tokens and a piece of window tokens fit").format(lens=lens))
+    if pieces.value("raised") != "ValueError" or pieces.value("after") != SINKS + WINDOW:
+        raise expect.CheckFailure(_("a piece of 4 tokens with a window of 3 would evict one of its own keys: append "
+                                    "raises ValueError and changes nothing (it raised {got}, len is then {n})").format(
+            got=pieces.value("raised"), n=pieces.value("after")))
 
 
 def dense_steps(w, x, positions_of) -> list[torch.Tensor]:

@@ -37,6 +37,8 @@ PART = spec.assignment("serving").part("continuous_batching")
 LAYER_LENGTHS = {"A": 10, "B": 7, "C": 5}
 LAYER_STEPS = [[("A", 5), ("B", 6)], [("A", 4), ("B", 1), ("C", 3)], [("A", 1), ("C", 2)]]
 LAYER_POOL = 12
+LAYER_D, LAYER_H, LAYER_H_KV = 24, 4, 2  # head_dim 6 != H: q viewed [T, head_dim, H] instead of [T, H, head_dim] shows
+LAYER_HEAD_DIM = LAYER_D // LAYER_H
 
 
 def _probe_pool():
@@ -125,13 +127,20 @@ def layer_plan():
     return tables, plan
 
 
+def layer_weights() -> dict:
+    """The layer check's own weights (GQA 4/2, head_dim 6): W_q, W_k, W_v, W_o."""
+    g, scale = seeded(20), LAYER_D ** -0.5
+    return {"W_q.weight": randn(g, LAYER_D, LAYER_D) * scale, "W_k.weight": randn(g, LAYER_H_KV * LAYER_HEAD_DIM, LAYER_D) * scale,
+            "W_v.weight": randn(g, LAYER_H_KV * LAYER_HEAD_DIM, LAYER_D) * scale, "W_o.weight": randn(g, LAYER_D, LAYER_D) * scale}
+
+
 def _layer_job(student):
     g = seeded(19)
-    w = bt.weights()["layers"][1]
-    x = {s: randn(g, n, bt.D_MODEL) for s, n in LAYER_LENGTHS.items()}
-    shape = (2, LAYER_POOL, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM)
+    w = layer_weights()
+    x = {s: randn(g, n, LAYER_D) for s, n in LAYER_LENGTHS.items()}
+    shape = (2, LAYER_POOL, bt.BLOCK_SIZE, LAYER_H_KV, LAYER_HEAD_DIM)
     job = student.job()
-    layer = job.new("PagedDecoderAttention", bt.D_MODEL, bt.H, bt.H_KV, layer_idx=1)
+    layer = job.new("PagedDecoderAttention", LAYER_D, LAYER_H, LAYER_H_KV, layer_idx=1)
     steps = {"module": layer, "load": job.load_state_dict(layer, w), "eval": job.eval(layer), "outs": []}
     pool = job.builtin("paged_pool", torch.full(shape, float("nan")), torch.full(shape, float("nan")))
     _tables, plan = layer_plan()
@@ -145,9 +154,9 @@ def _layer_job(student):
 
 def _restarted(w, x, plan) -> list[torch.Tensor]:
     """The mistake: positions restarting at 0 in each chunk (the reference layer, run here with those positions)."""
-    layer = ref.PagedDecoderAttention(bt.D_MODEL, bt.H, bt.H_KV, layer_idx=1)
+    layer = ref.PagedDecoderAttention(LAYER_D, LAYER_H, LAYER_H_KV, layer_idx=1)
     layer.load_state_dict(w)
-    shape = (2, LAYER_POOL, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM)
+    shape = (2, LAYER_POOL, bt.BLOCK_SIZE, LAYER_H_KV, LAYER_HEAD_DIM)
     pool = SimpleNamespace(k_cache=torch.zeros(shape), v_cache=torch.zeros(shape))
     outs = []
     with torch.no_grad():
@@ -175,21 +184,23 @@ def _model(job):
     return job.builtin("serving_model", w["embedding"], w["head"], layers)
 
 
-def _generate_job(student, key: str, prefix: bool = False, static: bool = False):
-    """One generation on the grader's remote cache (its bookkeeping the contract's, on this side: caches.py)."""
+def _generate_job(student, key: str, prefix: bool = False, static: bool = False, whole: bool = False,
+                  tight: bool = False):
+    """One generation on the grader's remote cache (its bookkeeping the contract's, on this side: caches.py); `whole`:
+    one request that needs every block of its pool."""
     job = student.job()
     model = _model(job)
-    blocks = bt.STATIC_POOL if static else bt.PREFIX_POOL if prefix else bt.POOL
+    blocks = bt.WHOLE_POOL if whole else bt.STATIC_POOL if static else bt.PREFIX_POOL if prefix else bt.POOL
     cache_id = caches(student).create(key, ref.PagedKVCache(blocks, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM,
                                                            num_layers=1, enable_prefix_caching=prefix))
     cache = job.builtin("remote_cache", cache_id, blocks, bt.BLOCK_SIZE, bt.H_KV, bt.HEAD_DIM, bt.LAYERS)
-    requests = bt.prompts(prefix)
+    requests, new = ([bt.prompts()[bt.WHOLE]], [bt.WHOLE_NEW]) if whole else (bt.prompts(prefix), list(bt.NEW_TOKENS))
     if static:
-        result = job.call("static_batching_generate", model, requests, list(bt.NEW_TOKENS), cache,
-                          batch_size=bt.MAX_NUM_SEQS)
+        result = job.call("static_batching_generate", model, requests, new, cache, batch_size=bt.MAX_NUM_SEQS)
     else:
-        result = job.call("continuous_batching_generate", model, requests, list(bt.NEW_TOKENS), cache,
-                          token_budget=bt.TOKEN_BUDGET, max_num_seqs=bt.MAX_NUM_SEQS)
+        budget, seqs = (bt.TIGHT, bt.TIGHT) if tight else (bt.TOKEN_BUDGET, bt.MAX_NUM_SEQS)
+        result = job.call("continuous_batching_generate", model, requests, new, cache, token_budget=budget,
+                          max_num_seqs=seqs)
     steps = {"result": result, "record": job.method(model, "record"),
              "free": attribute(job, attribute(job, cache, "allocator"), "num_free")}
     return job, steps, (requests, blocks)
@@ -199,7 +210,10 @@ def ran(student) -> dict[str, Ran]:
     return student.once("serving continuous_batching", lambda: send(student, {
         "layer": _layer_job(student), "continuous": _generate_job(student, "continuous"),
         "prefix": _generate_job(student, "prefix", prefix=True), "static": _generate_job(student, "static",
-                                                                                          static=True)}))
+                                                                                          static=True),
+        "whole": _generate_job(student, "whole", whole=True),
+        "static whole": _generate_job(student, "static whole", static=True, whole=True),
+        "tight": _generate_job(student, "tight", tight=True)}))
 
 
 @functools.lru_cache(maxsize=2)
@@ -220,7 +234,7 @@ def test_the_layer_equals_decoder_attention_over_mixed_steps(student):
     run = ran(student)["layer"]
     weights_taken(run, _("W_q, W_k, W_v and W_o"))
     w, x, plan = run.inputs
-    dense = gen.DecoderAttention(bt.D_MODEL, bt.H, bt.H_KV).double()
+    dense = gen.DecoderAttention(LAYER_D, LAYER_H, LAYER_H_KV).double()
     dense.load_state_dict(w)
     with torch.no_grad():
         whole = {s: dense(t[None].double())[0].float() for s, t in x.items()}
@@ -266,6 +280,10 @@ def generated(student, key: str) -> tuple:
 
 
 def same_outputs(outputs, want, what: str) -> None:
+    if isinstance(outputs, (list, tuple)) and any(not isinstance(t, int) or isinstance(t, bool) for o in outputs
+                                                  if isinstance(o, (list, tuple)) for t in o):
+        raise expect.CheckFailure(_("{what}: the outputs should be lists of Python ints (int(logits.argmax())), not "
+                                    "tensors").format(what=what))
     got = [list(map(int, o)) if isinstance(o, (list, tuple)) else o for o in outputs] \
         if isinstance(outputs, (list, tuple)) else outputs
     if got == [list(w) for w in want]:
@@ -289,9 +307,17 @@ def follows_the_policy(counts: dict, key: str) -> None:
                                     "being prefilled get chunks oldest first, then waiting requests are admitted in "
                                     "order while budget, max_num_seqs and the free blocks allow").format(
             got=counts["tokens_per_step"], want=want))
+    chunks = bt.reference_stats(ref, prefix=key == "prefix", static=key == "static")["chunks_per_step"]
+    step = next((i for i, (g, w) in enumerate(zip(counts["chunks_per_step"], chunks)) if g != w), None)
+    if step is not None:
+        raise expect.CheckFailure(_("at step {i} the model was given chunks of {got} tokens (meta's rows); the "
+                                    "contract's policy gives {want}: decodes first, then the running prompts' chunks "
+                                    "oldest first (while budget is left), then admitted requests").format(
+            i=step, got=counts["chunks_per_step"][step], want=chunks[step]))
 
 
 def stats_agree(stats: dict, counts: dict) -> None:
+    """The student's stats against the grader's counts, key by key (static batching's mixed_steps is 0)."""
     for key in ("steps", "mixed_steps", "prefill_tokens", "max_blocks_used"):
         if stats.get(key) != counts[key]:
             raise expect.CheckFailure(_("stats[{key!r}] is {got}, the grader counted {want} (calls of its model, "
@@ -303,14 +329,23 @@ def stats_agree(stats: dict, counts: dict) -> None:
 
 @pytest.mark.points(4)
 def test_continuous_batching_generates_what_each_request_alone_generates(student):
-    """6 requests, token budget 8, at most 3 running, 12 blocks for 22 of demand: every request's tokens equal greedy decoding of it alone"""
+    """6 requests, token budget 8, at most 3 running, 12 blocks for 22 of demand: every request's tokens equal greedy decoding of it alone; one request that needs a whole 4-block pool runs"""
     outputs, _stats, _counts, _free = generated(student, "continuous")
     same_outputs(outputs, expected(False), "continuous_batching_generate")
+    try:
+        whole = ran(student)["whole"].value("result")
+    except CheckFailure as exc:
+        raise CheckFailure(_("one request of {n} + {new} tokens on a pool of exactly the {blocks} blocks it needs: "
+                             "{failure} A request is refused only when its need, ceil((len(prompt) + max_new_tokens) / "
+                             "block_size), exceeds the pool's blocks (k_cache.shape[1])").format(
+            n=bt.PROMPT_LENGTHS[bt.WHOLE], new=bt.WHOLE_NEW, blocks=bt.WHOLE_POOL, failure=exc.message)) from None
+    same_outputs(whole[0] if isinstance(whole, tuple) else whole, [expected(False)[bt.WHOLE][:bt.WHOLE_NEW]],
+                 "continuous_batching_generate on a pool of exactly the blocks one request needs")
 
 
 @pytest.mark.points(3)
 def test_continuous_batching_mixes_steps_and_frees_every_block(student):
-    """at least one step mixes decodes and a prefill chunk, at most 12 blocks are in use, none at the end; stats agree with the grader's counts"""
+    """at least one step mixes decodes and a prefill chunk, at most 12 blocks are in use, none at the end; stats agree with the grader's counts; the steps follow the policy at token_budget 8 and at 2"""
     _outputs, stats, counts, free = generated(student, "continuous")
     if counts["mixed_steps"] < 1:
         raise expect.CheckFailure(_("no step mixed decodes with a prefill chunk: each step, the running requests "
@@ -324,6 +359,17 @@ def test_continuous_batching_mixes_steps_and_frees_every_block(student):
                                                                                       if isinstance(free, int) else "?"))
     stats_agree(stats, counts)
     follows_the_policy(counts, "continuous")
+    outputs, _stats, tight, _free = generated(student, "tight")
+    same_outputs(outputs, expected(False), "continuous_batching_generate with token_budget 2, max_num_seqs 2")
+    want = bt.reference_stats(ref, tight=True)["chunks_per_step"]
+    step = next((i for i, (g, w) in enumerate(zip(tight["chunks_per_step"], want)) if g != w),
+                None if len(tight["chunks_per_step"]) == len(want) else min(len(want), len(tight["chunks_per_step"])))
+    if step is not None:
+        raise expect.CheckFailure(_("with token_budget 2 and max_num_seqs 2, the model was given chunks {got} at step "
+                                    "{i}; the contract's policy gives {want}: every running request with an output "
+                                    "decodes while any budget is left (a budget of 1 included), then prompt chunks "
+                                    "take what is left, even 1 token").format(
+            i=step, got=tight["chunks_per_step"][step:step + 1], want=want[step:step + 1]))
 
 
 @pytest.mark.points(4)
@@ -350,16 +396,23 @@ def test_static_batching_gives_the_same_tokens_in_more_steps(student):
         raise expect.CheckFailure(_("static batching took {s} steps, continuous batching {c}: a static batch is "
                                     "prefilled in one step, then decoded until its LONGEST request is done, before "
                                     "the next batch starts").format(s=counts["steps"], c=continuous["steps"]))
-    if stats.get("steps") != counts["steps"]:
-        raise expect.CheckFailure(_("stats['steps'] is {got}, the grader counted {want}").format(
-            got=stats.get("steps"), want=counts["steps"]))
-    if list(stats.get("tokens_per_step", [])) != counts["tokens_per_step"]:
-        raise expect.CheckFailure(_("stats['tokens_per_step'] does not match the tokens the model was given at each "
-                                    "step"))
-    if counts["tokens_per_step"] != bt.schedule(ref, static=True):
+    try:
+        alone = ran(student)["static whole"].value("result")
+    except CheckFailure as exc:
+        raise CheckFailure(_("one request with batch_size 3 (a last batch shorter than batch_size): {failure}").format(
+            failure=exc.message)) from None
+    same_outputs(alone[0] if isinstance(alone, tuple) else alone, [expected(False)[bt.WHOLE][:bt.WHOLE_NEW]],
+                 "static_batching_generate of one request with batch_size 3")
+    want = bt.reference_stats(ref, static=True)
+    if counts["tokens_per_step"] != want["tokens_per_step"]:
         raise expect.CheckFailure(_("static batching gave the model {got} tokens step by step, expected {want}: each "
                                     "batch of batch_size requests in arrival order, its prompts in one step, then one "
                                     "token per request per step until its longest request is done").format(
-            got=counts["tokens_per_step"], want=bt.schedule(ref, static=True)))
-
+            got=counts["tokens_per_step"], want=want["tokens_per_step"]))
+    if counts["max_blocks_used"] != want["max_blocks_used"]:
+        raise expect.CheckFailure(_("static batching held {got} blocks at its peak, the baseline holds {want}: a batch's "
+                                    "requests are added when it starts and freed (free_sequence) when its longest "
+                                    "request is done, before the next batch starts").format(
+            got=counts["max_blocks_used"], want=want["max_blocks_used"]))
+    stats_agree(stats, counts)
 

@@ -74,6 +74,7 @@ CALLS = Cases("serving paged_attention", {
     "mixed": _mixed,
     "shared": _shared,
     "csr": lambda g: Call("paged_to_csr", CSR_TABLES, CSR_LENS, BLOCK_SIZE),
+    "csr int64": lambda g: Call("paged_to_csr", CSR_TABLES.long(), CSR_LENS.long(), BLOCK_SIZE),
 })
 
 
@@ -152,5 +153,10 @@ def test_paged_to_csr_values_and_dtype(student):
         if g.dtype != torch.int32:
             raise expect.CheckFailure(_("{what}: {name} has dtype {got}, FlashInfer's arrays are torch.int32").format(
                 what=what, name=name, got=g.dtype))
+    wide = expect.value(CALLS.get(student, "csr int64")[1])
+    if not (isinstance(wide, (tuple, list)) and len(wide) == 3 and all(
+            isinstance(t, torch.Tensor) and t.dtype == torch.int32 for t in wide)):
+        raise expect.CheckFailure(_("paged_to_csr of int64 block tables and seq_lens should still return int32 arrays "
+                                    "(convert what you return: the inputs may be any integer dtype)"))
 
 

@@ -99,6 +99,13 @@ def _appends_job(student):
     return job, steps, written
 
 
+def _pools_job(student):
+    """A pool made with dtype=torch.float64 (a job of its own: a constructor that refuses dtype costs this check only)."""
+    job = student.job()
+    wide = job.new("PagedKVCache", 2, BLOCK_SIZE, H_KV, D, dtype=torch.float64)
+    return job, {"k": attribute(job, wide, "k_cache"), "v": attribute(job, wide, "v_cache")}, None
+
+
 def _full_jobs(student) -> dict:
     """A pool of 5 blocks filled by a (9 tokens) and b (6): a reserve of a that needs one more block; then b freed
     and d given 5 tokens. And a pool of 6 with one block free, a reserve that needs two."""
@@ -139,6 +146,7 @@ def ran(student) -> dict[str, Ran]:
         checks = _allocator_jobs(student)
         checks["reshape"] = _reshape_job(student)
         checks["appends"] = _appends_job(student)
+        checks["pools"] = _pools_job(student)
         return send(student, checks | _full_jobs(student))
     return student.once("serving paged_cache", build)
 
@@ -311,7 +319,7 @@ def test_gather_returns_exactly_what_was_written(student):
 
 @pytest.mark.points(2)
 def test_tables_are_disjoint_and_blocks_counted(student):
-    """three sequences' tables are disjoint, blocks_used counts 6 blocks (2 + 1 + 3), the tables and lengths tensors agree"""
+    """three sequences' tables are disjoint, blocks_used counts 6 blocks (2 + 1 + 3), the tables and lengths tensors agree; a pool made with dtype=torch.float64 holds float64"""
     run, tables = _appends(student)
     used = [b for s in "abc" for b in tables[s]]
     if len(set(used)) != len(used):
@@ -326,9 +334,17 @@ def test_tables_are_disjoint_and_blocks_counted(student):
             bt[i, :len(tables[s])].tolist() != tables[s] for i, s in enumerate("bc")):
         raise expect.CheckFailure(_("block_tables_tensor(['b', 'c']) should be [2, at least 3]: each sequence's table "
                                     "in its row, padded"))
+    if bt.is_floating_point() or bt.dtype == torch.bool:
+        raise expect.CheckFailure(_("block_tables_tensor returned dtype {dtype}: block ids are integers (int32)").format(
+            dtype=bt.dtype))
     lens = run.value("lens tensor")
     if not isinstance(lens, torch.Tensor) or int_list(lens, "seq_lens_tensor") != [8, 4, 10]:
         raise expect.CheckFailure(_("seq_lens_tensor(['a', 'b', 'c']) should be [8, 4, 10]"))
+    pools = [ran(student)["pools"].value(name) for name in ("k", "v")]
+    if not all(isinstance(t, torch.Tensor) and t.dtype == torch.float64 for t in pools):
+        raise expect.CheckFailure(_("PagedKVCache(..., dtype=torch.float64) made k_cache and v_cache of dtype {got}: "
+                                    "the pool holds the dtype it is given").format(
+            got=", ".join(str(getattr(t, "dtype", type(t).__name__)) for t in pools)))
 
 
 @pytest.mark.points(2)

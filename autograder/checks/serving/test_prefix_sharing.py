@@ -26,8 +26,9 @@ HASHED = {
     "ten": list(range(10)), "thirteen": list(range(13)), "eight": list(range(8)), "seven": list(range(7)),
     "changed": [99] + list(range(1, 10)), "after 7": [7, 7, 7, 7, 1, 2, 3, 4], "after 8": [8, 8, 8, 8, 1, 2, 3, 4],
 }
-HASHES = Cases("serving prefix hashes", {case: (lambda g, t=tokens: Call("block_hashes", t, BLOCK_SIZE))
-                                         for case, tokens in HASHED.items()})
+HASHES = Cases("serving prefix hashes", {**{case: (lambda g, t=tokens: Call("block_hashes", t, BLOCK_SIZE))
+                                            for case, tokens in HASHED.items()},
+                                         "ten tensor": lambda g: Call("block_hashes", torch.arange(10), BLOCK_SIZE)})
 
 
 def _hashes(student, case: str) -> list:
@@ -49,6 +50,9 @@ def test_block_hashes_are_chained_over_full_blocks(student):
                                     "{a}, {b} and {c} hashes").format(a=counts["ten"], b=counts["eight"],
                                                                      c=counts["seven"]))
     ten = _hashes(student, "ten")
+    if _hashes(student, "ten tensor") != ten:
+        raise expect.CheckFailure(_("block_hashes of a 1-D tensor of token ids differs from that of the same ids in a "
+                                    "list: hash Python ints (int(t)), not tensors (a tensor hashes by its identity)"))
     if _hashes(student, "thirteen")[:2] != ten:
         raise expect.CheckFailure(_("a longer prompt's first hashes must equal its prefix's: block_hashes of 13 "
                                     "tokens does not start with those of its first 10"))
@@ -143,6 +147,29 @@ def _fork_short_job(student):
                  "free": attribute(job, attribute(job, cache, "allocator"), "num_free")}, None
 
 
+def _records_job(student):
+    """Two sequences with the same 8-token prompt, both added before either reserves (both miss): the map keeps the
+    FIRST one's blocks. And a fork whose parent and child each append their own tokens: the child's block that its
+    tokens fill enters the map (the child's recorded tokens are its own copy)."""
+    job = student.job()
+    cache = job.new("PagedKVCache", 16, BLOCK_SIZE, 1, 2, enable_prefix_caching=True)
+    same = PROMPT_A[:8]
+    steps = {"first miss": job.method(cache, "add_sequence", "P", same),
+             "second miss": job.method(cache, "add_sequence", "Q", same)}
+    job.method(cache, "reserve", "P", 8, token_ids=same)
+    job.method(cache, "reserve", "Q", 8, token_ids=same)
+    job.method(cache, "add_sequence", "R", same + [1])
+    steps["P"], steps["R"] = job.method(cache, "block_table", "P"), job.method(cache, "block_table", "R")
+    parent = list(range(30, 36))  # tokens no other sequence holds
+    job.method(cache, "add_sequence", "D", parent)
+    job.method(cache, "reserve", "D", 6, token_ids=parent)
+    job.method(cache, "fork", "D", "E")
+    job.method(cache, "reserve", "D", 1, token_ids=[21])
+    job.method(cache, "reserve", "E", 2, token_ids=[22, 23])
+    steps["child block"] = job.method(cache, "add_sequence", "F", parent + [22, 23, 24])
+    return job, steps, None
+
+
 def _order_job(student):
     """A pool of 4: A (3 blocks) freed last block first, then X takes 2 blocks: A's tail goes, its head stays."""
     job = student.job()
@@ -177,7 +204,7 @@ def ran(student) -> dict[str, Ran]:
     return student.once("serving prefix_sharing", lambda: send(student, {
         "hit": _hit_job(student), "fork": _fork_job(student), "fork full": _fork_full_job(student),
         "fork short": _fork_short_job(student),
-        "lru": _lru_job(student), "order": _order_job(student)}))
+        "lru": _lru_job(student), "order": _order_job(student), "records": _records_job(student)}))
 
 
 def _count(run, key: str, what: str) -> int:
@@ -224,6 +251,13 @@ def test_a_shared_prompt_prefix_hits_its_full_blocks(student):
     if _count(run, "D", "add_sequence") != 0:
         raise expect.CheckFailure(_("a prompt whose first token differs hit {n} tokens: chained hashes make every "
                                     "block depend on the first").format(n=run.value("D")))
+    records = ran(student)["records"]
+    first, hit = (int_list(records.value(k), "block_table") for k in ("P", "R"))
+    if hit[:2] != first[:2]:
+        raise expect.CheckFailure(_("P and Q hold the same 8 tokens in different blocks (both missed); a later hit "
+                                    "took {hit}, not P's {first}: a hash already in the map keeps its first block "
+                                    "(a full block enters the map only if its hash is not there yet)").format(
+            hit=hit[:2], first=first[:2]))
 
 
 @pytest.mark.points(4)
@@ -265,6 +299,16 @@ def test_fork_shares_blocks_and_copies_a_shared_partial_block_on_write(student):
         raise expect.CheckFailure(_("a child's reserve that needs the copy of a shared partial block and one new block, "
                                     "with 1 block free, must raise RuntimeError and change nothing: count the copy among "
                                     "the blocks needed before allocating any"))
+    if parent_after[-1] != parent_table[-1]:
+        raise expect.CheckFailure(_("after the child's copy the parent, sole owner of its partly filled last block "
+                                    "{block}, copied it again to {new}: a sole owner writes in place; copy only when "
+                                    "the LAST block's refcount is above 1 (the first blocks are shared, but full)").format(
+            block=parent_table[-1], new=parent_after[-1]))
+    if _count(ran(student)["records"], "child block", "add_sequence") != 8:
+        raise expect.CheckFailure(_("after a fork the parent appended 1 token and the child 2 (each with its ids): the "
+                                    "child's block they filled should enter the prefix cache, so its 9-token prompt "
+                                    "hits 8, got {n}. fork copies the parent's recorded tokens: the two sequences then "
+                                    "record their own").format(n=ran(student)["records"].value("child block")))
     want = FORK_POOL - -(-FORK_LEN // BLOCK_SIZE) - 1
     if run.value("free") != want:
         raise expect.CheckFailure(_("{pool} blocks, the parent's {blocks} and one copy in use: num_free is {n}, expected "

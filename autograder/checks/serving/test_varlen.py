@@ -39,6 +39,7 @@ CALLS = Cases("serving varlen", {
     "cu list": lambda g: Call("cu_seqlens", [4, 6, 3, 1]),
     "cu tensor": lambda g: Call("cu_seqlens", torch.tensor([2, 5, 1])),
     "pack": lambda g: Call("pack", randn(g, 4, 7, 2, 3), torch.tensor(LENGTHS)),
+    "pack list": lambda g: Call("pack", randn(g, 4, 7, 2, 3), list(LENGTHS)),
     "unpack": lambda g: Call("unpack", randn(g, sum(LENGTHS), 2, 3), cu_of(LENGTHS), 7),
     **{case: (lambda g, c=case: _attention(g, c)) for case in ATTENTION},
     "moved": lambda g: _attention(g, "chunked", moved=True),
@@ -67,13 +68,16 @@ def test_cu_seqlens_values_and_dtype(student):
 
 @pytest.mark.points(3)
 def test_pack_and_unpack_round_trip_on_ragged_rows(student):
-    """pack keeps the real tokens sequence after sequence; unpack puts them back with zeros at padding"""
+    """pack keeps the real tokens sequence after sequence (lengths a tensor or a list); unpack puts them back with zeros at padding"""
     call, outcome = CALLS.get(student, "pack")
     x, lengths = call.args
     real = torch.arange(x.shape[1])[None] < lengths[:, None]
     expect.close(expect.value(outcome), x[real], "pack(x [4, 7, 2, 3], lengths {l})".format(l=LENGTHS), mistakes={
         _("pack read the tokens position by position across the batch: keep sequence 0's tokens first, then "
           "sequence 1's, ..."): lambda: x.transpose(0, 1)[real.T]})
+    call, outcome = CALLS.get(student, "pack list")
+    x_list = call.args[0]
+    expect.close(expect.value(outcome), x_list[real], "pack(x [4, 7, 2, 3], lengths {l} as a list)".format(l=LENGTHS))
     call, outcome = CALLS.get(student, "unpack")
     packed, cu, max_len = call.args
     want = torch.zeros(4, max_len, 2, 3)

@@ -258,18 +258,27 @@ def cells():
             print(f"same tokens both ways: {results['continuous'] == results['static']}")
         """),
         md(r"""
-        The same model with prefix caching: six requests that share a 12-token system prompt, each with 1 to 4 tokens
-        of its own, on a 16-block pool. Requests admitted in the same step cannot hit the blocks another of them fills
-        in that step (every `add_sequence` of a step comes before its reserves; vLLM does not reuse blocks filled in the
-        same step either), so the count is a little above notebook 04's one-request-at-a-time figure.
+        The same model with prefix caching, on the lengths of the hidden check: six requests that share a 12-token
+        system prompt, each with 1 to 4 tokens of its own (85 prompt tokens), on a 16-block pool. The first line counts
+        the prompt tokens these six compute one request after another, as notebook 04 does (its figure, 27 of 75, is
+        five other requests: 12 + 3 tokens each). Continuous batching computes a few more: requests admitted in the same
+        step cannot hit the blocks another of them fills in that step (every `add_sequence` of a step comes before its
+        reserves; vLLM does not reuse blocks filled in the same step either).
         """, r"""
-        同一个模型加上前缀缓存：六个请求共享一个 12 个 token 的系统提示词，每个请求自己另有 1 到 4 个 token，块池 16 个块。同一步里接纳的请求，命中不了其中另一个请求在这一步才填满的块（一步里所有的 `add_sequence` 都在 reserve 之前；vLLM 也不会重用同一步里刚填满的块），所以这个数比 notebook 04 里一个接一个时略多。
+        同一个模型加上前缀缓存，用的是隐藏检查的长度：六个请求共享一个 12 个 token 的系统提示词，每个请求自己另有 1 到 4 个 token（一共 85 个提示词 token），块池 16 个块。第一行像 notebook 04 那样，统计这六个请求一个接一个时要计算的提示词 token 数（notebook 04 的 75 个中计算 27 个，是另外五个请求：每个 12 + 3 个 token）。连续批处理要多算几个：同一步里接纳的请求，命中不了其中另一个请求在这一步才填满的块（一步里所有的 `add_sequence` 都在 reserve 之前；vLLM 也不会重用同一步里刚填满的块）。
         """),
         demo("""
         torch.manual_seed(1)
         system = torch.randint(vocab, (12,)).tolist()
         shared = [system + torch.randint(vocab, (n,)).tolist() for n in (3, 1, 2, 4, 2, 1)]
         with uses_your_code(), torch.no_grad():
+            cache = PagedKVCache(32, 4, 2, 8, num_layers=2, enable_prefix_caching=True)
+            alone = 0
+            for i, prompt in enumerate(shared):  # one request after another, as in notebook 04
+                cached = cache.add_sequence(i, prompt)
+                cache.reserve(i, len(prompt) - cached, token_ids=prompt[cached:])
+                alone += len(prompt) - cached
+            print(f"one request after another: {alone} of {sum(map(len, shared))} prompt tokens computed")
             model = TinyModel().eval()  # the class of the cell above, fresh weights
             for caching in (False, True):
                 cache = PagedKVCache(16, 4, 2, 8, num_layers=2, enable_prefix_caching=caching)
@@ -303,6 +312,9 @@ DEMO_ZH = {
         """f"前缀缓存 {str(caching):<5}：{sum(map(len, shared))} 个提示词 token 中计算了 {stats['prefill_tokens']} 个，\"""",
     """f"tokens computed, {stats['steps']} steps\"""": """f"{stats['steps']} 步\"""",
     "# the class of the cell above, fresh weights": "# 上面单元格里的类，重新初始化的权重",
+    "# one request after another, as in notebook 04": "# 一个请求接一个请求，和 notebook 04 一样",
+    'f"one request after another: {alone} of {sum(map(len, shared))} prompt tokens computed"':
+        'f"一个接一个：{sum(map(len, shared))} 个提示词 token 中计算了 {alone} 个"',
     "# embeddings, two of your layers with residuals, an output head": "# 嵌入层、两层你的注意力层（带残差）、输出层",
     """f"{name:<10}: {stats['steps']:>2} steps ({stats['mixed_steps']} mixed), \"""":
         """f"{name:<10}：{stats['steps']:>2} 步（{stats['mixed_steps']} 个混合步），\"""",

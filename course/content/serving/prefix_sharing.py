@@ -176,9 +176,10 @@ def cells():
         Prompt A has 11 tokens, prompt B 12, the first 9 shared; blocks of 4. The first cell prints B's hit, the
         blocks both hold with and without sharing, and what a fork costs. The second runs five requests that
         share a 12-token system prompt (each with 3 tokens of its own) and counts the prompt tokens the model must
-        compute, one request after another.
+        compute, one request after another. (Notebook 05 counts the same for the hidden check's six requests, with 1
+        to 4 tokens of their own, one after another and through its scheduler.)
         """, r"""
-        提示词 A 有 11 个 token，提示词 B 有 12 个，前 9 个相同；块大小为 4。第一个单元格打印 B 的命中数、共享与不共享时两者占用的块，以及一次分叉的代价。第二个单元格运行五个共享 12 个 token 系统提示词的请求（每个请求自己另有 3 个 token），一个接一个地统计模型必须计算的提示词 token 数。
+        提示词 A 有 11 个 token，提示词 B 有 12 个，前 9 个相同；块大小为 4。第一个单元格打印 B 的命中数、共享与不共享时两者占用的块，以及一次分叉的代价。第二个单元格运行五个共享 12 个 token 系统提示词的请求（每个请求自己另有 3 个 token），一个接一个地统计模型必须计算的提示词 token 数。（notebook 05 对隐藏检查的六个请求——每个自己另有 1 到 4 个 token——做同样的统计：一个接一个，以及经过它的调度器。）
         """),
         demo("""
         A = list(range(100, 111))  # 11 tokens

@@ -97,6 +97,8 @@ def check_pack(pack) -> None:
                                   "pack(x [4, 7, 3, 2], lengths [5, 1, 7, 3])")
     assert torch.equal(packed, want), _(
         "pack(x, lengths) should hold the first l_b rows of each sequence b, sequence after sequence")
+    assert torch.equal(pack(x, torch.tensor(lengths)), want), _("pack(x, lengths) with lengths as a tensor should "
+                                                                "give the same as with a list")
     ok(_("pack: 4 ragged rows (5, 1, 7, 3 tokens) packed to 16, sequence after sequence"))
 
 
@@ -161,6 +163,9 @@ def check_varlen_attention(varlen_attention) -> None:
 @harness.check("BlockAllocator")
 def check_block_allocator(BlockAllocator) -> None:
     pool = BlockAllocator(4)
+    counts = [pool.refcount(b) for b in range(4)]
+    assert counts == [0, 0, 0, 0], _("a new BlockAllocator(4) gives refcounts {counts}: no block has an owner before "
+                                     "it is allocated, expected [0, 0, 0, 0]").format(counts=counts)
     ids = [pool.allocate() for _ in range(4)]
     assert sorted(ids) == [0, 1, 2, 3], _("4 allocations from BlockAllocator(4) gave {ids}: 4 distinct ids 0..3").format(
         ids=ids)
@@ -239,17 +244,21 @@ def check_paged_kv_cache(PagedKVCache) -> None:
             step = min(n, total - cache.seq_len(name))
             if step <= 0:
                 continue
-            start = cache.seq_len(name)
+            start, before = cache.seq_len(name), cache.block_table(name)
             slots = torch.as_tensor(cache.reserve(name, step)).long()
             table = cache.block_table(name)
+            assert table[:len(before)] == before, _(
+                "reserve({name!r}, {n}) changed the blocks the sequence already had ({before} -> {table}): a sequence "
+                "that owns its partly filled last block writes in place (only a shared one is copied)").format(
+                name=name, n=step, before=before, table=table)
             want = [table[p // 4] * 4 + p % 4 for p in range(start, start + step)]
             assert slots.tolist() == want, _(
                 "reserve({name!r}, {n}) returned slots {got}; with block table {table} the slots of positions "
                 "{first}..{last} are table[p // block_size] * block_size + p % block_size = {want}").format(
                 name=name, n=step, got=slots.tolist(), table=table, first=start, last=start + step - 1, want=want)
-            k = torch.randn(2, step, 2, 3)
-            cache.k_cache[:, slots // 4, slots % 4] = k
-            written[name] = torch.cat([written[name], k], dim=1) if name in written else k
+            kv = torch.randn(2, 2, step, 2, 3)  # keys, values
+            cache.k_cache[:, slots // 4, slots % 4], cache.v_cache[:, slots // 4, slots % 4] = kv[0], kv[1]
+            written[name] = torch.cat([written[name], kv], dim=2) if name in written else kv
     tables = [cache.block_table(name) for name in lengths]
     flat = [b for t in tables for b in t]
     assert len(flat) == len(set(flat)), _("the block tables {tables} share a block: each sequence needs its own").format(
@@ -259,15 +268,26 @@ def check_paged_kv_cache(PagedKVCache) -> None:
         "{used}").format(tables=tables, used=cache.blocks_used())
     for name in lengths:
         for layer in range(2):
-            k, _v = cache.gather(name, layer)
-            assert torch.equal(k, written[name][layer]), _(
+            k, v = cache.gather(name, layer)
+            assert torch.equal(k, written[name][0, layer]), _(
                 "gather({name!r}, {layer}) does not return exactly the keys written at the sequence's slots").format(
                 name=name, layer=layer)
-    assert torch.as_tensor(cache.seq_lens_tensor(list(lengths))).tolist() == [8, 4, 10], _(
-        "seq_lens_tensor(['a', 'b', 'c']) should be [8, 4, 10]")
-    rows = torch.as_tensor(cache.block_tables_tensor(list(lengths)))
-    assert all(rows[i, :len(t)].tolist() == t for i, t in enumerate(tables)), _(
-        "block_tables_tensor: row i should start with sequence i's block table")
+            assert torch.equal(v, written[name][1, layer]), _(
+                "gather({name!r}, {layer}) does not return exactly the values written at the sequence's slots "
+                "[seq_len, H_kv, D]").format(name=name, layer=layer)
+    lens = cache.seq_lens_tensor(list(lengths))
+    assert isinstance(lens, torch.Tensor) and lens.tolist() == [8, 4, 10], _(
+        "seq_lens_tensor(['a', 'b', 'c']) should be a tensor [8, 4, 10]")
+    rows = cache.block_tables_tensor(["b", "c"])
+    assert isinstance(rows, torch.Tensor) and not rows.is_floating_point() and rows.dim() == 2 and rows.shape[0] == 2 \
+        and rows.shape[1] >= 3 and all(
+        rows[i, :len(t)].tolist() == t for i, t in enumerate(tables[1:])), _(
+        "block_tables_tensor(['b', 'c']) should be an integer tensor [2, at least 3]: row i starts with sequence i's "
+        "block table")
+    wide = PagedKVCache(2, 4, 2, 3, dtype=torch.float64)
+    assert wide.k_cache.dtype == wide.v_cache.dtype == torch.float64, _(
+        "PagedKVCache(..., dtype=torch.float64) made k_cache and v_cache of dtype {k}, {v}: the pool holds the dtype "
+        "it is given").format(k=wide.k_cache.dtype, v=wide.v_cache.dtype)
     small = PagedKVCache(3, 4, 1, 2)
     small.add_sequence("x")
     small.reserve("x", 8)
@@ -318,8 +338,8 @@ def _paged_case(q_lens, seq_lens, H, H_kv, D, D_v, bs=4, pool=24):
 def check_paged_attention(paged_attention) -> None:
     attention = harness.watch(paged_attention, "paged_attention")
     runs = (
-        (_("decoding, grouped heads 6/2"), [1, 1, 1], [5, 8, 3], 6, 2, 4, 4, False),
-        (_("decoding with cu_seqlens_q = arange"), [1, 1, 1], [5, 8, 3], 6, 2, 4, 4, True),
+        (_("decoding, grouped heads 6/2"), [1, 1, 1], [5, 8, 3], 6, 2, 8, 8, False),
+        (_("decoding with cu_seqlens_q = arange"), [1, 1, 1], [5, 8, 3], 6, 2, 8, 8, True),
         (_("one mixed call: chunks [3, 1, 5, 4, 1] of [7, 1, 12, 4, 9], MQA 4/1, D_v = 6"),
          [3, 1, 5, 4, 1], [7, 1, 12, 4, 9], 4, 1, 4, 6, True),
     )
@@ -347,21 +367,24 @@ def check_paged_attention(paged_attention) -> None:
 
 @harness.check("paged_to_csr")
 def check_paged_to_csr(paged_to_csr) -> None:
-    tables = torch.tensor([[5, 2, 9], [7, 0, 0], [1, 3, 0]], dtype=torch.int32)
-    got = harness.watch(paged_to_csr, "paged_to_csr")(tables, torch.tensor([10, 4, 8], dtype=torch.int32), 4)
+    tables = torch.tensor([[5, 2, 9], [7, 0, 0], [1, 3, 6]], dtype=torch.int32)
+    got = harness.watch(paged_to_csr, "paged_to_csr")(tables, torch.tensor([10, 4, 9], dtype=torch.int32), 4)
     assert isinstance(got, tuple) and len(got) == 3, _("paged_to_csr returns three tensors: (kv_indptr, kv_indices, "
                                                        "kv_last_page_len)")
     indptr, indices, last = (harness.expect_tensor(t, name) for t, name in
                              zip(got, ("kv_indptr", "kv_indices", "kv_last_page_len")))
-    assert indptr.tolist() == [0, 3, 4, 6] and indices.tolist() == [5, 2, 9, 7, 1, 3], _(
-        "seq_lens [10, 4, 8], blocks of 4: kv_indptr {indptr} (expected [0, 3, 4, 6]), kv_indices {indices} (expected "
-        "[5, 2, 9, 7, 1, 3]): each sequence's ceil(seq_len / block_size) pages, one after another").format(
+    assert indptr.tolist() == [0, 3, 4, 7] and indices.tolist() == [5, 2, 9, 7, 1, 3, 6], _(
+        "seq_lens [10, 4, 9], blocks of 4: kv_indptr {indptr} (expected [0, 3, 4, 7]), kv_indices {indices} (expected "
+        "[5, 2, 9, 7, 1, 3, 6]): each sequence's ceil(seq_len / block_size) pages, one after another").format(
         indptr=indptr.tolist(), indices=indices.tolist())
     assert 0 not in last.tolist(), _(
         "kv_last_page_len holds 0 for a full last page: 1 <= last_page_len <= block_size, so a full page holds "
         "block_size, not seq_len % block_size")
-    assert last.tolist() == [2, 4, 4], _("kv_last_page_len is {got}, expected [2, 4, 4]").format(got=last.tolist())
+    assert last.tolist() == [2, 4, 1], _("kv_last_page_len is {got}, expected [2, 4, 1]").format(got=last.tolist())
     assert all(t.dtype == torch.int32 for t in (indptr, indices, last)), _("paged_to_csr returns int32 tensors")
+    wide = paged_to_csr(tables.long(), torch.tensor([10, 4, 9]), 4)
+    assert all(t.dtype == torch.int32 for t in wide), _(
+        "paged_to_csr of int64 tables and seq_lens should still return int32 tensors")
     ok(_("paged_to_csr: indptr, indices and last page lengths (a full last page holds block_size), int32"))
 
 
