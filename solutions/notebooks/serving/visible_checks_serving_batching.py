@@ -328,6 +328,10 @@ def batching_checks(harness, attend64, close, ok):
             "with token_budget 2 and max_num_seqs 2 the model was given {got} tokens step by step, the policy gives "
             "{want}: every running request with an output decodes while any budget is left (a budget of 1 included), "
             "then prompt chunks take what is left, even 1 token").format(got=model.sizes[before:], want=[2] * 34 + [1])
+        assert _st["mixed_steps"] == 19, _(
+            "stats[{key!r}] is {got}, expected {want} (steps: model calls; mixed_steps: steps with a decode and a "
+            "prompt chunk; max_blocks_used: blocks_used() after each step's reserves, at most; prefill_tokens: "
+            "prompt tokens computed)").format(key="mixed_steps", got=_st["mixed_steps"], want=19)
         system = torch.randint(32, (8,)).tolist()  # a shared system prompt of two full blocks
         shared = [system + torch.randint(32, (n,)).tolist() for n in (2, 1, 3)]
         cached = PagedKVCache(12, 4, 2, 4, num_layers=2, dtype=torch.float64, enable_prefix_caching=True)
