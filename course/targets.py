@@ -58,6 +58,8 @@ _REAL_MODELS_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_r
                         **_SHARED_SUPPORT}
 _SERVING_SUPPORT = {"visible_checks.py": REPO / "course" / "visible_checks_serving.py",
                     "visible_checks_serving_batching.py": REPO / "course" / "visible_checks_serving_batching.py",
+                    "visible_checks_serving_sinks.py": REPO / "course" / "visible_checks_serving_sinks.py",
+                    "visible_checks_serving_dense.py": REPO / "course" / "visible_checks_serving_dense.py",
                     **_SHARED_SUPPORT}
 # The visible checks' messages in Chinese (one catalog for every assignment's visible checks).
 _ZH_CATALOGS = {"locale/zh_CN/LC_MESSAGES/visible_checks.mo":

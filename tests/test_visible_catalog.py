@@ -81,7 +81,7 @@ def test_every_message_extracted_is_marked_in_the_released_files_and_the_demo_te
                          "visible_checks_flash.py", "visible_checks_flash_backward.py", "visible_checks_decoder.py",
                          "visible_checks_flex.py", "visible_checks_real_models.py", "visible_checks_real_models_llama.py",
                          "visible_checks_real_models_interface.py",
-                         "visible_checks_serving.py", "visible_checks_serving_batching.py",
+                         "visible_checks_serving.py", "visible_checks_serving_batching.py", "visible_checks_serving_sinks.py",
                          "visible_checks_real_models_gpt2.py"}
 
 

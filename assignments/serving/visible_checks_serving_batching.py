@@ -13,31 +13,11 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
+from visible_checks_serving_dense import dense_layer
 
 
-def rope64(x, positions, base=10000.0):
-    """x [..., S, D] rotated in float64, pair (2i, 2i + 1) by positions * base^(-2i / D)."""
-    D = x.shape[-1]
-    angle = positions.double()[:, None] * base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    a, b = x.double()[..., 0::2], x.double()[..., 1::2]
-    return torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), dim=-1).flatten(-2)
-
-
-def dense_layer(layer, x, positions, attend64, H):
-    """One sequence x [S, d_model] through the layer's weights in float64 (H query heads), keys and queries rotated
-    at `positions`: DecoderAttention's computation, written out."""
-    head_dim = layer.W_q.out_features // H
-    H_kv = layer.W_k.out_features // head_dim
-    x = x.double()
-    q = (x @ layer.W_q.weight.double().T).view(-1, H, head_dim)
-    k = (x @ layer.W_k.weight.double().T).view(-1, H_kv, head_dim)
-    v = (x @ layer.W_v.weight.double().T).view(-1, H_kv, head_dim)
-    q, k = rope64(q.transpose(0, 1), positions).transpose(0, 1), rope64(k.transpose(0, 1), positions).transpose(0, 1)
-    return attend64(q, k, v).flatten(1) @ layer.W_o.weight.double().T
-
-
-def batching_checks(harness, attend64, close, ok):
-    """The checks of notebooks 04-06, on the harness of visible_checks.py."""
+def batching_checks(harness, close, ok):
+    """The checks of notebooks 04 and 05, on the harness of visible_checks.py."""
     _ = harness.gettext
 
     @harness.check("block_hashes")
@@ -205,7 +185,7 @@ def batching_checks(harness, attend64, close, ok):
                 for _step in range(n):
                     x = self.embed(torch.tensor(seq)).double()
                     for layer in self.layers:
-                        x = x + dense_layer(layer, x, torch.arange(len(seq)), attend64, 4)
+                        x = x + dense_layer(layer, x, torch.arange(len(seq)), 4)
                     seq.append(int((x[-1] @ self.head.weight.double().T).argmax()))
                 return seq[len(prompt):]
 
@@ -244,7 +224,7 @@ def batching_checks(harness, attend64, close, ok):
         assert torch.isnan(cache.k_cache[0]).all(), _(
             "a layer with layer_idx = 1 wrote into layer 0 of the cache: write cache.k_cache[layer_idx]")
         for s, n in enumerate(lengths):
-            want = dense_layer(layer, x[s], torch.arange(n), attend64, 6)
+            want = dense_layer(layer, x[s], torch.arange(n), 6)
             mine = torch.cat(got[s]).double()
             assert not torch.isnan(mine).any(), _(
                 "sequence {s}'s output holds NaN: the layer read cache slots past seq_len or blocks of table padding"
@@ -387,61 +367,5 @@ def batching_checks(harness, attend64, close, ok):
         ok(_("static batching: the same tokens in {static} steps (batches of 3, each until its longest request is done)"
              ).format(static=STATIC_STEPS))
 
-    @harness.check("SinkKVCache")
-    def check_sink_kv_cache(SinkKVCache) -> None:
-        cache = SinkKVCache(num_sink=2, window=3)
-        for t in range(11):
-            k = torch.full((1, 1, 1, 2), float(t))
-            k_all, _v = cache.append(k, k.clone())
-        kept = [int(p) for p in k_all[0, 0, :, 0].tolist()]
-        assert kept != [6, 7, 8, 9, 10], _("your cache kept a pure window {kept}: keep the first num_sink positions "
-                                           "(the sinks) too").format(kept=kept)
-        assert kept == [0, 1, 8, 9, 10] and len(cache) == 5, _(
-            "after 11 tokens with 2 sinks and a window of 3, the kept positions are {kept} (len {n}), expected "
-            "[0, 1, 8, 9, 10]").format(kept=kept, n=len(cache))
-        fresh = SinkKVCache(num_sink=2, window=3)
-        fresh.append(torch.randn(1, 1, 5, 2), torch.randn(1, 1, 5, 2))
-        assert len(fresh) == 5, _("a first prompt of num_sink + window tokens is accepted whole")
-        fresh.append(torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2))
-        assert len(fresh) == 5, _("a piece of exactly window tokens fits (none of its own keys is evicted): no error")
-        try:
-            fresh.append(torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2))
-        except ValueError:
-            pass
-        else:
-            raise AssertionError(_("4 new tokens with a window of 3 would evict some of their own keys: raise ValueError"))
-        assert len(fresh) == 5, _("a refused append must change nothing")
-        ok(_("SinkKVCache: 2 sinks and a window of 3 keep [0, 1, 8, 9, 10]; too long a piece raises"))
-
-    @harness.check("SinkDecoderAttention")
-    def check_sink_decoder_attention(SinkDecoderAttention, SinkKVCache) -> None:
-        layer = SinkDecoderAttention(24, 4, 2)  # head_dim 6
-        assert layer.W_k.weight.shape[0] == 12, _(
-            "SinkDecoderAttention(24, 4, num_kv_heads=2): W_k should give 2 key/value heads of 6 (12 outputs), not {n}"
-        ).format(n=layer.W_k.weight.shape[0])
-        forward = harness.watch(layer, "SinkDecoderAttention.forward")
-        x = torch.randn(2, 16, 24)
-        cache, kept = SinkKVCache(num_sink=2, window=4), []
-        for start, stop in [(0, 3)] + [(t, t + 1) for t in range(3, 16)]:
-            with torch.no_grad():
-                out = harness.expect_shape(forward(x[:, start:stop], cache), [2, stop - start, 24], _("the output"))
-            kept = kept + list(range(start, stop))
-            kept = kept if len(kept) <= 6 else kept[:2] + kept[-4:]
-            want = torch.stack([dense_layer(layer, x[b, kept], torch.arange(len(kept)), attend64, 4)[-(stop - start):]
-                                for b in range(2)])
-            if close(out.double(), want, 1e-4):
-                continue
-            original = torch.stack([dense_layer(layer, x[b, kept], torch.tensor(kept), attend64, 4)[-(stop - start):]
-                                    for b in range(2)])
-            assert not close(out.double(), original, 1e-4), _(
-                "step {t}: your keys keep their original positions; rotate the kept keys at their positions inside "
-                "the cache, 0 .. len(cache) - 1, and the queries at the last S_new of them").format(t=stop - 1)
-            raise AssertionError(_(
-                "step {t}: your output differs from a dense pass over the kept tokens at positions 0 .. n - 1 by up to "
-                "{gap:.2g}: cache the keys unrotated, then rotate them all at every step").format(
-                t=stop - 1, gap=(out.double() - want).abs().max().item()))
-        ok(_("SinkDecoderAttention: 16 tokens, 2 sinks and a window of 4: every step equals a dense pass over the kept "
-             "tokens at 0 .. n - 1"))
-
     return (check_block_hashes, check_prefix_caching, check_paged_decoder_attention, check_continuous_batching,
-            check_static_batching, check_sink_kv_cache, check_sink_decoder_attention)
+            check_static_batching)

@@ -11,12 +11,13 @@ Notebooks 04 to 06 have their checks in visible_checks_serving_batching.py, buil
 """
 from __future__ import annotations
 
-import math
 import os
 
 import torch
 from check_harness import DOMAIN, LOCALES, Harness, close, ok  # noqa: F401 - DOMAIN, LOCALES: for the tests
-from visible_checks_serving_batching import batching_checks  # notebooks 04-06, built on this harness
+from visible_checks_serving_batching import batching_checks  # notebooks 04-05, built on this harness
+from visible_checks_serving_dense import attend64, cu_lengths, gap, varlen64
+from visible_checks_serving_sinks import sink_checks  # notebook 06
 
 __all__ = [
     "check_cu_seqlens", "check_pack", "check_unpack", "check_varlen_attention", "check_block_allocator",
@@ -26,38 +27,10 @@ __all__ = [
     "graded_part", "uses_your_code", "use_language",
 ]
 
-harness = Harness(__file__, os.path.join(os.path.dirname(os.path.abspath(__file__)), "visible_checks_serving_batching.py"))
+harness = Harness(__file__, *(os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in (
+    "visible_checks_serving_batching.py", "visible_checks_serving_sinks.py", "visible_checks_serving_dense.py")))
 _ = harness.gettext
 use_language, uses_your_code = harness.use_language, harness.uses_your_code
-
-
-def attend64(q, k, v, causal=True, tiled=False, top_left=False):
-    """One sequence in float64: q [S_q, H, D], k [S_k, H_kv, D], v [S_k, H_kv, D_v] -> [S_q, H, D_v]; bottom-right
-    causal, grouped heads, zeros for a query that sees no key (`tiled`, `top_left`: the two classic mistakes)."""
-    S_q, H, D = q.shape
-    S_k, H_kv = k.shape[:2]
-    n_rep = H // H_kv
-    k, v = ((t.double().repeat(1, n_rep, 1) if tiled else t.double().repeat_interleave(n_rep, dim=1)) for t in (k, v))
-    scores = torch.einsum("qhd,khd->hqk", q.double(), k) / math.sqrt(D)
-    if causal:
-        allowed = torch.ones(S_q, S_k, dtype=torch.bool).tril(diagonal=0 if top_left else S_k - S_q)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return torch.einsum("hqk,khd->qhd", weights, v)
-
-
-def _cu(lengths):
-    return [0] + torch.tensor(lengths).cumsum(0).tolist()
-
-
-def _varlen64(q, k, v, q_lens, k_lens, causal, **mistake):
-    cq, ck = _cu(q_lens), _cu(k_lens)
-    return torch.cat([attend64(q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]], causal, **mistake)
-                      for b in range(len(q_lens))])
-
-
-def _gap(got, want) -> float:
-    return (got.double() - want).abs().max().item()
 
 
 # --------------------------------------------------------------------------- #
@@ -105,7 +78,7 @@ def check_pack(pack) -> None:
 @harness.check("unpack")
 def check_unpack(unpack) -> None:
     x, lengths, packed, real = _ragged()
-    cu = torch.tensor(_cu(lengths), dtype=torch.int32)
+    cu = torch.tensor(cu_lengths(lengths), dtype=torch.int32)
     back = harness.expect_shape(harness.watch(unpack, "unpack")(packed, cu, 7), [4, 7, 3, 2], "unpack(packed, cu, 7)")
     assert torch.equal(back[real], x[real]), _("unpack puts sequence b's rows cu[b]:cu[b+1] back at positions 0 .. l_b - 1")
     assert (back[~real] == 0).all(), _("unpack should leave zeros at the padding")
@@ -123,24 +96,24 @@ def check_varlen_attention(varlen_attention) -> None:
     )
     for what, H, H_kv, D, D_v, q_lens, k_lens, causal in cases:
         q, k, v = torch.randn(sum(q_lens), H, D), torch.randn(sum(k_lens), H_kv, D), torch.randn(sum(k_lens), H_kv, D_v)
-        cq, ck = (torch.tensor(_cu(lens), dtype=torch.int32) for lens in (q_lens, k_lens))
+        cq, ck = (torch.tensor(cu_lengths(lens), dtype=torch.int32) for lens in (q_lens, k_lens))
         got = harness.expect_shape(attention(q, k, v, cq, ck, causal=causal), [sum(q_lens), H, D_v],
                                    _("varlen_attention ({what})").format(what=what))
-        want = _varlen64(q, k, v, q_lens, k_lens, causal)
+        want = varlen64(q, k, v, q_lens, k_lens, causal)
         assert not torch.isnan(got).any(), _(
             "{what}: your output holds NaN; a query that sees no key returns zeros (a softmax over a row of -inf alone "
             "gives NaN)").format(what=what)
         if close(got.double(), want):
             continue
-        assert not (causal and close(got.double(), _varlen64(q, k, v, q_lens, k_lens, causal, top_left=True))), _(
+        assert not (causal and close(got.double(), varlen64(q, k, v, q_lens, k_lens, causal, top_left=True))), _(
             "{what}: your causal mask is top-left aligned (SDPA's is_causal=True); a sequence's queries are its last "
             "S_q positions: query i sees key j iff j <= i + S_k - S_q").format(what=what)
-        assert not close(got.double(), _varlen64(q, k, v, q_lens, k_lens, causal, tiled=True)), _(
+        assert not close(got.double(), varlen64(q, k, v, q_lens, k_lens, causal, tiled=True)), _(
             "{what}: your key/value heads are tiled (repeat); query head h reads kv head h // (H / H_kv) "
             "(repeat_interleave)").format(what=what)
         raise AssertionError(_("{what}: your output differs from attention per sequence by up to {gap:.2g} (each "
                                "sequence attends to its own keys only: rows cu_k[b]:cu_k[b+1])").format(
-            what=what, gap=_gap(got, want)))
+            what=what, gap=gap(got, want)))
     q, k, v = torch.randn(9, 2, 4), torch.randn(9, 2, 4), torch.randn(9, 2, 4)
     cu = torch.tensor([0, 3, 5, 9], dtype=torch.int32)
     before = attention(q, k, v, cu, cu, causal=True)
@@ -327,7 +300,7 @@ def _paged_case(q_lens, seq_lens, H, H_kv, D, D_v, bs=4, pool=24):
         values.append(v)
     padded = torch.tensor([t + [pool - 1] * (max(pages) + 1 - len(t)) for t in tables], dtype=torch.int32)
     q = torch.randn(sum(q_lens), H, D)
-    cq = _cu(q_lens)
+    cq = cu_lengths(q_lens)
     answers = {name: torch.cat([attend64(q[cq[b]:cq[b + 1]], keys[b], values[b], True, **mistake)
                                 for b in range(len(q_lens))])
                for name, mistake in (("right", {}), ("top_left", {"top_left": True}), ("tiled", {"tiled": True}))}
@@ -345,7 +318,7 @@ def check_paged_attention(paged_attention) -> None:
     )
     for what, q_lens, seq_lens, H, H_kv, D, D_v, explicit in runs:
         q, k_cache, v_cache, tables, lens, answers = _paged_case(q_lens, seq_lens, H, H_kv, D, D_v)
-        cu = torch.tensor(_cu(q_lens), dtype=torch.int32) if explicit else None
+        cu = torch.tensor(cu_lengths(q_lens), dtype=torch.int32) if explicit else None
         got = harness.expect_shape(attention(q, k_cache, v_cache, tables, lens, cu), [sum(q_lens), H, D_v],
                                    _("paged_attention ({what})").format(what=what))
         assert not torch.isnan(got).any(), _(
@@ -360,7 +333,7 @@ def check_paged_attention(paged_attention) -> None:
         assert not close(got.double(), answers["tiled"]), _(
             "{what}: your key/value heads are tiled; query head h reads kv head h // (H / H_kv)").format(what=what)
         raise AssertionError(_("{what}: your output differs from dense attention over each sequence's blocks by up to "
-                               "{gap:.2g}").format(what=what, gap=_gap(got, answers["right"])))
+                               "{gap:.2g}").format(what=what, gap=gap(got, answers["right"])))
     ok(_("paged_attention: decoding (grouped heads, NaN in unused slots) and one mixed call of chunks equal dense "
          "attention per sequence"))
 
@@ -389,7 +362,8 @@ def check_paged_to_csr(paged_to_csr) -> None:
 
 
 (check_block_hashes, check_prefix_caching, check_paged_decoder_attention, check_continuous_batching,
- check_static_batching, check_sink_kv_cache, check_sink_decoder_attention) = batching_checks(harness, attend64, close, ok)
+ check_static_batching) = batching_checks(harness, close, ok)
+check_sink_kv_cache, check_sink_decoder_attention = sink_checks(harness, close, ok)
 
 
 # --------------------------------------------------------------------------- #

@@ -24,6 +24,7 @@ import torch
 from autograder.checks import expect, lent
 from autograder.checks.cases import Ran, send, seeded, weights_taken
 from autograder.checks.serving import batching as bt
+from autograder.checks.serving import verdicts
 from autograder.checks.serving.caches import Caches
 from autograder.checks.serving.common import attribute, cu_of, randn
 from autograder.foundation import i18n, spec
@@ -279,59 +280,11 @@ def generated(student, key: str) -> tuple:
     return result[0], result[1], counts, run.value("free")
 
 
-def same_outputs(outputs, want, what: str) -> None:
-    if isinstance(outputs, (list, tuple)) and any(not isinstance(t, int) or isinstance(t, bool) for o in outputs
-                                                  if isinstance(o, (list, tuple)) for t in o):
-        raise expect.CheckFailure(_("{what}: the outputs should be lists of Python ints (int(logits.argmax())), not "
-                                    "tensors").format(what=what))
-    got = [list(map(int, o)) if isinstance(o, (list, tuple)) else o for o in outputs] \
-        if isinstance(outputs, (list, tuple)) else outputs
-    if got == [list(w) for w in want]:
-        return
-    if not isinstance(got, list) or len(got) != len(want):
-        raise expect.CheckFailure(_("{what}: outputs should be one list of token ids per request ({n} requests)")
-                                  .format(what=what, n=len(want)))
-    r = next(i for i, (g, w) in enumerate(zip(got, want)) if g != list(w))
-    raise expect.CheckFailure(_("{what}: request {r} generated {got}, decoding it alone gives {want}. Does a request "
-                                "whose prompt is done sample from its LAST token's logits (not its chunk's first)? "
-                                "Are positions the cache's length plus the offset? Does every layer write its own "
-                                "layer_idx?").format(what=what, r=r, got=got[r], want=list(want[r])))
-
-
-def follows_the_policy(counts: dict, key: str) -> None:
-    """The steps the grader counted are those of the contract's fixed policy (tokens per step, step by step)."""
-    want = bt.schedule(ref, prefix=key == "prefix", static=key == "static")
-    if counts["tokens_per_step"] != want:
-        raise expect.CheckFailure(_("the model was given {got} tokens step by step; the contract's policy gives {want}: "
-                                    "each step, every running request with an output decodes 1 token, then prompts "
-                                    "being prefilled get chunks oldest first, then waiting requests are admitted in "
-                                    "order while budget, max_num_seqs and the free blocks allow").format(
-            got=counts["tokens_per_step"], want=want))
-    chunks = bt.reference_stats(ref, prefix=key == "prefix", static=key == "static")["chunks_per_step"]
-    step = next((i for i, (g, w) in enumerate(zip(counts["chunks_per_step"], chunks)) if g != w), None)
-    if step is not None:
-        raise expect.CheckFailure(_("at step {i} the model was given chunks of {got} tokens (meta's rows); the "
-                                    "contract's policy gives {want}: decodes first, then the running prompts' chunks "
-                                    "oldest first (while budget is left), then admitted requests").format(
-            i=step, got=counts["chunks_per_step"][step], want=chunks[step]))
-
-
-def stats_agree(stats: dict, counts: dict) -> None:
-    """The student's stats against the grader's counts, key by key (static batching's mixed_steps is 0)."""
-    for key in ("steps", "mixed_steps", "prefill_tokens", "max_blocks_used"):
-        if stats.get(key) != counts[key]:
-            raise expect.CheckFailure(_("stats[{key!r}] is {got}, the grader counted {want} (calls of its model, "
-                                        "blocks its tables used)").format(key=key, got=stats.get(key), want=counts[key]))
-    if list(stats.get("tokens_per_step", [])) != counts["tokens_per_step"]:
-        raise expect.CheckFailure(_("stats['tokens_per_step'] does not match the tokens the model was given at each "
-                                    "step"))
-
-
 @pytest.mark.points(4)
 def test_continuous_batching_generates_what_each_request_alone_generates(student):
     """6 requests, token budget 8, at most 3 running, 12 blocks for 22 of demand: every request's tokens equal greedy decoding of it alone; one request that needs a whole 4-block pool runs"""
     outputs, _stats, _counts, _free = generated(student, "continuous")
-    same_outputs(outputs, expected(False), "continuous_batching_generate")
+    verdicts.same_outputs(outputs, expected(False), "continuous_batching_generate")
     try:
         whole = ran(student)["whole"].value("result")
     except CheckFailure as exc:
@@ -339,7 +292,7 @@ def test_continuous_batching_generates_what_each_request_alone_generates(student
                              "{failure} A request is refused only when its need, ceil((len(prompt) + max_new_tokens) / "
                              "block_size), exceeds the pool's blocks (k_cache.shape[1])").format(
             n=bt.PROMPT_LENGTHS[bt.WHOLE], new=bt.WHOLE_NEW, blocks=bt.WHOLE_POOL, failure=exc.message)) from None
-    same_outputs(whole[0] if isinstance(whole, tuple) else whole, [expected(False)[bt.WHOLE][:bt.WHOLE_NEW]],
+    verdicts.same_outputs(whole[0] if isinstance(whole, tuple) else whole, [expected(False)[bt.WHOLE][:bt.WHOLE_NEW]],
                  "continuous_batching_generate on a pool of exactly the blocks one request needs")
 
 
@@ -357,10 +310,10 @@ def test_continuous_batching_mixes_steps_and_frees_every_block(student):
         raise expect.CheckFailure(_("{n} blocks are still in use at the end: a finished request frees its blocks "
                                     "(free_sequence) in the step it finishes").format(n=bt.POOL - free
                                                                                       if isinstance(free, int) else "?"))
-    stats_agree(stats, counts)
-    follows_the_policy(counts, "continuous")
+    verdicts.stats_agree(stats, counts)
+    verdicts.follows_the_policy(counts, "continuous")
     outputs, _stats, tight, _free = generated(student, "tight")
-    same_outputs(outputs, expected(False), "continuous_batching_generate with token_budget 2, max_num_seqs 2")
+    verdicts.same_outputs(outputs, expected(False), "continuous_batching_generate with token_budget 2, max_num_seqs 2")
     want = bt.reference_stats(ref, tight=True)["chunks_per_step"]
     step = next((i for i, (g, w) in enumerate(zip(tight["chunks_per_step"], want)) if g != w),
                 None if len(tight["chunks_per_step"]) == len(want) else min(len(want), len(tight["chunks_per_step"])))
@@ -376,21 +329,21 @@ def test_continuous_batching_mixes_steps_and_frees_every_block(student):
 def test_prefix_caching_computes_a_shared_system_prompt_once(student):
     """with prefix caching and a shared 12-token system prompt: the same tokens as each request alone, fewer prompt tokens computed than the prompts hold"""
     outputs, stats, counts, _free = generated(student, "prefix")
-    same_outputs(outputs, expected(True), "continuous_batching_generate with prefix caching")
+    verdicts.same_outputs(outputs, expected(True), "continuous_batching_generate with prefix caching")
     held = sum(map(len, bt.prompts(True)))
     if counts["prefill_tokens"] >= held:
         raise expect.CheckFailure(_("{n} of {held} prompt tokens were computed: add_sequence(id, prompt) returns how "
                                     "many are cached, and those are skipped").format(n=counts["prefill_tokens"],
                                                                                      held=held))
-    stats_agree(stats, counts)
-    follows_the_policy(counts, "prefix")
+    verdicts.stats_agree(stats, counts)
+    verdicts.follows_the_policy(counts, "prefix")
 
 
 @pytest.mark.points(4)
 def test_static_batching_gives_the_same_tokens_in_more_steps(student):
     """static batching (batch_size 3, a 24-block pool) gives the same tokens and takes more steps than continuous batching at the same concurrency"""
     outputs, stats, counts, _free = generated(student, "static")
-    same_outputs(outputs, expected(False), "static_batching_generate")
+    verdicts.same_outputs(outputs, expected(False), "static_batching_generate")
     _o, _s, continuous, _f = generated(student, "continuous")
     if counts["steps"] <= continuous["steps"]:
         raise expect.CheckFailure(_("static batching took {s} steps, continuous batching {c}: a static batch is "
@@ -401,7 +354,7 @@ def test_static_batching_gives_the_same_tokens_in_more_steps(student):
     except CheckFailure as exc:
         raise CheckFailure(_("one request with batch_size 3 (a last batch shorter than batch_size): {failure}").format(
             failure=exc.message)) from None
-    same_outputs(alone[0] if isinstance(alone, tuple) else alone, [expected(False)[bt.WHOLE][:bt.WHOLE_NEW]],
+    verdicts.same_outputs(alone[0] if isinstance(alone, tuple) else alone, [expected(False)[bt.WHOLE][:bt.WHOLE_NEW]],
                  "static_batching_generate of one request with batch_size 3")
     want = bt.reference_stats(ref, static=True)
     if counts["tokens_per_step"] != want["tokens_per_step"]:
@@ -414,5 +367,5 @@ def test_static_batching_gives_the_same_tokens_in_more_steps(student):
                                     "requests are added when it starts and freed (free_sequence) when its longest "
                                     "request is done, before the next batch starts").format(
             got=counts["max_blocks_used"], want=want["max_blocks_used"]))
-    stats_agree(stats, counts)
+    verdicts.stats_agree(stats, counts)
 
