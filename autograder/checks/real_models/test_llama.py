@@ -28,6 +28,7 @@ from autograder.checks import lent
 from autograder.checks.real_models.common import (distinct, left_padded, llama_mistakes, llama_steps,
                                                   pasted_layer_mistakes)
 from autograder.foundation import spec
+from autograder.foundation.failures import CheckFailure, StudentRaised
 from solutions import real_models as ref
 
 _ = i18n.message
@@ -118,13 +119,18 @@ def _head_dim_hint(attn) -> str:
         head_dim=attn.head_dim, plain=plain, rows=config.num_attention_heads * attn.head_dim, d_model=config.hidden_size)
 
 
-def _groups_hint(heads: int, kv_heads: int) -> str:
-    """A layer that raised where the query heads outnumber the key/value heads: how many times each is repeated."""
-    if kv_heads >= heads:
-        return ""
-    return _("this layer has H = {heads} query heads over H_kv = {kv_heads} key/value heads: repeat each key/value "
-             "head num_key_value_groups = H // H_kv = {groups} times (repeat_kv), not a fixed number of times").format(
-        heads=heads, kv_heads=kv_heads, groups=heads // kv_heads)
+def _groups_named(get, heads: int, kv_heads: int):
+    """get(); a size mismatch raised where the query heads outnumber the key/value heads is named: how many times
+    each key/value head is repeated."""
+    try:
+        return get()
+    except StudentRaised as exc:
+        if kv_heads >= heads or "must match the size of tensor" not in str(exc):
+            raise
+        raise CheckFailure(_("{failure}; this layer has H = {heads} query heads over H_kv = {kv_heads} key/value "
+                             "heads: repeat each key/value head num_key_value_groups = H // H_kv = {groups} times "
+                             "(repeat_kv), not a fixed number of times").format(
+            failure=exc.message, heads=heads, kv_heads=kv_heads, groups=heads // kv_heads)) from None
 
 
 @pytest.mark.points(14)
@@ -134,7 +140,8 @@ def test_from_hf_llama_equals_the_library_attention_at_gapped_positions(student)
 
     def check(index):
         attn, x, positions, key_mask, heads, kv_heads = runs[("parity", index)].inputs
-        value = expect.hinted(runs[("parity", index)].value, _head_dim_hint(attn) or _groups_hint(heads, kv_heads))
+        run = runs[("parity", index)]
+        value = expect.hinted(lambda: _groups_named(run.value, heads, kv_heads), _head_dim_hint(attn))
         got = expect.shape(value, x.shape, "your layer's forward(x, positions, key_mask)")
         expected = library.llama_reference(attn, x, positions, key_mask)
         real = key_mask  # outputs at padded query positions are not graded
