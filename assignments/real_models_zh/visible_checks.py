@@ -208,8 +208,9 @@ def check_gpt2_attention(GPT2StyleAttention) -> None:
             "yours must too").format(lo=i * 24, hi=(i + 1) * 24, name=name)
     bad = ~((got - want).abs().amax(-1) <= 1e-5) & real  # [B, S]: real tokens whose outputs differ (or are NaN)
     if bad.any():
-        sample, token = bad.nonzero()[0].tolist()
-        assert not torch.isnan(got[real]).any(), _(
+        nan = torch.isnan(got).any(-1) & real  # [B, S]
+        sample, token = (nan if nan.any() else bad).nonzero()[0].tolist()
+        assert not nan.any(), _(
             "your layer's output is NaN at real tokens (first at sample {sample}, token {token}): a row of scores is "
             "-inf everywhere there; is key_mask used the wrong way round (True = real token)?").format(
             sample=sample, token=token)

@@ -120,12 +120,11 @@ def grade_one(grader, mutant: Mutant, folder: Path, visible: bool = False) -> Ou
 _STATE: dict = {}  # this pool process's warm Grader and scratch folder (set by _init), what it runs
 
 
-def _init(parent: int, grading: bool, visible: bool) -> None:
+def _init(parent: int, grading: bool) -> None:
     from autograder.sandbox import prestart
     from autograder.sandbox.lifetime import init_pool_process
 
     init_pool_process(parent)
-    _STATE["visible"] = visible
     if not grading:
         return
     prestart.prefork()  # torch imported once, the zygote forked before the checks are imported
@@ -138,14 +137,14 @@ def _init(parent: int, grading: bool, visible: bool) -> None:
 def _grade(mutant: Mutant) -> Outcome:
     if "grader" not in _STATE:
         return visible_only(mutant)
-    return grade_one(_STATE["grader"], mutant, _STATE["folder"], _STATE["visible"])
+    return grade_one(_STATE["grader"], mutant, _STATE["folder"], visible=True)
 
 
-def grade_all(todo: list[Mutant], workers: int, progress=None, grading: bool = True, visible: bool = True) -> list[Outcome]:
-    """Every mutant graded (`grading`) and run through its notebook's visible checks (`visible`), in the order
+def grade_all(todo: list[Mutant], workers: int, progress=None, grading: bool = True) -> list[Outcome]:
+    """Every mutant graded (`grading`; else taken as killed) and run through its notebook's visible checks, in the order
     given, by `workers` processes."""
     outcomes: dict[str, Outcome] = {}
-    with cf.ProcessPoolExecutor(workers, initializer=_init, initargs=(os.getpid(), grading, visible)) as pool:
+    with cf.ProcessPoolExecutor(workers, initializer=_init, initargs=(os.getpid(), grading)) as pool:
         futures = {pool.submit(_grade, m): m for m in todo}
         for future in cf.as_completed(futures):
             outcome = future.result()
@@ -261,10 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     universe = all_mutants(args.only, args.notebook)
     keys = {m.key for m in universe}
-    listed = {key: why for key, why in equivalents().items() if key in keys or (
-        args.notebook is None and key.split(":")[0] in {m.module for m in universe})}  # (--only, --notebook: its own)
-    hidden = {key: why for key, why in hidden_only().items() if key in keys or (
-        args.notebook is None and key.split(":")[0] in {m.module for m in universe})}
+    modules = {m.module for m in universe}
+
+    def own(table: dict[str, str]) -> dict[str, str]:  # (--only, --notebook: the entries of its own mutants)
+        return {key: why for key, why in table.items()
+                if key in keys or (args.notebook is None and key.split(":")[0] in modules)}
+
+    listed, hidden = own(equivalents()), own(hidden_only())
     todo = [m for m in universe if not (args.visible_only and m.key in listed)]
     if args.sample:
         todo = random.Random(args.seed).sample([m for m in universe if m.key not in listed], args.sample)
