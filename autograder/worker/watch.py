@@ -131,9 +131,10 @@ class _Mode(TorchFunctionMode):
         # (not while torch.compile traces, as flex_attention does even in eager mode: dynamo cannot trace the
         # frame walk. A forbidden call inside student code run through torch.compile(backend="eager") was
         # still seen in a test, once the compiled function ran.)
-        if label is None and any(lib in sys.modules for lib in WATCHED_LIBRARIES):  # (once one was imported)
+        if label is None and not sys.modules.keys().isdisjoint(WATCHED_LIBRARIES):  # (once one was imported)
             label = library_label(sys._getframe(1))
-        label = nested_label(label, args)
+        if label is not None:
+            label = nested_label(label, args)
         if label is not None and not torch.compiler.is_compiling():
             self.watch.record(label, sys._getframe(1))
         return func(*args, **(kwargs or {}))
