@@ -8,6 +8,8 @@ these requests is above 1e-2: tests/test_serving_checks.py).
 """
 from __future__ import annotations
 
+import copy
+import functools
 import math
 
 import torch
@@ -141,7 +143,13 @@ class _Silent:
 
 def reference_stats(reference, prefix: bool = False, static: bool = False, tight: bool = False) -> dict:
     """The stats of the contract's policy on the checks' requests (the reference scheduler, run here on lengths only:
-    steps, tokens per step, prompt tokens computed, mixed steps and peak blocks do not depend on the tokens)."""
+    steps, tokens per step, prompt tokens computed, mixed steps and peak blocks do not depend on the tokens); run
+    once per process, a copy each call."""
+    return copy.deepcopy(_policy_stats(reference, prefix, static, tight))
+
+
+@functools.lru_cache(maxsize=8)
+def _policy_stats(reference, prefix: bool, static: bool, tight: bool) -> dict:
     requests = prompts(prefix)
     blocks = STATIC_POOL if static else PREFIX_POOL if prefix else POOL
     cache = reference.PagedKVCache(blocks, BLOCK_SIZE, H_KV, HEAD_DIM, num_layers=1, enable_prefix_caching=prefix)
@@ -154,8 +162,3 @@ def reference_stats(reference, prefix: bool = False, static: bool = False, tight
         _out, stats = reference.continuous_batching_generate(model, requests, list(NEW_TOKENS), cache,
                                                              token_budget=budget, max_num_seqs=seqs)
     return {**stats, "tokens_per_step": list(stats["tokens_per_step"]), "chunks_per_step": model.chunks}
-
-
-def schedule(reference, prefix: bool = False, static: bool = False) -> list[int]:
-    """The tokens of each step under the contract's policy (reference_stats' tokens_per_step)."""
-    return reference_stats(reference, prefix, static)["tokens_per_step"]

@@ -26,7 +26,7 @@ from autograder.checks.cases import Ran, send, seeded, weights_taken
 from autograder.checks.serving import batching as bt
 from autograder.checks.serving import verdicts
 from autograder.checks.serving.caches import Caches
-from autograder.checks.serving.common import attribute, cu_of, randn
+from autograder.checks.serving.common import attribute, cu_of, randn, slots_of
 from autograder.foundation import i18n, spec
 from autograder.foundation.failures import CheckFailure, MissingName, PartStopped, WorkerEnded
 from solutions import generation as gen
@@ -116,7 +116,7 @@ def layer_plan():
         slots, positions, rows = [], [], []
         for seq, n in chunks:
             p = list(range(done[seq], done[seq] + n))
-            slots += [tables[seq][i // bt.BLOCK_SIZE] * bt.BLOCK_SIZE + i % bt.BLOCK_SIZE for i in p]
+            slots += slots_of(tables[seq], done[seq], n, bt.BLOCK_SIZE)
             positions += p
             rows.append((seq, done[seq], n))
             done[seq] += n

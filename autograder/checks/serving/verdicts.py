@@ -33,14 +33,15 @@ def same_outputs(outputs, want, what: str) -> None:
 
 def follows_the_policy(counts: dict, key: str) -> None:
     """The steps the grader counted are those of the contract's fixed policy (tokens per step, step by step)."""
-    want = bt.schedule(ref, prefix=key == "prefix", static=key == "static")
+    policy = bt.reference_stats(ref, prefix=key == "prefix", static=key == "static")
+    want = policy["tokens_per_step"]
     if counts["tokens_per_step"] != want:
         raise expect.CheckFailure(_("the model was given {got} tokens step by step; the contract's policy gives {want}: "
                                     "each step, every running request with an output decodes 1 token, then prompts "
                                     "being prefilled get chunks oldest first, then waiting requests are admitted in "
                                     "order while budget, max_num_seqs and the free blocks allow").format(
             got=counts["tokens_per_step"], want=want))
-    chunks = bt.reference_stats(ref, prefix=key == "prefix", static=key == "static")["chunks_per_step"]
+    chunks = policy["chunks_per_step"]
     step = next((i for i, (g, w) in enumerate(zip(counts["chunks_per_step"], chunks)) if g != w), None)
     if step is not None:
         raise expect.CheckFailure(_("at step {i} the model was given chunks of {got} tokens (meta's rows); the "
